@@ -1,0 +1,1 @@
+"""The command line: a typer app, one module per command group; cli/console.py owns all printing."""

@@ -1,0 +1,114 @@
+"""The `vgpuadm` command: global options, command registration and the one error boundary.
+
+Every VgpuadmError ends as `error: …` / `hint: …` on stderr with the error's exit code; no traceback reaches a
+user. Plain `--json` read commands skip typer entirely (cli/fast.py)."""
+
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from vgpuadm.cli.console import Console
+from vgpuadm.errors import UsageError, VgpuadmError
+
+EPILOG = "Examples: vgpuadm gpus · vgpuadm types --gpu 0000:01:00.0 --available · vgpuadm --root /tmp/h devices --json"
+
+
+def build_app() -> Any:
+    import typer
+
+    from vgpuadm.cli import read, sim
+
+    app = typer.Typer(
+        name="vgpuadm",
+        help="Give GPUs to libvirt/KVM guests: mdev vGPUs, NVIDIA vendor-VFIO VFs and whole-GPU passthrough.",
+        epilog=EPILOG,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+    )
+
+    @app.callback()
+    def _global(
+        ctx: typer.Context,
+        root: str = typer.Option(
+            None, "--root", envvar="VGPUADM_ROOT", help="Host root to read and change (default /).", metavar="DIR"
+        ),
+    ) -> None:
+        ctx.obj = {"root": root, "console": Console()}
+
+    json_opt = typer.Option(False, "--json", help="Print JSON (validated by vgpuadm/schemas/*.schema.json).")
+
+    @app.command("gpus", epilog="Example: vgpuadm gpus --json")
+    def gpus_cmd(ctx: typer.Context, as_json: bool = json_opt) -> None:
+        """List GPU functions: ids, driver, IOMMU group, NUMA node, layout, SR-IOV."""
+        read.gpus(ctx.obj["console"], ctx.obj["root"], as_json)
+
+    @app.command("types", epilog="Example: vgpuadm types --gpu 0000:01:00.0 --available")
+    def types_cmd(
+        ctx: typer.Context,
+        gpu: str = typer.Option(None, "--gpu", help="Only this GPU (a PF also lists its VFs).", metavar="BDF"),
+        available: bool = typer.Option(False, "--available", help="Only types with free instances."),
+        as_json: bool = json_opt,
+    ) -> None:
+        """List vGPU types per parent (mdev types and NVIDIA vendor-VFIO types)."""
+        read.types(ctx.obj["console"], ctx.obj["root"], gpu, available, as_json)
+
+    @app.command("devices", epilog="Example: vgpuadm devices --json")
+    def devices_cmd(ctx: typer.Context, as_json: bool = json_opt) -> None:
+        """List existing vGPUs: mdevs and typed vendor-VFIO VFs."""
+        read.devices(ctx.obj["console"], ctx.obj["root"], as_json)
+
+    app.add_typer(sim.build_app(), name="sim")
+    return app
+
+
+def run(argv: Sequence[str], console: Console | None = None) -> int:
+    """Run the CLI on argv; returns the exit code. Tests call this in-process."""
+    console = console or Console()
+    try:
+        from vgpuadm.cli import fast
+
+        if fast.try_run(argv, console):
+            return 0
+        import typer.main
+
+        # typer ≥ 0.20 vendors click as typer._click: catch its exceptions, not click's.
+        from typer import Abort, Exit
+        from typer._click.exceptions import ClickException, NoArgsIsHelpError
+
+        command = typer.main.get_command(build_app())
+        try:
+            result = command.main(args=list(argv), prog_name="vgpuadm", standalone_mode=False)
+        except NoArgsIsHelpError as exc:
+            # click ≥ 8.2 raises this for a bare group instead of printing its help.
+            console.line(exc.ctx.get_help() if exc.ctx else exc.format_message())
+            return 0
+        except ClickException as exc:
+            raise UsageError(exc.format_message(), "run `vgpuadm --help` for the commands and options") from None
+        except Exit as exc:
+            return exc.exit_code
+        except Abort:
+            console.err.write("aborted\n")
+            return 130
+        return result if isinstance(result, int) else 0
+    except VgpuadmError as exc:
+        console.error(exc)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        console.err.write("interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 141
+    except Exception as exc:  # a bug of ours: still one line, with the way to get the traceback
+        if os.environ.get("VGPUADM_DEBUG"):
+            raise
+        console.err.write(f"error: internal error: {type(exc).__name__}: {exc}\n")
+        console.err.write("hint: rerun with VGPUADM_DEBUG=1 for the traceback and report it\n")
+        return 70
+
+
+def main() -> None:
+    sys.exit(run(sys.argv[1:]))

@@ -1,0 +1,44 @@
+"""A typer-free path for the read commands' JSON form, the ones scripts call in loops.
+
+Importing typer costs ~0.13 s here against ~0.02 s for a bare interpreter, which alone would break the cold-start
+budget of `vgpuadm types --json` (≤ 3× `python -c pass`). Only exact, simple argument lists take this path;
+anything else (help, typos, other commands) goes to the typer app, which owns the real parsing and messages."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from vgpuadm.cli.console import Console
+
+_COMMANDS = {"gpus": set(), "types": {"--available", "--gpu"}, "devices": set()}
+
+
+def try_run(argv: Sequence[str], console: Console) -> bool:
+    """Run argv if it is a plain read command with --json; False to hand it to typer."""
+    args = list(argv)
+    root = None
+    if len(args) >= 2 and args[0] == "--root":
+        root, args = args[1], args[2:]
+    if not args or args[0] not in _COMMANDS or "--json" not in args:
+        return False
+    command, rest = args[0], [a for a in args[1:] if a != "--json"]
+    gpu, available = None, False
+    while rest:
+        flag = rest.pop(0)
+        if flag not in _COMMANDS[command]:
+            return False
+        if flag == "--available":
+            available = True
+        elif not rest or rest[0].startswith("-"):
+            return False
+        else:
+            gpu = rest.pop(0)
+    from vgpuadm.cli import read
+
+    if command == "gpus":
+        read.gpus(console, root, True)
+    elif command == "types":
+        read.types(console, root, gpu, available, True)
+    else:
+        read.devices(console, root, True)
+    return True

@@ -1,0 +1,73 @@
+"""The one error hierarchy: every user-facing failure is a VgpuadmError with a one-line message and a hint.
+
+The CLI prints `error: <message>` and `hint: <hint>` and exits with `exit_code`; nothing else prints tracebacks.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+
+
+class VgpuadmError(Exception):
+    """Base class. `message` says what is wrong (naming the value), `hint` says what to do."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(VgpuadmError):
+    """Bad input from the user: an option value, a file, a name."""
+
+    exit_code = 2
+
+
+class NotFoundError(VgpuadmError):
+    """A named GPU, type, VM, device or root does not exist."""
+
+    exit_code = 3
+
+
+class CapacityError(VgpuadmError):
+    """No GPU can host the request now (instances exhausted, incompatible types running)."""
+
+    exit_code = 4
+
+
+class ConflictError(VgpuadmError):
+    """The request clashes with what exists (device owned by another domain, VM running, lock held)."""
+
+    exit_code = 5
+
+
+class UnsafeError(VgpuadmError):
+    """The change would hurt the host (boot VGA, host-used devices in the IOMMU group); --force overrides."""
+
+    exit_code = 6
+
+
+class HostIOError(VgpuadmError):
+    """A kernel read or write failed; carries the host path (as /sys/..., never the temp root) and errno."""
+
+    exit_code = 7
+
+    def __init__(self, message: str, hint: str = "", *, path: str = "", errno: int | None = None) -> None:
+        super().__init__(message, hint)
+        self.path = path
+        self.errno = errno
+
+    @property
+    def errno_name(self) -> str:
+        return _errno.errorcode.get(self.errno or 0, "") if self.errno else ""
+
+
+class LibvirtError(VgpuadmError):
+    """libvirt refused an operation; the message carries libvirt's own text."""
+
+    exit_code = 8

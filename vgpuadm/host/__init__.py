@@ -1,0 +1,1 @@
+"""Everything that reads the real (or simulated) host: sysfs access and discovery."""

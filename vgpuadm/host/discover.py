@@ -1,0 +1,244 @@
+"""snapshot(sysfs) → HostSnapshot: read PCI display functions and their companions, mdev parents, types and
+devices, and NVIDIA vendor-VFIO VFs. Pure reading. One odd device becomes a warning, never a stopped discovery.
+
+Layout detection follows shared/docs/vgpu-sysfs.md §0, from sysfs only, never from the GPU model.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from vgpuadm.errors import HostIOError
+from vgpuadm.host.sysfs import Sysfs, check_root
+from vgpuadm.model import HostSnapshot, Layout, Mdev, MdevParent, PciFunction, VendorVf, VgpuType
+from vgpuadm.naming import describe_nvidia_name, parse_creatable, parse_description, profile_of
+
+PCI_DEVICES = "/sys/bus/pci/devices"
+MDEV_BUS = "/sys/class/mdev_bus"
+MDEV_DEVICES = "/sys/bus/mdev/devices"
+IOMMU_GROUPS = "/sys/kernel/iommu_groups"
+_VIRTFN = re.compile(r"^virtfn(\d+)$")
+
+
+def snapshot(sysfs: Sysfs) -> HostSnapshot:
+    check_root(sysfs.root)
+    warnings: list[str] = []
+    functions = _read_functions(sysfs, warnings)
+    groups = _read_groups(sysfs, functions)
+    parents = _read_mdev_parents(sysfs, functions, warnings)
+    mdevs = _read_mdevs(sysfs, warnings)
+    vendor_vfs = _read_vendor_vfs(sysfs, functions, warnings)
+    layouts = {addr: _layout(fn, parents, vendor_vfs) for addr, fn in functions.items() if fn.is_display}
+    for name, parent in parents.items():
+        layouts.setdefault(name, parent.layout)
+    return HostSnapshot(
+        root=sysfs.root,
+        simulated=sysfs.simulated,
+        functions=functions,
+        mdev_parents=parents,
+        mdevs=mdevs,
+        vendor_vfs=vendor_vfs,
+        iommu_groups=groups,
+        layouts=layouts,
+        warnings=tuple(warnings),
+    )
+
+
+def _layout(fn: PciFunction, parents: dict[str, MdevParent], vfs: dict[str, VendorVf]) -> Layout:
+    if fn.address in parents:
+        return Layout.MDEV_VF if fn.physfn else Layout.MDEV_PF
+    if fn.address in vfs:
+        return Layout.VENDOR_VFIO
+    if fn.sriov_total_vfs and fn.driver == "nvidia" and not fn.sriov_num_vfs:
+        return Layout.SRIOV_PF
+    return Layout.PASSTHROUGH
+
+
+def _read_functions(sysfs: Sysfs, warnings: list[str]) -> dict[str, PciFunction]:
+    """Display functions, their SR-IOV relatives and every function sharing their IOMMU groups."""
+    addresses = sysfs.listdir(PCI_DEVICES)
+    classes: dict[str, str] = {}
+    for addr in addresses:
+        try:
+            classes[addr] = sysfs.read(f"{PCI_DEVICES}/{addr}/class").strip()
+        except HostIOError as exc:
+            if sysfs.exists(f"{PCI_DEVICES}/{addr}"):
+                warnings.append(f"skipped PCI function {addr}: {exc.message}")
+            else:
+                warnings.append(f"skipped PCI function {addr}: {PCI_DEVICES}/{addr} is a dangling link")
+    wanted = [a for a, c in classes.items() if c.startswith("0x03")]
+    out: dict[str, PciFunction] = {}
+    todo = list(wanted)
+    while todo:
+        addr = todo.pop()
+        if addr in out or addr not in classes:
+            continue
+        try:
+            fn = _read_function(sysfs, addr, classes[addr])
+        except HostIOError as exc:
+            warnings.append(f"skipped PCI function {addr}: {exc.message}")
+            continue
+        out[addr] = fn
+        todo.extend(fn.virtfns)
+        if fn.physfn:
+            todo.append(fn.physfn)
+        if fn.iommu_group is not None and fn.is_display:
+            todo.extend(sysfs.listdir(f"{IOMMU_GROUPS}/{fn.iommu_group}/devices"))
+        slot = fn.slot + "."
+        todo.extend(a for a in addresses if a.startswith(slot) and a != addr)
+    return dict(sorted(out.items()))
+
+
+def _read_function(sysfs: Sysfs, addr: str, class_code: str) -> PciFunction:
+    d = f"{PCI_DEVICES}/{addr}"
+    virtfns = []
+    physfn = None
+    for entry in sysfs.listdir(d):
+        m = _VIRTFN.match(entry)
+        if m:
+            target = sysfs.link_name(f"{d}/{entry}")
+            if target:
+                virtfns.append((int(m[1]), target))
+        elif entry == "physfn":
+            physfn = sysfs.link_name(f"{d}/physfn")
+    group = sysfs.link_name(f"{d}/iommu_group")
+    boot_vga = sysfs.read_int(f"{d}/boot_vga")
+    override = sysfs.read_opt(f"{d}/driver_override")
+    return PciFunction(
+        address=addr,
+        vendor_id=sysfs.read(f"{d}/vendor").strip(),
+        device_id=sysfs.read(f"{d}/device").strip(),
+        class_code=class_code,
+        subsystem_vendor_id=_strip(sysfs.read_opt(f"{d}/subsystem_vendor")),
+        subsystem_device_id=_strip(sysfs.read_opt(f"{d}/subsystem_device")),
+        driver=sysfs.link_name(f"{d}/driver"),
+        driver_override=None if override in (None, "", "(null)") else override,
+        iommu_group=_group_number(group, f"{d}/iommu_group"),
+        numa_node=sysfs.read_int(f"{d}/numa_node"),
+        boot_vga=None if boot_vga is None else bool(boot_vga),
+        sriov_total_vfs=sysfs.read_int(f"{d}/sriov_totalvfs"),
+        sriov_num_vfs=sysfs.read_int(f"{d}/sriov_numvfs"),
+        virtfns=tuple(t for _, t in sorted(virtfns)),
+        physfn=physfn,
+        is_bridge=class_code.startswith("0x0604") or sysfs.is_dir(f"{d}/pci_bus"),
+        sysfs_path=sysfs.resolve(d),
+    )
+
+
+def _strip(text: str | None) -> str | None:
+    return text.strip() if text is not None else None
+
+
+def _group_number(name: str | None, host_path: str) -> int | None:
+    if name is None:
+        return None
+    if not name.isdigit():
+        raise HostIOError(f"{host_path} points at {name!r}, not an IOMMU group number", path=host_path)
+    return int(name)
+
+
+def _read_groups(sysfs: Sysfs, functions: dict[str, PciFunction]) -> dict[int, tuple[str, ...]]:
+    numbers = sorted({fn.iommu_group for fn in functions.values() if fn.iommu_group is not None})
+    return {n: tuple(sysfs.listdir(f"{IOMMU_GROUPS}/{n}/devices")) for n in numbers}
+
+
+def _read_mdev_parents(
+    sysfs: Sysfs, functions: dict[str, PciFunction], warnings: list[str]
+) -> dict[str, MdevParent]:
+    out = {}
+    for name in sysfs.listdir(MDEV_BUS):
+        d = f"{MDEV_BUS}/{name}"
+        try:
+            fn = functions.get(name)
+            physfn = fn.physfn if fn else sysfs.link_name(f"{d}/physfn")
+            layout = Layout.MDEV_VF if physfn else Layout.MDEV_PF
+            types = tuple(_read_type(sysfs, name, layout, d, t) for t in sysfs.listdir(f"{d}/mdev_supported_types"))
+            out[name] = MdevParent(
+                name=name,
+                sysfs_path=sysfs.resolve(d),
+                layout=layout,
+                pci_address=name if sysfs.exists(f"{PCI_DEVICES}/{name}") else None,
+                types=types,
+            )
+        except HostIOError as exc:
+            warnings.append(f"skipped mdev parent {name}: {exc.message}")
+    return out
+
+
+def _read_type(sysfs: Sysfs, parent: str, layout: Layout, d: str, type_id: str) -> VgpuType:
+    t = f"{d}/mdev_supported_types/{type_id}"
+    name = (sysfs.read_opt(f"{t}/name") or "").strip() or type_id
+    description = sysfs.read_opt(f"{t}/description") or ""
+    available = sysfs.read_int(f"{t}/available_instances")
+    if available is None:
+        raise HostIOError(f"{t}/available_instances is missing", path=f"{t}/available_instances")
+    attrs = parse_description(description)
+    nvidia = type_id.startswith("nvidia-")
+    info = describe_nvidia_name(name) if nvidia else None
+    if info is not None:
+        attrs = {**info.attributes(), **attrs}
+    max_instances = attrs.get("max_instance")
+    fb = attrs.get("framebuffer_mib")
+    if fb is None and info is not None:
+        fb = info.framebuffer_mib
+    return VgpuType(
+        parent=parent,
+        layout=layout,
+        type_id=type_id,
+        name=name,
+        profile=profile_of(name) if nvidia else name,
+        available_instances=available,
+        max_instances=max_instances if isinstance(max_instances, int) else None,
+        framebuffer_mib=fb if isinstance(fb, int) else None,
+        device_api=(sysfs.read_opt(f"{t}/device_api") or "").strip(),
+        description=description.strip(),
+        attributes=attrs,
+    )
+
+
+def _read_mdevs(sysfs: Sysfs, warnings: list[str]) -> dict[str, Mdev]:
+    out = {}
+    for uuid in sysfs.listdir(MDEV_DEVICES):
+        d = f"{MDEV_DEVICES}/{uuid}"
+        try:
+            real = sysfs.resolve(d)
+            type_id = sysfs.link_name(f"{d}/mdev_type")
+            if type_id is None or not sysfs.exists(real):
+                warnings.append(f"skipped mdev {uuid}: {d} is a dangling link or has no mdev_type")
+                continue
+            params = sysfs.read_opt(f"{d}/nvidia/vgpu_params")
+            out[uuid] = Mdev(
+                uuid=uuid,
+                type_id=type_id,
+                parent=os.path.basename(os.path.dirname(real)),
+                iommu_group=_group_number(sysfs.link_name(f"{d}/iommu_group"), f"{d}/iommu_group"),
+                vgpu_params=params.strip() if params is not None else None,
+            )
+        except HostIOError as exc:
+            warnings.append(f"skipped mdev {uuid}: {exc.message}")
+    return out
+
+
+def _read_vendor_vfs(
+    sysfs: Sysfs, functions: dict[str, PciFunction], warnings: list[str]
+) -> dict[str, VendorVf]:
+    out = {}
+    for addr, fn in functions.items():
+        d = f"{PCI_DEVICES}/{addr}/nvidia"
+        text = sysfs.read_opt(f"{d}/creatable_vgpu_types") if fn.is_display else None
+        if text is None:
+            continue
+        try:
+            current = sysfs.read_int(f"{d}/current_vgpu_type") or 0
+            params = sysfs.read_opt(f"{d}/vgpu_params")
+            out[addr] = VendorVf(
+                address=addr,
+                physfn=fn.physfn,
+                creatable=tuple(parse_creatable(text)),
+                current_type=current,
+                vgpu_params=params.strip() if params is not None else None,
+            )
+        except HostIOError as exc:
+            warnings.append(f"skipped vendor-VFIO VF {addr}: {exc.message}")
+    return out

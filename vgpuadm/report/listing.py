@@ -1,0 +1,130 @@
+"""Rows for the read commands (`vgpuadm gpus|types|devices`), shaped as their JSON schemas in vgpuadm/schemas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vgpuadm.errors import NotFoundError
+from vgpuadm.model import HostSnapshot, Layout, VgpuType
+
+
+def gpu_rows(snap: HostSnapshot) -> list[dict[str, Any]]:
+    rows = []
+    for fn in snap.gpus:
+        group = snap.iommu_groups.get(fn.iommu_group, ()) if fn.iommu_group is not None else ()
+        rows.append(
+            {
+                "address": fn.address,
+                "vendor_id": fn.vendor_id,
+                "device_id": fn.device_id,
+                "subsystem_vendor_id": fn.subsystem_vendor_id,
+                "subsystem_device_id": fn.subsystem_device_id,
+                "class": fn.class_code,
+                "driver": fn.driver,
+                "iommu_group": fn.iommu_group,
+                "iommu_group_members": list(group),
+                "numa_node": fn.numa_node,
+                "boot_vga": fn.boot_vga,
+                "layout": snap.layouts.get(fn.address, Layout.PASSTHROUGH).value,
+                "sriov_total_vfs": fn.sriov_total_vfs,
+                "sriov_num_vfs": fn.sriov_num_vfs,
+                "physfn": fn.physfn,
+                "virtfns": list(fn.virtfns),
+            }
+        )
+    return rows
+
+
+def type_row(t: VgpuType) -> dict[str, Any]:
+    return {
+        "parent": t.parent,
+        "layout": t.layout.value,
+        "type_id": t.type_id,
+        "name": t.name,
+        "profile": t.profile,
+        "available_instances": t.available_instances,
+        "max_instances": t.max_instances,
+        "framebuffer_mib": t.framebuffer_mib,
+        "device_api": t.device_api,
+        "description": t.description,
+        "attributes": dict(t.attributes),
+    }
+
+
+def type_rows(snap: HostSnapshot, gpu: str | None = None, available: bool = False) -> list[dict[str, Any]]:
+    types = snap.types()
+    if gpu is not None:
+        gpu = normalize_address(gpu)
+        known = {t.parent for t in types} | set(snap.functions)
+        if gpu not in known:
+            raise NotFoundError(f"No GPU or mdev parent {gpu} on this host", "run `vgpuadm gpus` to list them")
+        # A PF also stands for its VFs: `--gpu <PF>` lists the types of every VF on it.
+        types = [t for t in types if t.parent == gpu or snap.physical_gpu(t.parent) == gpu]
+    if available:
+        types = [t for t in types if t.available_instances > 0]
+    return [type_row(t) for t in types]
+
+
+def device_rows(snap: HostSnapshot) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for m in sorted(snap.mdevs.values(), key=lambda m: (m.parent, m.uuid)):
+        parent = snap.mdev_parents.get(m.parent)
+        rows.append(
+            {
+                "kind": "mdev",
+                "id": m.uuid,
+                "uuid": m.uuid,
+                "parent": m.parent,
+                "physical_gpu": snap.physical_gpu(m.parent),
+                "layout": (parent.layout if parent else Layout.MDEV_PF).value,
+                "type_id": m.type_id,
+                "name": _type_name(snap, m.parent, m.type_id),
+                "iommu_group": m.iommu_group,
+                "vgpu_params": m.vgpu_params,
+            }
+        )
+    for vf in sorted(snap.vendor_vfs.values(), key=lambda v: v.address):
+        if not vf.in_use:
+            continue
+        fn = snap.functions.get(vf.address)
+        rows.append(
+            {
+                "kind": "vf",
+                "id": vf.address,
+                "uuid": None,
+                "parent": vf.address,
+                "physical_gpu": snap.physical_gpu(vf.address),
+                "layout": Layout.VENDOR_VFIO.value,
+                "type_id": f"nvidia-{vf.current_type}",
+                "name": _vf_type_name(snap, vf.physfn, vf.current_type),
+                "iommu_group": fn.iommu_group if fn else None,
+                "vgpu_params": vf.vgpu_params,
+            }
+        )
+    return rows
+
+
+def _type_name(snap: HostSnapshot, parent: str, type_id: str) -> str | None:
+    p = snap.mdev_parents.get(parent)
+    for t in p.types if p else ():
+        if t.type_id == type_id:
+            return t.name
+    return None
+
+
+def _vf_type_name(snap: HostSnapshot, physfn: str | None, type_num: int) -> str | None:
+    """A running VF's own list no longer shows its type; its siblings' lists (or its own history) do."""
+    for vf in snap.vendor_vfs.values():
+        if vf.physfn == physfn:
+            for num, name in vf.creatable:
+                if num == type_num:
+                    return name
+    return None
+
+
+def normalize_address(addr: str) -> str:
+    """Accept 01:00.0 as 0000:01:00.0; lower-case hex."""
+    addr = addr.strip().lower()
+    if addr.count(":") == 1 and "." in addr:
+        addr = "0000:" + addr
+    return addr

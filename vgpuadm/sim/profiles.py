@@ -1,0 +1,357 @@
+"""Hardware-shaped simulated hosts. `build(profile, root)` lays down the sysfs tree and writes the marker holding
+the hardware model that the simulated kernel (sim/kernel.py) obeys.
+
+Every number comes from shared/docs/vgpu-sysfs.md (the reference); each table says which section. Values the
+reference marks as inference ([I]) are marked so here too.
+
+Marker model (JSON, `vgpuadm-simulated-host.json` at the root):
+  profile, format, next_iommu_group
+  drivers:      {BDF: native driver the kernel probes for it (drivers_probe without override)}
+  mdev_parents: {parent: {path, rule, physical_gpu, pool, types: {type_id: {max, fb_mib, cost, name, description}}}}
+                rule = nvidia-one-type (pre-Ampere: one type per GPU) | nvidia-one-size (Ampere+: one framebuffer
+                size per physical GPU) | pool (the kernel samples and GVT-g: types draw on one shared budget)
+  pools:        {pool: {capacity, errno}} (mtty ports, mdpy count, mbochs MiB, GVT-g aperture)
+  sriov:        {PF: {vfs: [BDF…], vf_device, vf_class, vf_driver, vf_layout, vf_types, iommu_base, parent_dir}}
+  vendor_vfio:  {PF: {types: [[id, name, fb_mib, max]…]}} (layout C equal-size mode)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from vgpuadm.errors import UsageError
+from vgpuadm.naming import describe_nvidia_name
+from vgpuadm.sim.tree import MdevTypeSpec, PciSpec, TreeBuilder
+
+Model = dict[str, Any]
+
+# Tesla P4, driver 525.105.14 — reference §2.3 (observed `mdevctl types`): id, name, heads, frl, fb MiB, res, max.
+P4_TYPES = [
+    (63, "GRID P4-1Q", 4, 60, 1024, "5120x2880", 8),
+    (64, "GRID P4-2Q", 4, 60, 2048, "7680x4320", 4),
+    (65, "GRID P4-4Q", 4, 60, 4096, "7680x4320", 2),
+    (66, "GRID P4-8Q", 4, 60, 8192, "7680x4320", 1),
+    (67, "GRID P4-1A", 1, 60, 1024, "1280x1024", 8),
+    (68, "GRID P4-2A", 1, 60, 2048, "1280x1024", 4),
+    (69, "GRID P4-4A", 1, 60, 4096, "1280x1024", 2),
+    (70, "GRID P4-8A", 1, 60, 8192, "1280x1024", 1),
+    (71, "GRID P4-1B", 4, 45, 1024, "5120x2880", 8),
+    (157, "GRID P4-2B", 4, 45, 2048, "5120x2880", 4),
+    (214, "GRID P4-2B4", 4, 45, 2048, "5120x2880", 4),
+    (243, "GRID P4-1B4", 4, 45, 1024, "5120x2880", 8),
+    (288, "GRID P4-4C", 1, 60, 4096, "4096x2400", 2),
+    (289, "GRID P4-8C", 1, 60, 8192, "4096x2400", 1),
+]
+
+# Tesla T4 — type ids from the reference §2.3 community table (510.47.03). Heads/frl/resolution follow the P4
+# series pattern and max_instance = 16 GiB / framebuffer: [I].
+T4_IDS = {
+    222: "T4-1B", 223: "T4-2B", 224: "T4-2B4", 225: "T4-1A", 226: "T4-2A", 227: "T4-4A", 228: "T4-8A",
+    229: "T4-16A", 230: "T4-1Q", 231: "T4-2Q", 232: "T4-4Q", 233: "T4-8Q", 234: "T4-16Q", 252: "T4-1B4",
+    319: "T4-4C", 320: "T4-8C", 321: "T4-16C",
+}  # fmt: skip
+
+# A100 PCIe 40GB, layout B era — ids 468–478 from the reference §2.3; the id→profile order is [I]. Maxima from
+# §3.6 (equal-size mode).
+A100_TYPES = [
+    (468, "A100-4C", 10), (469, "A100-5C", 8), (470, "A100-8C", 5), (471, "A100-10C", 4), (472, "A100-20C", 2),
+    (473, "A100-40C", 1), (474, "A100-1-5C", 7), (475, "A100-2-10C", 3), (476, "A100-3-20C", 2),
+    (477, "A100-4-20C", 1), (478, "A100-7-40C", 1),
+]  # fmt: skip
+
+# H200 SXM5 141GB (H200X), layout C — 1414 H200X-1-18C and 1428 H200X-141C are real (reference §3.3); the other
+# ids are [I]. Profiles and maxima from §3.6.
+H200_TYPES = [
+    (1413, "H200X-7-141C", 1), (1414, "H200X-1-18C", 7), (1415, "H200X-1-18CME", 1), (1416, "H200X-1-35C", 4),
+    (1417, "H200X-2-35C", 3), (1418, "H200X-3-71C", 2), (1419, "H200X-4-71C", 1), (1420, "H200X-4C", 32),
+    (1421, "H200X-7C", 20), (1422, "H200X-8C", 16), (1423, "H200X-14C", 10), (1424, "H200X-17C", 8),
+    (1425, "H200X-28C", 5), (1426, "H200X-35C", 4), (1427, "H200X-70C", 2), (1428, "H200X-141C", 1),
+]  # fmt: skip
+
+# Intel GVT-g V5 types — reference §4.1 (i915 gvt/vgpu.c): low_gm MiB, high_gm MiB, fence, resolution, weight.
+GVT_TYPES = [
+    ("i915-GVTg_V5_8", 64, 384, 4, "1024x768", 2),
+    ("i915-GVTg_V5_4", 128, 512, 4, "1920x1200", 4),
+    ("i915-GVTg_V5_2", 256, 1024, 4, "1920x1200", 8),
+    ("i915-GVTg_V5_1", 512, 2048, 4, "1920x1200", 16),
+]
+# A small-aperture host: V5_4 reads 1 and V5_8 reads 2, as observed in intel/gvt-linux #122 (reference §4.1 [O]).
+GVT_APERTURE = {"low_gm": 128, "high_gm": 896}
+
+
+def _nv_description(heads: int, frl: int, fb: int, res: str, max_inst: int) -> str:
+    return f"num_heads={heads}, frl_config={frl}, framebuffer={fb}M, max_resolution={res}, max_instance={max_inst}"
+
+
+def _series_shape(profile: str) -> tuple[int, int, str]:
+    """heads, frl, max resolution of a Q/B/A/C profile, following the P4 table's pattern [I]."""
+    series = describe_nvidia_name(profile).series
+    return {
+        "Q": (4, 60, "7680x4320"),
+        "B": (4, 45, "5120x2880"),
+        "A": (1, 60, "1280x1024"),
+        "C": (1, 60, "4096x2400"),
+    }.get(series or "", (1, 60, "4096x2400"))
+
+
+class HostBuilder:
+    """Builds a profile: the tree through TreeBuilder and the matching hardware model for the marker."""
+
+    def __init__(self, root: str, profile: str) -> None:
+        self.tree = TreeBuilder(root)
+        self.model: Model = {
+            "format": 1,
+            "profile": profile,
+            "next_iommu_group": 100,
+            "drivers": {},
+            "mdev_parents": {},
+            "pools": {},
+            "sriov": {},
+            "vendor_vfio": {},
+        }
+        self.tree.bus()
+        for drv in ("vfio-pci", "pci-stub", "pci-pf-stub"):
+            self.tree.driver(drv)
+
+    def pci(self, spec: PciSpec) -> str:
+        if spec.driver:
+            self.model["drivers"][spec.address] = spec.driver
+        return self.tree.pci(spec)
+
+    def root_port(self, address: str, host_bridge: str, group: int | None = None) -> str:
+        return self.pci(
+            PciSpec(address, f"/sys/devices/{host_bridge}", "0x8086", "0x2030", "0x060400", "pcieport", group,
+                    bridge=True)
+        )  # fmt: skip
+
+    def mdev_parent(
+        self, dev: str, name: str, rule: str, types: dict[str, dict[str, Any]], pool: str | None = None,
+        physical_gpu: str | None = None,
+    ) -> None:  # fmt: skip
+        specs = [
+            MdevTypeSpec(tid, t.get("name"), t.get("description"), t["available"]) for tid, t in types.items()
+        ]
+        self.tree.mdev_parent(dev, name, specs)
+        self.model["mdev_parents"][name] = {
+            "path": dev,
+            "rule": rule,
+            "pool": pool,
+            "physical_gpu": physical_gpu or name,
+            "types": {
+                tid: {k: t.get(k) for k in ("name", "description", "max", "fb_mib", "cost")}
+                for tid, t in types.items()
+            },
+        }
+
+    def finish(self) -> Model:
+        self.tree.marker(self.model)
+        return self.model
+
+
+def nvidia_pf_types(table: list[tuple[int, str, int, int, int, str, int]]) -> dict[str, dict[str, Any]]:
+    return {
+        f"nvidia-{num}": {
+            "name": name,
+            "description": _nv_description(heads, frl, fb, res, mx),
+            "available": mx,
+            "max": mx,
+            "fb_mib": fb,
+        }
+        for num, name, heads, frl, fb, res, mx in table
+    }
+
+
+def t4_table() -> list[tuple[int, str, int, int, int, str, int]]:
+    out = []
+    for num, profile in T4_IDS.items():
+        fb = describe_nvidia_name(profile).framebuffer_mib or 1024
+        heads, frl, res = _series_shape(profile)
+        out.append((num, f"GRID {profile}", heads, frl, fb, res, 16384 // fb))
+    return out
+
+
+def add_p4(h: HostBuilder, address: str, port: str, host_bridge: str, group: int, numa: int) -> None:
+    parent = f"/sys/devices/{host_bridge}/{port}"
+    dev = h.pci(PciSpec(address, parent, "0x10de", "0x1bb3", "0x030200", "nvidia", group, numa,
+                        ("0x10de", "0x11d8")))  # fmt: skip
+    h.mdev_parent(dev, address, "nvidia-one-type", nvidia_pf_types(P4_TYPES))
+
+
+def add_t4(h: HostBuilder, address: str, port: str, host_bridge: str, group: int, numa: int) -> None:
+    parent = f"/sys/devices/{host_bridge}/{port}"
+    dev = h.pci(PciSpec(address, parent, "0x10de", "0x1eb8", "0x030200", "nvidia", group, numa,
+                        ("0x10de", "0x12a2")))  # fmt: skip
+    h.mdev_parent(dev, address, "nvidia-one-type", nvidia_pf_types(t4_table()))
+
+
+def _sriov_pf(
+    h: HostBuilder, address: str, parent: str, device: str, total: int, enabled: bool, vf_layout: str,
+    vf_types: Any, group: int, numa: int, vf_device: str,
+) -> tuple[str, list[str]]:  # fmt: skip
+    """An NVIDIA SR-IOV PF at <bus>:00.0 whose VFs start at function 4 (offset 4, stride 1: the A10 example of
+    reference §8.5). Returns the PF dir and the VF addresses."""
+    bus = address.rsplit(":", 1)[0]
+    vfs = []
+    for i in range(total):
+        fn = 4 + i
+        vfs.append(f"{bus}:{fn // 8:02x}.{fn % 8}")
+    pf = h.pci(PciSpec(address, parent, "0x10de", device, "0x030200", "nvidia", group, numa, ("0x10de", "0x1533"),
+                       extra={"sriov_totalvfs": str(total), "sriov_numvfs": str(total if enabled else 0),
+                              "sriov_offset": "4", "sriov_stride": "1", "sriov_vf_device": vf_device[2:],
+                              "sriov_drivers_autoprobe": "1"}))  # fmt: skip
+    h.model["sriov"][address] = {
+        "vfs": vfs,
+        "vf_device": vf_device,
+        "vf_class": "0x030200",
+        "vf_driver": "nvidia",
+        "vf_layout": vf_layout,
+        "vf_types": vf_types,
+        "iommu_base": group * 10,
+        "parent_dir": parent,
+        "numa_node": numa,
+    }
+    return pf, vfs
+
+
+def add_sriov_vf(h: HostBuilder, pf: str, index: int) -> None:
+    """Lay down VF `index` of PF `pf` as the kernel does when sriov_numvfs is written (also used by sim/kernel)."""
+    info = h.model["sriov"][pf]
+    vf = info["vfs"][index]
+    dev = h.pci(PciSpec(vf, info["parent_dir"], "0x10de", info["vf_device"], info["vf_class"], info["vf_driver"],
+                        info["iommu_base"] + index, info["numa_node"], ("0x10de", "0x1533")))  # fmt: skip
+    h.tree.link(f"{dev}/physfn", f"{info['parent_dir']}/{pf}")
+    h.tree.link(f"{info['parent_dir']}/{pf}/virtfn{index}", dev)
+    if info["vf_layout"] == "mdev-vf":
+        types = {tid: {**t, "available": 1} for tid, t in info["vf_types"].items()}
+        h.mdev_parent(dev, vf, "nvidia-one-size", types, physical_gpu=pf)
+    elif info["vf_layout"] == "vendor-vfio":
+        h.tree.creatable(dev, [(num, name) for num, name, _fb, _mx in info["vf_types"]])
+        h.tree.attr(f"{dev}/nvidia/current_vgpu_type", 0)
+        h.tree.attr(f"{dev}/nvidia/vgpu_params", "")
+
+
+def add_a100_mdev_vf(h: HostBuilder, address: str, host_bridge: str, group: int, numa: int, vfs: int) -> None:
+    port = h.root_port(f"{address.rsplit(':', 2)[0]}:{int(address.split(':')[1], 16) - 1:02x}:01.0", host_bridge)
+    vf_types = {}
+    for num, profile, mx in A100_TYPES:
+        fb = describe_nvidia_name(profile).framebuffer_mib or 0
+        vf_types[f"nvidia-{num}"] = {
+            "name": f"GRID {profile}",
+            "description": _nv_description(1, 60, fb, "4096x2400", mx),
+            "max": mx,
+            "fb_mib": fb,
+        }
+    _sriov_pf(h, address, port, "0x20f1", vfs, True, "mdev-vf", vf_types, group, numa, "0x20f1")
+    for i in range(vfs):
+        add_sriov_vf(h, address, i)
+
+
+def add_h200(h: HostBuilder, address: str, host_bridge: str, group: int, numa: int, vfs: int,
+             enabled: bool = True) -> None:  # fmt: skip
+    port = h.root_port(f"{address.rsplit(':', 2)[0]}:{int(address.split(':')[1], 16) - 1:02x}:01.0", host_bridge)
+    types = [[num, f"NVIDIA {p}", describe_nvidia_name(p).framebuffer_mib, mx] for num, p, mx in H200_TYPES]
+    _sriov_pf(h, address, port, "0x2335", vfs, enabled, "vendor-vfio", types, group, numa, "0x2335")
+    h.model["vendor_vfio"][address] = {"types": types}
+    if enabled:
+        for i in range(vfs):
+            add_sriov_vf(h, address, i)
+
+
+def add_gvt_g(h: HostBuilder) -> None:
+    dev = h.pci(PciSpec("0000:00:02.0", "/sys/devices/pci0000:00", "0x8086", "0x3e92", "0x030000", "i915", 0, -1,
+                        ("0x8086", "0x2212"), boot_vga=1))  # fmt: skip
+    types = {}
+    for tid, low, high, fence, res, weight in GVT_TYPES:
+        avail = min(GVT_APERTURE["low_gm"] // low, GVT_APERTURE["high_gm"] // high)
+        types[tid] = {
+            "name": tid.removeprefix("i915-"),
+            "description": f"low_gm_size: {low}MB\nhigh_gm_size: {high}MB\nfence: {fence}\n"
+            f"resolution: {res}\nweight: {weight}",
+            "available": avail,
+            "max": None,
+            "fb_mib": None,
+            "cost": {"low_gm": low, "high_gm": high},
+        }
+    h.model["pools"]["gvt:0000:00:02.0"] = {"capacity": dict(GVT_APERTURE), "errno": "ENOSPC"}
+    h.mdev_parent(dev, "0000:00:02.0", "pool", types, pool="gvt:0000:00:02.0")
+
+
+def add_mtty(h: HostBuilder) -> None:
+    """mtty: 24 ports shared by mtty-1 (1 port) and mtty-2 (2 ports); no description file (reference §4.4, lab)."""
+    dev = "/sys/devices/virtual/mtty/mtty"
+    h.tree.mkdir(dev)
+    types = {
+        "mtty-1": {"name": "Single port serial", "description": None, "available": 24, "max": None, "cost": 1},
+        "mtty-2": {"name": "Dual port serial", "description": None, "available": 12, "max": None, "cost": 2},
+    }
+    h.model["pools"]["mtty"] = {"capacity": 24, "errno": "ENOSPC"}
+    h.mdev_parent(dev, "mtty", "pool", types, pool="mtty")
+
+
+def add_passthrough(h: HostBuilder) -> None:
+    """Reference §8.6: an RTX 3090-class GPU + HD audio alone in group 13 (good ACS), and a second GPU whose group
+    also holds its PCIe root port (poor ACS)."""
+    parent = "/sys/devices/pci0000:64/0000:64:00.0"
+    h.pci(PciSpec("0000:64:00.0", "/sys/devices/pci0000:64", "0x8086", "0x347a", "0x060400", "pcieport", 12,
+                  bridge=True))  # fmt: skip
+    h.pci(PciSpec("0000:65:00.0", parent, "0x10de", "0x2204", "0x030000", "nvidia", 13, 0, ("0x10de", "0x147d"),
+                  boot_vga=0))  # fmt: skip
+    h.pci(PciSpec("0000:65:00.1", parent, "0x10de", "0x1aef", "0x040300", "snd_hda_intel", 13, 0,
+                  ("0x10de", "0x147d")))  # fmt: skip
+    port = h.root_port("0000:00:01.0", "pci0000:00", group=1)
+    h.pci(PciSpec("0000:01:00.0", port, "0x10de", "0x1e04", "0x030000", "nvidia", 1, 0, ("0x10de", "0x12fa"),
+                  boot_vga=0))  # fmt: skip
+    h.pci(PciSpec("0000:01:00.1", port, "0x10de", "0x10f7", "0x040300", "snd_hda_intel", 1, 0,
+                  ("0x10de", "0x12fa")))  # fmt: skip
+
+
+def _p4(h: HostBuilder) -> None:
+    add_p4(h, "0000:01:00.0", "0000:00:01.0", "pci0000:00", 1, 0)
+    add_p4(h, "0000:02:00.0", "0000:00:03.0", "pci0000:00", 2, 1)
+
+
+def _t4(h: HostBuilder) -> None:
+    add_t4(h, "0000:3b:00.0", "0000:3a:00.0", "pci0000:3a", 3, 0)
+
+
+def _a100(h: HostBuilder) -> None:
+    add_a100_mdev_vf(h, "0000:41:00.0", "pci0000:40", 4, 0, 16)
+
+
+def _h200(h: HostBuilder) -> None:
+    add_h200(h, "0000:18:00.0", "pci0000:17", 5, 0, 16)
+
+
+def _mixed(h: HostBuilder) -> None:
+    add_p4(h, "0000:01:00.0", "0000:00:01.0", "pci0000:00", 1, 0)
+    add_a100_mdev_vf(h, "0000:41:00.0", "pci0000:40", 4, 0, 8)
+    add_h200(h, "0000:18:00.0", "pci0000:17", 5, 1, 8)
+    add_passthrough(h)
+    add_mtty(h)
+
+
+PROFILES: dict[str, tuple[str, Callable[[HostBuilder], None]]] = {
+    "p4": ("two Tesla P4 (layout A, GRID P4 types nvidia-63…289)", _p4),
+    "t4": ("one Tesla T4 (layout A)", _t4),
+    "a100-mdev-vf": ("A100 40GB with 16 VFs, mdev types on each VF (layout B)", _a100),
+    "h200-vendor-vfio": ("H200 SXM5 with 16 VFs on NVIDIA vendor-specific VFIO (layout C)", _h200),
+    "gvt-g": ("Intel iGPU with GVT-g types sharing the aperture (layout A)", lambda h: add_gvt_g(h)),
+    "mtty": ("the kernel's mtty sample driver (24 ports, no descriptions)", lambda h: add_mtty(h)),
+    "passthrough": ("GPU + HD audio in one group; a second GPU whose group holds its root port (layout D)",
+                    lambda h: add_passthrough(h)),  # fmt: skip
+    "mixed": ("P4 + A100 layout B + H200 layout C + passthrough GPUs + mtty on one host", _mixed),
+}
+
+
+def build(profile: str, root: str) -> Model:
+    """Build `profile` under `root` (which must be empty or absent)."""
+    if profile not in PROFILES:
+        raise UsageError(f'Unknown simulated profile "{profile}"', f"choose one of: {', '.join(PROFILES)}")
+    if os.path.isdir(root) and os.listdir(root):
+        raise UsageError(f"{root} is not empty", "give a new or empty directory for the simulated host")
+    os.makedirs(root, exist_ok=True)
+    h = HostBuilder(root, profile)
+    PROFILES[profile][1](h)
+    return h.finish()
