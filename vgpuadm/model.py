@@ -178,3 +178,20 @@ def vendor_vf_types(vf: VendorVf, snapshot: HostSnapshot | None = None) -> list[
             )
         )
     return out
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One device a domain owns, as recorded in the domain's vgpuadm <metadata> (the source of truth for
+    ownership, restore and the inventory's "owned by" column)."""
+
+    domain: str
+    mode: str  # "mdev" (layouts A/B), "vf" (layout C), "pci" (layout D passthrough)
+    type_id: str | None = None  # nvidia-63, nvidia-1414; None for passthrough
+    parent: str | None = None  # mdev parent, or the VF itself for layout C
+    uuid: str | None = None  # mdev UUID
+    address: str | None = None  # VF address (layout C) or passed-through function (layout D)
+    params: str | None = None  # vgpu_params as written
+    domain_uuid: str | None = None
+    slot: int = 0  # index among the domain's vgpuadm devices (deterministic UUIDs derive from it)
+    extra: dict[str, str] = field(default_factory=dict, hash=False, compare=False)

@@ -3,7 +3,6 @@
 Every VgpuadmError ends as `error: …` / `hint: …` on stderr with the error's exit code; no traceback reaches a
 user. Plain `--json` read commands skip typer entirely (cli/fast.py)."""
 
-
 import os
 import sys
 from collections.abc import Sequence

@@ -1,6 +1,5 @@
 """`vgpuadm sim …`: build and reboot simulated hosts (the embedded default needs no GPU)."""
 
-
 from typing import Any
 
 

@@ -143,9 +143,7 @@ def _read_groups(sysfs: Sysfs, functions: dict[str, PciFunction]) -> dict[int, t
     return {n: tuple(sysfs.listdir(f"{IOMMU_GROUPS}/{n}/devices")) for n in numbers}
 
 
-def _read_mdev_parents(
-    sysfs: Sysfs, functions: dict[str, PciFunction], warnings: list[str]
-) -> dict[str, MdevParent]:
+def _read_mdev_parents(sysfs: Sysfs, functions: dict[str, PciFunction], warnings: list[str]) -> dict[str, MdevParent]:
     out = {}
     for name in sysfs.listdir(MDEV_BUS):
         d = f"{MDEV_BUS}/{name}"
@@ -220,9 +218,7 @@ def _read_mdevs(sysfs: Sysfs, warnings: list[str]) -> dict[str, Mdev]:
     return out
 
 
-def _read_vendor_vfs(
-    sysfs: Sysfs, functions: dict[str, PciFunction], warnings: list[str]
-) -> dict[str, VendorVf]:
+def _read_vendor_vfs(sysfs: Sysfs, functions: dict[str, PciFunction], warnings: list[str]) -> dict[str, VendorVf]:
     out = {}
     for addr, fn in functions.items():
         d = f"{PCI_DEVICES}/{addr}/nvidia"

@@ -93,9 +93,7 @@ class Sysfs:
         try:
             return int(text.strip(), base)
         except ValueError:
-            raise HostIOError(
-                f"{host_path} holds {text.strip()[:40]!r}, not an integer", path=host_path
-            ) from None
+            raise HostIOError(f"{host_path} holds {text.strip()[:40]!r}, not an integer", path=host_path) from None
 
     def exists(self, host_path: str) -> bool:
         return os.path.lexists(self._prefix + host_path)

@@ -130,9 +130,7 @@ class HostBuilder:
         self, dev: str, name: str, rule: str, types: dict[str, dict[str, Any]], pool: str | None = None,
         physical_gpu: str | None = None,
     ) -> None:  # fmt: skip
-        specs = [
-            MdevTypeSpec(tid, t.get("name"), t.get("description"), t["available"]) for tid, t in types.items()
-        ]
+        specs = [MdevTypeSpec(tid, t.get("name"), t.get("description"), t["available"]) for tid, t in types.items()]
         self.tree.mdev_parent(dev, name, specs)
         self.model["mdev_parents"][name] = {
             "path": dev,
@@ -140,8 +138,7 @@ class HostBuilder:
             "pool": pool,
             "physical_gpu": physical_gpu or name,
             "types": {
-                tid: {k: t.get(k) for k in ("name", "description", "max", "fb_mib", "cost")}
-                for tid, t in types.items()
+                tid: {k: t.get(k) for k in ("name", "description", "max", "fb_mib", "cost")} for tid, t in types.items()
             },
         }
 
@@ -339,8 +336,10 @@ PROFILES: dict[str, tuple[str, Callable[[HostBuilder], None]]] = {
     "h200-vendor-vfio": ("H200 SXM5 with 16 VFs on NVIDIA vendor-specific VFIO (layout C)", _h200),
     "gvt-g": ("Intel iGPU with GVT-g types sharing the aperture (layout A)", lambda h: add_gvt_g(h)),
     "mtty": ("the kernel's mtty sample driver (24 ports, no descriptions)", lambda h: add_mtty(h)),
-    "passthrough": ("GPU + HD audio in one group; a second GPU whose group holds its root port (layout D)",
-                    lambda h: add_passthrough(h)),  # fmt: skip
+    "passthrough": (
+        "GPU + HD audio in one group; a second GPU whose group holds its root port (layout D)",
+        lambda h: add_passthrough(h),
+    ),
     "mixed": ("P4 + A100 layout B + H200 layout C + passthrough GPUs + mtty on one host", _mixed),
 }
 

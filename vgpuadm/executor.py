@@ -1,0 +1,1 @@
+"""Runs a Plan: host-wide lock, atomic journal, undo stack; rolls back on the first failure."""
