@@ -8,7 +8,7 @@ import socket
 import uuid
 
 # A fixed namespace for vgpuadm's uuid5 derivations (never change it: stored domain XML depends on it).
-NAMESPACE = uuid.UUID("6f1c1f0e-3b1e-5a43-9d0c-7667707561646d")
+NAMESPACE = uuid.UUID("6f1c1f0e-3b1e-5a43-9d0c-766770756164")
 
 
 def host_identity(root: str) -> str:
