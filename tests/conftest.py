@@ -46,3 +46,48 @@ def cli() -> Callable[..., Result]:
         return Result(code, out.getvalue(), err.getvalue())
 
     return invoke
+
+
+SYSTEM_URI = "qemu:///system"
+
+
+def _libvirtd_answers(uri: str) -> bool:
+    import libvirt
+
+    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+    try:
+        libvirt.open(uri).close()
+    except libvirt.libvirtError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def libvirtd(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A libvirtd answering on qemu:///system; returns that URI. Starts `virtlogd -d` and `libvirtd -d` (as root)
+    when no daemon answers, then polls until it does (30 s at most). Safe under pytest-xdist: workers serialise
+    the start on a file lock. The daemon is left running for later sessions."""
+    import os
+    import shutil
+    import subprocess
+    import time
+
+    from filelock import FileLock
+
+    if _libvirtd_answers(SYSTEM_URI):
+        return SYSTEM_URI
+    if os.geteuid() != 0 or not shutil.which("libvirtd"):
+        pytest.fail(
+            "no libvirtd answers on qemu:///system and this user cannot start one (run scripts/install.sh as root)"
+        )
+    lock = tmp_path_factory.getbasetemp().parent / "vgpuadm-libvirtd.lock"
+    with FileLock(str(lock)):
+        if not _libvirtd_answers(SYSTEM_URI):
+            for daemon in ("virtlogd", "libvirtd"):
+                subprocess.run([daemon, "-d"], check=False, capture_output=True, timeout=30)
+            deadline = time.monotonic() + 30
+            while not _libvirtd_answers(SYSTEM_URI):
+                if time.monotonic() > deadline:
+                    pytest.fail("started libvirtd but qemu:///system did not answer within 30 s")
+                time.sleep(0.1)  # polling interval, not a wait for a guessed duration
+    return SYSTEM_URI

@@ -6,13 +6,13 @@ Accepted spellings (shared/docs/vgpu-sysfs.md §2.2): `nvidia-63`, `GRID P4-1Q`,
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from vgpuadm.errors import NotFoundError
+
+TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 
 if TYPE_CHECKING:
     from vgpuadm.model import VgpuType
@@ -139,6 +139,8 @@ def resolve_type(types: Sequence[VgpuType], wanted: str, where: str = "this host
 
 
 def _suggest(types: Iterable[VgpuType], key: str) -> str:
+    import difflib  # only on the error path: keeps the read commands' start-up light
+
     by_spelling: dict[str, VgpuType] = {}
     for t in types:
         for s in _spellings(t):

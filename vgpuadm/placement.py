@@ -1,1 +1,223 @@
-"""Choose a parent GPU/VF for a vGPU type: pack | spread | --numa; every rejection carries a reason. Pure."""
+"""Choose a parent GPU/VF for a vGPU type: pack | spread | --numa; every rejection carries a reason. Pure.
+
+The kernel's `available_instances` already reflects the driver's rules for what exists now; placement also
+applies them itself (reference §2.4, §3.2-3.4) so that the reasons are explicit and several instances of one
+request are counted against each other:
+  layout A (NVIDIA, pre-Ampere): one vGPU type per physical GPU;
+  layouts B/C (SR-IOV): one vGPU per VF, and one framebuffer size per physical GPU (equal-size mode).
+pack fills the most-used compatible physical GPU first; spread the least-used. Ties go to the lower address.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from vgpuadm.errors import CapacityError, NotFoundError, UsageError
+from vgpuadm.model import HostSnapshot, Layout, VgpuType
+from vgpuadm.naming import resolve_type
+
+POLICIES = ("pack", "spread")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """`choices`: one (parent, type) per requested instance, in creation order. `rejected`: every considered
+    parent that cannot take (more of) the type, with the reason."""
+
+    type_id: str
+    choices: list[tuple[str, VgpuType]] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+
+    def explain(self) -> str:
+        lines = [f"placement of {self.type_id}:"]
+        lines += [f"  chosen   {parent}" for parent, _ in self.choices]
+        lines += [f"  rejected {parent}: {reason}" for parent, reason in self.rejected]
+        return "\n".join(lines)
+
+
+@dataclass
+class _GpuState:
+    """What runs on one physical GPU: vGPU count, type ids, framebuffer sizes, and VFs already hosting one."""
+
+    count: int = 0
+    types: dict[str, str] = field(default_factory=dict)  # type_id → display name
+    sizes: set[int] = field(default_factory=set)
+    busy_vfs: dict[str, str] = field(default_factory=dict)  # VF → type id it runs
+
+
+def gpu_usage(snapshot: HostSnapshot) -> dict[str, _GpuState]:
+    """Per physical GPU (PF address, or the parent name for non-PCI parents), what vGPUs exist now."""
+    names = {(t.parent, t.type_id): t for t in snapshot.types()}
+    fb_by_id: dict[str, int] = {t.type_id: t.framebuffer_mib for t in names.values() if t.framebuffer_mib}
+    out: dict[str, _GpuState] = {}
+    for m in snapshot.mdevs.values():
+        phys = snapshot.physical_gpu(m.parent)
+        st = out.setdefault(phys, _GpuState())
+        st.count += 1
+        t = names.get((m.parent, m.type_id))
+        st.types[m.type_id] = t.name if t else m.type_id
+        fb = fb_by_id.get(m.type_id)
+        if fb:
+            st.sizes.add(fb)
+        if phys != m.parent:
+            st.busy_vfs[m.parent] = m.type_id
+    for vf in snapshot.vendor_vfs.values():
+        if not vf.in_use:
+            continue
+        phys = snapshot.physical_gpu(vf.address)
+        st = out.setdefault(phys, _GpuState())
+        st.count += 1
+        tid = f"nvidia-{vf.current_type}"
+        st.types[tid] = tid
+        fb = fb_by_id.get(tid)
+        if fb:
+            st.sizes.add(fb)
+        st.busy_vfs[vf.address] = tid
+    return out
+
+
+def _reason(snapshot: HostSnapshot, t: VgpuType, st: _GpuState, numa: int | None) -> str | None:
+    """Why parent t.parent cannot take one more t, or None."""
+    if numa is not None:
+        fn = snapshot.functions.get(snapshot.physical_gpu(t.parent))
+        node = fn.numa_node if fn is not None else None
+        if node is None or node < 0:
+            return f"NUMA node unknown, wanted {numa}"
+        if node != numa:
+            return f"on NUMA node {node}, wanted {numa}"
+    if t.layout in (Layout.MDEV_VF, Layout.VENDOR_VFIO):
+        if t.parent in st.busy_vfs:
+            return f"VF already hosts a vGPU ({st.busy_vfs[t.parent]}); one vGPU per VF"
+        other = sorted(s for s in st.sizes if s != t.framebuffer_mib)
+        if t.framebuffer_mib and other:
+            return f"GPU runs {other[0]} MiB vGPUs; one framebuffer size per GPU"
+    elif t.layout == Layout.MDEV_PF and t.type_id.startswith("nvidia-"):
+        other_types = sorted(tid for tid in st.types if tid != t.type_id)
+        if other_types:
+            tid = other_types[0]
+            return f"GPU runs {tid} ({st.types[tid]}); one vGPU type per GPU"
+    if t.available_instances <= 0:
+        return f"no free instances of {t.type_id} (available_instances 0)"
+    return None
+
+
+def place(
+    snapshot: HostSnapshot,
+    type_name: str,
+    count: int = 1,
+    *,
+    gpu: str | None = None,
+    policy: str = "pack",
+    numa: int | None = None,
+) -> Placement:
+    """Choose `count` parents for `type_name`. Raises NotFoundError (unknown type or GPU), UsageError (bad
+    policy/count) or CapacityError listing why each candidate was rejected."""
+    if policy not in POLICIES:
+        raise UsageError(f'Unknown placement policy "{policy}"', "use --policy pack or --policy spread")
+    if count < 1:
+        raise UsageError(f"--count must be at least 1, not {count}", "ask for one or more instances")
+    types = snapshot.types()
+    if gpu is not None:
+        on_gpu = [t for t in types if gpu in (t.parent, snapshot.physical_gpu(t.parent))]
+        if not on_gpu:
+            raise NotFoundError(f"GPU {gpu} offers no vGPU types", "run `vgpuadm types` to list GPUs and types")
+        candidates = resolve_type(on_gpu, type_name, gpu)
+    else:
+        try:
+            candidates = resolve_type(types, type_name)
+        except NotFoundError:
+            _vendor_vfs_full(snapshot, type_name, count)
+            raise
+    type_id = candidates[0].type_id
+    usage = gpu_usage(snapshot)
+    rejected: list[tuple[str, str]] = []
+    remaining: dict[str, int] = {}
+    by_parent: dict[str, VgpuType] = {}
+    for t in candidates:
+        st = usage.get(snapshot.physical_gpu(t.parent), _GpuState())
+        reason = _reason(snapshot, t, st, numa)
+        if reason:
+            rejected.append((t.parent, reason))
+            continue
+        per_vf = t.layout in (Layout.MDEV_VF, Layout.VENDOR_VFIO)
+        remaining[t.parent] = 1 if per_vf else t.available_instances
+        by_parent[t.parent] = t
+    # Layout C VFs in use drop every type from creatable_vgpu_types: name them so the reasons are complete.
+    phys_seen = {snapshot.physical_gpu(t.parent) for t in candidates}
+    for addr, vf in sorted(snapshot.vendor_vfs.items()):
+        listed = any(p == addr for p, _ in rejected)
+        if addr not in by_parent and vf.in_use and snapshot.physical_gpu(addr) in phys_seen and not listed:
+            rejected.append((addr, f"VF already hosts a vGPU (nvidia-{vf.current_type}); one vGPU per VF"))
+    used = Counter({phys: st.count for phys, st in usage.items()})
+    # Per physical GPU cap on SR-IOV layouts: max_instance counts vGPUs of this size across all VFs.
+    gpu_left: dict[str, int] = {}
+    for t in by_parent.values():
+        phys = snapshot.physical_gpu(t.parent)
+        if t.layout in (Layout.MDEV_VF, Layout.VENDOR_VFIO) and t.max_instances:
+            gpu_left[phys] = t.max_instances - used[phys]
+    choices: list[tuple[str, VgpuType]] = []
+    for _ in range(count):
+        open_parents = [p for p, n in remaining.items() if n > 0 and gpu_left.get(snapshot.physical_gpu(p), 1) > 0]
+        if not open_parents:
+            break
+
+        def key(p: str) -> tuple[int, str, str]:
+            phys = snapshot.physical_gpu(p)
+            return (-used[phys] if policy == "pack" else used[phys], phys, p)
+
+        parent = min(open_parents, key=key)
+        remaining[parent] -= 1
+        used[snapshot.physical_gpu(parent)] += 1
+        if snapshot.physical_gpu(parent) in gpu_left:
+            gpu_left[snapshot.physical_gpu(parent)] -= 1
+        choices.append((parent, by_parent[parent]))
+    full = [(p, f"no free instances of {type_id} left after this request") for p, n in remaining.items() if n == 0]
+    full += [
+        (f"{phys} (GPU)", f"at most {by_parent_max(by_parent, snapshot, phys)} × {type_id} per GPU")
+        for phys, left in gpu_left.items()
+        if left <= 0
+    ]
+    placement = Placement(type_id, choices, sorted(rejected))
+    if len(choices) < count:
+        reasons = _summary(snapshot, sorted(rejected) + full)
+        fit = f" (only {len(choices)} fit)" if choices else ""
+        where = f" on {gpu}" if gpu else ""
+        raise CapacityError(
+            f"No room for {count} × {type_id}{where}{fit}: {reasons or 'no candidate parent'}",
+            "free instances (`vgpuadm mdev remove`, `vgpuadm vf clear`) or pick another type or GPU; "
+            "`vgpuadm types --available` lists what fits now",
+        )
+    return placement
+
+
+def _summary(snapshot: HostSnapshot, rejected: list[tuple[str, str]]) -> str:
+    """One clause per physical GPU and reason; VFs sharing a reason are counted instead of listed."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for parent, reason in rejected:
+        groups.setdefault((snapshot.physical_gpu(parent), reason), []).append(parent)
+    parts = []
+    for (phys, reason), parents in groups.items():
+        if len(parents) == 1:
+            parts.append(f"{parents[0]}: {reason}")
+        else:
+            parts.append(f"{len(parents)} VFs of {phys}: {reason}")
+    return "; ".join(parts)
+
+
+def by_parent_max(by_parent: dict[str, VgpuType], snapshot: HostSnapshot, phys: str) -> int:
+    return max((t.max_instances or 0) for t in by_parent.values() if snapshot.physical_gpu(t.parent) == phys)
+
+
+def _vendor_vfs_full(snapshot: HostSnapshot, type_name: str, count: int) -> None:
+    """Layout C VFs list nothing creatable once their GPU is full: say that instead of "unknown type"."""
+    per_pf: dict[str, list[int]] = {}
+    for vf in snapshot.vendor_vfs.values():
+        busy_free = per_pf.setdefault(snapshot.physical_gpu(vf.address), [0, 0])
+        busy_free[0 if vf.in_use else 1] += 1
+    parts = [f"{pf}: {b} VFs host vGPUs, {f} free VFs do not list it" for pf, (b, f) in sorted(per_pf.items()) if b]
+    if parts:
+        raise CapacityError(
+            f"No room for {count} × {type_name}: no VF lists it in nvidia/creatable_vgpu_types ({'; '.join(parts)})",
+            "the GPU is full or runs another framebuffer size; free VFs with `vgpuadm vf clear`",
+        )

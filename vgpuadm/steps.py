@@ -1,1 +1,277 @@
-"""Data-only Steps and the Plan they form; the executor is the only thing that carries them out."""
+"""Data-only Steps and the Plan they form; the executor is the only thing that carries them out.
+
+A Step is a frozen dataclass naming one kernel (or libvirt) change with everything needed to undo it. Steps know
+how to describe themselves (dry-run output, journal, error messages) and how to round-trip through JSON (the
+journal). They never touch the host: `vgpuadm.executor` dispatches each Step class to its registered handlers.
+
+Other modules add Step kinds (e.g. the libvirt steps) with `@step_kind` and register handlers with
+`vgpuadm.executor.register`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from vgpuadm.errors import UsageError
+
+SRIOV_MANAGE = "/usr/lib/nvidia/sriov-manage"  # NVIDIA's VF enable script (reference §3.1), under the root
+
+STEP_KINDS: dict[str, type[Step]] = {}
+S = TypeVar("S", bound="type[Step]")
+
+
+def step_kind(name: str) -> Callable[[S], S]:
+    """Class decorator: register a Step class under its journal name (`{"kind": name, …}`)."""
+
+    def deco(cls: S) -> S:
+        cls.kind = name
+        STEP_KINDS[name] = cls
+        return cls
+
+    return deco
+
+
+@dataclass(frozen=True)
+class Step:
+    """Base of every step. Subclasses are frozen dataclasses of plain values (str, int, bool, None, tuples)."""
+
+    kind: ClassVar[str] = "step"
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **dataclasses.asdict(self)}
+
+
+def _tupled(value: Any) -> Any:
+    return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
+
+
+def step_from_dict(doc: dict[str, Any]) -> Step:
+    """Inverse of Step.to_dict (JSON lists become tuples again)."""
+    kind = doc.get("kind")
+    cls = STEP_KINDS.get(str(kind))
+    if cls is None:
+        raise UsageError(f'Unknown step kind "{kind}" in journal', "the journal was written by a newer vgpuadm")
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: _tupled(v) for k, v in doc.items() if k in names})
+
+
+# --- mdev (layouts A and B) -------------------------------------------------------------------------------------
+
+
+@step_kind("create-mdev")
+@dataclass(frozen=True)
+class CreateMdev(Step):
+    """Write `uuid` to <parent>/mdev_supported_types/<type_id>/create. Undo: remove the mdev."""
+
+    parent: str
+    type_id: str
+    uuid: str
+
+    def describe(self) -> str:
+        return f"create mdev {self.uuid} of type {self.type_id} on {self.parent}"
+
+
+@step_kind("remove-mdev")
+@dataclass(frozen=True)
+class RemoveMdev(Step):
+    """Write 1 to /sys/bus/mdev/devices/<uuid>/remove. Undo: create it again with `type_id` (when known)."""
+
+    parent: str
+    uuid: str
+    type_id: str = ""
+
+    def describe(self) -> str:
+        return f"remove mdev {self.uuid} from {self.parent}"
+
+
+@step_kind("set-vgpu-params")
+@dataclass(frozen=True)
+class SetVgpuParams(Step):
+    """Write NVIDIA vgpu_params (reference §2.5) with a trailing newline; "" clears (written as a single space).
+
+    device_path_kind "mdev": id is an mdev UUID (/sys/bus/mdev/devices/<id>/nvidia/vgpu_params);
+    "vf": id is a layout C VF address (/sys/bus/pci/devices/<id>/nvidia/vgpu_params). Undo writes `previous`."""
+
+    device_path_kind: str
+    id: str
+    params: str
+    previous: str = ""
+
+    def describe(self) -> str:
+        what = "mdev" if self.device_path_kind == "mdev" else "VF"
+        if not self.params.strip():
+            return f"clear vgpu_params of {what} {self.id}"
+        return f'set vgpu_params of {what} {self.id} to "{self.params}"'
+
+
+# --- NVIDIA vendor-specific VFIO (layout C) ---------------------------------------------------------------------
+
+
+@step_kind("set-vf-vgpu-type")
+@dataclass(frozen=True)
+class SetVfVgpuType(Step):
+    """Write type_num to <vf>/nvidia/current_vgpu_type (creates the vGPU). Undo: write 0."""
+
+    vf: str
+    type_num: int
+
+    def describe(self) -> str:
+        return f"set vGPU type {self.type_num} (nvidia-{self.type_num}) on VF {self.vf}"
+
+
+@step_kind("clear-vf-vgpu-type")
+@dataclass(frozen=True)
+class ClearVfVgpuType(Step):
+    """Write 0 to <vf>/nvidia/current_vgpu_type (destroys the vGPU). Undo: write previous_type again."""
+
+    vf: str
+    previous_type: int
+
+    def describe(self) -> str:
+        return f"clear vGPU type {self.previous_type} (nvidia-{self.previous_type}) from VF {self.vf}"
+
+
+# --- SR-IOV -----------------------------------------------------------------------------------------------------
+
+
+@step_kind("set-num-vfs")
+@dataclass(frozen=True)
+class SetNumVfs(Step):
+    """Write count to <pf>/sriov_numvfs. The kernel refuses N→M with both non-zero (EBUSY): plans go through 0.
+    Undo: write previous (through 0 when both are non-zero)."""
+
+    pf: str
+    count: int
+    previous: int
+
+    def describe(self) -> str:
+        return f"set sriov_numvfs of {self.pf} to {self.count} (was {self.previous})"
+
+
+@step_kind("sriov-manage")
+@dataclass(frozen=True)
+class SriovManage(Step):
+    """Run <root>/usr/lib/nvidia/sriov-manage -e|-d <pf> (NVIDIA PFs bound to nvidia). Undo: the opposite."""
+
+    pf: str
+    enable: bool
+
+    def describe(self) -> str:
+        return f"run {SRIOV_MANAGE} {'-e' if self.enable else '-d'} {self.pf}"
+
+
+# --- PCI driver binding (layout D and restore) ------------------------------------------------------------------
+
+
+@step_kind("set-driver-override")
+@dataclass(frozen=True)
+class SetDriverOverride(Step):
+    """Write driver (or "\\n" to clear when driver is "") to <address>/driver_override. Undo: write previous."""
+
+    address: str
+    driver: str
+    previous: str = ""
+
+    def describe(self) -> str:
+        if not self.driver:
+            return f"clear driver_override of {self.address}"
+        return f"set driver_override of {self.address} to {self.driver}"
+
+
+@step_kind("unbind")
+@dataclass(frozen=True)
+class Unbind(Step):
+    """Write address to /sys/bus/pci/drivers/<driver>/unbind. Undo: bind it to driver again."""
+
+    address: str
+    driver: str
+
+    def describe(self) -> str:
+        return f"unbind {self.address} from {self.driver}"
+
+
+@step_kind("bind")
+@dataclass(frozen=True)
+class Bind(Step):
+    """Write address to /sys/bus/pci/drivers/<driver>/bind. Undo: unbind it."""
+
+    address: str
+    driver: str
+
+    def describe(self) -> str:
+        return f"bind {self.address} to {self.driver}"
+
+
+@step_kind("drivers-probe")
+@dataclass(frozen=True)
+class DriversProbe(Step):
+    """Write address to /sys/bus/pci/drivers_probe (honours driver_override). `expect` is the driver that must end
+    up bound ("" = any). Undo: unbind whatever driver the probe bound."""
+
+    address: str
+    expect: str = ""
+
+    def describe(self) -> str:
+        suffix = f" (expect {self.expect})" if self.expect else ""
+        return f"probe drivers for {self.address}{suffix}"
+
+
+@step_kind("record-drivers")
+@dataclass(frozen=True)
+class RecordDrivers(Step):
+    """Remember each function's driver before vfio-pci takes it, in <root>/var/lib/vgpuadm/drivers.json, so
+    `vfio unbind` can give it back. `drivers` holds (address, driver) pairs ("" = was unbound). Undo: forget them."""
+
+    drivers: tuple[tuple[str, str], ...]
+
+    def describe(self) -> str:
+        listed = ", ".join(f"{a}={d or 'none'}" for a, d in self.drivers)
+        return f"remember original drivers ({listed})"
+
+
+@step_kind("forget-drivers")
+@dataclass(frozen=True)
+class ForgetDrivers(Step):
+    """Drop remembered original drivers after a restore. `drivers` holds the forgotten pairs (for undo)."""
+
+    drivers: tuple[tuple[str, str], ...]
+
+    def describe(self) -> str:
+        return f"forget original drivers of {', '.join(a for a, _ in self.drivers)}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """An ordered list of steps and a one-line summary. An empty plan means "nothing to do"."""
+
+    steps: tuple[Step, ...] = ()
+    summary: str = ""
+
+    @property
+    def empty(self) -> bool:
+        return not self.steps
+
+    def describe(self) -> list[str]:
+        n = len(self.steps)
+        return [f"step {i}/{n} {s.describe()}" for i, s in enumerate(self.steps, 1)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary, "steps": [s.to_dict() for s in self.steps]}
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> Plan:
+        return cls(tuple(step_from_dict(s) for s in doc.get("steps", [])), str(doc.get("summary", "")))
+
+    def __add__(self, other: Plan) -> Plan:
+        summary = "; ".join(s for s in (self.summary, other.summary) if s)
+        return Plan(self.steps + other.steps, summary)
+
+    @classmethod
+    def of(cls, steps: Iterable[Step], summary: str) -> Plan:
+        return cls(tuple(steps), summary)

@@ -39,3 +39,36 @@ def test_missing_root_is_one_line_error(cli, tmp_path):
         f"error: host root {tmp_path / 'nope'} does not exist",
         "hint: pass --root DIR or set VGPUADM_ROOT to a host root",
     ]
+
+
+def test_fast_path_matches_typer_path(sim_host, cli, monkeypatch):
+    """The typer-free fast path (cli/fast.py) and the typer app print the same JSON for every spelling."""
+    from vgpuadm.cli import fast
+
+    root = str(sim_host("a100-mdev-vf"))
+    spellings = [
+        ["--root", root, "types", "--json", "--gpu", "0000:41:00.0", "--available"],
+        [f"--root={root}", "types", "--gpu=0000:41:00.0", "--available", "--json"],
+        ["--root", root, "gpus", "--json"],
+        ["--root", root, "devices", "--json"],
+    ]
+    fast_out = [cli(*argv) for argv in spellings]
+    monkeypatch.setattr(fast, "try_run", lambda argv, console: False)
+    typer_out = [cli(*argv) for argv in spellings]
+    assert [(r.code, r.out, r.err) for r in fast_out] == [(r.code, r.out, r.err) for r in typer_out]
+    assert len(json.loads(fast_out[0].out)) == 16 * 11
+
+
+def test_fast_path_declines_what_it_does_not_know():
+    from vgpuadm.cli import fast
+    from vgpuadm.cli.console import Console
+
+    for argv in (
+        ["types"],
+        ["types", "--json", "--available=1"],
+        ["types", "--json", "--gpu"],
+        ["types", "--json", "--gpu="],
+        ["gpus", "--json", "--gpu", "x"],
+        ["--verbose", "gpus", "--json"],
+    ):
+        assert fast.try_run(argv, Console()) is False, argv

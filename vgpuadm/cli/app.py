@@ -6,15 +6,18 @@ user. Plain `--json` read commands skip typer entirely (cli/fast.py)."""
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from vgpuadm.cli.console import Console
 from vgpuadm.errors import UsageError, VgpuadmError
 
+TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
+if TYPE_CHECKING:
+    from typing import Any
+
 EPILOG = "Examples: vgpuadm gpus · vgpuadm types --gpu 0000:01:00.0 --available · vgpuadm --root /tmp/h devices --json"
 
 
-def build_app() -> Any:
+def build_app() -> "Any":
     import typer
 
     from vgpuadm.cli import read, sim
@@ -35,8 +38,16 @@ def build_app() -> Any:
         root: str = typer.Option(
             None, "--root", envvar="VGPUADM_ROOT", help="Host root to read and change (default /).", metavar="DIR"
         ),
+        connect: str = typer.Option(
+            None,
+            "--connect",
+            "-c",
+            metavar="URI",
+            help="libvirt URI (default $LIBVIRT_DEFAULT_URI, else qemu:///system; on a simulated root, libvirt's "
+            "embedded driver under the root).",
+        ),
     ) -> None:
-        ctx.obj = {"root": root, "console": Console()}
+        ctx.obj = {"root": root, "connect": connect, "console": (ctx.obj or {}).get("console") or Console()}
 
     json_opt = typer.Option(False, "--json", help="Print JSON (validated by vgpuadm/schemas/*.schema.json).")
 
@@ -61,6 +72,12 @@ def build_app() -> Any:
         read.devices(ctx.obj["console"], ctx.obj["root"], as_json)
 
     app.add_typer(sim.build_app(), name="sim")
+    __import__("vgpuadm.cli.host", fromlist=["register"]).register(app)
+    __import__("vgpuadm.cli.guest", fromlist=["register"]).register(app)
+    __import__("vgpuadm.cli.declarative", fromlist=["register"]).register(app)
+    from vgpuadm.cli import inventory
+
+    app.add_typer(inventory.build_app(), name="inventory")
     return app
 
 
@@ -80,7 +97,7 @@ def run(argv: Sequence[str], console: Console | None = None) -> int:
 
         command = typer.main.get_command(build_app())
         try:
-            result = command.main(args=list(argv), prog_name="vgpuadm", standalone_mode=False)
+            result = command.main(args=list(argv), prog_name="vgpuadm", standalone_mode=False, obj={"console": console})
         except NoArgsIsHelpError as exc:
             # click ≥ 8.2 raises this for a bare group instead of printing its help.
             console.line(exc.ctx.get_help() if exc.ctx else exc.format_message())

@@ -3,12 +3,16 @@ line each (`error: …` then `hint: …`). rich is imported only when a table or
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Sequence
-from typing import Any, TextIO
+from collections.abc import Callable, Iterator, Sequence
 
 from vgpuadm.errors import VgpuadmError
+
+TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 
 class Console:
@@ -32,6 +36,26 @@ class Console:
         for row in rows:
             table.add_row(*("-" if v is None else str(v) for v in row))
         RichConsole(file=self.out, width=max(100, _width(self.out))).print(table)
+
+    @contextlib.contextmanager
+    def progress(self, label: str) -> Iterator[Callable[[int, int, str], None]]:
+        """A callback `(done, total, text)` for long plans: a rich progress bar on a terminal, else one line per
+        step (`[3/12] create mdev …`) so logs and tests see every step."""
+        if not self.out.isatty():
+            yield lambda i, n, text: self.line(f"[{i}/{n}] {text}")
+            return
+        from rich.console import Console as RichConsole
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                      console=RichConsole(file=self.out), transient=False) as bar:  # fmt: skip
+            task = bar.add_task("", total=None)
+
+            def step(i: int, n: int, text: str) -> None:
+                bar.update(task, completed=i - 1, total=n, description=text)
+
+            yield step
+            bar.update(task, completed=bar.tasks[0].total or 0)
 
     def warn(self, text: str) -> None:
         self.err.write(f"warning: {text}\n")

@@ -19,16 +19,21 @@ def try_run(argv: Sequence[str], console: Console) -> bool:
     root = None
     if len(args) >= 2 and args[0] == "--root":
         root, args = args[1], args[2:]
+    elif args and args[0].startswith("--root="):
+        root, args = args[0].split("=", 1)[1], args[1:]
     if not args or args[0] not in _COMMANDS or "--json" not in args:
         return False
     command, rest = args[0], [a for a in args[1:] if a != "--json"]
     gpu, available = None, False
     while rest:
         flag = rest.pop(0)
-        if flag not in _COMMANDS[command]:
+        name, eq, value = flag.partition("=")
+        if name not in _COMMANDS[command] or (eq and (name != "--gpu" or not value)):
             return False
         if flag == "--available":
             available = True
+        elif eq:
+            gpu = value
         elif not rest or rest[0].startswith("-"):
             return False
         else:

@@ -21,6 +21,68 @@ def build_app() -> Any:
         build(profile, directory)
         ctx.obj["console"].line(f"built simulated host {profile!r} at {directory} (use --root {directory})")
 
+    @app.command(
+        "import-umockdev",
+        epilog="Example: vgpuadm sim import-umockdev host.umockdev /tmp/real-host --types-from captured-sys/",
+    )
+    def import_umockdev_cmd(
+        ctx: typer.Context,
+        recording: str = typer.Argument(..., help="A file written by `umockdev-record --all`."),
+        directory: str = typer.Argument(..., help="A new or empty directory for the host root."),
+        types_from: str = typer.Option(
+            None, "--types-from", metavar="DIR",
+            help="A captured sys/ tree holding class/mdev_bus/<BDF>/mdev_supported_types (umockdev omits them).",
+        ),
+    ) -> None:  # fmt: skip
+        """Turn a umockdev recording of a real host into a host root that every command can read."""
+        from vgpuadm.host.umockdev import load
+
+        loaded = load(recording, directory, types_from)
+        ctx.obj["console"].line(
+            f"imported {loaded.devices} devices, {len(loaded.mdev_parents)} mdev parents, {len(loaded.mdevs)} mdevs "
+            f"into {directory} (use --root {directory})"
+        )
+
+    @app.command("reboot", epilog="Example: vgpuadm sim reboot /tmp/p4-host")
+    def reboot_cmd(
+        ctx: typer.Context,
+        directory: str = typer.Argument(..., help="A simulated host root (made by `vgpuadm sim build`)."),
+    ) -> None:
+        """Reboot a simulated host: mdevs, VFs, vGPU types, overrides and vfio binds go; native drivers return."""
+        from vgpuadm.sim.reboot import reboot
+
+        reboot(directory)
+        ctx.obj["console"].line(f"rebooted simulated host {directory}: runtime state dropped, native drivers bound")
+
+    @app.command(
+        "fail",
+        epilog="Example: vgpuadm sim fail /tmp/p4-host '*/nvidia-63/create' ENOSPC --times 2 --after 1",
+    )
+    def fail_cmd(
+        ctx: typer.Context,
+        directory: str = typer.Argument(..., help="A simulated host root."),
+        path_glob: str = typer.Argument(None, help="fnmatch pattern of host paths (`*` crosses `/`)."),
+        errno_name: str = typer.Argument(None, metavar="ERRNO", help="The errno the write fails with, e.g. EIO."),
+        times: int = typer.Option(1, "--times", help="How many matching writes fail (0: all, forever)."),
+        after: int = typer.Option(0, "--after", help="Let this many matching writes succeed first."),
+        clear: bool = typer.Option(False, "--clear", help="Remove every injected fault instead."),
+    ) -> None:
+        """Make chosen writes on a simulated host fail with a chosen errno (fault injection for tests)."""
+        from vgpuadm.errors import UsageError
+        from vgpuadm.sim.faults import clear_faults, inject_fault
+
+        if clear:
+            clear_faults(directory)
+            ctx.obj["console"].line(f"cleared injected faults on {directory}")
+            return
+        if path_glob is None or errno_name is None:
+            raise UsageError("sim fail needs PATH_GLOB and ERRNO", "e.g. vgpuadm sim fail DIR '*/create' EIO")
+        inject_fault(directory, path_glob, errno_name, times=times, after=after)
+        ctx.obj["console"].line(
+            f"writes matching {path_glob} on {directory} will fail with {errno_name.upper()}"
+            f" ({'every time' if times == 0 else f'{times} time(s)'}, after {after} success(es))"
+        )
+
     @app.command("list")
     def list_cmd(ctx: typer.Context) -> None:
         """List the simulated host profiles."""

@@ -63,21 +63,26 @@ def _read_functions(sysfs: Sysfs, warnings: list[str]) -> dict[str, PciFunction]
         try:
             classes[addr] = sysfs.read(f"{PCI_DEVICES}/{addr}/class").strip()
         except HostIOError as exc:
-            if sysfs.exists(f"{PCI_DEVICES}/{addr}"):
+            if sysfs.is_dir(f"{PCI_DEVICES}/{addr}"):
                 warnings.append(f"skipped PCI function {addr}: {exc.message}")
             else:
                 warnings.append(f"skipped PCI function {addr}: {PCI_DEVICES}/{addr} is a dangling link")
-    wanted = [a for a, c in classes.items() if c.startswith("0x03")]
+    # SR-IOV PFs of any class too: `sriov enable` and `vfio bind` act on them and their VFs by address.
+    wanted = [
+        a for a, c in classes.items() if c.startswith("0x03") or sysfs.exists(f"{PCI_DEVICES}/{a}/sriov_totalvfs")
+    ]
     out: dict[str, PciFunction] = {}
+    skipped: set[str] = set()
     todo = list(wanted)
     while todo:
         addr = todo.pop()
-        if addr in out or addr not in classes:
+        if addr in out or addr in skipped or addr not in classes:
             continue
         try:
-            fn = _read_function(sysfs, addr, classes[addr])
+            fn = _read_function(sysfs, addr, classes[addr], warnings)
         except HostIOError as exc:
             warnings.append(f"skipped PCI function {addr}: {exc.message}")
+            skipped.add(addr)
             continue
         out[addr] = fn
         todo.extend(fn.virtfns)
@@ -90,39 +95,60 @@ def _read_functions(sysfs: Sysfs, warnings: list[str]) -> dict[str, PciFunction]
     return dict(sorted(out.items()))
 
 
-def _read_function(sysfs: Sysfs, addr: str, class_code: str) -> PciFunction:
+def _read_function(sysfs: Sysfs, addr: str, class_code: str, warnings: list[str]) -> PciFunction:
     d = f"{PCI_DEVICES}/{addr}"
+    real = sysfs.resolve_link(d)
+    # One scandir tells which optional attributes and links exist, so absent ones cost no failed open().
+    entries = sysfs.entries(real)
     virtfns = []
-    physfn = None
-    for entry in sysfs.listdir(d):
+    for entry in entries:
         m = _VIRTFN.match(entry)
         if m:
-            target = sysfs.link_name(f"{d}/{entry}")
+            target = sysfs.link_name(f"{real}/{entry}")
             if target:
                 virtfns.append((int(m[1]), target))
-        elif entry == "physfn":
-            physfn = sysfs.link_name(f"{d}/physfn")
-    group = sysfs.link_name(f"{d}/iommu_group")
-    boot_vga = sysfs.read_int(f"{d}/boot_vga")
-    override = sysfs.read_opt(f"{d}/driver_override")
+
+    def link(name: str) -> str | None:
+        return sysfs.link_name(f"{real}/{name}") if entries.get(name) else None
+
+    def opt(name: str) -> str | None:
+        return _strip(sysfs.read_opt(f"{d}/{name}")) if name in entries else None
+
+    def num(name: str) -> int | None:
+        # An odd optional number is a warning naming the file, never a lost GPU.
+        if name not in entries:
+            return None
+        try:
+            return sysfs.read_int(f"{d}/{name}")
+        except HostIOError as exc:
+            warnings.append(f"PCI function {addr}: {exc.message}")
+            return None
+
+    boot_vga = num("boot_vga")
+    override = opt("driver_override")
+    try:
+        group = _group_number(link("iommu_group"), f"{d}/iommu_group")
+    except HostIOError as exc:
+        warnings.append(f"PCI function {addr}: {exc.message}")
+        group = None
     return PciFunction(
         address=addr,
         vendor_id=sysfs.read(f"{d}/vendor").strip(),
         device_id=sysfs.read(f"{d}/device").strip(),
         class_code=class_code,
-        subsystem_vendor_id=_strip(sysfs.read_opt(f"{d}/subsystem_vendor")),
-        subsystem_device_id=_strip(sysfs.read_opt(f"{d}/subsystem_device")),
-        driver=sysfs.link_name(f"{d}/driver"),
+        subsystem_vendor_id=opt("subsystem_vendor"),
+        subsystem_device_id=opt("subsystem_device"),
+        driver=link("driver"),
         driver_override=None if override in (None, "", "(null)") else override,
-        iommu_group=_group_number(group, f"{d}/iommu_group"),
-        numa_node=sysfs.read_int(f"{d}/numa_node"),
+        iommu_group=group,
+        numa_node=num("numa_node"),
         boot_vga=None if boot_vga is None else bool(boot_vga),
-        sriov_total_vfs=sysfs.read_int(f"{d}/sriov_totalvfs"),
-        sriov_num_vfs=sysfs.read_int(f"{d}/sriov_numvfs"),
+        sriov_total_vfs=num("sriov_totalvfs"),
+        sriov_num_vfs=num("sriov_numvfs"),
         virtfns=tuple(t for _, t in sorted(virtfns)),
-        physfn=physfn,
-        is_bridge=class_code.startswith("0x0604") or sysfs.is_dir(f"{d}/pci_bus"),
-        sysfs_path=sysfs.resolve(d),
+        physfn=link("physfn"),
+        is_bridge=class_code.startswith("0x0604") or "pci_bus" in entries,
+        sysfs_path=real,
     )
 
 
@@ -151,26 +177,42 @@ def _read_mdev_parents(sysfs: Sysfs, functions: dict[str, PciFunction], warnings
             fn = functions.get(name)
             physfn = fn.physfn if fn else sysfs.link_name(f"{d}/physfn")
             layout = Layout.MDEV_VF if physfn else Layout.MDEV_PF
-            types = tuple(_read_type(sysfs, name, layout, d, t) for t in sysfs.listdir(f"{d}/mdev_supported_types"))
+            real = fn.sysfs_path if fn else sysfs.resolve_link(d)
+            type_dir = f"{real}/mdev_supported_types"
+            raw = sysfs.read_tree(type_dir, dict.fromkeys(sysfs.listdir(type_dir), _TYPE_ATTRS))
+            types = []
+            for type_id, attrs in raw.items():
+                try:
+                    types.append(_make_type(name, layout, f"{d}/mdev_supported_types/{type_id}", type_id, attrs))
+                except HostIOError as exc:
+                    warnings.append(f"skipped type {type_id} on {name}: {exc.message}")
             out[name] = MdevParent(
                 name=name,
-                sysfs_path=sysfs.resolve(d),
+                sysfs_path=real,
                 layout=layout,
-                pci_address=name if sysfs.exists(f"{PCI_DEVICES}/{name}") else None,
-                types=types,
+                pci_address=name if fn is not None or sysfs.exists(f"{PCI_DEVICES}/{name}") else None,
+                types=tuple(types),
             )
         except HostIOError as exc:
             warnings.append(f"skipped mdev parent {name}: {exc.message}")
     return out
 
 
-def _read_type(sysfs: Sysfs, parent: str, layout: Layout, d: str, type_id: str) -> VgpuType:
-    t = f"{d}/mdev_supported_types/{type_id}"
-    name = (sysfs.read_opt(f"{t}/name") or "").strip() or type_id
-    description = sysfs.read_opt(f"{t}/description") or ""
-    available = sysfs.read_int(f"{t}/available_instances")
-    if available is None:
+_TYPE_ATTRS = ("available_instances", "name", "description", "device_api")
+
+
+def _make_type(parent: str, layout: Layout, t: str, type_id: str, a: dict[str, str | None]) -> VgpuType:
+    """One mdev type from its attributes; `t` is its host path as users see it (/sys/class/mdev_bus/…)."""
+    raw = a["available_instances"]
+    if raw is None:
         raise HostIOError(f"{t}/available_instances is missing", path=f"{t}/available_instances")
+    try:
+        available = int(raw.strip())
+    except ValueError:
+        path = f"{t}/available_instances"
+        raise HostIOError(f"{path} holds {raw.strip()[:40]!r}, not an integer", path=path) from None
+    name = (a["name"] or "").strip() or type_id
+    description = a["description"] or ""
     attrs = parse_description(description)
     nvidia = type_id.startswith("nvidia-")
     info = describe_nvidia_name(name) if nvidia else None
@@ -189,7 +231,7 @@ def _read_type(sysfs: Sysfs, parent: str, layout: Layout, d: str, type_id: str) 
         available_instances=available,
         max_instances=max_instances if isinstance(max_instances, int) else None,
         framebuffer_mib=fb if isinstance(fb, int) else None,
-        device_api=(sysfs.read_opt(f"{t}/device_api") or "").strip(),
+        device_api=(a["device_api"] or "").strip(),
         description=description.strip(),
         attributes=attrs,
     )
@@ -200,7 +242,7 @@ def _read_mdevs(sysfs: Sysfs, warnings: list[str]) -> dict[str, Mdev]:
     for uuid in sysfs.listdir(MDEV_DEVICES):
         d = f"{MDEV_DEVICES}/{uuid}"
         try:
-            real = sysfs.resolve(d)
+            real = sysfs.resolve_link(d)
             type_id = sysfs.link_name(f"{d}/mdev_type")
             if type_id is None or not sysfs.exists(real):
                 warnings.append(f"skipped mdev {uuid}: {d} is a dangling link or has no mdev_type")
@@ -221,11 +263,13 @@ def _read_mdevs(sysfs: Sysfs, warnings: list[str]) -> dict[str, Mdev]:
 def _read_vendor_vfs(sysfs: Sysfs, functions: dict[str, PciFunction], warnings: list[str]) -> dict[str, VendorVf]:
     out = {}
     for addr, fn in functions.items():
-        d = f"{PCI_DEVICES}/{addr}/nvidia"
-        text = sysfs.read_opt(f"{d}/creatable_vgpu_types") if fn.is_display else None
-        if text is None:
+        if not fn.is_display:
             continue
+        d = f"{PCI_DEVICES}/{addr}/nvidia"
         try:
+            text = sysfs.read_opt(f"{d}/creatable_vgpu_types")
+            if text is None:
+                continue
             current = sysfs.read_int(f"{d}/current_vgpu_type") or 0
             params = sysfs.read_opt(f"{d}/vgpu_params")
             out[addr] = VendorVf(

@@ -9,17 +9,28 @@ from __future__ import annotations
 
 import errno as errno_mod
 import os
-from typing import Protocol
+from collections.abc import Callable
 
 from vgpuadm.errors import HostIOError
 
+TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
+
 SIM_MARKER = "vgpuadm-simulated-host.json"  # at the root of a simulated host; holds its hardware model
+_O_READ = os.O_RDONLY | os.O_CLOEXEC
+_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_CHUNK = 65536
 
 
-class Writer(Protocol):
-    """Applies one attribute write; raises OSError with the kernel's errno on refusal."""
+if TYPE_CHECKING:
+    from typing import Protocol
 
-    def write(self, host_path: str, data: str) -> None: ...
+    class Writer(Protocol):
+        """Applies one attribute write; raises OSError with the kernel's errno on refusal."""
+
+        def write(self, host_path: str, data: str) -> None: ...
+
+else:
+    Writer = object  # run time: only annotations name it
 
 
 class PlainWriter:
@@ -38,10 +49,26 @@ class PlainWriter:
 
 
 class Sysfs:
-    def __init__(self, root: str = "/", writer: Writer | None = None) -> None:
+    """`writer` applies writes; `writer_factory` makes one on the first write instead (the simulated kernel is
+    costly to import, and read-only commands never need it)."""
+
+    def __init__(
+        self, root: str = "/", writer: Writer | None = None, writer_factory: Callable[[], Writer] | None = None
+    ) -> None:
         self.root = os.path.abspath(root)
         self._prefix = "" if self.root == "/" else self.root
-        self.writer: Writer = writer if writer is not None else PlainWriter(self.root)
+        self._writer = writer
+        self._writer_factory = writer_factory
+
+    @property
+    def writer(self) -> Writer:
+        if self._writer is None:
+            self._writer = self._writer_factory() if self._writer_factory else PlainWriter(self.root)
+        return self._writer
+
+    @writer.setter
+    def writer(self, writer: Writer) -> None:
+        self._writer = writer
 
     @property
     def simulated(self) -> bool:
@@ -63,27 +90,80 @@ class Sysfs:
         reason = os.strerror(code) if code else str(exc)
         return HostIOError(f"{action} {host_path} failed: {reason} ({name})", hint, path=host_path, errno=code)
 
+    def _read_raw(self, host_path: str) -> str:
+        # os.open/os.read rather than open(): discovery reads thousands of attributes and the io stack costs
+        # several times the syscalls. A sysfs attribute arrives in one read; regular files may need more.
+        fd = os.open(self._prefix + host_path, _O_READ)
+        try:
+            data = os.read(fd, _CHUNK)
+            if len(data) == _CHUNK:
+                chunks = [data]
+                while chunk := os.read(fd, _CHUNK):
+                    chunks.append(chunk)
+                data = b"".join(chunks)
+        finally:
+            os.close(fd)
+        text = data.decode(errors="replace")
+        return text[:-1] if text.endswith("\n") else text
+
     def read(self, host_path: str) -> str:
         """Attribute text without its trailing newline; HostIOError if missing or unreadable."""
         try:
-            with open(self._prefix + host_path, "rb") as f:
-                data = f.read()
+            return self._read_raw(host_path)
         except OSError as exc:
             raise self._fail("reading", host_path, exc) from None
-        text = data.decode(errors="replace")
-        return text[:-1] if text.endswith("\n") else text
 
     def read_opt(self, host_path: str) -> str | None:
         """Like read, but None when the attribute does not exist (optional attributes)."""
         try:
-            with open(self._prefix + host_path, "rb") as f:
-                data = f.read()
+            return self._read_raw(host_path)
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise self._fail("reading", host_path, exc) from None
-        text = data.decode(errors="replace")
-        return text[:-1] if text.endswith("\n") else text
+
+    def read_attrs(self, host_dir: str, names: tuple[str, ...]) -> dict[str, str | None]:
+        """Several attributes of one directory, opened relative to it (one path walk instead of one per file).
+        A missing attribute reads None; a missing directory reads all None."""
+        return self.read_tree(host_dir, {"": names})[""]
+
+    def read_tree(self, host_dir: str, wanted: dict[str, tuple[str, ...]]) -> dict[str, dict[str, str | None]]:
+        """{subdir: {name: text}} for `subdir/name` under `host_dir`, all opened relative to one directory fd
+        (discovery reads four attributes of every mdev type: thousands of files on a big host)."""
+        try:
+            dfd = os.open(self._prefix + host_dir, _O_DIR)
+        except FileNotFoundError:
+            return {sub: dict.fromkeys(names) for sub, names in wanted.items()}
+        except OSError as exc:
+            raise self._fail("opening", host_dir, exc) from None
+        out: dict[str, dict[str, str | None]] = {}
+        try:
+            for sub, names in wanted.items():
+                attrs: dict[str, str | None] = {}
+                for name in names:
+                    rel = f"{sub}/{name}" if sub else name
+                    try:
+                        fd = os.open(rel, _O_READ, dir_fd=dfd)
+                    except FileNotFoundError:
+                        attrs[name] = None
+                        continue
+                    except OSError as exc:
+                        raise self._fail("reading", f"{host_dir}/{rel}", exc) from None
+                    try:
+                        data = os.read(fd, _CHUNK)
+                        if len(data) == _CHUNK:
+                            while chunk := os.read(fd, _CHUNK):
+                                data += chunk
+                    except OSError as exc:
+                        raise self._fail("reading", f"{host_dir}/{rel}", exc) from None
+                    finally:
+                        os.close(fd)
+                    text = data.decode(errors="replace")
+                    attrs[name] = text[:-1] if text.endswith("\n") else text
+                out[sub] = attrs
+        finally:
+            os.close(dfd)
+        return out
 
     def read_int(self, host_path: str, base: int = 10) -> int | None:
         """An integer attribute, None when absent; HostIOError naming the path when it is not an integer."""
@@ -110,11 +190,21 @@ class Sysfs:
         except OSError as exc:
             raise self._fail("listing", host_path, exc) from None
 
+    def entries(self, host_path: str) -> dict[str, bool]:
+        """Entry name → is a symlink, in one scandir; {} when the directory does not exist."""
+        try:
+            with os.scandir(self._prefix + host_path) as it:
+                return {e.name: e.is_symlink() for e in it}
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise self._fail("listing", host_path, exc) from None
+
     def readlink(self, host_path: str) -> str | None:
         """The raw link target, None when the path is not a link."""
         try:
             return os.readlink(self._prefix + host_path)
-        except (FileNotFoundError, OSError):
+        except OSError:
             return None
 
     def link_name(self, host_path: str) -> str | None:
@@ -125,6 +215,16 @@ class Sysfs:
     def resolve(self, host_path: str) -> str:
         """The host path with every link followed (/sys/bus/pci/devices/X → /sys/devices/pci.../X)."""
         return self.host(os.path.realpath(self._prefix + host_path))
+
+    def resolve_link(self, host_path: str) -> str:
+        """Follow one link whose directory holds no links itself (/sys/bus/pci/devices/X, /sys/class/mdev_bus/X,
+        /sys/bus/mdev/devices/U): readlink + normpath, much cheaper than realpath. Not a link → the path."""
+        target = self.readlink(host_path)
+        if target is None:
+            return host_path
+        if target.startswith("/"):
+            return self.host(target)
+        return os.path.normpath(os.path.join(os.path.dirname(host_path), target))
 
     def write(self, host_path: str, data: str, hint: str = "") -> None:
         try:
@@ -138,7 +238,8 @@ def check_root(root: str) -> None:
     from vgpuadm.errors import NotFoundError
 
     if not os.path.isdir(root):
-        raise NotFoundError(f"host root {root} does not exist", "pass --root DIR or set VGPUADM_ROOT to a host root")
+        what = "is not a directory" if os.path.exists(root) else "does not exist"
+        raise NotFoundError(f"host root {root} {what}", "pass --root DIR or set VGPUADM_ROOT to a host root")
     if not os.path.isdir(os.path.join(root, "sys")):
         raise NotFoundError(
             f"host root {root} has no sys/ directory",

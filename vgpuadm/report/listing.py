@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from vgpuadm.errors import NotFoundError
 from vgpuadm.model import HostSnapshot, Layout, VgpuType
+
+TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def gpu_rows(snap: HostSnapshot) -> list[dict[str, Any]]:

@@ -13,6 +13,12 @@ Marker model (JSON, `vgpuadm-simulated-host.json` at the root):
   pools:        {pool: {capacity, errno}} (mtty ports, mdpy count, mbochs MiB, GVT-g aperture)
   sriov:        {PF: {vfs: [BDF…], vf_device, vf_class, vf_driver, vf_layout, vf_types, iommu_base, parent_dir}}
   vendor_vfio:  {PF: {types: [[id, name, fb_mib, max]…]}} (layout C equal-size mode)
+  sriov_configure_drivers: PF drivers that implement sriov_configure, so writing sriov_numvfs works while bound
+                to them (reference §3.1: pci-pf-stub yes, nvidia no, hence sriov-manage's stub dance)
+  faults:       [{path_glob, errno, after, times}] writes the simulated kernel fails on purpose (sim/faults.py)
+
+next_iommu_group is the floor for groups handed out at runtime (mdevs): like the kernel's ida, the lowest free
+number at or above it is used, so a removed device's group number is reused.
 """
 
 from __future__ import annotations
@@ -77,6 +83,27 @@ GVT_TYPES = [
     ("i915-GVTg_V5_2", 256, 1024, 4, "1920x1200", 8),
     ("i915-GVTg_V5_1", 512, 2048, 4, "1920x1200", 16),
 ]
+# PF drivers with an sriov_configure callback (reference §3.1, §4.2; nvme: the lab's emulated SR-IOV device).
+SRIOV_CONFIGURE_DRIVERS = ("pci-pf-stub", "nvme", "xe", "i915", "ixgbe", "igb", "mlx5_core")
+
+# NVIDIA A2 (GA107GL, 10de:25b6), layout B — the real recording in shared/fixtures/public/harvester-a2
+# (one VF's 15 mdev types): id, name, heads, frl, fb MiB, max resolution, max_instance.
+A2_TYPES = [
+    (742, "NVIDIA A2-1B", 4, 45, 1024, "5120x2880", 16), (743, "NVIDIA A2-2B", 4, 45, 2048, "5120x2880", 8),
+    (744, "NVIDIA A2-1Q", 4, 60, 1024, "5120x2880", 16), (745, "NVIDIA A2-2Q", 4, 60, 2048, "7680x4320", 8),
+    (746, "NVIDIA A2-4Q", 4, 60, 4096, "7680x4320", 4), (747, "NVIDIA A2-8Q", 4, 60, 8192, "7680x4320", 2),
+    (748, "NVIDIA A2-16Q", 4, 60, 16384, "7680x4320", 1), (749, "NVIDIA A2-1A", 1, 60, 1024, "1280x1024", 16),
+    (750, "NVIDIA A2-2A", 1, 60, 2048, "1280x1024", 8), (751, "NVIDIA A2-4A", 1, 60, 4096, "1280x1024", 4),
+    (752, "NVIDIA A2-8A", 1, 60, 8192, "1280x1024", 2), (753, "NVIDIA A2-16A", 1, 60, 16384, "1280x1024", 1),
+    (754, "NVIDIA A2-4C", 1, 60, 4096, "4096x2400", 4), (755, "NVIDIA A2-8C", 1, 60, 8192, "4096x2400", 2),
+    (756, "NVIDIA A2-16C", 1, 60, 16384, "4096x2400", 1),
+]  # fmt: skip
+
+# Kernel sample drivers (reference §4.4, K4 and the lab lines): mdpy types share one core-managed count (EUSERS on
+# ≥6.1); mbochs types draw MiB from one budget (ENOSPC).
+MDPY_TYPES = [("mdpy-vga", 640, 480), ("mdpy-xga", 1024, 768), ("mdpy-hd", 1920, 1080)]
+MBOCHS_TYPES = [("mbochs-small", 4), ("mbochs-medium", 16), ("mbochs-large", 64)]
+
 # A small-aperture host: V5_4 reads 1 and V5_8 reads 2, as observed in intel/gvt-linux #122 (reference §4.1 [O]).
 GVT_APERTURE = {"low_gm": 128, "high_gm": 896}
 
@@ -110,10 +137,20 @@ class HostBuilder:
             "pools": {},
             "sriov": {},
             "vendor_vfio": {},
+            "sriov_configure_drivers": list(SRIOV_CONFIGURE_DRIVERS),
+            "faults": [],
         }
         self.tree.bus()
         for drv in ("vfio-pci", "pci-stub", "pci-pf-stub"):
             self.tree.driver(drv)
+
+    @classmethod
+    def attach(cls, root: str, model: Model) -> HostBuilder:
+        """A builder over an existing host (the simulated kernel adds VFs and driver attributes through it)."""
+        h = cls.__new__(cls)
+        h.tree = TreeBuilder(root)
+        h.model = model
+        return h
 
     def pci(self, spec: PciSpec) -> str:
         if spec.driver:
@@ -212,14 +249,27 @@ def _sriov_pf(
     return pf, vfs
 
 
-def add_sriov_vf(h: HostBuilder, pf: str, index: int) -> None:
-    """Lay down VF `index` of PF `pf` as the kernel does when sriov_numvfs is written (also used by sim/kernel)."""
+def add_sriov_vf(h: HostBuilder, pf: str, index: int, probe: bool = True) -> None:
+    """Lay down VF `index` of PF `pf` as the kernel does when sriov_numvfs is written (also used by sim/kernel).
+    `probe` False (sriov_drivers_autoprobe 0) leaves the VF unbound, without the driver's attributes."""
     info = h.model["sriov"][pf]
     vf = info["vfs"][index]
-    dev = h.pci(PciSpec(vf, info["parent_dir"], "0x10de", info["vf_device"], info["vf_class"], info["vf_driver"],
-                        info["iommu_base"] + index, info["numa_node"], ("0x10de", "0x1533")))  # fmt: skip
+    vendor = info.get("vf_vendor", "0x10de")
+    h.model["drivers"].setdefault(vf, info["vf_driver"])
+    dev = h.pci(PciSpec(vf, info["parent_dir"], vendor, info["vf_device"], info["vf_class"],
+                        info["vf_driver"] if probe else None, info["iommu_base"] + index, info["numa_node"],
+                        info.get("vf_subsystem", ("0x10de", "0x1533"))))  # fmt: skip
     h.tree.link(f"{dev}/physfn", f"{info['parent_dir']}/{pf}")
     h.tree.link(f"{info['parent_dir']}/{pf}/virtfn{index}", dev)
+    if probe:
+        add_vf_driver_attrs(h, pf, index)
+
+
+def add_vf_driver_attrs(h: HostBuilder, pf: str, index: int) -> None:
+    """What the NVIDIA driver adds to a VF it binds: mdev types (layout B) or the `nvidia/` group (layout C)."""
+    info = h.model["sriov"][pf]
+    vf = info["vfs"][index]
+    dev = f"{info['parent_dir']}/{vf}"
     if info["vf_layout"] == "mdev-vf":
         types = {tid: {**t, "available": 1} for tid, t in info["vf_types"].items()}
         h.mdev_parent(dev, vf, "nvidia-one-size", types, physical_gpu=pf)
@@ -254,6 +304,46 @@ def add_h200(h: HostBuilder, address: str, host_bridge: str, group: int, numa: i
     if enabled:
         for i in range(vfs):
             add_sriov_vf(h, address, i)
+
+
+def add_a2_mdev_vf(h: HostBuilder, address: str, host_bridge: str, group: int, numa: int, vfs: int) -> None:
+    """NVIDIA A2 with `vfs` VFs enabled, mdev types on each VF (layout B), types from the real recording."""
+    port = h.root_port(f"{address.rsplit(':', 2)[0]}:{int(address.split(':')[1], 16) - 1:02x}:01.0", host_bridge)
+    vf_types = {
+        tid: {k: t[k] for k in ("name", "description", "max", "fb_mib")} for tid, t in nvidia_pf_types(A2_TYPES).items()
+    }
+    _sriov_pf(h, address, port, "0x25b6", 16, True, "mdev-vf", vf_types, group, numa, "0x25b6")
+    for i in range(vfs):
+        add_sriov_vf(h, address, i)
+    h.tree.attr(f"{port}/{address}/sriov_numvfs", vfs)
+
+
+def add_mdpy(h: HostBuilder, count: int = 4) -> None:
+    """The mdpy sample: three display types sharing one core-managed count (module parameter `count`, default 4);
+    exhaustion is EUSERS on ≥6.1 (reference §1.3, §4.4)."""
+    dev = "/sys/devices/virtual/mdpy/mdpy"
+    h.tree.mkdir(dev)
+    types = {
+        tid: {"name": tid, "description": f"virtual display, {w}x{hh} framebuffer", "available": count, "max": None,
+              "cost": 1}
+        for tid, w, hh in MDPY_TYPES
+    }  # fmt: skip
+    h.model["pools"]["mdpy"] = {"capacity": count, "errno": "EUSERS"}
+    h.mdev_parent(dev, "mdpy", "pool", types, pool="mdpy")
+
+
+def add_mbochs(h: HostBuilder, mib: int = 512) -> None:
+    """The mbochs sample: small/medium/large draw 4/16/64 MiB from one budget (module parameter `count` on 6.1);
+    exhaustion is ENOSPC (reference §4.4 lab lines: 96 MiB reads 24/6/1)."""
+    dev = "/sys/devices/virtual/mbochs/mbochs"
+    h.tree.mkdir(dev)
+    types = {
+        tid: {"name": tid, "description": f"virtual display, {size} MB video memory", "available": mib // size,
+              "max": None, "cost": size}
+        for tid, size in MBOCHS_TYPES
+    }  # fmt: skip
+    h.model["pools"]["mbochs"] = {"capacity": mib, "errno": "ENOSPC"}
+    h.mdev_parent(dev, "mbochs", "pool", types, pool="mbochs")
 
 
 def add_gvt_g(h: HostBuilder) -> None:
@@ -322,11 +412,42 @@ def _h200(h: HostBuilder) -> None:
 
 
 def _mixed(h: HostBuilder) -> None:
-    add_p4(h, "0000:01:00.0", "0000:00:01.0", "pci0000:00", 1, 0)
+    # 0000:01:00.0 belongs to the poor-ACS passthrough GPU here, so the P4 sits behind root port 00:03.0.
+    add_p4(h, "0000:03:00.0", "0000:00:03.0", "pci0000:00", 2, 0)
     add_a100_mdev_vf(h, "0000:41:00.0", "pci0000:40", 4, 0, 8)
     add_h200(h, "0000:18:00.0", "pci0000:17", 5, 1, 8)
     add_passthrough(h)
     add_mtty(h)
+
+
+def add_nvme_sriov(h: HostBuilder) -> None:
+    """QEMU 7.2's NVMe controller with SR-IOV (`sriov_max_vfs=2`) as the kernel lane's guest shows it: behind root
+    port 00:0a.0, bound to nvme (which has sriov_configure), VFs at offset 1 stride 1 in groups of their own
+    (tests/kernel, recorded under Debian's 6.1 with intel-iommu)."""
+    port = h.root_port("0000:00:0a.0", "pci0000:00", group=10)
+    h.pci(PciSpec("0000:01:00.0", port, "0x1b36", "0x0010", "0x010802", "nvme", 12, -1, ("0x1af4", "0x1100"),
+                  extra={"sriov_totalvfs": "2", "sriov_numvfs": "0", "sriov_offset": "1", "sriov_stride": "1",
+                         "sriov_vf_device": "10", "sriov_drivers_autoprobe": "1"}))  # fmt: skip
+    h.model["sriov"]["0000:01:00.0"] = {
+        "vfs": ["0000:01:00.1", "0000:01:00.2"],
+        "vf_vendor": "0x1b36",
+        "vf_device": "0x0010",
+        "vf_class": "0x010802",
+        "vf_subsystem": ["0x1af4", "0x1100"],
+        "vf_driver": None,  # nvme probes a VF, finds QEMU's secondary controller offline and lets go of it
+        "vf_layout": "none",
+        "vf_types": None,
+        "iommu_base": 13,
+        "parent_dir": port,
+        "numa_node": -1,
+    }
+
+
+def _kernel_samples(h: HostBuilder) -> None:
+    add_mtty(h)
+    add_mdpy(h, 4)
+    add_mbochs(h, 96)
+    add_nvme_sriov(h)
 
 
 PROFILES: dict[str, tuple[str, Callable[[HostBuilder], None]]] = {
@@ -341,6 +462,10 @@ PROFILES: dict[str, tuple[str, Callable[[HostBuilder], None]]] = {
         lambda h: add_passthrough(h),
     ),
     "mixed": ("P4 + A100 layout B + H200 layout C + passthrough GPUs + mtty on one host", _mixed),
+    "kernel-samples": (
+        "the kernel lane's guest: mtty, mdpy (count 4), mbochs (96 MiB) and QEMU's SR-IOV NVMe (2 VFs)",
+        _kernel_samples,
+    ),
 }
 
 

@@ -5,8 +5,12 @@ both build through this one class, so a device made at build time and one made b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import stat
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -61,15 +65,55 @@ class TreeBuilder:
 
     def attr(self, host_path: str, value: str | int, mode: int = 0o644) -> None:
         """A kernel attribute: its text always ends with one newline."""
+        self.raw(host_path, f"{value}\n".encode(), mode)
+
+    def raw(self, host_path: str, data: bytes, mode: int = 0o644) -> None:
+        """Write a file's bytes. Replacing an existing file never shows a concurrent reader an empty or half-written
+        file: a same-length change is one in-place write, anything else goes through a temp file and a rename."""
         path = self.real(host_path)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            f.write(f"{value}\n")
-        os.chmod(path, mode)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            # A new file (building, or a device appearing under the kernel lock): write it in place.
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+            try:
+                os.write(fd, data)
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
+            return
+        else:
+            if stat.S_ISREG(st.st_mode) and st.st_size == len(data) and stat.S_IMODE(st.st_mode) == mode and data:
+                try:
+                    fd = os.open(path, os.O_WRONLY)
+                except PermissionError:
+                    pass
+                else:
+                    try:
+                        os.pwrite(fd, data, 0)
+                    finally:
+                        os.close(fd)
+                    return
+        fd, tmp = tempfile.mkstemp(dir=self._tmp_dir())
+        try:
+            os.write(fd, data)
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+
+    def _tmp_dir(self) -> str:
+        tmp_dir = os.path.join(self.root, ".sim-tmp")
+        if not os.path.isdir(tmp_dir):
+            os.makedirs(tmp_dir, exist_ok=True)
+        return tmp_dir
 
     def wo(self, host_path: str) -> None:
         """A write-only trigger (create, remove, bind): empty, mode 0200."""
         path = self.real(host_path)
+        if os.path.exists(path):
+            return
         os.makedirs(os.path.dirname(path), exist_ok=True)
         open(path, "w").close()
         os.chmod(path, 0o200)
@@ -87,6 +131,15 @@ class TreeBuilder:
         if os.path.lexists(self.real(host_link)):
             os.unlink(self.real(host_link))
 
+    def rmtree(self, host_path: str) -> None:
+        """Remove a directory the kernel drops as a whole (an mdev, a VF, an attribute group)."""
+        shutil.rmtree(self.real(host_path), ignore_errors=True)
+
+    def rmdir(self, host_path: str) -> None:
+        """Remove an empty directory (a freed IOMMU group); a no-op when it still has entries."""
+        with contextlib.suppress(OSError):
+            os.rmdir(self.real(host_path))
+
     # -- kernel objects ---------------------------------------------------------------------------------------
     def driver(self, name: str) -> None:
         d = f"{PCI_DRIVERS}/{name}"
@@ -98,12 +151,22 @@ class TreeBuilder:
         self.wo("/sys/bus/pci/drivers_probe")
         self.wo("/sys/bus/pci/rescan")
         self.mkdir(IOMMU_GROUPS)
+        self.mkdir("/dev/vfio")
 
     def iommu_member(self, group: int, dev: str, name: str) -> None:
         self.mkdir(f"{IOMMU_GROUPS}/{group}/devices")
         self.link(f"{IOMMU_GROUPS}/{group}/devices/{name}", dev)
         self.link(f"{dev}/iommu_group", f"{IOMMU_GROUPS}/{group}")
         self.mkdir("/dev/vfio")
+
+    def vfio_node(self, group: int, present: bool = True) -> None:
+        """`/dev/vfio/<group>`: the VFIO group char device (an empty 0600 file here), present only while viable."""
+        node = f"/dev/vfio/{group}"
+        if present:
+            if not os.path.exists(self.real(node)):
+                self.raw(node, b"", 0o600)
+        else:
+            self.unlink(node)
 
     def bind(self, dev: str, name: str, driver: str) -> None:
         self.driver(driver)
@@ -156,14 +219,8 @@ class TreeBuilder:
     def creatable(self, dev: str, types: list[tuple[int, str]]) -> None:
         """Layout C: the driver prints `ID    : vGPU Name` then `%-5d : name` lines."""
         lines = ["ID    : vGPU Name"] + [f"{num:<5d} : {name}" for num, name in types]
-        path = self.real(f"{dev}/nvidia/creatable_vgpu_types")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        os.chmod(path, 0o444)
+        self.raw(f"{dev}/nvidia/creatable_vgpu_types", ("\n".join(lines) + "\n").encode(), 0o444)
 
     def marker(self, model: Mapping[str, object]) -> None:
         """The simulation marker: says the root is simulated and holds the hardware model the kernel obeys."""
-        with open(os.path.join(self.root, SIM_MARKER), "w") as f:
-            json.dump(model, f, indent=1, sort_keys=True)
-            f.write("\n")
+        self.raw("/" + SIM_MARKER, (json.dumps(model, indent=1, sort_keys=True) + "\n").encode())

@@ -1,1 +1,301 @@
-"""The one class that talks to libvirt (libvirt-python, imported lazily). Filled in by the libvirt work."""
+"""The one class that talks to libvirt. libvirt-python is imported lazily (so --help, discovery and most tests never
+load it) and every libvirtError becomes a vgpuadm error carrying libvirt's own message.
+
+Which libvirt: `--connect URI`, else $LIBVIRT_DEFAULT_URI, else qemu:///system — except on a simulated host root
+with neither set, where it is libvirt's embedded QEMU driver under the root (`qemu:///embed?root=…`): real
+libvirt, in-process, no daemon.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import threading
+from typing import Any
+
+from vgpuadm.errors import ConflictError, LibvirtError, NotFoundError
+
+DEFAULT_URI = "qemu:///system"
+EMBED_SUBDIR = "var/lib/vgpuadm/libvirt"  # under a simulated root
+
+# libvirt error codes (virterror.h) that mean something to the user beyond "libvirt failed".
+_ERR_NO_DOMAIN = 42
+_ERR_NO_DOMAIN_METADATA = 80
+
+_lock = threading.Lock()
+_embedded_root: str | None = None  # libvirt allows ONE embedded driver root per process, for the process's life
+
+
+def choose_uri(connect: str | None, root: str, simulated: bool) -> str:
+    """--connect, else $LIBVIRT_DEFAULT_URI, else the embedded driver on a simulated root, else qemu:///system."""
+    if connect:
+        return connect
+    env = os.environ.get("LIBVIRT_DEFAULT_URI")
+    if env:
+        return env
+    if simulated:
+        return embed_uri(root)
+    return DEFAULT_URI
+
+
+def embed_uri(root: str) -> str:
+    return f"qemu:///embed?root={os.path.join(os.path.abspath(root), EMBED_SUBDIR)}"
+
+
+def _libvirt() -> Any:
+    import libvirt
+
+    return libvirt
+
+
+def _caps_cache_store() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "vgpuadm", "qemu-capabilities")
+
+
+def _seed_caps_cache(embed_root: str) -> None:
+    """A fresh embedded root makes libvirt probe QEMU's capabilities (~4 s). The probe result is keyed by the
+    QEMU binary and re-validated by libvirt on load, so copying a previous result in is safe and makes it 0.05 s."""
+    target = os.path.join(embed_root, "cache", "qemu", "capabilities")
+    if glob.glob(os.path.join(target, "*.xml")):
+        return
+    sources = glob.glob(os.path.join(_caps_cache_store(), "*.xml"))
+    if not sources:
+        return
+    try:
+        os.makedirs(target, exist_ok=True)
+        for src in sources:
+            shutil.copy2(src, target)
+    except OSError:
+        pass  # only a cache: libvirt probes again
+
+
+def _save_caps_cache(embed_root: str) -> None:
+    store = _caps_cache_store()
+    try:
+        for src in glob.glob(os.path.join(embed_root, "cache", "qemu", "capabilities", "*.xml")):
+            dest = os.path.join(store, os.path.basename(src))
+            if not os.path.exists(dest) or os.path.getmtime(dest) < os.path.getmtime(src):
+                os.makedirs(store, exist_ok=True)
+                tmp = f"{dest}.{os.getpid()}.tmp"
+                shutil.copy2(src, tmp)
+                os.replace(tmp, dest)
+    except OSError:
+        pass
+
+
+def _embed_root_of(uri: str) -> str | None:
+    if not uri.startswith("qemu:///embed"):
+        return None
+    from urllib.parse import parse_qs, urlsplit
+
+    roots = parse_qs(urlsplit(uri).query).get("root")
+    return roots[0] if roots else None
+
+
+class VirtConn:
+    """A libvirt connection with the few operations vgpuadm needs. Domains are addressed by name."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self._conn: Any = None
+        self._domains: dict[str, Any] = {}
+        self._active: dict[str, bool] = {}
+        self.embed_root = _embed_root_of(uri)
+
+    # -- connection ------------------------------------------------------------------------------------------------
+    @property
+    def conn(self) -> Any:
+        if self._conn is None:
+            self._conn = self._open()
+        return self._conn
+
+    def _open(self) -> Any:
+        global _embedded_root
+        libvirt = _libvirt()
+        # libvirt prints every error to stderr by default; vgpuadm reports them itself, once.
+        libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+        if self.embed_root:
+            with _lock:
+                if _embedded_root is not None and _embedded_root != self.embed_root:
+                    raise ConflictError(
+                        f"this process already runs libvirt's embedded driver at {_embedded_root}; "
+                        f"libvirt cannot open a second one at {self.embed_root}",
+                        "run one vgpuadm process per simulated host, or pass --connect qemu:///system",
+                    )
+                if _embedded_root is None:
+                    # The embedded driver needs an event loop implementation registered before the first open.
+                    libvirt.virEventRegisterDefaultImpl()
+                os.makedirs(self.embed_root, exist_ok=True)
+                _seed_caps_cache(self.embed_root)
+                _embedded_root = self.embed_root
+        try:
+            conn = libvirt.open(self.uri)
+        except libvirt.libvirtError as exc:
+            raise LibvirtError(
+                f"cannot connect to {self.uri}: {_message(exc)}",
+                "start libvirtd (systemctl start libvirtd) or pick another URI with --connect",
+            ) from None
+        return conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):  # closing is best effort; the process may be exiting
+                self._conn.close()
+            if self.embed_root:
+                _save_caps_cache(self.embed_root)  # libvirt probed QEMU on first use; keep it for the next root
+        self._conn = None
+        self._domains.clear()
+        self._active.clear()
+
+    def __enter__(self) -> VirtConn:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- errors ----------------------------------------------------------------------------------------------------
+    def _fail(self, exc: Any, action: str, name: str | None = None) -> Exception:
+        code = exc.get_error_code()
+        if code == _ERR_NO_DOMAIN and name is not None:
+            return self._no_domain(name)
+        return LibvirtError(f"{action}: {_message(exc)}", f"check the domain with `virsh -c {self.uri} dumpxml`")
+
+    def _no_domain(self, name: str) -> NotFoundError:
+        return NotFoundError(f"No domain named '{name}'", f"list the domains with `virsh -c {self.uri} list --all`")
+
+    # -- domains ---------------------------------------------------------------------------------------------------
+    def domain(self, name: str) -> Any:
+        dom = self._domains.get(name)
+        if dom is None:
+            libvirt = _libvirt()
+            try:
+                dom = self.conn.lookupByName(name)
+            except libvirt.libvirtError as exc:
+                raise self._fail(exc, f"looking up domain '{name}'", name) from None
+            self._domains[name] = dom
+        return dom
+
+    def list_domains(self) -> list[str]:
+        libvirt = _libvirt()
+        try:
+            return sorted(d.name() for d in self.conn.listAllDomains(0))
+        except libvirt.libvirtError as exc:
+            raise self._fail(exc, "listing domains") from None
+
+    def xml(self, name: str, *, inactive: bool = True) -> str:
+        """The persistent definition (XMLDesc with VIR_DOMAIN_XML_INACTIVE), or the live one."""
+        libvirt = _libvirt()
+        flags = libvirt.VIR_DOMAIN_XML_INACTIVE if inactive else 0
+        try:
+            return str(self.domain(name).XMLDesc(flags))
+        except libvirt.libvirtError as exc:
+            raise self._fail(exc, f"reading the XML of '{name}'", name) from None
+
+    def uuid(self, name: str) -> str:
+        libvirt = _libvirt()
+        try:
+            return str(self.domain(name).UUIDString())
+        except libvirt.libvirtError as exc:
+            raise self._fail(exc, f"reading the UUID of '{name}'", name) from None
+
+    def is_active(self, name: str, *, fresh: bool = True) -> bool:
+        """Whether the domain runs. fresh=False may answer from this connection's earlier look (device changes of
+        one command ask several times, and each look is a daemon round trip)."""
+        libvirt = _libvirt()
+        if not fresh and name in self._active:
+            return self._active[name]
+        try:
+            self._active[name] = bool(self.domain(name).isActive())
+        except libvirt.libvirtError as exc:
+            raise self._fail(exc, f"reading the state of '{name}'", name) from None
+        return self._active[name]
+
+    def define(self, xml: str) -> str:
+        """Define (or redefine) a persistent domain; returns its name."""
+        libvirt = _libvirt()
+        try:
+            dom = self.conn.defineXML(xml)
+        except libvirt.libvirtError as exc:
+            raise LibvirtError(f"defining a domain: {_message(exc)}", "check the domain XML") from None
+        self._domains[dom.name()] = dom
+        return str(dom.name())
+
+    def undefine(self, name: str) -> None:
+        libvirt = _libvirt()
+        try:
+            dom = self.domain(name)
+            if dom.isActive():
+                dom.destroy()
+            dom.undefineFlags(getattr(libvirt, "VIR_DOMAIN_UNDEFINE_NVRAM", 0))
+        except libvirt.libvirtError as exc:
+            raise self._fail(exc, f"undefining '{name}'", name) from None
+        self._domains.pop(name, None)
+
+    # -- devices ---------------------------------------------------------------------------------------------------
+    def _device_flags(self, name: str) -> tuple[int, bool]:
+        libvirt = _libvirt()
+        live = self.is_active(name, fresh=False)
+        flags = libvirt.VIR_DOMAIN_AFFECT_CONFIG | (libvirt.VIR_DOMAIN_AFFECT_LIVE if live else 0)
+        return flags, live
+
+    def attach(self, name: str, device_xml: str) -> None:
+        """Add a device to the persistent definition, and to the running guest when it runs. With both flags libvirt
+        commits the definition only after the hot-plug succeeded, so a refused hot-plug changes nothing."""
+        libvirt = _libvirt()
+        flags, live = self._device_flags(name)
+        try:
+            self.domain(name).attachDeviceFlags(device_xml, flags)
+        except libvirt.libvirtError as exc:
+            if live:
+                raise ConflictError(
+                    f"domain '{name}' is running and libvirt cannot hot-plug the device: {_message(exc)}",
+                    f"shut it down (virsh -c {self.uri} shutdown {name}) and run the command again",
+                ) from None
+            raise self._fail(exc, f"attaching a device to '{name}'", name) from None
+
+    def detach(self, name: str, device_xml: str) -> None:
+        """Remove a device from the definition, and from the running guest when it runs."""
+        libvirt = _libvirt()
+        flags, live = self._device_flags(name)
+        try:
+            self.domain(name).detachDeviceFlags(device_xml, flags)
+        except libvirt.libvirtError as exc:
+            if live:
+                raise ConflictError(
+                    f"domain '{name}' is running and libvirt cannot unplug the device: {_message(exc)}",
+                    f"shut it down (virsh -c {self.uri} shutdown {name}) and run the command again",
+                ) from None
+            raise self._fail(exc, f"detaching a device from '{name}'", name) from None
+
+    # -- metadata --------------------------------------------------------------------------------------------------
+    def get_metadata(self, name: str, uri: str) -> str | None:
+        """The persistent metadata element in namespace `uri` (without namespace, as libvirt returns it), or None."""
+        libvirt = _libvirt()
+        try:
+            return str(
+                self.domain(name).metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, uri, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+            )
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() == _ERR_NO_DOMAIN_METADATA:
+                return None
+            raise self._fail(exc, f"reading the metadata of '{name}'", name) from None
+
+    def set_metadata(self, name: str, key: str, uri: str, element_xml: str | None) -> None:
+        """Replace the element in namespace `uri` (None removes it). Persistent, plus live when running."""
+        libvirt = _libvirt()
+        flags, _live = self._device_flags(name)
+        try:
+            self.domain(name).setMetadata(
+                libvirt.VIR_DOMAIN_METADATA_ELEMENT, element_xml, key if element_xml else None, uri, flags
+            )
+        except libvirt.libvirtError as exc:
+            raise self._fail(exc, f"writing the metadata of '{name}'", name) from None
+
+
+def _message(exc: Any) -> str:
+    """libvirt's own one-line message."""
+    msg = exc.get_error_message() if hasattr(exc, "get_error_message") else None
+    return " ".join(str(msg or exc).split())

@@ -1,0 +1,154 @@
+"""Provision N VMs (one nvidia-63 each) on a simulated 8×P4 host against the real libvirtd: vgpuadm in one process
+(python API: place, create the mdev, attach, record metadata — per VM one journaled plan) versus the shell loop an
+admin would write, `mdevctl start -u U -p P -t nvidia-63` + `virsh attach-device DOM hostdev.xml --config`, run
+inside `unshare -m` with the simulated root's sys/ bind-mounted on /sys (mdevctl writes `create`, which on a
+plain-file tree does nothing — fine for timing).
+
+Prints the median wall time of each over --repeat runs and the ratio (target: vgpuadm ≤ 0.5× the loop).
+Needs root (unshare, libvirtd) and mdevctl. Usage: .venv/bin/python bench/bench_provision.py [--vms 64] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import libvirt
+
+from vgpuadm import api
+from vgpuadm.sim.profiles import HostBuilder, add_p4
+from vgpuadm.virt import xml
+
+URI = "qemu:///system"
+TYPE = "nvidia-63"  # GRID P4-1Q, 8 per P4
+GPUS = 8
+
+
+def build_host(root: str) -> list[str]:
+    """A simulated host with GPUS Tesla P4s (8 × nvidia-63 each); returns their addresses."""
+    h = HostBuilder(root, "bench-8xp4")
+    addresses = []
+    for i in range(GPUS):
+        address = f"0000:{0x10 + i:02x}:00.0"
+        add_p4(h, address, f"0000:00:{i + 1:02x}.0", "pci0000:00", 10 + i, i % 2)
+        addresses.append(address)
+    h.finish()
+    return addresses
+
+
+def ensure_libvirtd() -> None:
+    libvirt.registerErrorHandler(lambda _c, _e: None, None)
+    try:
+        libvirt.open(URI).close()
+        return
+    except libvirt.libvirtError:
+        pass
+    for daemon in ("virtlogd", "libvirtd"):
+        subprocess.run([daemon, "-d"], check=False, capture_output=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            libvirt.open(URI).close()
+            return
+        except libvirt.libvirtError:
+            time.sleep(0.1)
+    sys.exit("libvirtd did not answer on qemu:///system")
+
+
+def define(conn: libvirt.virConnect, names: list[str]) -> None:
+    for name in names:
+        conn.defineXML(xml.domain_definition(name, vnc=False, memory_mib=64))
+
+
+def undefine(conn: libvirt.virConnect, names: list[str]) -> None:
+    for name in names:
+        with contextlib.suppress(libvirt.libvirtError):
+            conn.lookupByName(name).undefine()
+
+
+def run_vgpuadm(names: list[str], tmpdir: str | None) -> float:
+    root = tempfile.mkdtemp(prefix="bench-vgpuadm-", dir=tmpdir)
+    try:
+        build_host(root)
+        start = time.perf_counter()
+        results = api.guest_create_many(root, [(name, 1) for name in names], TYPE, connect=URI)
+        elapsed = time.perf_counter() - start
+        made = len(os.listdir(os.path.join(root, "sys/bus/mdev/devices")))
+        assert made == len(names) and all(r.added for r in results), f"vgpuadm made {made} mdevs"
+        return elapsed
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_shell_loop(names: list[str], tmpdir: str | None) -> float:
+    root = tempfile.mkdtemp(prefix="bench-mdevctl-", dir=tmpdir)
+    try:
+        gpus = build_host(root)
+        lines = ["set -e", f"mount --bind {root}/sys /sys"]
+        for i, name in enumerate(names):
+            u = str(uuid.uuid4())
+            path = os.path.join(root, f"hostdev-{i}.xml")
+            with open(path, "w") as f:
+                f.write(xml.mdev_hostdev(u))
+            parent = gpus[i // 8]
+            lines.append(f"mdevctl start -u {u} -p {parent} -t {TYPE}")
+            lines.append(f"virsh -q -c {URI} attach-device {name} {path} --config >/dev/null")
+        script = os.path.join(root, "loop.sh")
+        with open(script, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        start = time.perf_counter()
+        r = subprocess.run(["unshare", "-m", "sh", script], capture_output=True, text=True)
+        elapsed = time.perf_counter() - start
+        if r.returncode != 0:
+            sys.exit(f"shell loop failed: {r.stderr.strip()}")
+        return elapsed
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vms", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tmpdir", default=None, help="where the simulated roots live (default: $TMPDIR or /tmp)")
+    args = parser.parse_args()
+    if args.vms > GPUS * 8:
+        sys.exit(f"at most {GPUS * 8} VMs fit on {GPUS} P4s")
+    if os.geteuid() != 0 or not shutil.which("mdevctl"):
+        sys.exit("needs root and mdevctl (scripts/install.sh)")
+    ensure_libvirtd()
+    conn = libvirt.open(URI)
+    import vgpuadm.guest  # noqa: F401  (import cost is start-up, not provisioning: the loop's tools are warm too)
+
+    ours, loop = [], []
+    for rep in range(args.repeat):
+        names = [f"bench-{os.getpid()}-{rep}-{i:02d}" for i in range(args.vms)]
+        define(conn, names)
+        try:
+            ours.append(run_vgpuadm(names, args.tmpdir))
+        finally:
+            undefine(conn, names)
+        define(conn, names)
+        try:
+            loop.append(run_shell_loop(names, args.tmpdir))
+        finally:
+            undefine(conn, names)
+        print(f"run {rep + 1}: vgpuadm {ours[-1]:.2f} s, mdevctl+virsh loop {loop[-1]:.2f} s", flush=True)
+    a, b = statistics.median(ours), statistics.median(loop)
+    where = args.tmpdir or tempfile.gettempdir()
+    print(f"provision {args.vms} VMs with one {TYPE} each (median of {args.repeat}; simulated roots in {where}):")
+    print(f"  vgpuadm (python API, one process): {a:.2f} s ({a / args.vms * 1000:.1f} ms/VM)")
+    print(f"  mdevctl start + virsh attach-device loop: {b:.2f} s ({b / args.vms * 1000:.1f} ms/VM)")
+    print(f"  ratio vgpuadm / loop: {a / b:.2f} (target <= 0.50: {'met' if a / b <= 0.5 else 'NOT met'})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs INSIDE the kernel lane's guest, as root (started by run-lane.sh through `vng --exec`): loads vfio, mdev and
+# the sample drivers, starts virtlogd + libvirtd, runs tests/kernel/guest with the venv's pytest. Host environment
+# variables do not reach the guest, so everything is set here. Logs, junit XML and rc go to the results folder.
+set -u
+results=$1
+modules=$2
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+export PATH="$repo/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+export VGPUADM_KERNEL_GUEST=1 VGPUADM_KERNEL_RESULTS="$results" PYTHONDONTWRITEBYTECODE=1 HOME=/root LANG=C.UTF-8
+finish() { echo "$1" > "$results/rc"; exit "$1"; }
+
+setup() {
+  set -x
+  uname -r
+  modprobe -a vfio vfio_iommu_type1 mdev vfio-pci || return 1
+  insmod "$modules/mtty.ko" || return 1
+  insmod "$modules/mdpy.ko" || return 1
+  # mbochs's budget parameter is `count` (MiB) on 6.1, although its description says `mem`.
+  insmod "$modules/mbochs.ko" count=96 || return 1
+  ls /sys/class/mdev_bus /dev/vfio
+}
+if ! setup > "$results/setup.log" 2>&1; then
+  cat "$results/setup.log"
+  echo "guest: setup failed (see setup.log)"
+  finish 3
+fi
+# libvirtd needs ~40 s under TCG before it answers; tests/kernel/guest/test_libvirt.py waits for it.
+{ virtlogd -d && libvirtd -d; } > "$results/libvirtd.log" 2>&1
+
+cd "$repo" || finish 4
+python -m pytest tests/kernel/guest -p no:cacheprovider -q -rA --junitxml "$results/junit.xml" > "$results/pytest.log" 2>&1
+rc=$?
+cat "$results/pytest.log"
+finish "$rc"

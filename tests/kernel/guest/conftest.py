@@ -1,0 +1,71 @@
+"""Fixtures for the suite that runs INSIDE the lane's guest (a real 6.1 kernel with mtty, mdpy, mbochs, QEMU's
+SR-IOV NVMe controller behind an emulated IOMMU, vfio-pci and libvirtd), as root, on the real root `/`.
+
+Outside that guest every test here is skipped: tests/kernel/run-lane.sh sets VGPUADM_KERNEL_GUEST=1 in the guest.
+(VGPUADM_KERNEL_GUEST=1 VGPUADM_ROOT=<a `vgpuadm sim build kernel-samples` root> runs the sysfs and CLI tests on the
+simulator instead, a quick check while editing them.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import differential_scenario as scenario
+import pytest
+
+from vgpuadm import api
+from vgpuadm.host.sysfs import Sysfs
+
+IN_GUEST = os.environ.get("VGPUADM_KERNEL_GUEST") == "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(here):
+            item.add_marker(pytest.mark.kernel)
+            if not IN_GUEST:
+                item.add_marker(pytest.mark.skip(reason="runs only inside the kernel lane's guest (run-lane.sh)"))
+
+
+@pytest.fixture
+def results() -> Path:
+    """The folder the host reads back after the guest exits (run-lane.sh's --rwdir)."""
+    path = Path(os.environ["VGPUADM_KERNEL_RESULTS"])
+    assert path.is_dir(), f"{path} (VGPUADM_KERNEL_RESULTS) is not a directory"
+    return path
+
+
+@pytest.fixture
+def sysfs() -> Iterator[Sysfs]:
+    """The real host's sysfs. After the test: every mdev removed and SR-IOV switched off again, so each test
+    starts from the state the lane booted with."""
+    fs = api.open_sysfs(None)  # `/` in the guest; $VGPUADM_ROOT to try the suite on a simulated kernel-samples host
+    yield fs
+    restore(fs)
+
+
+def restore(fs: Sysfs) -> None:
+    for uuid in fs.listdir("/sys/bus/mdev/devices"):
+        fs.write(f"/sys/bus/mdev/devices/{uuid}/remove", "1")
+    for addr in fs.listdir("/sys/bus/pci/devices"):
+        d = f"/sys/bus/pci/devices/{addr}"
+        if fs.exists(f"{d}/sriov_numvfs") and fs.read(f"{d}/sriov_numvfs").strip() != "0":
+            fs.write(f"{d}/sriov_numvfs", "0")
+        if fs.exists(f"{d}/sriov_drivers_autoprobe"):
+            fs.write(f"{d}/sriov_drivers_autoprobe", "1")
+
+
+@pytest.fixture
+def enabled_vfs(cli, sysfs: Sysfs) -> tuple[str, list[str]]:
+    """Two VFs on the SR-IOV PF through `vgpuadm sriov enable`, meant for vfio-pci: autoprobe off first, or nvme
+    grabs each VF (and, on QEMU's offline secondary controllers, fails and lets go a moment later)."""
+    pf = scenario.sriov_pf(sysfs)
+    sysfs.write(f"/sys/bus/pci/devices/{pf}/sriov_drivers_autoprobe", "0")
+    result = cli("sriov", "enable", pf, "--num", "2", "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["steps"] == [f"step 1/1 set sriov_numvfs of {pf} to 2 (was 0)"]
+    return pf, [sysfs.link_name(f"/sys/bus/pci/devices/{pf}/virtfn{i}") or "" for i in range(2)]

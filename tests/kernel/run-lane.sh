@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The real-kernel lane. Boots Debian's own kernel ONCE in a throw-away virtme-ng guest (TCG: this machine's
+# /dev/kvm cannot boot it) with an emulated IOMMU and QEMU's SR-IOV NVMe controller, loads the kernel's sample
+# mdev drivers (built here from linux-source, cached in tests/kernel/out/), runs tests/kernel/guest inside as root,
+# brings back junit XML and the exit code, then compares the guest's scenario run with the simulator
+# (tests/kernel/test_differential.py). Prints one summary line. Works from any checkout location.
+#
+# Needs (scripts/install.sh): linux-image-amd64 (installed with INITRD=No), linux-headers-amd64, linux-source,
+# qemu-system-x86, libvirt, and virtme-ng in .venv.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+out="$here/out"
+results="$out/results"
+timeout_s=${VGPUADM_KERNEL_TIMEOUT:-900}
+export PATH="$repo/.venv/bin:$PATH"
+start=$SECONDS
+
+fail() {
+  echo "kernel lane: FAILED: $*"
+  exit 1
+}
+
+kver=$(dpkg-query -W -f='${Depends}' linux-image-amd64 2>/dev/null | sed -n 's/^linux-image-\([^ ,]*\).*/\1/p')
+[ -n "$kver" ] || fail "linux-image-amd64 is not installed (run scripts/install.sh)"
+kernel="/boot/vmlinuz-$kver"
+[ -r "$kernel" ] || fail "$kernel is missing (reinstall linux-image-$kver)"
+command -v vng >/dev/null || fail "vng (virtme-ng) is not in $repo/.venv (run scripts/install.sh)"
+command -v qemu-system-x86_64 >/dev/null || fail "qemu-system-x86_64 is missing (apt-get install qemu-system-x86)"
+
+modules="$out/modules-$kver"
+"$here/build-samples.sh" "$kver" "$modules" || fail "building the sample mdev drivers for $kver failed"
+
+rm -rf "$results"
+mkdir -p "$results"
+# The guest's devices: an IOMMU (vfio-pci refuses devices without one; Debian's kernel has no no-IOMMU mode) and
+# an NVMe controller with 2 SR-IOV VFs behind its own PCIe root port.
+qemu_opts="-device intel-iommu,intremap=on -device pcie-root-port,id=rp1,chassis=1,slot=1"
+qemu_opts+=" -device nvme-subsys,id=nvmesubsys0,nqn=vgpu-lab"
+qemu_opts+=" -device nvme,id=nvme0,serial=lab0001,subsys=nvmesubsys0,bus=rp1"
+qemu_opts+=",sriov_max_vfs=2,sriov_vq_flexible=4,sriov_vi_flexible=2"
+echo "kernel lane: booting $kver under TCG (timeout ${timeout_s}s); console log: $results/console.log"
+(cd "$repo" && timeout --kill-after=30 "$timeout_s" vng --run "$kernel" --disable-kvm --disable-microvm \
+  --cpus 2 --memory 2G --rwdir "$results" --append "intel_iommu=on" --qemu-opts="$qemu_opts" \
+  --exec "'$here/guest-entry.sh' '$results' '$modules'") >"$results/console.log" 2>&1
+vng_rc=$?
+guest_s=$((SECONDS - start))
+
+[ "$vng_rc" = 124 ] || [ "$vng_rc" = 137 ] && fail "the guest did not finish within ${timeout_s}s (see $results/console.log)"
+[ -f "$results/rc" ] || { tail -n 40 "$results/console.log"; fail "the guest never reported (vng exit $vng_rc)"; }
+guest_rc=$(cat "$results/rc")
+[ -f "$results/junit.xml" ] || { tail -n 40 "$results/console.log"; fail "no junit XML from the guest (guest exit $guest_rc)"; }
+cat "$results/pytest.log" 2>/dev/null | tail -n 60
+
+summary=$("$repo/.venv/bin/python" - "$results/junit.xml" <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+
+root = ET.parse(sys.argv[1]).getroot()
+suites = [root] if root.tag == "testsuite" else list(root)
+n = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+print(n["tests"] - n["failures"] - n["errors"] - n["skipped"], n["failures"] + n["errors"], n["skipped"])
+PY
+)
+read -r passed failed skipped <<<"$summary"
+
+VGPUADM_KERNEL_RESULTS="$results" "$repo/.venv/bin/python" -m pytest "$here/test_differential.py" \
+  -p no:cacheprovider -q --junitxml "$results/junit-differential.xml" >"$results/differential.log" 2>&1
+diff_rc=$?
+[ "$diff_rc" = 0 ] && diff_state=identical || { cat "$results/differential.log"; diff_state=DIFFERENT; }
+
+status=PASSED
+# A skip inside the guest means something the lane promises was not checked: that is a failure too.
+if [ "$guest_rc" != 0 ] || [ "$failed" != 0 ] || [ "$skipped" != 0 ] || [ "$passed" = 0 ] || [ "$diff_rc" != 0 ]; then
+  status=FAILED
+fi
+echo "kernel lane: $status — guest ($kver): $passed passed, $failed failed, $skipped skipped (exit $guest_rc);" \
+  "differential real vs simulated: $diff_state; guest ${guest_s}s, total $((SECONDS - start))s"
+[ "$status" = PASSED ]

@@ -1,0 +1,141 @@
+"""`vgpuadm apply -f`: a plan file made true on a simulated P4 host with domains in libvirt's embedded driver.
+Checks exact sysfs state, exact recorded allocations and deterministic UUIDs; idempotence; a plan that does not
+fit fails before changing anything; --check, --prune."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from embedded_host import allocations, attr, define, domain_xml, hostdev_keys, mdevs, vgpuadm
+
+from vgpuadm.identity import device_uuid, host_identity
+from vgpuadm.sim.treestate import tree_state
+
+pytestmark = pytest.mark.libvirt
+
+PLAN = """\
+vms:
+  web01:
+    type: GRID P4-1Q
+    count: 2
+    params: {frame_rate_limiter: 0}
+  db02:
+    type: nvidia-63
+"""
+
+
+@pytest.fixture
+def host(sim_host: Callable[[str], Path], tmp_path: Path) -> tuple[Path, dict[str, str], Path]:
+    root = sim_host("p4")
+    uuids = define(root, "web01", "db02", "other")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    return root, uuids, plan
+
+
+def test_apply_creates_attaches_records_then_is_idempotent(host: tuple[Path, dict[str, str], Path]) -> None:
+    root, uuids, plan = host
+    hid = host_identity(str(root))
+    web = [device_uuid(hid, uuids["web01"], s) for s in (0, 1)]
+    db = device_uuid(hid, uuids["db02"], 0)
+
+    first = vgpuadm(root, "apply", "-f", str(plan), "--diff")
+    assert first.code == 0, first.err
+    assert first.out.splitlines()[-3:] == [
+        "+ db02: nvidia-63 ×1",
+        "+ web01: nvidia-63 ×2",
+        "applied 10 step(s): apply plan.yaml: +3 −0 ~0",
+    ]
+    assert "[1/10] create mdev" in first.out  # progress, one line per step when not on a terminal
+    assert mdevs(root) == sorted([*web, db])
+    for u in web:
+        assert attr(root, f"/sys/bus/mdev/devices/{u}/nvidia/vgpu_params") == "frame_rate_limiter=0\n"
+    assert [(a.mode, a.type_id, a.parent, a.uuid, a.params, a.slot) for a in allocations(root, "web01")] == [
+        ("mdev", "nvidia-63", "0000:01:00.0", web[0], "frame_rate_limiter=0", 0),
+        ("mdev", "nvidia-63", "0000:01:00.0", web[1], "frame_rate_limiter=0", 1),
+    ]
+    assert hostdev_keys(root, "web01") == web and hostdev_keys(root, "db02") == [db]
+    assert allocations(root, "other") == []
+
+    exported = vgpuadm(root, "mdevctl", "export")  # from the domains' metadata
+    assert exported.out.splitlines() == sorted(
+        f"wrote /etc/mdevctl.d/0000:01:00.0/{u} (nvidia-63, start=auto)" for u in [*web, db]
+    )
+
+    state = tree_state(root)
+    xml_before = {n: domain_xml(root, n) for n in uuids}
+    again = vgpuadm(root, "apply", "-f", str(plan), "--diff")
+    assert again.code == 0, again.err
+    assert again.out == "nothing to do: the host matches the plan\n"
+    assert tree_state(root) == state
+    assert {n: domain_xml(root, n) for n in uuids} == xml_before
+
+
+def test_plan_that_needs_more_instances_than_exist_changes_nothing(host: tuple[Path, dict[str, str], Path]) -> None:
+    root, _uuids, plan = host
+    # Two P4s hold 8 × nvidia-63 each: 3 for web01/db02 plus 14 for "other" is one too many. VMs are placed in
+    # name order (db02, other, web01), so web01 is the one that no longer fits.
+    plan.write_text(PLAN + "  other:\n    type: nvidia-63\n    count: 14\n")
+    state = tree_state(root)
+    xml_before = domain_xml(root, "other")
+    res = vgpuadm(root, "apply", "-f", str(plan))
+    assert res.code == 4, res.err
+    assert res.err.startswith("error: plan.yaml:4: vms.web01.count: No room for 2 × nvidia-63 (only 1 fit)")
+    assert "hint: " in res.err and res.out == ""
+    assert tree_state(root) == state
+    assert domain_xml(root, "other") == xml_before
+    assert not (root / "var/lib/vgpuadm/journal.json").exists()
+
+
+def test_check_shows_the_diff_and_changes_nothing(host: tuple[Path, dict[str, str], Path]) -> None:
+    root, _uuids, plan = host
+    state = tree_state(root)
+    res = vgpuadm(root, "apply", "-f", str(plan), "--check")
+    assert res.code == 0, res.err
+    assert res.out.splitlines() == [
+        "+ db02: nvidia-63 ×1",
+        "+ web01: nvidia-63 ×2",
+        "would run 10 step(s); nothing was changed (--check)",
+    ]
+    assert tree_state(root) == state
+
+
+def test_shrinking_and_prune(host: tuple[Path, dict[str, str], Path]) -> None:
+    root, uuids, plan = host
+    assert vgpuadm(root, "apply", "-f", str(plan)).code == 0
+    hid = host_identity(str(root))
+    web = [device_uuid(hid, uuids["web01"], s) for s in (0, 1)]
+    db = device_uuid(hid, uuids["db02"], 0)
+    plan.write_text("vms:\n  web01:\n    type: nvidia-63\n    params: frame_rate_limiter=0\n")
+
+    kept = vgpuadm(root, "apply", "-f", str(plan), "--diff")
+    assert kept.code == 0, kept.err
+    assert f"- web01: nvidia-63 {web[1]} on 0000:01:00.0" in kept.out
+    assert "left alone: db02 (not in the plan; --prune removes its devices)" in kept.out
+    assert mdevs(root) == sorted([web[0], db])
+    assert [a.uuid for a in allocations(root, "web01")] == [web[0]]
+
+    pruned = vgpuadm(root, "apply", "-f", str(plan), "--prune", "--diff")
+    assert pruned.code == 0, pruned.err
+    assert f"- db02: nvidia-63 {db} on 0000:01:00.0" in pruned.out
+    assert mdevs(root) == [web[0]]
+    assert allocations(root, "db02") == [] and hostdev_keys(root, "db02") == []
+    assert "vgpuadm" not in domain_xml(root, "db02")
+
+
+def test_plan_errors_name_file_line_and_key(host: tuple[Path, dict[str, str], Path]) -> None:
+    root, _uuids, plan = host
+    plan.write_text("vms:\n  web01:\n    type: nvidia-63\n    count: 0\n")
+    res = vgpuadm(root, "apply", "-f", str(plan))
+    assert (res.code, res.err.splitlines()[0]) == (2, "error: plan.yaml:4: vms.web01.count: must be ≥ 1")
+    plan.write_text("vms:\n  nosuchvm:\n    type: nvidia-63\n")
+    res = vgpuadm(root, "apply", "-f", str(plan))
+    assert (res.code, res.err.splitlines()[0]) == (
+        3,
+        "error: plan.yaml:2: vms.nosuchvm: no libvirt domain named 'nosuchvm'",
+    )
+    plan.write_text("vms:\n  web01:\n    type: nvidia-999\n")
+    res = vgpuadm(root, "apply", "-f", str(plan))
+    assert res.code == 3 and res.err.startswith('error: plan.yaml:3: vms.web01.type: Unknown type "nvidia-999"')

@@ -1,0 +1,298 @@
+"""The guest commands against a real libvirtd (qemu:///system, started by the `libvirtd` fixture) and simulated host
+roots: exact hostdev elements and vgpuadm metadata in XMLDesc(VIR_DOMAIN_XML_INACTIVE), exact sysfs state, and
+nothing left behind when a step fails. Domains are throwaway (unique names, undefined in teardown)."""
+
+from __future__ import annotations
+
+import os
+import uuid as uuid_mod
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import libvirt
+import pytest
+from lxml import etree
+
+from vgpuadm.identity import device_uuid, host_identity
+from vgpuadm.virt import xml
+
+pytestmark = pytest.mark.libvirt
+
+SCHEMA = "/usr/share/libvirt/schemas/domain.rng"
+
+
+@pytest.fixture
+def conn(libvirtd: str) -> Iterator[libvirt.virConnect]:
+    c = libvirt.open(libvirtd)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def domain(conn: libvirt.virConnect) -> Iterator[Callable[..., str]]:
+    """Define a throwaway diskless domain; returns its unique name. Undefined (and destroyed) in teardown."""
+    made: list[str] = []
+
+    def define(suffix: str = "web01", machine: str = "q35", vnc: bool = False) -> str:
+        name = f"vgpuadm-test-{uuid_mod.uuid4().hex[:10]}-{suffix}"
+        conn.defineXML(xml.domain_definition(name, machine=machine, vnc=vnc, memory_mib=64))
+        made.append(name)
+        return name
+
+    yield define
+    for name in made:
+        try:
+            dom = conn.lookupByName(name)
+        except libvirt.libvirtError:
+            continue
+        if dom.isActive():
+            dom.destroy()
+        dom.undefine()
+
+
+def inactive_xml(conn: libvirt.virConnect, name: str) -> str:
+    return str(conn.lookupByName(name).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+
+
+def hostdevs(conn: libvirt.virConnect, name: str) -> list[str]:
+    """The domain's hostdev elements as libvirt stores them, minus the guest address libvirt assigns itself."""
+    parser = etree.XMLParser(remove_blank_text=True)
+    doc = etree.fromstring(inactive_xml(conn, name).encode(), parser)
+    out = []
+    for hd in doc.findall("devices/hostdev"):
+        addr = hd.find("address")
+        if addr is not None and hd.get("type") == "mdev":
+            hd.remove(addr)
+        out.append(etree.tostring(hd, encoding="unicode"))
+    return out
+
+
+def metadata(conn: libvirt.virConnect, name: str) -> str | None:
+    try:
+        return str(conn.lookupByName(name).metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, xml.NS,
+                                                    libvirt.VIR_DOMAIN_AFFECT_CONFIG))  # fmt: skip
+    except libvirt.libvirtError:
+        return None
+
+
+def mdevs(root: Path) -> list[str]:
+    d = root / "sys/bus/mdev/devices"
+    return sorted(os.listdir(d)) if d.is_dir() else []
+
+
+def expected_uuid(root: Path, conn: libvirt.virConnect, name: str, slot: int) -> str:
+    return device_uuid(host_identity(str(root)), conn.lookupByName(name).UUIDString(), slot)
+
+
+def test_create_attaches_and_records(sim_host, cli, conn, domain, libvirtd):
+    root, vm = sim_host("p4"), domain()
+    r = cli("--root", str(root), "--connect", libvirtd, "create", "--type", "nvidia-63", "--vm", vm)
+    assert r.code == 0, r.err
+    u = expected_uuid(root, conn, vm, 0)
+    assert r.out.splitlines()[0] == f"attached mdev nvidia-63 {u} on 0000:01:00.0 (to {vm})"
+    assert mdevs(root) == [u]
+    assert os.readlink(root / f"sys/bus/mdev/devices/{u}/mdev_type").endswith("/nvidia-63")
+    assert hostdevs(conn, vm) == [
+        '<hostdev mode="subsystem" type="mdev" managed="no" model="vfio-pci" display="off">'
+        f'<source><address uuid="{u}"/></source></hostdev>'
+    ]
+    assert metadata(conn, vm) == (
+        '<vgpuadm version="1">\n'
+        f'  <device slot="0" mode="mdev" type="nvidia-63" parent="0000:01:00.0" uuid="{u}">\n'
+        '    <option name="display" value="off"/>\n'
+        "  </device>\n"
+        "</vgpuadm>"
+    )
+    assert [(a.slot, a.uuid, a.type_id) for a in xml.parse_allocations(inactive_xml(conn, vm))] == [(0, u, "nvidia-63")]
+
+
+def test_create_twice_makes_one_device_and_count_adds(sim_host, cli, conn, domain, libvirtd):
+    root, vm = sim_host("p4"), domain(vnc=True)
+    base = ("--root", str(root), "--connect", libvirtd, "create", "--type", "nvidia-63", "--vm", vm)
+    assert cli(*base).code == 0
+    again = cli(*base)
+    assert (again.code, again.out) == (0, f"nothing to do: domain {vm} already has 1 × nvidia-63\n")
+    assert len(mdevs(root)) == 1
+    more = cli(*base, "--count", "3", "--display", "on", "--ramfb", "--param", "frame_rate_limiter=0")
+    assert more.code == 0, more.err
+    uuids = [expected_uuid(root, conn, vm, s) for s in range(3)]
+    assert mdevs(root) == sorted(uuids)
+    allocs = xml.parse_allocations(inactive_xml(conn, vm))
+    assert [(a.slot, a.uuid, a.params, a.extra) for a in allocs] == [
+        (0, uuids[0], None, {"display": "off"}),
+        (1, uuids[1], "frame_rate_limiter=0", {"display": "on", "ramfb": "on"}),
+        (2, uuids[2], "frame_rate_limiter=0", {"display": "on", "ramfb": "on"}),
+    ]
+    assert (root / f"sys/bus/mdev/devices/{uuids[1]}/nvidia/vgpu_params").read_text() == "frame_rate_limiter=0\n"
+    shown = {h.split('uuid="')[1][:36]: h.split(">")[0] for h in hostdevs(conn, vm)}
+    assert (
+        shown[uuids[1]] == '<hostdev mode="subsystem" type="mdev" managed="no" model="vfio-pci" display="on" ramfb="on"'
+    )
+
+
+def test_destroy_all_detaches_removes_and_clears_metadata(sim_host, cli, conn, domain, libvirtd):
+    root, vm = sim_host("p4"), domain()
+    assert (
+        cli("--root", str(root), "-c", libvirtd, "create", "--type", "nvidia-63", "--vm", vm, "--count", "2").code == 0
+    )
+    r = cli("--root", str(root), "-c", libvirtd, "destroy", "--vm", vm, "--all")
+    assert r.code == 0, r.err
+    assert (mdevs(root), hostdevs(conn, vm), metadata(conn, vm)) == ([], [], None)
+    again = cli("--root", str(root), "-c", libvirtd, "destroy", "--vm", vm, "--all")
+    assert (again.code, again.out) == (0, f"nothing to do: domain {vm} owns no vgpuadm devices\n")
+
+
+def test_destroy_one_uuid_keeps_the_other(sim_host, cli, conn, domain, libvirtd):
+    root, vm = sim_host("p4"), domain()
+    assert (
+        cli("--root", str(root), "-c", libvirtd, "create", "--type", "nvidia-63", "--vm", vm, "--count", "2").code == 0
+    )
+    u0, u1 = (expected_uuid(root, conn, vm, s) for s in (0, 1))
+    assert cli("--root", str(root), "-c", libvirtd, "destroy", "--vm", vm, "--uuid", u0).code == 0
+    assert mdevs(root) == [u1]
+    assert [a.uuid for a in xml.parse_allocations(inactive_xml(conn, vm))] == [u1]
+    assert [h.split('uuid="')[1][:36] for h in hostdevs(conn, vm)] == [u1]
+
+
+def test_destroy_refuses_a_device_another_domain_uses(sim_host, cli, conn, domain, libvirtd):
+    root, vm, other = sim_host("p4"), domain(), domain("web02")
+    assert cli("--root", str(root), "-c", libvirtd, "create", "--type", "nvidia-63", "--vm", vm).code == 0
+    u = expected_uuid(root, conn, vm, 0)
+    conn.lookupByName(other).attachDeviceFlags(xml.mdev_hostdev(u), libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+    before = inactive_xml(conn, vm)
+    r = cli("--root", str(root), "-c", libvirtd, "destroy", "--vm", vm, "--all")
+    assert r.code == 5
+    assert r.err.splitlines() == [
+        f"error: mdev {u} (nvidia-63) is also used by domain {other}",
+        f"hint: detach it from {other} first, e.g. `vgpuadm destroy --vm {other} --all`",
+    ]
+    assert (mdevs(root), inactive_xml(conn, vm)) == ([u], before)
+
+
+def test_failed_attach_rolls_back_the_new_mdev(sim_host, cli, conn, domain, libvirtd):
+    """display=on needs a <graphics> device and the domain has none: libvirt refuses the attach, so the mdev
+    created one step earlier must be removed again and the domain left as it was."""
+    root, vm = sim_host("p4"), domain()
+    u = expected_uuid(root, conn, vm, 0)
+    before = inactive_xml(conn, vm)
+    r = cli("--root", str(root), "-c", libvirtd, "create", "--type", "nvidia-63", "--vm", vm, "--display", "on")
+    assert r.code == 8
+    assert r.err.splitlines() == [
+        f"error: step 2/3 attach mdev {u} (nvidia-63) to domain {vm} failed: attaching a device to '{vm}': "
+        "unsupported configuration: graphics device is needed for attribute value 'display=on' in <hostdev>",
+        f"hint: check the domain with `virsh -c {libvirtd} dumpxml`; nothing was changed (the earlier steps were "
+        "rolled back)",
+    ]
+    assert (mdevs(root), inactive_xml(conn, vm), metadata(conn, vm)) == ([], before, None)
+    assert not (root / "var/lib/vgpuadm/journal.json").exists()
+
+
+def test_foreign_hostdev_with_the_derived_uuid_is_refused_before_any_change(sim_host, cli, conn, domain, libvirtd):
+    root, vm = sim_host("p4"), domain()
+    u = expected_uuid(root, conn, vm, 0)
+    conn.lookupByName(vm).attachDeviceFlags(xml.mdev_hostdev(u), libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+    before = inactive_xml(conn, vm)
+    r = cli("--root", str(root), "-c", libvirtd, "create", "--type", "nvidia-63", "--vm", vm)
+    assert r.code == 5
+    assert r.err.splitlines()[0] == (
+        f"error: domain {vm} already has a hostdev for mdev {u} that its vgpuadm metadata does not record"
+    )
+    assert (mdevs(root), inactive_xml(conn, vm)) == ([], before)
+
+
+def test_running_domain_refuses_hotplug_and_leaves_nothing(sim_host, cli, conn, domain, libvirtd):
+    """A diskless domain runs under TCG; libvirtd cannot hot-plug an mdev that does not exist in the real /sys."""
+    root, vm = sim_host("p4"), domain(machine="pc")
+    conn.lookupByName(vm).create()
+    r = cli("--root", str(root), "-c", libvirtd, "create", "--type", "nvidia-63", "--vm", vm)
+    assert r.code == 5
+    first, hint = r.err.splitlines()
+    assert (
+        first.startswith("error: step 2/3 attach mdev ")
+        and f"domain '{vm}' is running and libvirt cannot hot-plug" in first
+    )
+    assert hint == (
+        f"hint: shut it down (virsh -c {libvirtd} shutdown {vm}) and run the command again; nothing was changed "
+        "(the earlier steps were rolled back)"
+    )
+    assert (mdevs(root), hostdevs(conn, vm), metadata(conn, vm)) == ([], [], None)
+
+
+def test_unknown_vm_and_injection_attempt(sim_host, cli, conn, libvirtd):
+    root = sim_host("p4")
+    names_before = sorted(d.name() for d in conn.listAllDomains())
+    for name in ("nope-vgpuadm-test", "web01'/><disk type='file'"):
+        r = cli("--root", str(root), "-c", libvirtd, "create", "--type", "nvidia-63", "--vm", name)
+        assert r.code == 3
+        assert r.err.splitlines() == [
+            f"error: No domain named '{name}'",
+            f"hint: list the domains with `virsh -c {libvirtd} list --all`",
+        ]
+    assert sorted(d.name() for d in conn.listAllDomains()) == names_before
+    assert mdevs(root) == []
+
+
+def test_unknown_type_and_type_the_gpu_cannot_host(sim_host, cli, domain, libvirtd):
+    root, vm = sim_host("p4"), domain()
+    r = cli("--root", str(root), "-c", libvirtd, "create", "--type", "nvidia-999", "--vm", vm)
+    assert r.code == 3 and r.err.startswith('error: Unknown type "nvidia-999"')
+    assert cli("--root", str(root), "-c", libvirtd, "create", "--type", "nvidia-63", "--vm", vm,
+               "--gpu", "0000:01:00.0").code == 0  # fmt: skip
+    r = cli("--root", str(root), "-c", libvirtd, "create", "--type", "nvidia-64", "--vm", vm, "--gpu", "0000:01:00.0")
+    assert r.code == 4, r.err
+    assert len(r.err.splitlines()) == 2 and r.err.startswith("error: ")
+    assert len(mdevs(root)) == 1
+
+
+def test_params_with_xml_metacharacters_stay_escaped(sim_host, cli, conn, domain, libvirtd):
+    root, vm = sim_host("p4"), domain()
+    nasty = "frame_rate_limiter='\"<>&"
+    r = cli("--root", str(root), "-c", libvirtd, "create", "--type", "nvidia-63", "--vm", vm, "--param", nasty)
+    assert r.code == 0, r.err
+    doc = etree.fromstring(inactive_xml(conn, vm).encode())
+    assert etree.RelaxNG(etree.parse(SCHEMA)).validate(doc)
+    assert [a.params for a in xml.parse_allocations(inactive_xml(conn, vm))] == [nasty]
+    assert len(doc.findall("devices/hostdev")) == 1 and doc.find("devices/disk") is None
+
+
+def test_passthrough_binds_group_and_attaches_one_multifunction_slot(sim_host, cli, conn, domain, libvirtd):
+    root, vm = sim_host("passthrough"), domain()
+    r = cli("--root", str(root), "-c", libvirtd, "passthrough", "--gpu", "0000:65:00.0", "--vm", vm)
+    assert r.code == 0, r.err
+    for fn in ("0000:65:00.0", "0000:65:00.1"):
+        assert os.path.basename(os.readlink(root / f"sys/bus/pci/devices/{fn}/driver")) == "vfio-pci"
+    assert hostdevs(conn, vm) == [
+        '<hostdev mode="subsystem" type="pci" managed="yes"><driver name="vfio"/><source>'
+        f'<address domain="0x0000" bus="0x65" slot="0x00" function="0x{f}"/></source>'
+        f'<address type="pci" domain="0x0000" bus="0x00" slot="0x10" function="0x{f}"{mf}/></hostdev>'
+        for f, mf in (("0", ' multifunction="on"'), ("1", ""))
+    ]
+    allocs = xml.parse_allocations(inactive_xml(conn, vm))
+    assert [(a.slot, a.mode, a.parent, a.address, a.extra.get("host_driver")) for a in allocs] == [
+        (0, "pci", "0000:65:00.0", "0000:65:00.0", "nvidia"),
+        (1, "pci", "0000:65:00.0", "0000:65:00.1", "snd_hda_intel"),
+    ]
+    other = domain("db01")
+    r = cli("--root", str(root), "-c", libvirtd, "passthrough", "--gpu", "65:00.0", "--vm", other)
+    assert r.code == 5 and r.err.startswith(f"error: 0000:65:00.0 is already given to domain {vm}")
+
+    r = cli("--root", str(root), "-c", libvirtd, "release", "--gpu", "0000:65:00.0")
+    assert r.code == 0, r.err
+    assert (hostdevs(conn, vm), metadata(conn, vm)) == ([], None)
+    assert os.path.basename(os.readlink(root / "sys/bus/pci/devices/0000:65:00.0/driver")) == "nvidia"
+    assert os.path.basename(os.readlink(root / "sys/bus/pci/devices/0000:65:00.1/driver")) == "snd_hda_intel"
+
+
+def test_dry_run_changes_nothing(sim_host, cli, conn, domain, libvirtd):
+    root, vm = sim_host("p4"), domain()
+    before = inactive_xml(conn, vm)
+    r = cli("--root", str(root), "-c", libvirtd, "create", "--type", "P4-1Q", "--vm", vm, "--dry-run")
+    u = expected_uuid(root, conn, vm, 0)
+    assert r.code == 0
+    assert r.out.splitlines() == [
+        f"would give domain {vm} 1 × nvidia-63:",
+        f"  step 1/3 create mdev {u} of type nvidia-63 on 0000:01:00.0",
+        f"  step 2/3 attach mdev {u} (nvidia-63) to domain {vm}",
+        f"  step 3/3 record 1 vgpuadm device(s) in the metadata of domain {vm}",
+    ]
+    assert (mdevs(root), inactive_xml(conn, vm)) == ([], before)

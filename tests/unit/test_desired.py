@@ -1,0 +1,176 @@
+"""Plan files (apply -f): loading with file:line:key errors, and the desired-vs-current diff (pure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vgpuadm.desired import (
+    Add,
+    Current,
+    Display,
+    SetParams,
+    check_safe,
+    diff,
+    format_params,
+    load_plan,
+    params_equal,
+    parse_plan,
+)
+from vgpuadm.errors import ConflictError, UsageError
+from vgpuadm.model import Allocation
+
+PLAN = """\
+version: 1
+defaults:
+  policy: spread
+vms:
+  web01:
+    type: nvidia-63
+    count: 2
+    params: {frame_rate_limiter: false, disable_vnc: 1}
+    display: {enabled: true, ramfb: true}
+  db02:
+    passthrough: [0000:65:00.0, 0000:65:00.1]
+  ci:
+    type: GRID P4-2Q
+    gpu: 0000:01:00.0
+    numa: 0
+    policy: pack
+"""
+
+
+def test_plan_loads_every_field(tmp_path: Path) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text(PLAN)
+    plan = load_plan(str(path))
+    assert plan.source == "plan.yaml"
+    web, db, ci = plan.vms["web01"], plan.vms["db02"], plan.vms["ci"]
+    assert (web.type, web.count, web.policy, web.params, web.display, web.line) == (
+        "nvidia-63", 2, "spread", "frame_rate_limiter=0 disable_vnc=1", Display(True, True), 5,
+    )  # fmt: skip
+    assert db.passthrough == ("0000:65:00.0", "0000:65:00.1") and db.type is None
+    assert (ci.type, ci.count, ci.gpu, ci.numa, ci.policy, ci.params) == (
+        "GRID P4-2Q",
+        1,
+        "0000:01:00.0",
+        0,
+        "pack",
+        "",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("vms:\n  web01:\n    type: nvidia-63\n    count: 0\n", "plan.yaml:4: vms.web01.count: must be ≥ 1"),
+        ("vms:\n  web01:\n    type: nvidia-63\n    colour: red\n", "plan.yaml:4: vms.web01.colour: unknown key colour"),
+        ("vms:\n  a:\n    type: x\n  a:\n    type: y\n", "plan.yaml:4: vms.a: duplicate key"),
+        (
+            "vms:\n  a:\n    type: x\n    policy: best\n",
+            "plan.yaml:4: vms.a.policy: must be one of pack, spread, not 'best'",
+        ),
+        ("vms:\n  a:\n    type: x\n    count: two\n", "plan.yaml:4: vms.a.count: must be an integer, not 'two'"),
+        ("vms:\n  a:\n    type: x\n    gpu: 1:0.0\n", "plan.yaml:4: vms.a.gpu: '1:0.0' is not a PCI address"),
+        ("vms:\n  a: {}\n", "plan.yaml:2: vms.a: needs a type or passthrough"),
+        (
+            "vms:\n  a:\n    type: x\n    passthrough: 0000:65:00.0\n",
+            "plan.yaml:2: vms.a: names both type and passthrough",
+        ),
+        (
+            "vms:\n  a:\n    passthrough: 0000:65:00.0\n    count: 2\n",
+            "plan.yaml:4: vms.a.count: does not apply to passthrough",
+        ),
+        ("version: 2\nvms: {}\n", "plan.yaml:1: version: must be 1, not 2"),
+        ("machines: {}\n", "plan.yaml:1: (top level): missing key vms"),
+        ("vms: [1\n", "plan.yaml:2: not valid YAML"),
+        ("", "plan.yaml:1: the plan is empty"),
+    ],
+)
+def test_plan_errors_point_at_file_line_and_key(text: str, message: str) -> None:
+    with pytest.raises(UsageError) as info:
+        parse_plan(text)
+    assert info.value.message.startswith(message)
+    assert info.value.hint
+
+
+def test_unreadable_plan_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"cannot read plan .*/nope.yaml"):
+        load_plan(str(tmp_path / "nope.yaml"))
+
+
+def test_params_format_and_compare() -> None:
+    assert format_params({"frame_rate_limiter": False, "disable_vnc": True}) == "frame_rate_limiter=0 disable_vnc=1"
+    assert format_params("  a=1   b=2 ") == "a=1 b=2"
+    assert format_params(None) == ""
+    assert params_equal("a=1 b=2", "b=2  a=1")
+    assert params_equal(None, "")
+    assert not params_equal("a=1", "a=0")
+
+
+def _mdev(domain: str, slot: int, type_id: str = "nvidia-63", params: str | None = None) -> Allocation:
+    return Allocation(domain, "mdev", type_id, "0000:01:00.0", f"00000000-0000-0000-0000-{slot:012d}", params=params,
+                      slot=slot)  # fmt: skip
+
+
+def _pci(domain: str, slot: int, address: str) -> Allocation:
+    return Allocation(domain, "pci", address=address, slot=slot)
+
+
+def test_diff_adds_what_is_missing_and_keeps_what_matches() -> None:
+    plan = parse_plan(PLAN)
+    current = Current([_mdev("web01", 0, params="disable_vnc=1 frame_rate_limiter=0"), _pci("db02", 0, "0000:65:00.0")])
+    d = diff(plan, current, {"nvidia-63": "nvidia-63", "GRID P4-2Q": "nvidia-64"})
+    assert d.adds == (
+        Add("ci", plan.vms["ci"], type_id="nvidia-64", count=1),
+        Add("db02", plan.vms["db02"], address="0000:65:00.1"),
+        Add("web01", plan.vms["web01"], type_id="nvidia-63", count=1),
+    )
+    assert d.removes == () and d.set_params == () and len(d.kept) == 2
+    assert d.instances_needed == 3
+    assert d.lines() == ["+ ci: nvidia-64 ×1", "+ db02: passthrough 0000:65:00.1", "+ web01: nvidia-63 ×1"]
+
+
+def test_diff_of_a_satisfied_plan_is_empty() -> None:
+    plan = parse_plan("vms:\n  web01:\n    type: nvidia-63\n    count: 2\n")
+    d = diff(plan, Current([_mdev("web01", 0), _mdev("web01", 1), _mdev("other", 0)]), {})
+    assert d.empty and d.lines() == [] and d.untouched == ("other",)
+
+
+def test_diff_removes_surplus_and_wrong_type_and_changes_params() -> None:
+    plan = parse_plan("vms:\n  web01:\n    type: nvidia-63\n    params: frame_rate_limiter=0\n")
+    current = Current(
+        [_mdev("web01", 0, "nvidia-64"), _mdev("web01", 1), _mdev("web01", 2), _pci("web01", 3, "0000:65:00.0")]
+    )
+    d = diff(plan, current, {})
+    assert [a.slot for a in d.removes] == [0, 3, 2]
+    assert d.set_params == (SetParams(_mdev("web01", 1), "frame_rate_limiter=0"),)
+    assert d.adds == ()
+    assert d.lines() == [
+        "- web01: nvidia-64 00000000-0000-0000-0000-000000000000 on 0000:01:00.0",
+        "- web01: passthrough 0000:65:00.0",
+        "- web01: nvidia-63 00000000-0000-0000-0000-000000000002 on 0000:01:00.0",
+        "~ web01: nvidia-63 00000000-0000-0000-0000-000000000001 on 0000:01:00.0 vgpu_params '' → 'frame_rate_limiter=0'",
+    ]
+
+
+def test_prune_removes_devices_of_vms_the_plan_does_not_name() -> None:
+    plan = parse_plan("vms:\n  web01:\n    type: nvidia-63\n")
+    current = Current([_mdev("web01", 0), _mdev("old", 0), _pci("old", 1, "0000:65:00.0")])
+    assert diff(plan, current, {}).removes == ()
+    pruned = diff(plan, current, {}, prune=True)
+    assert [(a.domain, a.slot) for a in pruned.removes] == [("old", 0), ("old", 1)] and pruned.untouched == ()
+
+
+def test_running_vm_keeps_its_devices() -> None:
+    plan = parse_plan("vms:\n  web01:\n    type: nvidia-64\n")
+    d = diff(plan, Current([_mdev("web01", 0)]), {})
+    check_safe(d, {"other"})
+    with pytest.raises(ConflictError, match=r"domain web01 is running and owns nvidia-63 .* the plan would remove"):
+        check_safe(d, {"web01"})
+    params_only = diff(
+        parse_plan("vms:\n  web01:\n    type: nvidia-63\n    params: a=1\n"), Current([_mdev("web01", 0)]), {}
+    )
+    with pytest.raises(ConflictError, match="vgpu_params"):
+        check_safe(params_only, {"web01"})

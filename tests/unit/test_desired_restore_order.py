@@ -1,0 +1,67 @@
+"""restore.py (pure): the phases, what each plans from recorded allocations on a rebooted simulated host, that a
+restored host plans nothing, and the polling wait (tenacity, no fixed sleep)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from vgpuadm.api import discover
+from vgpuadm.model import Allocation
+from vgpuadm.restore import PHASES, missing_devices, plan_phase, wait_until
+from vgpuadm.steps import CreateMdev, SetVfVgpuType, SriovManage
+
+VF = "0000:18:00.5"
+
+
+def test_phase_order_is_driver_sriov_mig_vgpu_params_vfio() -> None:
+    assert PHASES == ("driver", "sriov", "mig", "vgpu", "params", "vfio")
+
+
+def test_layout_c_needs_sriov_before_types(sim_host: Callable[[str], Path]) -> None:
+    root = sim_host("h200-vendor-vfio")
+    alloc = Allocation("web01", "vf", "nvidia-1420", VF, address=VF, params="enable_uvm=1")
+    snap = discover(str(root))
+    assert missing_devices([alloc], snap) == []
+    assert [plan_phase(p, [alloc], snap, sriov_manage=True).steps for p in PHASES] == [
+        [], [], [], [SetVfVgpuType(VF, 1420)], [], []
+    ]  # fmt: skip
+    # VFs gone (sriov_numvfs 0): the PF on the VF's bus gets sriov-manage, nothing else can be planned yet.
+    from vgpuadm.sim.reboot import reboot
+
+    reboot(str(root))
+    snap = discover(str(root))
+    assert missing_devices([alloc], snap) == [VF]
+    assert plan_phase("sriov", [alloc], snap, sriov_manage=True).steps == [SriovManage("0000:18:00.0", True)]
+    without = plan_phase("sriov", [alloc], snap, sriov_manage=False)
+    assert without.steps == [] and "sriov-manage is not installed" in without.problems[0]
+    vgpu = plan_phase("vgpu", [alloc], snap)
+    assert vgpu.steps == [] and vgpu.problems == (f"web01: VF {VF} does not exist (SR-IOV not enabled on its GPU)",)
+
+
+def test_mdev_plans_create_then_params_and_mig_types_are_reported(sim_host: Callable[[str], Path]) -> None:
+    root = sim_host("p4")
+    u = "0b0e5a8e-8f6c-5b8e-9d1e-3c2f8a7b6d01"
+    allocs = [Allocation("web01", "mdev", "nvidia-63", "0000:01:00.0", u, params="frame_rate_limiter=0")]
+    snap = discover(str(root))
+    assert plan_phase("vgpu", allocs, snap).steps == [CreateMdev("0000:01:00.0", "nvidia-63", u)]
+    assert plan_phase("params", allocs, snap).steps == []  # the mdev must exist first
+    wrong = [Allocation("x", "mdev", "nvidia-63", "0000:09:00.0", u)]
+    assert plan_phase("vgpu", wrong, snap).problems == (f"x: mdev {u} — parent 0000:09:00.0 has not registered",)
+    h200 = discover(str(sim_host("h200-vendor-vfio")))
+    mig = plan_phase("mig", [Allocation("m", "vf", "nvidia-1414", VF, address=VF)], h200)
+    assert mig.steps == [] and mig.skipped[0].startswith("m: MIG-backed nvidia-1414 needs GPU instances")
+
+
+def test_wait_until_polls_until_done_or_timeout() -> None:
+    calls: list[int] = []
+
+    def probe() -> int:
+        calls.append(1)
+        return len(calls)
+
+    assert wait_until(probe, lambda n: n >= 3, timeout=5) == 3
+    start = time.monotonic()
+    assert wait_until(lambda: 0, lambda n: n > 0, timeout=0.2) == 0  # gives up, returns the last result
+    assert 0.2 <= time.monotonic() - start < 2

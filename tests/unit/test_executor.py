@@ -1,0 +1,129 @@
+"""The executor's contract with any registered step kind (the libvirt steps plug in the same way): order of apply
+and undo, the journal seen from inside a step, effect verification, incomplete rollbacks, ^C. The step kinds here
+are test-only and record into a list instead of touching a host."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from vgpuadm.errors import HostIOError, UsageError
+from vgpuadm.executor import JOURNAL, ExecContext, execute, read_journal, recover, register
+from vgpuadm.host.sysfs import Sysfs
+from vgpuadm.steps import Plan, Step, step_kind
+
+
+@step_kind("test-note")
+@dataclass(frozen=True)
+class Note(Step):
+    """Appends `name` to ctx.extras["log"]; fails when `fail` names the failure."""
+
+    name: str
+    fail: str = ""
+
+    def describe(self) -> str:
+        return f"note {self.name}"
+
+
+def _apply(s: Note, ctx: ExecContext) -> None:
+    ctx.extras["journals"].append(read_journal(ctx.root))
+    if s.fail == "error":
+        raise HostIOError("writing '1' to /sys/x failed: Device or resource busy (EBUSY)", path="/sys/x", errno=16)
+    if s.fail == "oserror":
+        raise PermissionError(13, "Permission denied", "/var/lib/vgpuadm/x")
+    if s.fail == "interrupt":
+        raise KeyboardInterrupt
+    ctx.extras["log"].append(f"+{s.name}")
+
+
+def _undo(s: Note, ctx: ExecContext) -> None:
+    if s.fail == "undo" or ctx.extras.get("undo_fails"):
+        raise HostIOError(f"cannot undo {s.name}")
+    ctx.extras["log"].append(f"-{s.name}")
+
+
+register(Note, _apply, _undo, lambda s, ctx: s.fail != "noop")
+
+
+def _ctx(tmp_path: Path) -> ExecContext:
+    (tmp_path / "sys").mkdir(exist_ok=True)
+    return ExecContext(Sysfs(str(tmp_path)), str(tmp_path), extras={"log": [], "journals": []})
+
+
+def test_applies_in_order_and_journals_each_step(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    plan = Plan.of([Note("a"), Note("b"), Note("c")], "three notes")
+    result = execute(plan, ctx)
+    assert result.changed and result.applied == ("step 1/3 note a", "step 2/3 note b", "step 3/3 note c")
+    assert ctx.extras["log"] == ["+a", "+b", "+c"]
+    assert [j["current"] for j in ctx.extras["journals"]] == [0, 1, 2]
+    assert ctx.extras["journals"][2]["plan"] == json.loads(json.dumps(plan.to_dict()))
+    assert not (tmp_path / JOURNAL).exists()
+
+
+def test_first_failure_rolls_back_in_reverse(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    with pytest.raises(HostIOError) as info:
+        execute(Plan.of([Note("a"), Note("b"), Note("c", "error"), Note("d")], ""), ctx)
+    assert info.value.message == (
+        "step 3/4 note c failed: writing '1' to /sys/x failed: Device or resource busy (EBUSY)"
+    )
+    assert info.value.hint == "nothing was changed (the earlier steps were rolled back)"
+    assert (info.value.path, info.value.errno) == ("/sys/x", 16)
+    assert ctx.extras["log"] == ["+a", "+b", "-c", "-b", "-a"]  # the failed step's undo runs too (it checks first)
+    assert not (tmp_path / JOURNAL).exists()
+
+
+def test_effect_is_verified(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    with pytest.raises(HostIOError) as info:
+        execute(Plan.of([Note("a"), Note("b", "noop")], ""), ctx)
+    assert info.value.message == "step 2/2 note b failed: the kernel accepted the write but nothing changed (note b)"
+    assert ctx.extras["log"] == ["+a", "+b", "-b", "-a"]
+
+
+def test_state_file_errors_become_host_errors(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    with pytest.raises(HostIOError) as info:
+        execute(Plan.of([Note("a"), Note("b", "oserror")], ""), ctx)
+    assert info.value.message == "step 2/2 note b failed: Permission denied: /var/lib/vgpuadm/x"
+    assert ctx.extras["log"] == ["+a", "-b", "-a"]
+
+
+def test_interrupt_rolls_back_then_surfaces(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        execute(Plan.of([Note("a"), Note("b", "interrupt")], ""), ctx)
+    assert ctx.extras["log"] == ["+a", "-b", "-a"]
+    assert not (tmp_path / JOURNAL).exists()
+
+
+def test_incomplete_rollback_keeps_the_journal_for_recover(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    with pytest.raises(HostIOError) as info:
+        execute(Plan.of([Note("a", "undo"), Note("b"), Note("c", "error")], ""), ctx)
+    assert info.value.hint == ("rollback incomplete (undo of note a: cannot undo a): run `vgpuadm recover`")
+    assert read_journal(str(tmp_path))["state"] == "rolling-back"  # type: ignore[index]
+    ctx.extras["log"].clear()
+    ctx.extras["undo_fails"] = True
+    with pytest.raises(HostIOError, match=r"^rollback of the interrupted change incomplete: undo of note c"):
+        recover(ctx)
+    ctx.extras["undo_fails"] = False
+    with pytest.raises(HostIOError, match=r"^rollback of the interrupted change incomplete: undo of note a"):
+        recover(ctx)  # note a can never be undone: the journal stays until a person looks
+    assert (tmp_path / JOURNAL).exists()
+
+
+def test_unknown_step_kind_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    @dataclass(frozen=True)
+    class Orphan(Step):
+        def describe(self) -> str:
+            return "orphan"
+
+    ctx = _ctx(tmp_path)
+    with pytest.raises(UsageError, match=r"^no handler registered for step kind 'step'$"):
+        execute(Plan.of([Note("a"), Orphan()], ""), ctx)
+    assert ctx.extras["log"] == []

@@ -1,0 +1,125 @@
+"""`vgpuadm inventory merge`: exact fleet totals from real host inventories (a busy P4 host and an idle A100
+host), fragmentation, leaks, every output format, and one-line errors naming the file for bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.unit.inventory_setup import P4_UUIDS as U
+from tests.unit.inventory_setup import p4_busy
+from vgpuadm import api
+from vgpuadm.schemas import validate
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    """Two host inventories as `vgpuadm inventory --format json -o` writes them."""
+    from vgpuadm.sim.profiles import build
+
+    base = tmp_path_factory.mktemp("fleet")
+    build("p4", str(base / "p4"))
+    p4_busy(base / "p4", base / "domains")
+    build("a100-mdev-vf", str(base / "a100"))
+    a = api.inventory(str(base / "p4"), domains_xml=str(base / "domains"), host="p4-a")
+    (base / "no-domains").mkdir()
+    b = api.inventory(str(base / "a100"), domains_xml=str(base / "no-domains"), host="a100-b")
+    paths = []
+    for doc in (a, b):
+        path = base / f"{doc['host']}.json"
+        path.write_text(json.dumps(doc))
+        paths.append(str(path))
+    return paths
+
+
+def _merge(cli, *args):
+    r = cli("inventory", "merge", *args)
+    assert r.code == 0, r.err
+    return r
+
+
+def test_fleet_totals_fragmentation_and_leaks(reports, cli):
+    doc = json.loads(_merge(cli, *reports, "--format", "json").out)
+    validate("fleet-v1", doc)
+    assert [h["host"] for h in doc["hosts"]] == ["p4-a", "a100-b"]
+    assert doc["totals"] == {"hosts": 2, "gpus": 3, "devices": 3, "unowned": 1, "missing": 1,
+                             "framebuffer_total_mib": 16384 + 40960, "framebuffer_used_mib": 4096,
+                             "framebuffer_free_mib": 12288 + 40960}  # fmt: skip
+    assert doc["fragmentation"] == {"gpus_locked": 2, "gpus_empty": 1, "framebuffer_free_mib": 53248,
+                                    "framebuffer_locked_free_mib": 12288, "locked_share": 0.2308}  # fmt: skip
+    q1 = next(t for t in doc["types"] if t["type_id"] == "nvidia-63")
+    assert (q1["used"], q1["free"], q1["stranded"], q1["max"], q1["hosts_with_room"]) == (2, 6, 6, 16, 1)
+    c4 = next(t for t in doc["types"] if t["type_id"] == "nvidia-468")
+    assert (c4["used"], c4["free"], c4["max"], c4["hosts"]) == (
+        0, 10, 10, [{"host": "a100-b", "used": 0, "free": 10, "stranded": 0}])  # fmt: skip
+    assert doc["leaks"] == [{"host": "p4-a", "id": U[1], "kind": "mdev", "type_id": "nvidia-63",
+                             "physical_gpu": "0000:01:00.0", "parent": "0000:01:00.0"}]  # fmt: skip
+    assert [(m["host"], m["domain"], m["uuid"]) for m in doc["missing"]] == [("p4-a", "gone", U[5])]
+
+
+def test_fleet_csv_one_row_per_host_and_type(reports, cli):
+    lines = _merge(cli, *reports, "--format", "csv").out.splitlines()
+    assert lines[0] == "host,type_id,name,framebuffer_mib,used,free,stranded"
+    assert "p4-a,nvidia-63,GRID P4-1Q,1024,2,6,6" in lines
+    assert "a100-b,nvidia-473,GRID A100-40C,40960,0,1,0" in lines
+    assert len(lines) == 1 + 14 + 11
+
+
+def test_fleet_table_lists_hosts_and_leaks(reports, cli):
+    out = _merge(cli, *reports).out
+    assert "Fleet: 2 hosts" in out and "Leaks: devices no domain owns" in out and U[1] in out
+
+
+@pytest.mark.skipif(not shutil.which("promtool"), reason="promtool (Debian package prometheus) is not installed")
+def test_fleet_prometheus_passes_promtool(reports, cli):
+    text = _merge(cli, *reports, "--format", "prometheus").out
+    check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, check=False)
+    assert (check.returncode, check.stdout + check.stderr) == (0, "")
+    assert 'vgpuadm_unowned_devices{host="p4-a"} 1' in text.splitlines()
+    assert "vgpuadm_fleet_locked_free_ratio 0.2308" in text.splitlines()
+
+
+def test_other_schema_version_is_refused(reports, cli, tmp_path):
+    doc = json.loads(Path(reports[0]).read_text())
+    doc["schema"] = "vgpuadm-inventory/2"
+    bad = tmp_path / "future.json"
+    bad.write_text(json.dumps(doc))
+    r = cli("inventory", "merge", reports[1], str(bad))
+    assert (r.code, r.out) == (2, "")
+    assert r.err.splitlines()[0] == (f"error: {bad} has schema 'vgpuadm-inventory/2', expected 'vgpuadm-inventory/1'")
+
+
+def test_truncated_json_is_refused(reports, cli, tmp_path):
+    bad = tmp_path / "cut.json"
+    bad.write_text(Path(reports[0]).read_text()[:500])
+    r = cli("inventory", "merge", reports[1], str(bad))
+    assert r.code == 2
+    assert r.err.splitlines()[0].startswith(f"error: {bad} is not valid JSON at line 1 column ")
+    assert r.err.splitlines()[0].endswith(" (truncated?)")
+
+
+def test_duplicate_host_is_refused(reports, cli, tmp_path):
+    copy = tmp_path / "again.json"
+    shutil.copy(reports[0], copy)
+    r = cli("inventory", "merge", reports[0], reports[1], str(copy))
+    assert r.code == 2
+    assert r.err.splitlines()[0] == f"error: host 'p4-a' appears in both {reports[0]} and {copy}"
+
+
+def test_not_an_inventory_and_missing_file(reports, cli, tmp_path):
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(_merge(cli, *reports, "--format", "json").out)
+    r = cli("inventory", "merge", str(fleet))
+    assert r.err.splitlines()[0] == f"error: {fleet} has schema 'vgpuadm-fleet/1', expected 'vgpuadm-inventory/1'"
+    r = cli("inventory", "merge", str(tmp_path / "nope.json"))
+    assert (r.code, r.err.splitlines()[0]) == (
+        2,
+        f"error: cannot read {tmp_path / 'nope.json'}: No such file or directory",
+    )
+    (tmp_path / "list.json").write_text("[]")
+    r = cli("inventory", "merge", str(tmp_path / "list.json"))
+    assert r.err.splitlines()[0] == f'error: {tmp_path / "list.json"} is not a vgpuadm inventory (no "schema" field)'

@@ -1,0 +1,154 @@
+"""Modes: exact plans, safety refusals (boot VGA, host-used group members, busy VFs, missing sriov-manage),
+hostdev specs, and idempotence (apply, plan again → empty)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from vgpuadm import api
+from vgpuadm.errors import ConflictError, UnsafeError, UsageError
+from vgpuadm.model import Layout
+from vgpuadm.modes import for_layout, for_name
+from vgpuadm.sim.treestate import diff, tree_state
+from vgpuadm.steps import DriversProbe, RecordDrivers, SetDriverOverride, SriovManage, Unbind
+
+PCI = "/sys/bus/pci"
+
+
+def test_registry() -> None:
+    assert for_layout(Layout.MDEV_PF).name == "mdev" and for_layout("mdev-vf").name == "mdev"
+    assert for_layout(Layout.VENDOR_VFIO).name == "vf"
+    assert for_layout(Layout.PASSTHROUGH).name == "pci"
+    assert for_name("vf") is for_layout(Layout.VENDOR_VFIO)
+    with pytest.raises(UsageError, match=r'^No mode handles layout "nope"$'):
+        for_layout("nope")
+
+
+def test_vfio_bind_takes_the_whole_group_and_restore_gives_it_back(sim_host: Callable[[str], Path]) -> None:
+    root = str(sim_host("passthrough"))
+    before = tree_state(root)
+    snap = api.discover(root)
+    plan = api.plan_vfio_bind(snap, "0000:65:00.0")
+    assert plan.steps == (
+        RecordDrivers((("0000:65:00.0", "nvidia"), ("0000:65:00.1", "snd_hda_intel"))),
+        Unbind("0000:65:00.0", "nvidia"),
+        SetDriverOverride("0000:65:00.0", "vfio-pci"),
+        DriversProbe("0000:65:00.0", "vfio-pci"),
+        Unbind("0000:65:00.1", "snd_hda_intel"),
+        SetDriverOverride("0000:65:00.1", "vfio-pci"),
+        DriversProbe("0000:65:00.1", "vfio-pci"),
+    )
+    assert for_name("pci").hostdev_spec(snap, "0000:65:00.0") == {
+        "mode": "pci", "functions": ["0000:65:00.0", "0000:65:00.1"], "managed": "yes",
+    }  # fmt: skip
+    api.apply(plan, root)
+    after = api.discover(root)
+    assert after.functions["0000:65:00.0"].driver == "vfio-pci"
+    assert after.functions["0000:65:00.1"].driver == "vfio-pci"
+    assert api.original_drivers(root) == {"0000:65:00.0": "nvidia", "0000:65:00.1": "snd_hda_intel"}
+    assert api.plan_vfio_bind(after, "0000:65:00.0").empty
+    api.apply(api.plan_vfio_restore(after, "0000:65:00.0"), root)
+    assert diff(before, tree_state(root)) == {}
+    assert api.original_drivers(root) == {}
+    assert api.plan_vfio_restore(api.discover(root), "0000:65:00.0").empty
+
+
+def test_bridge_in_group_is_ignored(sim_host: Callable[[str], Path]) -> None:
+    snap = api.discover(str(sim_host("passthrough")))
+    plan = api.plan_vfio_bind(snap, "0000:01:00.0")
+    touched = {getattr(s, "address", None) for s in plan.steps} - {None}
+    assert touched == {"0000:01:00.0", "0000:01:00.1"}  # the root port 0000:00:01.0 shares group 1
+
+
+def test_boot_vga_is_refused_unless_forced(sim_host: Callable[[str], Path]) -> None:
+    snap = api.discover(str(sim_host("gvt-g")))
+    with pytest.raises(UnsafeError) as info:
+        api.plan_vfio_bind(snap, "0000:00:02.0")
+    assert info.value.message == "0000:00:02.0 is the boot VGA device (boot_vga=1); the host console uses it"
+    assert info.value.hint == "pass --force if the host console is expendable"
+    assert not api.plan_vfio_bind(snap, "0000:00:02.0", force=True).empty
+
+
+def test_host_used_group_member_is_unsafe(sim_host: Callable[[str], Path]) -> None:
+    """A NIC bound to its driver in the GPU's group: built by re-pointing the audio function's group link would
+    need tree surgery, so the snapshot is edited instead (the planner is pure)."""
+    import dataclasses
+
+    snap = api.discover(str(sim_host("passthrough")))
+    nic = dataclasses.replace(
+        snap.functions["0000:65:00.1"], address="0000:66:00.0", class_code="0x020000", driver="ixgbe"
+    )
+    groups = {**snap.iommu_groups, 13: (*snap.iommu_groups[13], "0000:66:00.0")}
+    snap = dataclasses.replace(snap, functions={**snap.functions, nic.address: nic}, iommu_groups=groups)
+    with pytest.raises(UnsafeError) as info:
+        api.plan_vfio_bind(snap, "0000:65:00.0")
+    assert info.value.message == (
+        "IOMMU group 13 of 0000:65:00.0 also holds 0000:66:00.0 (class 0x020000, driver ixgbe), which the host uses"
+    )
+    forced = api.plan_vfio_bind(snap, "0000:65:00.0", force=True)
+    assert Unbind("0000:66:00.0", "ixgbe") in forced.steps
+
+
+def test_vfio_bind_refuses_a_gpu_with_vgpus(sim_host: Callable[[str], Path]) -> None:
+    root = str(sim_host("p4"))
+    plan, ids = api.plan_create(api.discover(root), "P4-1Q", gpu="0000:01:00.0")
+    api.apply(plan, root)
+    with pytest.raises(ConflictError, match=rf"^0000:01:00.0 hosts vGPUs or VFs \({ids[0]}\)$"):
+        api.plan_vfio_bind(api.discover(root), "0000:01:00.0")
+
+
+def test_mdev_and_vf_idempotence_and_specs(sim_host: Callable[[str], Path]) -> None:
+    root = str(sim_host("h200-vendor-vfio"))
+    plan, ids = api.plan_create(api.discover(root), "H200X-4C", params="frame_rate_limiter=0")
+    assert ids == ["0000:18:00.4"]
+    api.apply(plan, root)
+    snap = api.discover(root)
+    assert snap.vendor_vfs["0000:18:00.4"].current_type == 1420
+    assert snap.vendor_vfs["0000:18:00.4"].vgpu_params == "frame_rate_limiter=0"
+    again, vf = api.plan_vf_type(snap, "H200X-4C", "0000:18:00.4")
+    assert again.empty and vf == "0000:18:00.4"
+    assert for_name("vf").hostdev_spec(snap, vf) == {"mode": "vf", "address": vf, "managed": "no"}
+    api.apply(api.plan_vf_clear(snap, vf), root)
+    assert api.plan_vf_clear(api.discover(root), vf).empty
+
+
+def test_sriov_nvidia_needs_sriov_manage(sim_host: Callable[[str], Path]) -> None:
+    root = sim_host("h200-vendor-vfio")
+    snap = api.discover(str(root))
+    with pytest.raises(UsageError) as info:
+        api.plan_sriov(snap, "0000:18:00.0", False)
+    assert info.value.message == ("0000:18:00.0 is bound to nvidia and /usr/lib/nvidia/sriov-manage is not installed")
+    script = root / "usr/lib/nvidia/sriov-manage"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    assert api.plan_sriov(snap, "0000:18:00.0", False).steps == (SriovManage("0000:18:00.0", False),)
+    assert api.plan_sriov(snap, "0000:18:00.0", True).empty  # already enabled
+    with pytest.raises(UsageError, match="sriov-manage enables all 16 VFs, not 4"):
+        api.plan_sriov(snap, "0000:18:00.0", True, 4)
+
+
+def test_sriov_refuses_busy_vfs(sim_host: Callable[[str], Path]) -> None:
+    root = str(sim_host("a100-mdev-vf"))
+    plan, ids = api.plan_create(api.discover(root), "A100-4C")
+    api.apply(plan, root)
+    with pytest.raises(ConflictError, match=rf"^VFs of 0000:41:00.0 are in use \({ids[0]}\)$"):
+        api.plan_sriov(api.discover(root), "0000:41:00.0", False)
+
+
+def test_sriov_manage_failure_is_rolled_back(sim_host: Callable[[str], Path]) -> None:
+    root = sim_host("h200-vendor-vfio")
+    script = root / "usr/lib/nvidia/sriov-manage"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\necho 'GPU at $2 is busy' >&2\nexit 3\n")
+    script.chmod(0o755)
+    plan = api.plan_sriov(api.discover(str(root)), "0000:18:00.0", False)
+    with pytest.raises(Exception) as info:
+        api.apply(plan, str(root))
+    assert str(info.value) == (
+        "step 1/1 run /usr/lib/nvidia/sriov-manage -d 0000:18:00.0 failed: "
+        "/usr/lib/nvidia/sriov-manage -d 0000:18:00.0 exited with 3: GPU at $2 is busy"
+    )

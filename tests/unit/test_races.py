@@ -1,0 +1,135 @@
+"""Concurrency and crashes: 16 forked processes running the CLI at once never over-allocate, a held lock gives a clear conflict, and a
+process killed between two steps leaves a journal that `recover` rolls back (or finishes)."""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vgpuadm import api
+from vgpuadm.cli.app import run
+from vgpuadm.cli.console import Console
+from vgpuadm.errors import ConflictError
+from vgpuadm.executor import CRASH_HOOK, JOURNAL, ExecContext, execute, read_journal
+from vgpuadm.sim.treestate import diff, tree_state
+
+GPU = "0000:01:00.0"
+
+
+def _vgpuadm(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "vgpuadm", "--root", str(root), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _cli_in_child(root: str, args: list[str], start: Any, results: Any) -> None:
+    """Runs in a forked process: wait for the others, then run the CLI in-process (typer is already imported)."""
+    out, err = io.StringIO(), io.StringIO()
+    start.wait()
+    code = run(["--root", root, *args], Console(out, err))
+    results.put((code, out.getvalue(), err.getvalue()))
+
+
+def _race(root: Path, n: int, args: list[str]) -> list[tuple[int, str, str]]:
+    """n forked processes run `vgpuadm ARGS` at the same moment; returns (exit code, stdout, stderr) of each."""
+    ctx = multiprocessing.get_context("fork")
+    start, results = ctx.Barrier(n), ctx.Queue()
+    procs = [ctx.Process(target=_cli_in_child, args=(str(root), args, start, results)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    out = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=10)
+        assert p.exitcode == 0
+    return out
+
+
+def test_sixteen_processes_race_for_the_last_four(sim_host: Callable[[str], Path]) -> None:
+    root = sim_host("p4")
+    plan, _ = api.plan_create(api.discover(str(root)), "nvidia-63", 4, gpu=GPU)
+    api.apply(plan, str(root))
+    run(["mdev", "--help"], Console(io.StringIO(), io.StringIO()))  # import typer once, before forking
+    results = _race(root, 16, ["mdev", "create", "--type", "nvidia-63", "--gpu", GPU])
+    codes = sorted(code for code, _, _ in results)
+    assert codes == [0] * 4 + [4] * 12, results
+    for code, _out, err in results:
+        if code:
+            assert err.startswith(f"error: No room for 1 × nvidia-63 on {GPU}: {GPU}: no free instances of nvidia-63")
+    snap = api.discover(str(root))
+    on_gpu = [m for m in snap.mdevs.values() if m.parent == GPU]
+    assert len(on_gpu) == 8
+    assert {t.type_id: t.available_instances for t in snap.types() if t.parent == GPU}["nvidia-63"] == 0
+    assert read_journal(str(root)) is None
+
+
+def test_lock_held_by_another_process_is_a_clear_conflict(sim_host: Callable[[str], Path]) -> None:
+    root = sim_host("p4")
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from vgpuadm.executor import host_lock\n"
+         f"with host_lock({str(root)!r}):\n    print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        plan, _ = api.plan_create(api.discover(str(root)), "nvidia-63")
+        sysfs = api.open_sysfs(str(root))
+        with pytest.raises(ConflictError) as info:
+            execute(plan, ExecContext(sysfs, sysfs.root, lock_timeout=0.2))
+        assert info.value.message == f"another vgpuadm is changing this host (pid {holder.pid})"
+    finally:
+        holder.kill()
+        holder.wait()
+    assert api.discover(str(root)).mdevs == {}
+
+
+def _crash_after_two(root: Path) -> tuple[dict[str, object], list[str]]:
+    before = tree_state(root)
+    proc = _vgpuadm(root, "mdev", "create", "--type", "P4-1Q", "--gpu", GPU, "--count", "3", env={CRASH_HOOK: "2"})
+    assert proc.wait(timeout=60) == 99
+    journal = read_journal(str(root))
+    assert journal is not None and journal["state"] == "applying" and journal["current"] == 1
+    uuids = [s["uuid"] for s in journal["plan"]["steps"]]  # type: ignore[index]
+    assert sorted(api.discover(str(root)).mdevs) == sorted(uuids[:2])
+    return before, uuids
+
+
+def test_killed_between_steps_is_rolled_back_by_recover(sim_host: Callable[[str], Path], cli) -> None:  # type: ignore[no-untyped-def]
+    root = sim_host("p4")
+    before, uuids = _crash_after_two(root)
+    blocked = cli("--root", str(root), "mdev", "create", "--type", "P4-1Q")
+    assert blocked.code == 5
+    assert blocked.err == (
+        f"error: an interrupted change is pending in /{JOURNAL}\n"
+        "hint: run `vgpuadm recover` to roll it back (or `vgpuadm recover --finish` to complete it)\n"
+    )
+    res = cli("--root", str(root), "recover")
+    assert res.code == 0, res.err
+    assert res.out.splitlines() == [
+        f"rolled back: create mdev {uuids[1]} of type nvidia-63 on {GPU}",
+        f"rolled back: create mdev {uuids[0]} of type nvidia-63 on {GPU}",
+    ]
+    assert diff(before, tree_state(root)) == {}
+    assert not (root / JOURNAL).exists()
+    assert cli("--root", str(root), "recover").out == "nothing to recover\n"
+
+
+def test_killed_between_steps_can_be_finished(sim_host: Callable[[str], Path]) -> None:
+    root = sim_host("p4")
+    _, uuids = _crash_after_two(root)
+    done = api.recover(str(root), finish=True)
+    assert done == [f"applied: create mdev {uuids[2]} of type nvidia-63 on {GPU}"]
+    assert sorted(api.discover(str(root)).mdevs) == sorted(uuids)
+    assert read_journal(str(root)) is None

@@ -1,0 +1,149 @@
+"""Declarative and reboot-survival commands: `vgpuadm apply -f`, `restore`, `reconcile`, `mdevctl export|import`."""
+
+from typing import Any
+
+from vgpuadm import api
+from vgpuadm.cli.console import Console
+from vgpuadm.errors import NotFoundError
+
+
+def apply(console: Console, root: str | None, connect: str | None, plan_file: str, check: bool, show_diff: bool,
+          prune: bool) -> None:  # fmt: skip
+    if check:
+        result = api.apply_plan_file(plan_file, root, connect=connect, check=True, prune=prune)
+    else:
+        with console.progress("apply") as progress:
+            result = api.apply_plan_file(plan_file, root, connect=connect, prune=prune, progress=progress)
+    d = result.diff
+    if show_diff or check:
+        for line in d.lines():
+            console.line(line)
+    for vm in d.untouched:
+        console.line(f"left alone: {vm} (not in the plan; --prune removes its devices)")
+    if d.empty:
+        console.line("nothing to do: the host matches the plan")
+    elif check:
+        console.line(f"would run {len(result.plan.steps)} step(s); nothing was changed (--check)")
+    else:
+        console.line(f"applied {len(result.applied)} step(s): {result.plan.summary}")
+
+
+def restore(console: Console, root: str | None, connect: str | None, domain_xml_dir: str | None,
+            timeout: float) -> None:  # fmt: skip
+    result = api.restore(root, connect=connect, domain_xml_dir=domain_xml_dir, timeout=timeout, report=console.line)
+    if not result.done and not result.problems:
+        console.line(f"nothing to restore: all {result.devices} recorded device(s) are in place")
+    elif result.done:
+        console.line(f"restored: {len(result.done)} step(s) for {result.devices} recorded device(s)")
+    if result.problems:
+        first = result.problems[0]
+        raise NotFoundError(
+            f"{len(result.problems)} device(s) could not be restored: {'; '.join(result.problems)}"
+            if len(result.problems) < 4
+            else f"{len(result.problems)} device(s) could not be restored, first: {first}",
+            "check that the GPU driver and its daemons run (nvidia-vgpud, nvidia-vgpu-mgr), then run "
+            "`vgpuadm restore` again; it only redoes what is missing",
+        )
+
+
+def reconcile(console: Console, root: str | None, connect: str | None, fix: bool, finish: bool) -> None:
+    result = api.reconcile(root, connect=connect, fix=fix, finish=finish)
+    for line in result.recovered:
+        console.line(f"journal: {line}")
+    if not result.recovered:
+        console.line("journal: no interrupted change")
+    for leak in result.leaks:
+        console.line(f"{'removed' if fix else 'leak'}: {leak.describe()}")
+    if not result.leaks:
+        console.line("no leaked devices")
+    elif not fix:
+        console.line(f"{len(result.leaks)} leaked device(s); `vgpuadm reconcile --fix` removes them")
+    for line in result.lost:
+        console.warn(f"recorded but missing: {line} (run `vgpuadm restore`)")
+
+
+def mdevctl_export(console: Console, root: str | None, connect: str | None, domain_xml_dir: str | None,
+                   from_host: bool) -> None:  # fmt: skip
+    written = api.mdevctl_export(root, connect=connect, domain_xml_dir=domain_xml_dir, from_host=from_host)
+    for d, changed in written:
+        console.line(f"{'wrote' if changed else 'unchanged'} {d.host_path} ({d.mdev_type}, start={d.start})")
+    if not written:
+        console.line("no mdevs to export")
+
+
+def mdevctl_import(console: Console, root: str | None, check: bool, include_manual: bool) -> None:
+    result = api.mdevctl_import(root, check=check, include_manual=include_manual)
+    for line in result.applied:
+        console.line(line)
+    for p in result.problems:
+        console.warn(p)
+    if result.plan.empty:
+        console.line("nothing to do: every mdevctl definition is running")
+    elif check:
+        console.line("nothing was changed (--check)")
+
+
+def register(app: Any) -> None:
+    """Add apply, restore, reconcile and the mdevctl group to the top-level typer app."""
+    import typer
+
+    @app.command("apply", epilog="Example: vgpuadm apply -f plan.yaml --diff   (then without --check to make it so)")
+    def apply_cmd(
+        ctx: typer.Context,
+        plan_file: str = typer.Option(
+            ..., "-f", "--file", help="The plan (YAML, vgpuadm/schemas/plan-v1).", metavar="PLAN"
+        ),
+        check: bool = typer.Option(False, "--check", help="Show what would change; change nothing."),
+        show_diff: bool = typer.Option(False, "--diff", help="Print the changes (+ add, - remove, ~ change)."),
+        prune: bool = typer.Option(False, "--prune", help="Also take devices from VMs the plan does not name."),
+    ) -> None:
+        """Make the host match a plan: devices per VM (type and count, or passthrough). Idempotent; VMs the plan
+        does not name are left alone; never takes a device from a running VM."""
+        apply(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), plan_file, check, show_diff, prune)
+
+    @app.command("restore", epilog="Example: vgpuadm restore --timeout 120   (run at boot by vgpuadm-restore.service)")
+    def restore_cmd(
+        ctx: typer.Context,
+        domain_xml_dir: str = typer.Option(
+            None, "--domain-xml-dir", metavar="DIR",
+            help="Read domains from XML files (e.g. /etc/libvirt/qemu) instead of asking libvirt (at boot, before it runs).",
+        ),
+        timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for GPUs to register.", metavar="S"),
+    ) -> None:  # fmt: skip
+        """After a reboot, re-create every device the domains' vgpuadm metadata records: driver, SR-IOV VFs, vGPU
+        types and mdevs (same UUIDs), vgpu_params, vfio-pci binds. Idempotent."""
+        restore(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), domain_xml_dir, timeout)
+
+    @app.command("reconcile", epilog="Example: vgpuadm reconcile --fix")
+    def reconcile_cmd(
+        ctx: typer.Context,
+        fix: bool = typer.Option(False, "--fix", help="Remove the devices no domain owns."),
+        finish: bool = typer.Option(False, "--finish", help="Complete an interrupted change instead of rolling back."),
+    ) -> None:
+        """Roll back (or finish) a change a crash interrupted, and list devices that no domain owns (leaks)."""
+        reconcile(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), fix, finish)
+
+    mdevctl_app = typer.Typer(help="mdevctl interop: /etc/mdevctl.d/<parent>/<uuid> definitions.", no_args_is_help=True)
+
+    @mdevctl_app.command("export", epilog="Example: vgpuadm mdevctl export   (then: mdevctl list --defined)")
+    def export_cmd(
+        ctx: typer.Context,
+        domain_xml_dir: str = typer.Option(
+            None, "--domain-xml-dir", help="Read domains from XML files.", metavar="DIR"
+        ),
+        from_host: bool = typer.Option(False, "--from-host", help="Export every existing mdev, owned or not."),
+    ) -> None:
+        """Write an mdevctl definition (start=auto) for every mdev the domains own, so mdevctl's udev rule can
+        re-create them at boot."""
+        mdevctl_export(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), domain_xml_dir, from_host)
+
+    @mdevctl_app.command("import", epilog="Example: vgpuadm mdevctl import --check")
+    def import_cmd(
+        ctx: typer.Context,
+        check: bool = typer.Option(False, "--check", help="Show what would be created; change nothing."),
+        include_manual: bool = typer.Option(False, "--all", help="Also start definitions with start=manual."),
+    ) -> None:
+        """Create the mdevs that mdevctl definitions describe and that do not exist yet."""
+        mdevctl_import(ctx.obj["console"], ctx.obj["root"], check, include_manual)
+
+    app.add_typer(mdevctl_app, name="mdevctl")

@@ -1,0 +1,135 @@
+"""Guest commands: `vgpuadm create`, `destroy`, `passthrough`, `release` and `demo` — devices made, attached to a
+libvirt domain and recorded in its vgpuadm <metadata>, as one plan that rolls back on failure."""
+
+from typing import Any
+
+from vgpuadm import api
+from vgpuadm.cli.console import Console
+
+
+def _report(console: Console, result: Any, as_json: bool, verb: str) -> None:
+    if as_json:
+        console.json(result.to_json())
+        return
+    if result.dry_run:
+        console.line(f"would {result.plan.summary}:" if not result.plan.empty else result.message)
+        for line in result.plan.describe():
+            console.line(f"  {line}")
+        return
+    if result.plan.empty:
+        console.line(f"nothing to do: {result.message}")
+        return
+    devices = result.added if verb == "attached" else result.removed
+    for a in devices:
+        what = a.uuid if a.mode == "mdev" else a.address
+        kind = f"{a.type_id} " if a.type_id else ""
+        where = f" on {a.parent}" if a.parent and a.parent != what else ""
+        console.line(f"{verb} {a.mode} {kind}{what}{where} ({'to' if verb == 'attached' else 'from'} {result.domain})")
+    if verb == "attached" and result.hostdevs:
+        console.line("")
+        console.line(f"hostdev XML added to {result.domain} ({result.uri}):")
+        for hostdev in result.hostdevs:
+            console.line(hostdev.rstrip())
+
+
+def register(app: Any) -> None:
+    """Add the guest verbs to the top-level typer app."""
+    import typer
+
+    dry_opt = typer.Option(False, "--dry-run", help="Print the plan; change nothing.")
+    json_opt = typer.Option(False, "--json", help="Print the result as JSON.")
+
+    @app.command(
+        "create",
+        epilog="Example: vgpuadm create --type nvidia-63 --vm web01 --display on --param frame_rate_limiter=0",
+    )
+    def create_cmd(
+        ctx: typer.Context,
+        type_name: str = typer.Option(..., "--type", help="Type id, name or profile (nvidia-63, P4-1Q).", metavar="T"),
+        vm: str = typer.Option(..., "--vm", help="The libvirt domain that gets the device(s).", metavar="NAME"),
+        count: int = typer.Option(1, "--count", help="How many of this type the VM should own in total.", metavar="N"),
+        gpu: str = typer.Option(None, "--gpu", help="Only this GPU (a PF includes its VFs).", metavar="BDF"),
+        policy: str = typer.Option("pack", "--policy", help="pack (fill one GPU first) or spread.", metavar="P"),
+        numa: int = typer.Option(None, "--numa", help="Only GPUs on this NUMA node.", metavar="N"),
+        display: str = typer.Option("off", "--display", help="on|off: expose the vGPU's display.", metavar="on|off"),
+        ramfb: bool = typer.Option(False, "--ramfb", help="Show firmware output on the display (needs --display on)."),
+        param: list[str] = typer.Option(None, "--param", help="NVIDIA vgpu_params key=value.", metavar="K=V"),
+        dry_run: bool = dry_opt,
+        as_json: bool = json_opt,
+    ) -> None:
+        """Create vGPU(s) of a type, attach them to a VM and record them in its metadata (idempotent)."""
+        from vgpuadm.errors import UsageError
+
+        if display not in ("on", "off"):
+            raise UsageError(f"--display {display!r} is not on or off", "write --display on or --display off")
+        result = api.guest_create(
+            ctx.obj["root"], vm, type_name, count, connect=ctx.obj.get("connect"), gpu=gpu, policy=policy, numa=numa,
+            display=display == "on", ramfb=ramfb, params=param or (), dry_run=dry_run,
+        )  # fmt: skip
+        _report(ctx.obj["console"], result, as_json, "attached")
+
+    @app.command("destroy", epilog="Example: vgpuadm destroy --vm web01 --all")
+    def destroy_cmd(
+        ctx: typer.Context,
+        vm: str = typer.Option(..., "--vm", help="The libvirt domain.", metavar="NAME"),
+        uuid: str = typer.Option(None, "--uuid", help="Only this device (mdev UUID, or VF/GPU address).", metavar="U"),
+        all_: bool = typer.Option(False, "--all", help="Every device vgpuadm gave this VM."),
+        dry_run: bool = dry_opt,
+        as_json: bool = json_opt,
+    ) -> None:
+        """Detach a VM's vgpuadm devices, remove them and give passed-through GPUs back to their drivers."""
+        result = api.guest_destroy(
+            ctx.obj["root"], vm, uuid=uuid, all_=all_, connect=ctx.obj.get("connect"), dry_run=dry_run
+        )
+        _report(ctx.obj["console"], result, as_json, "detached")
+
+    @app.command("passthrough", epilog="Example: vgpuadm passthrough --gpu 0000:65:00.0 --vm db01")
+    def passthrough_cmd(
+        ctx: typer.Context,
+        gpu: str = typer.Option(..., "--gpu", help="The GPU; its whole IOMMU group goes along.", metavar="BDF"),
+        vm: str = typer.Option(..., "--vm", help="The libvirt domain.", metavar="NAME"),
+        force: bool = typer.Option(False, "--force", help="Allow a boot VGA GPU or a shared IOMMU group."),
+        rom_file: str = typer.Option(None, "--rom-file", help="A VBIOS image for the GPU.", metavar="PATH"),
+        dry_run: bool = dry_opt,
+        as_json: bool = json_opt,
+    ) -> None:
+        """Bind a whole GPU (GPU + audio …) to vfio-pci and attach it to a VM as one multifunction slot."""
+        result = api.guest_passthrough(
+            ctx.obj["root"], gpu, vm, connect=ctx.obj.get("connect"), force=force, rom_file=rom_file, dry_run=dry_run
+        )
+        _report(ctx.obj["console"], result, as_json, "attached")
+
+    @app.command("release", epilog="Example: vgpuadm release --gpu 0000:65:00.0")
+    def release_cmd(
+        ctx: typer.Context,
+        gpu: str = typer.Option(..., "--gpu", help="The passed-through GPU.", metavar="BDF"),
+        dry_run: bool = dry_opt,
+        as_json: bool = json_opt,
+    ) -> None:
+        """Detach a passed-through GPU from its VM and give it back to its host drivers."""
+        result = api.guest_release(ctx.obj["root"], gpu, connect=ctx.obj.get("connect"), dry_run=dry_run)
+        _report(ctx.obj["console"], result, as_json, "detached")
+
+    @app.command("demo", epilog="Example: vgpuadm demo --dir /tmp/vgpuadm-demo")
+    def demo_cmd(
+        ctx: typer.Context,
+        directory: str = typer.Option(
+            None, "--dir", help="A new or empty directory (default: a temp dir).", metavar="DIR"
+        ),
+        as_json: bool = json_opt,
+    ) -> None:
+        """Build a simulated P4 host and demo VMs (libvirt's embedded driver, no daemon) and give web01 a vGPU."""
+        console: Console = ctx.obj["console"]
+        result = api.demo(directory)
+        if as_json:
+            console.json({"root": result.root, "uri": result.uri, "domains": result.domains,
+                          "create": result.created.to_json()})  # fmt: skip
+            return
+        console.line(f"simulated host: {result.root}")
+        console.line(f"libvirt:        {result.uri}")
+        console.line(f"domains:        {', '.join(result.domains)}")
+        console.line("")
+        console.line("$ vgpuadm create --type nvidia-63 --vm web01")
+        _report(console, result.created, False, "attached")
+        console.line("")
+        console.line(f"next: vgpuadm --root {result.root} devices")

@@ -1,0 +1,229 @@
+"""Host-side verbs: `vgpuadm mdev|vf|sriov|vfio …` and `vgpuadm recover`. Each discovers, plans and applies under
+the host lock (so concurrent runs never plan against a stale view); --dry-run prints the plan and changes nothing
+(no lock, no journal); --json prints {changed, dry_run, summary, steps, devices}."""
+
+from collections.abc import Callable
+from typing import Any
+
+from vgpuadm import api
+from vgpuadm.cli.console import Console
+from vgpuadm.model import HostSnapshot
+from vgpuadm.steps import Plan
+
+Planner = Callable[[HostSnapshot], tuple[Plan, list[str]]]
+
+
+def run_plan(console: Console, root: str | None, planner: Planner, dry_run: bool, as_json: bool) -> None:
+    """Discover → plan → apply (or print the plan), then report."""
+    if dry_run:
+        plan, ids = planner(api.discover(root))
+        result = api.apply(plan, root, dry_run=True)
+    else:
+        with api.host_lock(root):
+            plan, ids = planner(api.discover(root))
+            result = api.apply(plan, root)
+    if as_json:
+        console.json(
+            {"changed": result.changed, "dry_run": dry_run, "summary": plan.summary, "steps": plan.describe(),
+             "devices": ids}
+        )  # fmt: skip
+        return
+    if plan.empty:
+        console.line(f"nothing to do ({plan.summary})")
+        return
+    prefix = "would run" if dry_run else "done"
+    for line in plan.describe():
+        console.line(f"{prefix}: {line}")
+    if dry_run:
+        console.line("dry run: nothing was changed")
+    for dev in ids:
+        console.line(dev)
+
+
+def _params(values: list[str] | None) -> str:
+    return " ".join(values or [])
+
+
+def register(app: Any) -> None:
+    """Add the host verbs to the top-level typer app."""
+    app.add_typer(_mdev_app(), name="mdev")
+    app.add_typer(_vf_app(), name="vf")
+    app.add_typer(_sriov_app(), name="sriov")
+    app.add_typer(_vfio_app(), name="vfio")
+    _recover_cmd(app)
+
+
+def _opts() -> tuple[Any, Any]:
+    import typer
+
+    dry = typer.Option(False, "--dry-run", help="Print the plan; change nothing.")
+    js = typer.Option(False, "--json", help="Print the result as JSON.")
+    return dry, js
+
+
+def _mdev_app() -> Any:
+    import typer
+
+    dry_opt, json_opt = _opts()
+    app = typer.Typer(help="Create and remove mediated vGPUs (layouts A and B).", no_args_is_help=True)
+
+    @app.command(
+        "create",
+        epilog="Example: vgpuadm mdev create --type P4-1Q --count 2 --policy spread --param frame_rate_limiter=0",
+    )
+    def create_cmd(
+        ctx: typer.Context,
+        type_name: str = typer.Option(..., "--type", help="Type id, name or profile (nvidia-63, P4-1Q).", metavar="T"),
+        gpu: str = typer.Option(None, "--gpu", help="Only this GPU (a PF includes its VFs).", metavar="BDF"),
+        count: int = typer.Option(1, "--count", help="How many devices.", metavar="N"),
+        policy: str = typer.Option("pack", "--policy", help="pack (fill the busiest GPU) or spread.", metavar="P"),
+        numa: int = typer.Option(None, "--numa", help="Only GPUs on this NUMA node.", metavar="N"),
+        uuid: list[str] = typer.Option(None, "--uuid", help="The mdev UUID (repeat per device).", metavar="U"),
+        param: list[str] = typer.Option(None, "--param", help="NVIDIA vgpu_params key=value (repeatable).",
+                                        metavar="K=V"),
+        explain: bool = typer.Option(False, "--explain", help="Also print why each GPU was chosen or rejected."),
+        dry_run: bool = dry_opt,
+        as_json: bool = json_opt,
+    ) -> None:  # fmt: skip
+        """Create COUNT mdevs of a type, placed by policy."""
+        console: Console = ctx.obj["console"]
+        root = ctx.obj["root"]
+
+        def planner(snap: HostSnapshot) -> tuple[Plan, list[str]]:
+            if explain and not as_json:
+                console.line(api.explain_placement(snap, type_name, count, gpu=gpu, policy=policy, numa=numa))
+            return api.plan_create(
+                snap, type_name, count, gpu=gpu, policy=policy, numa=numa, params=_params(param), uuids=uuid or ()
+            )
+
+        run_plan(console, root, planner, dry_run, as_json)
+
+    @app.command("remove", epilog="Example: vgpuadm mdev remove 83b8f4f2-509f-382f-3c1e-e6bfe0fa1001")
+    def remove_cmd(
+        ctx: typer.Context,
+        uuid: str = typer.Argument(..., help="The mdev UUID."),
+        dry_run: bool = dry_opt,
+        as_json: bool = json_opt,
+    ) -> None:
+        """Remove an mdev."""
+        run_plan(ctx.obj["console"], ctx.obj["root"], lambda s: (api.plan_remove(s, uuid), []), dry_run, as_json)
+
+    return app
+
+
+def _vf_app() -> Any:
+    import typer
+
+    dry_opt, json_opt = _opts()
+    app = typer.Typer(help="NVIDIA vendor-VFIO VFs (layout C): set or clear a VF's vGPU type.", no_args_is_help=True)
+
+    @app.command("set-type", epilog="Example: vgpuadm vf set-type --type H200X-4C --vf 0000:18:00.4")
+    def set_type_cmd(
+        ctx: typer.Context,
+        type_name: str = typer.Option(..., "--type", help="Type id, number or profile (1420, H200X-4C).", metavar="T"),
+        vf: str = typer.Option(None, "--vf", help="This VF (default: one placement picks).", metavar="BDF"),
+        policy: str = typer.Option("pack", "--policy", help="pack or spread when --vf is omitted.", metavar="P"),
+        param: list[str] = typer.Option(None, "--param", help="NVIDIA vgpu_params key=value.", metavar="K=V"),
+        dry_run: bool = dry_opt,
+        as_json: bool = json_opt,
+    ) -> None:
+        """Give a VF a vGPU type (writes nvidia/current_vgpu_type)."""
+
+        def planner(snap: HostSnapshot) -> tuple[Plan, list[str]]:
+            plan, address = api.plan_vf_type(snap, type_name, vf, params=_params(param), policy=policy)
+            return plan, [address]
+
+        run_plan(ctx.obj["console"], ctx.obj["root"], planner, dry_run, as_json)
+
+    @app.command("clear", epilog="Example: vgpuadm vf clear 0000:18:00.4")
+    def clear_cmd(
+        ctx: typer.Context,
+        vf: str = typer.Argument(..., help="The VF address."),
+        dry_run: bool = dry_opt,
+        as_json: bool = json_opt,
+    ) -> None:
+        """Destroy the vGPU on a VF (writes 0 to nvidia/current_vgpu_type)."""
+        run_plan(ctx.obj["console"], ctx.obj["root"], lambda s: (api.plan_vf_clear(s, vf), []), dry_run, as_json)
+
+    return app
+
+
+def _sriov_app() -> Any:
+    import typer
+
+    dry_opt, json_opt = _opts()
+    app = typer.Typer(help="Enable or disable a PF's SR-IOV VFs.", no_args_is_help=True)
+
+    @app.command("enable", epilog="Example: vgpuadm sriov enable 0000:41:00.0 --num 8")
+    def enable_cmd(
+        ctx: typer.Context,
+        pf: str = typer.Argument(..., help="The PF address."),
+        num: int = typer.Option(None, "--num", help="How many VFs (default all; NVIDIA PFs: all).", metavar="N"),
+        dry_run: bool = dry_opt,
+        as_json: bool = json_opt,
+    ) -> None:
+        """Enable VFs (sriov_numvfs, or NVIDIA's sriov-manage -e for PFs bound to nvidia)."""
+        run_plan(ctx.obj["console"], ctx.obj["root"], lambda s: (api.plan_sriov(s, pf, True, num), []), dry_run,
+                 as_json)  # fmt: skip
+
+    @app.command("disable", epilog="Example: vgpuadm sriov disable 0000:41:00.0")
+    def disable_cmd(
+        ctx: typer.Context,
+        pf: str = typer.Argument(..., help="The PF address."),
+        dry_run: bool = dry_opt,
+        as_json: bool = json_opt,
+    ) -> None:
+        """Disable all VFs of a PF (refused while a VF hosts a vGPU)."""
+        run_plan(ctx.obj["console"], ctx.obj["root"], lambda s: (api.plan_sriov(s, pf, False), []), dry_run, as_json)
+
+    return app
+
+
+def _vfio_app() -> Any:
+    import typer
+
+    dry_opt, json_opt = _opts()
+    app = typer.Typer(help="Whole-GPU passthrough: bind a GPU's IOMMU group to vfio-pci and back.",
+                      no_args_is_help=True)  # fmt: skip
+
+    @app.command("bind", epilog="Example: vgpuadm vfio bind 0000:65:00.0")
+    def bind_cmd(
+        ctx: typer.Context,
+        gpu: str = typer.Argument(..., help="The GPU address."),
+        force: bool = typer.Option(False, "--force", help="Also take a boot VGA GPU or host-used group members."),
+        dry_run: bool = dry_opt,
+        as_json: bool = json_opt,
+    ) -> None:
+        """Bind the GPU and every endpoint of its IOMMU group (e.g. its HD audio) to vfio-pci."""
+        run_plan(ctx.obj["console"], ctx.obj["root"], lambda s: (api.plan_vfio_bind(s, gpu, force), []), dry_run,
+                 as_json)  # fmt: skip
+
+    @app.command("unbind", epilog="Example: vgpuadm vfio unbind 0000:65:00.0")
+    def unbind_cmd(
+        ctx: typer.Context,
+        gpu: str = typer.Argument(..., help="The GPU address."),
+        dry_run: bool = dry_opt,
+        as_json: bool = json_opt,
+    ) -> None:
+        """Give the GPU's group back to the drivers it had before `vfio bind`."""
+        run_plan(ctx.obj["console"], ctx.obj["root"], lambda s: (api.plan_vfio_restore(s, gpu), []), dry_run,
+                 as_json)  # fmt: skip
+
+    return app
+
+
+def _recover_cmd(app: Any) -> None:
+    import typer
+
+    @app.command("recover", epilog="Example: vgpuadm --root /tmp/h recover")
+    def recover_cmd(
+        ctx: typer.Context,
+        finish: bool = typer.Option(False, "--finish", help="Complete the interrupted plan instead of undoing it."),
+    ) -> None:
+        """Roll back (or --finish) a change that a crashed vgpuadm left half done."""
+        console: Console = ctx.obj["console"]
+        done = api.recover(ctx.obj["root"], finish=finish)
+        if not done:
+            console.line("nothing to recover")
+        for line in done:
+            console.line(line)

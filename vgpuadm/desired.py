@@ -1,0 +1,412 @@
+"""Declarative plans (`vgpuadm apply -f plan.yaml`): load and validate a plan file, then diff the desired devices
+per VM against the allocations the domains already own. Pure: no host, no libvirt.
+
+Every error in a plan file names the place: `plan.yaml:7: vms.web01.count: must be ≥ 1`. Locations come from
+PyYAML's node marks, so the plan is composed into nodes once, checked against vgpuadm/schemas/plan-v1.schema.json,
+and only then turned into Python values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import yaml
+
+from vgpuadm.errors import ConflictError, UsageError
+from vgpuadm.model import Allocation
+
+SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "schemas", "plan-v1.schema.json")
+PCI_MODE = "pci"
+TYPED_MODES = ("mdev", "vf")
+
+
+@dataclass(frozen=True)
+class Display:
+    enabled: bool = False
+    ramfb: bool = False
+
+
+@dataclass(frozen=True)
+class VmSpec:
+    """What one VM should own: `count` devices of `type`, or the functions in `passthrough`."""
+
+    name: str
+    type: str | None = None
+    count: int = 1
+    passthrough: tuple[str, ...] = ()
+    gpu: str | None = None
+    policy: str = "pack"
+    numa: int | None = None
+    params: str = ""  # vgpu_params as written to sysfs ("frame_rate_limiter=0 disable_vnc=1"); "" = none
+    display: Display = Display()
+    line: int = 0  # where the VM is named in the plan file (for messages)
+    key_lines: dict[str, int] = field(default_factory=dict, hash=False, compare=False)  # key → line
+
+    def line_of(self, key: str) -> int:
+        return self.key_lines.get(key, self.line)
+
+
+@dataclass(frozen=True)
+class DesiredPlan:
+    source: str
+    vms: dict[str, VmSpec]
+
+
+@dataclass(frozen=True)
+class Add:
+    """Create `count` devices of `type_id` (typed) or give the VM the function `address` (passthrough)."""
+
+    vm: str
+    spec: VmSpec
+    type_id: str | None = None
+    count: int = 1
+    address: str | None = None
+
+
+@dataclass(frozen=True)
+class SetParams:
+    allocation: Allocation
+    params: str
+
+
+@dataclass(frozen=True)
+class Diff:
+    adds: tuple[Add, ...] = ()
+    removes: tuple[Allocation, ...] = ()
+    set_params: tuple[SetParams, ...] = ()
+    kept: tuple[Allocation, ...] = ()
+    untouched: tuple[str, ...] = ()  # domains with devices the plan does not name (left alone without --prune)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.adds or self.removes or self.set_params)
+
+    @property
+    def instances_needed(self) -> int:
+        return sum(a.count for a in self.adds)
+
+    def lines(self) -> list[str]:
+        """The diff as text: `+` added, `-` removed, `~` changed, in VM order."""
+        out: list[tuple[str, int, str]] = []
+        for r in self.removes:
+            out.append((r.domain, 0, f"- {r.domain}: {describe_allocation(r)}"))
+        for p in self.set_params:
+            a = p.allocation
+            out.append(
+                (a.domain, 1, f"~ {a.domain}: {describe_allocation(a)} vgpu_params {a.params or ''!r} → {p.params!r}")
+            )
+        for add in self.adds:
+            what = f"passthrough {add.address}" if add.address else f"{add.type_id} ×{add.count}"
+            out.append((add.vm, 2, f"+ {add.vm}: {what}"))
+        return [text for _, _, text in sorted(out, key=lambda t: (t[0], t[1]))]
+
+
+def describe_allocation(a: Allocation) -> str:
+    if a.mode == PCI_MODE:
+        return f"passthrough {a.address}"
+    ident = a.uuid or a.address
+    return f"{a.type_id} {ident} on {a.parent}" if a.parent and a.parent != ident else f"{a.type_id} {ident}"
+
+
+# -- loading ------------------------------------------------------------------------------------------------------
+
+
+class PlanLoader(yaml.SafeLoader):
+    """SafeLoader without YAML 1.1's base-60 numbers: unquoted `0000:01:00.0` would otherwise load as 60.0."""
+
+
+PlanLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+PlanLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789")
+)
+PlanLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+.0123456789"),
+)
+
+
+@cache
+def plan_schema() -> dict[str, Any]:
+    with open(SCHEMA_FILE) as f:
+        schema: dict[str, Any] = json.load(f)
+    return schema
+
+
+def load_plan(path: str) -> DesiredPlan:
+    """Read, validate and convert a plan file; UsageError `file:line: key.path: problem` on the first fault."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read plan {path}: {exc.strerror}", "pass an existing YAML file to -f") from None
+    return parse_plan(text, os.path.basename(path))
+
+
+def parse_plan(text: str, source: str = "plan.yaml") -> DesiredPlan:
+    try:
+        node = yaml.compose(text, Loader=PlanLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark is not None else 0
+        raise UsageError(f"{source}:{line}: not valid YAML: {exc.problem}", "fix the YAML syntax") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{source}: not valid YAML: {exc}", "fix the YAML syntax") from None
+    if node is None:
+        raise UsageError(f"{source}:1: the plan is empty", "write at least `vms: {web01: {type: nvidia-63}}`")
+    _check_duplicate_keys(node, source, ())
+    data = yaml.load(text, Loader=PlanLoader)  # PlanLoader is a SafeLoader
+    _validate(data, node, source)
+    return _to_plan(data, node, source)
+
+
+def _check_duplicate_keys(node: yaml.Node, source: str, path: tuple[str, ...]) -> None:
+    # PyYAML keeps the last of two equal keys silently; a plan naming a VM twice is a mistake worth stopping.
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key, value in node.value:
+            name = str(key.value)
+            if name in seen:
+                raise _fault(source, key, (*path, name), "duplicate key", "name each key once")
+            seen.add(name)
+            _check_duplicate_keys(value, source, (*path, name))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_duplicate_keys(item, source, (*path, str(i)))
+
+
+def _validate(data: Any, node: yaml.Node, source: str) -> None:
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(plan_schema())
+    errors = sorted(validator.iter_errors(data), key=lambda e: (_line_of(node, list(e.absolute_path)), e.path))
+    if errors:
+        err = errors[0]
+        path = [str(p) for p in err.absolute_path]
+        target = _node_at(node, path)
+        problem, hint = _explain(err)
+        if err.validator == "additionalProperties" and isinstance(target, yaml.MappingNode):
+            extra = _unknown_keys(err)
+            key_node = next((k for k, _ in target.value if str(k.value) in extra), None)
+            if key_node is not None:
+                raise _fault(source, key_node, [*path, str(key_node.value)], problem, hint)
+        if err.validator == "propertyNames" and isinstance(target, yaml.MappingNode):
+            key_node = next((k for k, _ in target.value if str(k.value) == str(err.instance)), None)
+            if key_node is not None:
+                raise _fault(source, key_node, [*path, str(err.instance)], problem, hint)
+        raise _fault(source, target, path, problem, hint)
+
+
+def _explain(err: Any) -> tuple[str, str]:
+    """jsonschema's error as a short phrase plus a hint that says what to write instead."""
+    v, arg = err.validator, err.validator_value
+    if v == "minimum":
+        return f"must be ≥ {arg}", f"use a whole number of at least {arg}"
+    if v == "maximum":
+        return f"must be ≤ {arg}", f"use a whole number of at most {arg}"
+    if v == "type":
+        kinds = " or ".join(arg) if isinstance(arg, list) else arg
+        return f"must be {'an' if kinds[0] in 'aeiou' else 'a'} {kinds}, not {err.instance!r}", f"write a {kinds}"
+    if v == "enum":
+        return f"must be one of {', '.join(map(str, arg))}, not {err.instance!r}", "pick one of the listed values"
+    if v == "const":
+        return f"must be {arg!r}, not {err.instance!r}", f"write {arg!r} (the only plan format this version reads)"
+    if v == "required":
+        missing = [k for k in arg if k not in err.instance]
+        return f"missing key {', '.join(missing)}", "see the plan example in README.md (Reboot survival)"
+    if v == "additionalProperties":
+        known = ", ".join(sorted(err.schema.get("properties", {})))
+        return f"unknown key {', '.join(_unknown_keys(err))}", f"known keys here: {known}"
+    if v == "pattern" or (v == "oneOf" and isinstance(err.instance, str)):
+        return f"{err.instance!r} is not a PCI address", "write the full address, e.g. 0000:65:00.0"
+    if v == "propertyNames":
+        return f"{err.instance!r} is not a valid VM name", "use the libvirt domain name (letters, digits, _.+:-)"
+    if v == "oneOf":
+        return "must be one address or a list of addresses" if "passthrough" in list(
+            err.absolute_path
+        ) else "must be a string or a mapping", "see the plan example in README.md (Reboot survival)"
+    if v in ("minItems", "uniqueItems"):
+        return "must list at least one address, each once", "list each PCI function once"
+    if v == "minLength":
+        return "must not be empty", "write a value"
+    return err.message, "see vgpuadm/schemas/plan-v1.schema.json"
+
+
+def _unknown_keys(err: Any) -> list[str]:
+    known = set(err.schema.get("properties", {}))
+    return sorted(str(k) for k in err.instance if k not in known)
+
+
+def _node_at(node: yaml.Node, path: Sequence[str]) -> yaml.Node:
+    for part in path:
+        if isinstance(node, yaml.MappingNode):
+            nxt = next((v for k, v in node.value if str(k.value) == part), None)
+        elif isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
+            nxt = node.value[int(part)]
+        else:
+            nxt = None
+        if nxt is None:
+            break
+        node = nxt
+    return node
+
+
+def _key_node(node: yaml.Node, path: Sequence[str]) -> yaml.Node:
+    """The key node naming path[-1] (where a person looks for "vms.web01"), else the value node."""
+    parent = _node_at(node, path[:-1])
+    if isinstance(parent, yaml.MappingNode):
+        for key, _value in parent.value:
+            if str(key.value) == path[-1]:
+                return key
+    return _node_at(node, path)
+
+
+def _line_of(node: yaml.Node, path: Sequence[Any]) -> int:
+    return _node_at(node, [str(p) for p in path]).start_mark.line + 1
+
+
+def _fault(source: str, node: yaml.Node, path: Sequence[str], problem: str, hint: str) -> UsageError:
+    where = ".".join(path) or "(top level)"
+    return UsageError(f"{source}:{node.start_mark.line + 1}: {where}: {problem}", hint)
+
+
+def _to_plan(data: Mapping[str, Any], node: yaml.Node, source: str) -> DesiredPlan:
+    defaults = data.get("defaults") or {}
+    vms: dict[str, VmSpec] = {}
+    for name, body in (data.get("vms") or {}).items():
+        name = str(name)
+        body = body or {}
+        vm_node = _key_node(node, ["vms", name])
+        line = vm_node.start_mark.line + 1
+        has_type, has_pt = "type" in body, "passthrough" in body
+        if has_type == has_pt:
+            problem = "names both type and passthrough" if has_type else "needs a type or passthrough"
+            raise _fault(
+                source, vm_node, ["vms", name], problem, "give a VM either `type: …` (+ count) or `passthrough: BDF`"
+            )
+        if has_pt and "count" in body:
+            count_node = _node_at(node, ["vms", name, "count"])
+            raise _fault(
+                source,
+                count_node,
+                ["vms", name, "count"],
+                "does not apply to passthrough",
+                "list each function under passthrough instead",
+            )
+        passthrough = body.get("passthrough", ())
+        if isinstance(passthrough, str):
+            passthrough = (passthrough,)
+        display = {**(defaults.get("display") or {}), **(body.get("display") or {})}
+        vms[name] = VmSpec(
+            name=name,
+            type=body.get("type"),
+            count=int(body.get("count", 1)),
+            passthrough=tuple(a.lower() for a in passthrough),
+            gpu=body["gpu"].lower() if body.get("gpu") else None,
+            policy=body.get("policy", defaults.get("policy", "pack")),
+            numa=body.get("numa"),
+            params=format_params(body.get("params")),
+            display=Display(**display),
+            line=line,
+            key_lines={k: _key_node(node, ["vms", name, k]).start_mark.line + 1 for k in body},
+        )
+    return DesiredPlan(source=source, vms=vms)
+
+
+def format_params(params: str | Mapping[str, Any] | None) -> str:
+    """vgpu_params text: a mapping becomes space-separated key=value (booleans as 1/0), a string is normalised."""
+    if params is None:
+        return ""
+    if isinstance(params, str):
+        return " ".join(params.split())
+    return " ".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in params.items())
+
+
+def params_equal(a: str | None, b: str | None) -> bool:
+    """Same vgpu_params regardless of order and spacing (the driver reads key=value pairs)."""
+    return sorted(shlex.split(a or "")) == sorted(shlex.split(b or ""))
+
+
+# -- diff --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Current:
+    """What exists now: every domain's allocations and which domains run."""
+
+    allocations: Sequence[Allocation] = ()
+    running: frozenset[str] = frozenset()
+    domains: frozenset[str] = field(default_factory=frozenset)  # every defined domain (named or not in the plan)
+
+
+def diff(desired: DesiredPlan, current: Current, resolved_types: Mapping[str, str], *, prune: bool = False) -> Diff:
+    """Changes that turn `current` into `desired`. `resolved_types` maps each VM's written type to the type_id the
+    host knows it by (the API resolves names like "GRID P4-1Q" against discovery). Pure."""
+    by_vm: dict[str, list[Allocation]] = {}
+    for a in current.allocations:
+        by_vm.setdefault(a.domain, []).append(a)
+    adds: list[Add] = []
+    removes: list[Allocation] = []
+    set_params: list[SetParams] = []
+    kept: list[Allocation] = []
+    for name in sorted(desired.vms):
+        spec = desired.vms[name]
+        owned = sorted(by_vm.get(name, []), key=lambda a: a.slot)
+        if spec.passthrough:
+            # A listed address names a GPU: it is passed through with its whole IOMMU group (its audio function),
+            # recorded as one allocation per function whose `parent` is the GPU.
+            want = set(spec.passthrough)
+            covered: set[str] = set()
+            for a in owned:
+                if a.mode == PCI_MODE and ({a.address, a.parent} & want):
+                    covered.update(k for k in (a.address, a.parent) if k and k in want)
+                    kept.append(a)
+                else:
+                    removes.append(a)
+            adds.extend(Add(vm=name, spec=spec, address=addr) for addr in spec.passthrough if addr not in covered)
+            continue
+        type_id = resolved_types.get(spec.type or "", spec.type or "")
+        matching = [a for a in owned if a.mode in TYPED_MODES and a.type_id == type_id]
+        removes.extend(a for a in owned if a not in matching)
+        removes.extend(matching[spec.count :])
+        for a in matching[: spec.count]:
+            kept.append(a)
+            if not params_equal(a.params, spec.params):
+                set_params.append(SetParams(a, spec.params))
+        if len(matching) < spec.count:
+            adds.append(Add(vm=name, spec=spec, type_id=type_id, count=spec.count - len(matching)))
+    untouched = sorted(vm for vm in by_vm if vm not in desired.vms)
+    if prune:
+        removes.extend(a for vm in untouched for a in by_vm[vm])
+        untouched = []
+    return Diff(tuple(adds), tuple(removes), tuple(set_params), tuple(kept), tuple(untouched))
+
+
+def check_safe(d: Diff, running: Iterable[str]) -> None:
+    """Refuse to take a device from a running VM, or to change its parameters (the driver reads them at start)."""
+    live = set(running)
+    for a in d.removes:
+        if a.domain in live:
+            raise ConflictError(
+                f"domain {a.domain} is running and owns {describe_allocation(a)} that the plan would remove",
+                f"shut {a.domain} down first (virsh shutdown {a.domain}), then apply again",
+            )
+    for p in d.set_params:
+        if p.allocation.domain in live:
+            raise ConflictError(
+                f"domain {p.allocation.domain} is running; vgpu_params of {describe_allocation(p.allocation)} "
+                "can only change while it is off",
+                f"shut {p.allocation.domain} down first, then apply again",
+            )

@@ -1,0 +1,271 @@
+"""Turn a `umockdev-record` capture of a real host into a sys/ tree under a root, so discovery can read it.
+
+Record format (one block per device, blocks separated by blank lines):
+  P: /devices/...        the device path under /sys
+  E: KEY=VALUE           udev properties (SUBSYSTEM, DRIVER, …)
+  A: name=value          attribute text, C-escaped (\\n, \\t, \\\\, \\xHH, \\NNN octal)
+  H: name=HEX            binary attribute (PCI config space)
+  L: name=target         a symlink, relative to the directory holding it
+  N:, S:                 /dev node and links (ignored)
+
+umockdev does not record the directories the kernel derives, so they are rebuilt here:
+  - SUBSYSTEM → /sys/bus/<subsystem>/devices/<name> (bus subsystems) or /sys/class/<subsystem>/<name>;
+  - a `driver` link → /sys/bus/<bus>/drivers/<driver>/<name> back-link;
+  - an `iommu_group` link → /sys/kernel/iommu_groups/<n>/devices/<name>;
+  - a device with a child mdev → /sys/class/mdev_bus/<name>, and the mdev's type back-link.
+
+umockdev does not record `mdev_supported_types/` either. `types_from` (a captured sys/ tree such as
+tests/data/harvester-a2/testdata-sys) fills them in: a captured `class/mdev_bus/<BDF>` whose BDF is a recorded
+device is laid onto that device as captured. Its siblings — the other VFs of the same PF bound to the same driver —
+are mdev parents too on a real host (vgpu-sysfs.md §3.2: every VF bound to nvidia has its own types), so they get
+the same type directories; a VF that hosts an mdev reads `available_instances` 0 for every type (§3.2), a free VF
+reads what the captured free VF read. Captured `bus/pci/devices/<BDF>/nvidia/` files are laid on a recorded BDF.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+
+from vgpuadm.errors import NotFoundError, UsageError
+
+# Subsystems that are buses (/sys/bus/<name>); every other subsystem is a class (/sys/class/<name>).
+BUS_SUBSYSTEMS = frozenset(
+    [
+        "acpi",
+        "container",
+        "cpu",
+        "event_source",
+        "i2c",
+        "mdev",
+        "mdio_bus",
+        "memory",
+        "node",
+        "pci",
+        "pci_express",
+        "platform",
+        "pnp",
+        "scsi",
+        "serio",
+        "usb",
+        "virtio",
+        "wmi",
+        "workqueue",
+        "clockevents",
+        "clocksource",
+        "edac",
+        "machinecheck",
+    ]
+)
+_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|[0-7]{1,3}|.)")
+_SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "a": "\a", "b": "\b", "f": "\f",
+           "v": "\v", "e": "\x1b"}  # fmt: skip
+
+
+@dataclass
+class Device:
+    """One recorded device block."""
+
+    path: str  # host path, /sys/devices/...
+    props: dict[str, str] = field(default_factory=dict)
+    attrs: dict[str, bytes] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def subsystem(self) -> str | None:
+        return self.props.get("SUBSYSTEM")
+
+
+@dataclass
+class Loaded:
+    """What `load` laid down: recorded devices, and the mdev parents it derived."""
+
+    devices: int
+    mdev_parents: list[str]
+    mdevs: list[str]
+
+
+def unescape(text: str) -> bytes:
+    """Decode umockdev's C escapes into the attribute's bytes."""
+
+    def one(m: re.Match[str]) -> str:
+        code = m[1]
+        if code[0] == "x" and len(code) == 3:
+            return chr(int(code[1:], 16))
+        if code[0] in "01234567":
+            return chr(int(code, 8))
+        return _SIMPLE.get(code, code)
+
+    return _ESCAPE.sub(one, text).encode("latin-1", errors="replace")
+
+
+def parse(text: str, source: str = "recording") -> list[Device]:
+    """Parse a umockdev-record text. A malformed line → UsageError naming the file and line."""
+    devices: list[Device] = []
+    current: Device | None = None
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            current = None
+            continue
+        tag, sep, rest = raw.partition(": ")
+        if not sep or len(tag) != 1:
+            raise UsageError(f"{source} line {lineno}: {raw[:60]!r} is not a umockdev record line",
+                             "give a file written by `umockdev-record`")  # fmt: skip
+        if tag == "P":
+            if not rest.startswith("/devices/"):
+                raise UsageError(f"{source} line {lineno}: device path {rest!r} is not under /devices",
+                                 "give a file written by `umockdev-record`")  # fmt: skip
+            current = Device("/sys" + rest.rstrip("/"))
+            devices.append(current)
+            continue
+        if current is None:
+            raise UsageError(f"{source} line {lineno}: {tag}: line before any P: line",
+                             "every block of a umockdev record starts with `P: /devices/...`")  # fmt: skip
+        key, eq, value = rest.partition("=")
+        if tag in "EALH" and (not eq or not key or key.startswith("/") or ".." in key.split("/")):
+            raise UsageError(f"{source} line {lineno}: {raw[:60]!r} has no name=value",
+                             "give a file written by `umockdev-record`")  # fmt: skip
+        if tag == "E":
+            current.props[key] = value
+        elif tag == "A":
+            current.attrs[key] = unescape(value)
+        elif tag == "H":
+            try:
+                current.attrs[key] = bytes.fromhex(value)
+            except ValueError:
+                raise UsageError(f"{source} line {lineno}: H: {key} is not hex",
+                                 "give a file written by `umockdev-record`") from None  # fmt: skip
+        elif tag == "L":
+            current.links[key] = value
+        # N: and S: describe /dev nodes; discovery never reads them.
+    return devices
+
+
+def load(recording: str, root: str, types_from: str | None = None, subsystems: set[str] | None = None) -> Loaded:
+    """Lay the devices of `recording` (only `subsystems` when given) under `root`/sys; see the module doc."""
+    try:
+        with open(recording, encoding="utf-8", errors="surrogateescape") as f:
+            text = f.read()
+    except OSError as exc:
+        raise NotFoundError(
+            f"cannot read {recording}: {exc.strerror}", "give the path of a umockdev-record file"
+        ) from None
+    devices = parse(text, os.path.basename(recording))
+    if subsystems is not None:
+        devices = [d for d in devices if d.subsystem in subsystems]
+    if os.path.isdir(root) and os.listdir(root):
+        raise UsageError(f"{root} is not empty", "give a new or empty directory for the imported host")
+    tree = _Tree(os.path.abspath(root))
+    for d in devices:
+        tree.device(d)
+    by_path = {d.path: d for d in devices}
+    mdevs = [d for d in devices if d.subsystem == "mdev"]
+    parents: dict[str, Device] = {}
+    for m in mdevs:
+        parent = by_path.get(os.path.dirname(m.path))
+        if parent is not None:
+            parents[parent.path] = parent
+            tree.mdev(m, parent)
+    if types_from is not None:
+        _overlay_types(tree, types_from, devices, parents, mdevs)
+    for p in parents.values():
+        tree.link(f"/sys/class/mdev_bus/{p.name}", p.path)
+    return Loaded(len(devices), sorted(p.name for p in parents.values()), sorted(m.name for m in mdevs))
+
+
+def _overlay_types(
+    tree: _Tree, types_from: str, devices: list[Device], parents: dict[str, Device], mdevs: list[Device]
+) -> None:
+    pci = {d.name: d for d in devices if d.subsystem == "pci"}
+    busy = {os.path.dirname(m.path) for m in mdevs}
+    captured = os.path.join(types_from, "class", "mdev_bus")
+    for name in sorted(os.listdir(captured)) if os.path.isdir(captured) else ():
+        dev = pci.get(name)
+        src = os.path.join(captured, name, "mdev_supported_types")
+        if dev is None or not os.path.isdir(src):
+            continue
+        parents[dev.path] = dev
+        tree.copy_types(src, dev.path, zero=dev.path in busy)
+        pf = dev.links.get("physfn")
+        driver = dev.links.get("driver")
+        for sib in pci.values():
+            if sib is dev or pf is None or sib.links.get("physfn") != pf or sib.links.get("driver") != driver:
+                continue
+            parents[sib.path] = sib
+            tree.copy_types(src, sib.path, zero=sib.path in busy)
+    nvidia = os.path.join(types_from, "bus", "pci", "devices")
+    for name in sorted(os.listdir(nvidia)) if os.path.isdir(nvidia) else ():
+        dev = pci.get(name)
+        if dev is not None and os.path.isdir(os.path.join(nvidia, name, "nvidia")):
+            shutil.copytree(os.path.join(nvidia, name, "nvidia"), tree.real(f"{dev.path}/nvidia"), dirs_exist_ok=True)
+
+
+class _Tree:
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def real(self, host_path: str) -> str:
+        return self.root + host_path
+
+    def write(self, host_path: str, data: bytes) -> None:
+        path = self.real(host_path)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
+    def link(self, host_link: str, host_target: str) -> None:
+        link = self.real(host_link)
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        if os.path.lexists(link):
+            os.unlink(link)
+        os.symlink(os.path.relpath(self.real(host_target), os.path.dirname(link)), link)
+
+    def device(self, d: Device) -> None:
+        os.makedirs(self.real(d.path), exist_ok=True)
+        for name, data in d.attrs.items():
+            self.write(f"{d.path}/{name}", data)
+        for name, target in d.links.items():
+            link = self.real(f"{d.path}/{name}")
+            os.makedirs(os.path.dirname(link), exist_ok=True)
+            if not os.path.lexists(link):
+                os.symlink(target, link)
+        host_targets = {name: os.path.normpath(os.path.join(os.path.dirname(f"{d.path}/{name}"), t))
+                        for name, t in d.links.items()}  # fmt: skip
+        sub = d.subsystem
+        if sub:
+            where = f"/sys/bus/{sub}/devices/{d.name}" if sub in BUS_SUBSYSTEMS else f"/sys/class/{sub}/{d.name}"
+            self.link(where, d.path)
+        if "driver" in host_targets:
+            drv = host_targets["driver"]
+            os.makedirs(self.real(drv), exist_ok=True)
+            self.link(f"{drv}/{d.name}", d.path)
+        if "iommu_group" in host_targets:
+            group = host_targets["iommu_group"]
+            self.link(f"{group}/devices/{d.name}", d.path)
+
+    def mdev(self, m: Device, parent: Device) -> None:
+        """The type back-link (`<parent>/mdev_supported_types/<type>/devices/<uuid>`) of a recorded mdev."""
+        target = m.links.get("mdev_type")
+        if target:
+            type_dir = os.path.normpath(os.path.join(m.path, target))
+            self.link(f"{type_dir}/devices/{m.name}", m.path)
+
+    def copy_types(self, src: str, dev_path: str, zero: bool) -> None:
+        for type_id in sorted(os.listdir(src)):
+            d = f"{dev_path}/mdev_supported_types/{type_id}"
+            for entry in sorted(os.listdir(os.path.join(src, type_id))):
+                path = os.path.join(src, type_id, entry)
+                if not os.path.isfile(path):
+                    continue
+                with open(path, "rb") as f:
+                    data = f.read()
+                if zero and entry == "available_instances":
+                    data = b"0\n"
+                self.write(f"{d}/{entry}", data)
+            os.makedirs(self.real(f"{d}/devices"), exist_ok=True)

@@ -1,0 +1,119 @@
+"""Layout D: whole-function passthrough. Binds the WHOLE IOMMU group to vfio-pci and gives it back.
+
+Viability (reference §5.3): bridges (class 0x0604xx or a pci_bus/ dir) are ignored; every other member must end up
+on vfio-pci. Functions in the GPU's own slot (HD audio, USB-C) are its companions and go along; any other member
+bound to a host driver (a NIC, a storage controller) makes the group unsafe unless --force. A boot_vga GPU is
+refused unless --force. Each function's original driver is recorded (RecordDrivers) so restore can rebind it.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from vgpuadm.errors import ConflictError, NotFoundError, UnsafeError
+from vgpuadm.model import HostSnapshot, Layout, PciFunction
+from vgpuadm.modes.base import HostdevSpec, Mode, register_mode
+from vgpuadm.steps import (
+    Bind,
+    DriversProbe,
+    ForgetDrivers,
+    RecordDrivers,
+    SetDriverOverride,
+    Step,
+    Unbind,
+)
+
+VFIO = "vfio-pci"
+HARMLESS = (None, VFIO, "pci-stub")  # drivers a viable group may hold (reference §5.3)
+
+
+class PassthroughMode(Mode):
+    name: ClassVar[str] = "pci"
+    layouts: ClassVar[tuple[Layout, ...]] = (Layout.PASSTHROUGH,)
+
+    def find(self, snapshot: HostSnapshot, gpu: str) -> PciFunction:
+        fn = snapshot.functions.get(gpu)
+        if fn is None:
+            raise NotFoundError(f"No PCI function {gpu} on this host", "run `vgpuadm gpus` to list GPUs")
+        return fn
+
+    def endpoints(self, snapshot: HostSnapshot, gpu: str) -> list[PciFunction]:
+        """The group's non-bridge members, the GPU first."""
+        fn = self.find(snapshot, gpu)
+        members = [snapshot.functions[a] for a in snapshot.group_members(gpu) if a in snapshot.functions]
+        out = [m for m in members if not m.is_bridge and m.address != fn.address]
+        return [fn, *sorted(out, key=lambda m: m.address)]
+
+    def validate(self, snapshot: HostSnapshot, device_id: str, force: bool = False) -> None:
+        fn = self.find(snapshot, device_id)
+        if fn.boot_vga and not force:
+            raise UnsafeError(
+                f"{fn.address} is the boot VGA device (boot_vga=1); the host console uses it",
+                "pass --force if the host console is expendable",
+            )
+        vgpus = [m.uuid for m in snapshot.mdevs.values() if snapshot.physical_gpu(m.parent) == fn.address]
+        vgpus += [v.address for v in snapshot.vendor_vfs.values() if v.in_use and v.physfn == fn.address]
+        if vgpus or fn.sriov_num_vfs:
+            raise ConflictError(
+                f"{fn.address} hosts vGPUs or VFs ({', '.join(vgpus[:3]) or f'{fn.sriov_num_vfs} VFs'})",
+                "remove its vGPUs and disable its VFs before passing the whole GPU through",
+            )
+        host_used = [
+            m for m in self.endpoints(snapshot, device_id)[1:] if m.slot != fn.slot and m.driver not in HARMLESS
+        ]
+        if host_used and not force:
+            m = host_used[0]
+            more = f" and {len(host_used) - 1} more" if len(host_used) > 1 else ""
+            raise UnsafeError(
+                f"IOMMU group {fn.iommu_group} of {fn.address} also holds {m.address} (class {m.class_code}, "
+                f"driver {m.driver}){more}, which the host uses",
+                "move the card to a slot with its own IOMMU group, or pass --force to give the whole group to vfio-pci",
+            )
+
+    def plan_bind(self, snapshot: HostSnapshot, gpu: str, force: bool = False) -> list[Step]:
+        self.validate(snapshot, gpu, force)
+        todo = [m for m in self.endpoints(snapshot, gpu) if m.driver != VFIO]
+        if not todo:
+            return []
+        steps: list[Step] = [RecordDrivers(tuple((m.address, m.driver or "") for m in todo))]
+        for m in todo:
+            # Unbind before setting the override (the reverse of libvirt's order) so that a rollback rebinds the
+            # original driver only after the override is cleared: bind refuses (ENODEV) while it names vfio-pci.
+            if m.driver:
+                steps.append(Unbind(m.address, m.driver))
+            if m.driver_override != VFIO:
+                steps.append(SetDriverOverride(m.address, VFIO, previous=m.driver_override or ""))
+            steps.append(DriversProbe(m.address, VFIO))
+        return steps
+
+    def plan_restore(self, snapshot: HostSnapshot, gpu: str, original: dict[str, str]) -> list[Step]:
+        """Give each vfio-pci function back: unbind, clear driver_override, bind the remembered driver (or let
+        drivers_probe pick the native one when none was remembered)."""
+        steps: list[Step] = []
+        forgotten = []
+        for m in self.endpoints(snapshot, gpu):
+            if m.driver != VFIO and m.driver_override != VFIO:
+                continue
+            if m.driver == VFIO:
+                steps.append(Unbind(m.address, VFIO))
+            if m.driver_override:
+                steps.append(SetDriverOverride(m.address, "", previous=m.driver_override))
+            if m.address in original:
+                forgotten.append((m.address, original[m.address]))
+                if original[m.address]:
+                    steps.append(Bind(m.address, original[m.address]))
+            else:
+                steps.append(DriversProbe(m.address))
+        if forgotten:
+            steps.append(ForgetDrivers(tuple(forgotten)))
+        return steps
+
+    def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
+        return {
+            "mode": "pci",
+            "functions": [m.address for m in self.endpoints(snapshot, device_id)],
+            "managed": "yes",
+        }
+
+
+MODE = register_mode(PassthroughMode())

@@ -1,0 +1,448 @@
+"""The inventory of one host: who owns which vGPU, what is free, and how many more of each type fit where. Pure.
+
+`inventory(snapshot, allocations, host=…, generated_at=…)` returns the versioned document that every renderer
+(table, JSON, CSV, Prometheus, HTML) and the fleet merge read; its shape is vgpuadm/schemas/inventory-v1.schema.json.
+
+Capacity follows the sharing rules of shared/docs/vgpu-sysfs.md, and never exceeds what the kernel itself reports
+(`available_instances`), so a driver that reads 0 everywhere (§2.4) is believed:
+- layout A, NVIDIA: one type per physical GPU — a GPU running nvidia-64 has 0 room for nvidia-63 (§2.4);
+- layouts B and C: one vGPU per VF and one framebuffer *size* per physical GPU (equal-size mode, §3.2, §3.4);
+- other mdev drivers (GVT-g, mtty…): the kernel's `available_instances`, since their types share one budget.
+Layout C publishes no per-type maximum: an idle GPU is bounded by its memory (its largest type spans it); on a
+busy one the count is what the driver's creatable lists still offer, one per free VF.
+`stranded` counts instances of a type that the free framebuffer of a GPU could hold but that GPU's lock (another
+type, or another size) forbids — the fleet report's fragmentation.
+`allocations=None` means ownership is unknown (no libvirt, no saved domain XML): devices are then neither owned
+nor leaked, rather than all reported as leaks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from vgpuadm.model import Allocation, HostSnapshot, Layout, VgpuType
+from vgpuadm.naming import describe_nvidia_name
+
+SCHEMA = "vgpuadm-inventory/1"
+
+
+@dataclass
+class _Device:
+    kind: str  # mdev | vf | pci
+    id: str
+    uuid: str | None
+    parent: str
+    gpu: str
+    layout: str
+    type_id: str | None
+    name: str | None
+    framebuffer_mib: int | None
+    iommu_group: int | None
+    vgpu_params: str | None
+
+
+@dataclass
+class _Gpu:
+    """One physical GPU (or a non-PCI mdev parent such as mtty) and everything that runs on it."""
+
+    address: str
+    layout: str
+    rule: str  # one-type | one-size | kernel | whole
+    vfs: int = 0  # enabled VFs: at most one vGPU each on layouts B and C
+    types: dict[str, list[VgpuType]] = field(default_factory=dict)  # type_id → one entry per parent offering it
+    devices: list[_Device] = field(default_factory=list)
+
+
+def inventory(
+    snap: HostSnapshot, allocations: list[Allocation] | None, *, host: str, generated_at: str, source: str = ""
+) -> dict[str, Any]:
+    """The inventory document of one host (schema vgpuadm-inventory/1)."""
+    warnings = list(snap.warnings)
+    gpus = _physical_gpus(snap)
+    devices = _devices(snap, gpus, {a.address for a in allocations or [] if a.mode == "pci" and a.address})
+    owners, missing = _owners(devices, allocations, warnings)
+    type_rows = _type_rows(gpus)
+    gpu_rows = [_gpu_row(snap, g, owners) for g in gpus.values()]
+    device_rows = [_device_row(snap, d, owners, allocations is not None) for d in devices]
+    known = allocations is not None
+    return {
+        "schema": SCHEMA,
+        "host": host,
+        "generated_at": generated_at,
+        "simulated": snap.simulated,
+        "ownership_source": source or ("none" if not known else "libvirt"),
+        "summary": _summary(gpu_rows, type_rows, device_rows, missing, known),
+        "gpus": gpu_rows,
+        "functions": _function_rows(snap, devices),
+        "types": type_rows,
+        "devices": device_rows,
+        "missing": missing,
+        "warnings": warnings,
+    }
+
+
+# -- gathering ------------------------------------------------------------------------------------------------
+
+
+def _physical_gpus(snap: HostSnapshot) -> dict[str, _Gpu]:
+    gpus: dict[str, _Gpu] = {}
+    for fn in snap.gpus:
+        if fn.is_vf:
+            continue
+        layout = snap.layouts.get(fn.address, Layout.PASSTHROUGH)
+        vf_layouts = sorted({str(snap.layouts[vf]) for vf in fn.virtfns if vf in snap.layouts} - {"passthrough"})
+        if vf_layouts:  # a PF whose VFs carry the vGPUs takes its VFs' layout
+            layout = Layout(vf_layouts[0])
+        gpus[fn.address] = _Gpu(fn.address, layout.value, _rule(layout, fn.address, snap), len(fn.virtfns))
+    for name, parent in sorted(snap.mdev_parents.items()):
+        g = snap.physical_gpu(name)
+        if g not in gpus:  # non-PCI parents (mtty) stand for themselves
+            gpus[g] = _Gpu(g, parent.layout.value, _rule(parent.layout, g, snap))
+    for t in snap.types():
+        gpus[snap.physical_gpu(t.parent)].types.setdefault(t.type_id, []).append(t)
+    return dict(sorted(gpus.items()))
+
+
+def _rule(layout: Layout, gpu: str, snap: HostSnapshot) -> str:
+    if layout in (Layout.MDEV_VF, Layout.VENDOR_VFIO):
+        return "one-size"
+    if layout == Layout.MDEV_PF:
+        parent = snap.mdev_parents.get(gpu)
+        nvidia = parent is not None and any(t.type_id.startswith("nvidia-") for t in parent.types)
+        return "one-type" if nvidia else "kernel"
+    return "whole"
+
+
+def _devices(snap: HostSnapshot, gpus: dict[str, _Gpu], passed_through: set[str]) -> list[_Device]:
+    """mdevs, typed vendor-VFIO VFs, and whole functions on vfio-pci or named by a domain's passthrough."""
+    out: list[_Device] = []
+    for m in sorted(snap.mdevs.values(), key=lambda m: (m.parent, m.uuid)):
+        g = snap.physical_gpu(m.parent)
+        t = _offered(gpus.get(g), m.type_id)
+        parent = snap.mdev_parents.get(m.parent)
+        layout = (parent.layout if parent else Layout.MDEV_PF).value
+        out.append(
+            _Device(
+                "mdev",
+                m.uuid,
+                m.uuid,
+                m.parent,
+                g,
+                layout,
+                m.type_id,
+                t.name if t else None,
+                t.framebuffer_mib if t else None,
+                m.iommu_group,
+                m.vgpu_params,
+            )
+        )
+    for vf in sorted(snap.vendor_vfs.values(), key=lambda v: v.address):
+        if not vf.in_use:
+            continue
+        g = snap.physical_gpu(vf.address)
+        name = _vf_type_name(snap, vf.physfn, vf.address, vf.current_type)
+        fb = describe_nvidia_name(name).framebuffer_mib if name else None
+        fn = snap.functions.get(vf.address)
+        out.append(
+            _Device(
+                "vf",
+                vf.address,
+                None,
+                vf.address,
+                g,
+                Layout.VENDOR_VFIO.value,
+                f"nvidia-{vf.current_type}",
+                name,
+                fb,
+                fn.iommu_group if fn else None,
+                vf.vgpu_params,
+            )
+        )
+    for addr, fn in snap.functions.items():
+        if (fn.driver == "vfio-pci" or addr in passed_through) and addr not in snap.vendor_vfs:
+            g = snap.physical_gpu(addr)
+            if g not in gpus:  # a companion function (HD audio 65:00.1) belongs to the GPU in its slot
+                g = next((a for a in gpus if a.rsplit(".", 1)[0] == fn.slot), g)
+            out.append(
+                _Device("pci", addr, None, addr, g, Layout.PASSTHROUGH.value, None, None, None, fn.iommu_group, None)
+            )
+    for d in out:
+        if d.gpu in gpus:
+            gpus[d.gpu].devices.append(d)
+    return out
+
+
+def _offered(gpu: _Gpu | None, type_id: str) -> VgpuType | None:
+    entries = gpu.types.get(type_id) if gpu else None
+    return entries[0] if entries else None
+
+
+def _vf_type_name(snap: HostSnapshot, physfn: str | None, address: str, type_num: int) -> str | None:
+    """A running VF's own creatable list no longer shows its type; its siblings' lists do."""
+    for vf in sorted(snap.vendor_vfs.values(), key=lambda v: (v.address != address, v.address)):
+        if vf.physfn == physfn:
+            for num, name in vf.creatable:
+                if num == type_num:
+                    return name
+    return None
+
+
+def _owners(
+    devices: list[_Device], allocations: list[Allocation] | None, warnings: list[str]
+) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """Device id → owning domain, and the allocations whose device does not exist (restore needed)."""
+    owners: dict[str, str] = {}
+    missing: list[dict[str, Any]] = []
+    ids = {d.id for d in devices}
+    for a in allocations or []:
+        key = a.uuid if a.mode == "mdev" else a.address
+        if key is None or key not in ids:
+            missing.append(
+                {
+                    "domain": a.domain,
+                    "mode": a.mode,
+                    "type_id": a.type_id,
+                    "parent": a.parent,
+                    "uuid": a.uuid,
+                    "address": a.address,
+                }
+            )
+            continue
+        if key in owners and owners[key] != a.domain:
+            warnings.append(f"device {key} is claimed by domains {owners[key]} and {a.domain}")
+            continue
+        owners[key] = a.domain
+    return owners, missing
+
+
+# -- capacity -------------------------------------------------------------------------------------------------
+
+
+def _capacity(g: _Gpu, type_id: str) -> tuple[int, int | None, int, str]:
+    """(used, max, free, reason when free is 0) of one type on one physical GPU."""
+    entries = g.types[type_id]
+    t = entries[0]
+    running = Counter(d.type_id for d in g.devices if d.type_id)
+    used = running.get(type_id, 0)
+    available = sum(e.available_instances for e in entries)
+    if g.rule == "one-type":
+        mx = t.max_instances
+        others = sorted(k for k in running if k != type_id)
+        if others:
+            return used, mx, 0, f"runs {', '.join(others)} (one type per GPU)"
+        free = min(available, mx - used) if mx is not None else available
+        if free > 0:
+            return used, mx, free, ""
+        # some drivers read 0 for every type in some states (reference §2.4): believe the kernel, say so
+        return used, mx, 0, _full(used, mx) if mx is not None and used >= mx else "the kernel reports 0 available"
+    if g.rule == "one-size":
+        busy = {d.parent for d in g.devices}
+        sizes = sorted({d.framebuffer_mib for d in g.devices if d.framebuffer_mib is not None})
+        mx = _one_size_max(g, t)
+        if sizes and t.framebuffer_mib not in sizes:
+            size = "/".join(f"{s} MiB" for s in sizes)
+            return used, mx, 0, f"runs {', '.join(sorted(running))} ({size}; one framebuffer size per GPU)"
+        free = sum(1 for e in entries if e.parent not in busy and e.available_instances > 0)
+        if mx is not None:  # every running vGPU has this size, so each one uses a slot of this type's maximum
+            free = min(free, mx - len(g.devices))
+        if free > 0:
+            return used, mx, free, ""
+        return used, mx, 0, _full(len(g.devices), mx) if mx is not None and len(g.devices) >= mx else "no free VF"
+    free = available
+    return used, t.max_instances, free, "" if free > 0 else "the kernel reports 0 available (shared budget)"
+
+
+def _one_size_max(g: _Gpu, t: VgpuType) -> int | None:
+    """At most one vGPU per VF, at most max_instance (layout B), and never more than the framebuffer holds.
+    Layout C publishes no maximum: known only while the GPU is idle (see _framebuffer); else None, and the free
+    count is what the driver's creatable lists offer."""
+    bounds = [g.vfs or 1]
+    if t.max_instances is not None:
+        bounds.append(t.max_instances)
+    total_fb, _ = _framebuffer(g)
+    if total_fb and t.framebuffer_mib:
+        bounds.append(total_fb // t.framebuffer_mib)
+    elif t.max_instances is None:
+        return None
+    return min(bounds)
+
+
+def _full(used: int, mx: int | None) -> str:
+    return f"full ({used} of {mx})" if mx is not None else "the kernel reports 0 available"
+
+
+def _framebuffer(g: _Gpu) -> tuple[int | None, int]:
+    """(total, used) framebuffer MiB of a GPU: the largest max×size any of its types spans, and what runs.
+    Layout C publishes no maximum and its driver shrinks every VF's creatable list once a vGPU runs, so only an
+    idle layout C GPU tells its memory (its largest type spans it); a busy one's total is unknown (None)."""
+    spans = [(e[0].max_instances or 1) * e[0].framebuffer_mib for e in g.types.values() if e[0].framebuffer_mib]
+    used = sum(d.framebuffer_mib or 0 for d in g.devices)
+    if g.layout == Layout.VENDOR_VFIO.value and g.devices:
+        return None, used
+    return (max(spans) if spans else None), used
+
+
+def _locked_to(g: _Gpu) -> list[str]:
+    """What a GPU is locked to by what runs on it: type ids (one-type) or framebuffer sizes (one-size)."""
+    if g.rule == "one-type":
+        return sorted({d.type_id for d in g.devices if d.type_id})
+    if g.rule == "one-size":
+        return [f"{s} MiB" for s in sorted({d.framebuffer_mib for d in g.devices if d.framebuffer_mib})]
+    return []
+
+
+def _type_rows(gpus: dict[str, _Gpu]) -> list[dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = {}
+    for g in gpus.values():
+        total_fb, used_fb = _framebuffer(g)
+        free_fb = (total_fb - used_fb) if total_fb is not None else None
+        locked = bool(_locked_to(g))
+        for type_id, entries in g.types.items():
+            t = entries[0]
+            used, mx, free, reason = _capacity(g, type_id)
+            stranded = 0
+            if free == 0 and locked and reason.startswith("runs") and free_fb and t.framebuffer_mib:
+                stranded = free_fb // t.framebuffer_mib
+                if mx is not None:
+                    stranded = min(stranded, mx)
+            row = rows.setdefault(type_id, _type_row(type_id, t.name, t.profile, t.layout.value, t.framebuffer_mib))
+            row["used"] += used
+            row["free"] += free
+            row["stranded"] += stranded
+            row["max"] = None if mx is None or row["max"] is None else row["max"] + mx
+            row["gpus"].append(
+                {
+                    "gpu": g.address,
+                    "used": used,
+                    "free": free,
+                    "max": mx,
+                    "stranded": stranded,
+                    "reason": reason or None,
+                }
+            )
+        for type_id, count in sorted(Counter(d.type_id for d in g.devices if d.type_id).items()):
+            if type_id in g.types:
+                continue
+            # running but offered nowhere any more (a layout C VF's list drops its own type; a full GPU lists none)
+            d = next(d for d in g.devices if d.type_id == type_id)
+            name = d.name or type_id
+            row = rows.setdefault(type_id, _type_row(type_id, name, name, d.layout, d.framebuffer_mib))
+            row["used"] += count
+            row["max"] = None
+            row["gpus"].append({"gpu": g.address, "used": count, "free": 0, "max": None, "stranded": 0,
+                                "reason": "the driver offers no more"})  # fmt: skip
+    for row in rows.values():
+        fb = row["framebuffer_mib"]
+        if fb is not None:
+            row["framebuffer_used_mib"] = row["used"] * fb
+            row["framebuffer_free_mib"] = row["free"] * fb
+    return sorted(rows.values(), key=type_order)
+
+
+def _type_row(type_id: str, name: str, profile: str, layout: str, fb: int | None) -> dict[str, Any]:
+    return {
+        "type_id": type_id, "name": name, "profile": profile, "layout": layout, "framebuffer_mib": fb,
+        "used": 0, "free": 0, "max": 0, "stranded": 0, "framebuffer_used_mib": None, "framebuffer_free_mib": None,
+        "gpus": [],
+    }  # fmt: skip
+
+
+def type_order(row: dict[str, Any]) -> tuple[str, int, str]:
+    prefix, _, num = row["type_id"].rpartition("-")
+    return (prefix, int(num), "") if num.isdigit() else (row["type_id"], 0, "")
+
+
+# -- rows -----------------------------------------------------------------------------------------------------
+
+
+def _gpu_row(snap: HostSnapshot, g: _Gpu, owners: dict[str, str]) -> dict[str, Any]:
+    fn = snap.functions.get(g.address)
+    total_fb, used_fb = _framebuffer(g)
+    domains = sorted({owners[d.id] for d in g.devices if d.id in owners})
+    vfs = [snap.functions[v] for v in (fn.virtfns if fn else ()) if v in snap.functions]
+    return {
+        "address": g.address,
+        "kind": "pf" if fn else "virtual",
+        "vendor_id": fn.vendor_id if fn else None,
+        "device_id": fn.device_id if fn else None,
+        "layout": g.layout,
+        "rule": g.rule,
+        "driver": fn.driver if fn else None,
+        "numa_node": fn.numa_node if fn else None,
+        "iommu_group": fn.iommu_group if fn else None,
+        "vfs_enabled": len(vfs) if fn and fn.sriov_total_vfs else None,
+        "vfs_total": fn.sriov_total_vfs if fn else None,
+        "devices": len(g.devices),
+        "running_types": sorted({d.type_id for d in g.devices if d.type_id}),
+        "locked_to": _locked_to(g),
+        "framebuffer_total_mib": total_fb,
+        "framebuffer_used_mib": used_fb if total_fb is not None else None,
+        "framebuffer_free_mib": (total_fb - used_fb) if total_fb is not None else None,
+        "domains": domains,
+    }
+
+
+def _function_rows(snap: HostSnapshot, devices: list[_Device]) -> list[dict[str, Any]]:
+    """Every GPU function (PFs and VFs) with its layout, driver, NUMA node and IOMMU group."""
+    on: dict[str, list[str]] = {}
+    for d in devices:
+        on.setdefault(d.parent, []).append(d.id)
+    return [
+        {
+            "address": fn.address,
+            "kind": "vf" if fn.is_vf else "pf",
+            "physical_gpu": snap.physical_gpu(fn.address),
+            "layout": snap.layouts.get(fn.address, Layout.PASSTHROUGH).value,
+            "driver": fn.driver,
+            "numa_node": fn.numa_node,
+            "iommu_group": fn.iommu_group,
+            "devices": on.get(fn.address, []),
+        }
+        for fn in snap.gpus
+    ]
+
+
+def _device_row(snap: HostSnapshot, d: _Device, owners: dict[str, str], known: bool) -> dict[str, Any]:
+    fn = snap.functions.get(d.gpu)
+    return {
+        "kind": d.kind,
+        "id": d.id,
+        "uuid": d.uuid,
+        "parent": d.parent,
+        "physical_gpu": d.gpu,
+        "layout": d.layout,
+        "type_id": d.type_id,
+        "name": d.name,
+        "framebuffer_mib": d.framebuffer_mib,
+        "iommu_group": d.iommu_group,
+        "numa_node": fn.numa_node if fn else None,
+        "vgpu_params": d.vgpu_params,
+        "domain": owners.get(d.id),
+        "owned": (d.id in owners) if known else None,
+    }
+
+
+def _summary(
+    gpus: list[dict[str, Any]],
+    types: list[dict[str, Any]],
+    devices: list[dict[str, Any]],
+    missing: list[dict[str, Any]],
+    known: bool,
+) -> dict[str, Any]:
+    total = sum(g["framebuffer_total_mib"] or 0 for g in gpus)
+    used = sum(g["framebuffer_used_mib"] or 0 for g in gpus)
+    locked_free = sum(g["framebuffer_free_mib"] or 0 for g in gpus if g["locked_to"])
+    return {
+        "gpus": len(gpus),
+        "devices": len(devices),
+        "owned": sum(1 for d in devices if d["owned"]) if known else None,
+        "unowned": sum(1 for d in devices if d["owned"] is False) if known else None,
+        "missing": len(missing),
+        "types_offered": len(types),
+        "framebuffer_total_mib": total,
+        "framebuffer_used_mib": used,
+        "framebuffer_free_mib": total - used,
+        "framebuffer_locked_free_mib": locked_free,
+    }

@@ -1,0 +1,188 @@
+"""The fleet report: merge many hosts' inventory documents (vgpuadm-inventory/1) into one (vgpuadm-fleet/1).
+
+Totals per type and per host, free capacity, fragmentation (free framebuffer on GPUs locked to one type or size,
+and the instances of each type stranded there) and leaks. Every input host appears in the output or the merge
+fails with a one-line error naming the file: another schema version, truncated JSON and duplicate host names are
+refused, never skipped. Pure apart from `load_report`, which reads one file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from vgpuadm.errors import UsageError
+from vgpuadm.report.inventory import SCHEMA as HOST_SCHEMA
+from vgpuadm.report.inventory import type_order
+
+SCHEMA = "vgpuadm-fleet/1"
+_HINT = "pass files written by `vgpuadm inventory --format json` (schema vgpuadm-inventory/1)"
+# What the merge reads from each host document; checked by hand because full JSON-schema validation of 1,000
+# documents would cost seconds (the published schema is vgpuadm/schemas/inventory-v1.schema.json).
+_REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "host": str,
+    "generated_at": str,
+    "summary": dict,
+    "gpus": list,
+    "types": list,
+    "devices": list,
+    "missing": list,
+    "warnings": list,
+}
+_SUMMARY = (
+    "gpus",
+    "devices",
+    "missing",
+    "framebuffer_total_mib",
+    "framebuffer_used_mib",
+    "framebuffer_free_mib",
+    "framebuffer_locked_free_mib",
+)
+_TYPE = frozenset(("type_id", "name", "framebuffer_mib", "used", "free", "stranded", "max"))
+
+
+def load_report(path: str) -> dict[str, Any]:
+    """Read and check one host inventory; any problem is a UsageError naming the file."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}", _HINT) from None
+    try:
+        doc = orjson.loads(text)  # its JSONDecodeError subclasses json's, with lineno/colno
+    except (ValueError, UnicodeDecodeError) as exc:
+        where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise UsageError(f"{path} is not valid JSON{where} (truncated?)", _HINT) from None
+    check_report(doc, path)
+    return doc
+
+
+def check_report(doc: Any, path: str) -> None:
+    if not isinstance(doc, dict) or "schema" not in doc:
+        raise UsageError(f'{path} is not a vgpuadm inventory (no "schema" field)', _HINT)
+    if doc["schema"] != HOST_SCHEMA:
+        raise UsageError(f"{path} has schema {doc['schema']!r}, expected {HOST_SCHEMA!r}", _HINT)
+    for key, kind in _REQUIRED.items():
+        if not isinstance(doc.get(key), kind):
+            raise UsageError(f"{path} is missing {key!r} or it has the wrong type", _HINT)
+    missing = [k for k in _SUMMARY if k not in doc["summary"]]
+    if missing:
+        raise UsageError(f"{path}: summary lacks {', '.join(missing)}", _HINT)
+    for row in doc["types"]:
+        if not isinstance(row, dict) or not row.keys() >= _TYPE:
+            raise UsageError(f"{path}: a types[] row lacks one of {', '.join(sorted(_TYPE))}", _HINT)
+
+
+def merge(reports: Sequence[tuple[str, dict[str, Any]]], *, generated_at: str) -> dict[str, Any]:
+    """Merge (source file, host document) pairs into the fleet document. Duplicate hosts are refused."""
+    if not reports:
+        raise UsageError("no inventory files to merge", "pass one or more files: vgpuadm inventory merge A.json B.json")
+    seen: dict[str, str] = {}
+    hosts: list[dict[str, Any]] = []
+    types: dict[str, dict[str, Any]] = {}
+    leaks: list[dict[str, Any]] = []
+    missing: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    gpus_locked = gpus_empty = 0
+    for source, doc in reports:
+        name = doc["host"]
+        if name in seen:
+            raise UsageError(
+                f"host {name!r} appears in both {seen[name]} and {source}",
+                "merge one report per host; regenerate the stale one or rename it with --host",
+            )
+        seen[name] = source
+        s = doc["summary"]
+        hosts.append(
+            {
+                "host": name,
+                "source": source,
+                "generated_at": doc["generated_at"],
+                "ownership_source": doc.get("ownership_source"),
+                "gpus": s["gpus"],
+                "devices": s["devices"],
+                "owned": s.get("owned"),
+                "unowned": s.get("unowned"),
+                "missing": s["missing"],
+                "framebuffer_total_mib": s["framebuffer_total_mib"],
+                "framebuffer_used_mib": s["framebuffer_used_mib"],
+                "framebuffer_free_mib": s["framebuffer_free_mib"],
+                "framebuffer_locked_free_mib": s["framebuffer_locked_free_mib"],
+            }
+        )
+        for g in doc["gpus"]:
+            if g.get("locked_to"):
+                gpus_locked += 1
+            elif not g.get("devices") and g.get("framebuffer_total_mib"):
+                gpus_empty += 1
+        for t in doc["types"]:
+            row = types.get(t["type_id"])
+            if row is None:
+                row = types[t["type_id"]] = {
+                    "type_id": t["type_id"],
+                    "name": t["name"],
+                    "framebuffer_mib": t["framebuffer_mib"],
+                    "used": 0,
+                    "free": 0,
+                    "stranded": 0,
+                    "max": 0,
+                    "hosts_with_room": 0,
+                    "hosts": [],
+                }
+            row["used"] += t["used"]
+            row["free"] += t["free"]
+            row["stranded"] += t["stranded"]
+            row["max"] = None if t["max"] is None or row["max"] is None else row["max"] + t["max"]
+            if t["free"]:
+                row["hosts_with_room"] += 1
+            row["hosts"].append({"host": name, "used": t["used"], "free": t["free"], "stranded": t["stranded"]})
+        for d in doc["devices"]:
+            if d.get("owned") is False:
+                leaks.append(
+                    {
+                        "host": name,
+                        "id": d["id"],
+                        "kind": d["kind"],
+                        "type_id": d.get("type_id"),
+                        "physical_gpu": d.get("physical_gpu"),
+                        "parent": d.get("parent"),
+                    }
+                )
+        missing.extend({"host": name, **m} for m in doc["missing"])
+        warnings.extend(f"{name}: {w}" for w in doc["warnings"])
+    type_rows = sorted(types.values(), key=type_order)
+    for row in type_rows:
+        fb = row["framebuffer_mib"]
+        row["framebuffer_used_mib"] = row["used"] * fb if fb is not None else None
+        row["framebuffer_free_mib"] = row["free"] * fb if fb is not None else None
+    free_fb = sum(h["framebuffer_free_mib"] for h in hosts)
+    locked_fb = sum(h["framebuffer_locked_free_mib"] for h in hosts)
+    return {
+        "schema": SCHEMA,
+        "generated_at": generated_at,
+        "totals": {
+            "hosts": len(hosts),
+            "gpus": sum(h["gpus"] for h in hosts),
+            "devices": sum(h["devices"] for h in hosts),
+            "unowned": len(leaks),
+            "missing": len(missing),
+            "framebuffer_total_mib": sum(h["framebuffer_total_mib"] for h in hosts),
+            "framebuffer_used_mib": sum(h["framebuffer_used_mib"] for h in hosts),
+            "framebuffer_free_mib": free_fb,
+        },
+        "fragmentation": {
+            "gpus_locked": gpus_locked,
+            "gpus_empty": gpus_empty,
+            "framebuffer_free_mib": free_fb,
+            "framebuffer_locked_free_mib": locked_fb,
+            "locked_share": round(locked_fb / free_fb, 4) if free_fb else 0.0,
+        },
+        "hosts": hosts,
+        "types": type_rows,
+        "leaks": leaks,
+        "missing": missing,
+        "warnings": warnings,
+    }

@@ -1,0 +1,159 @@
+"""Table views of an inventory (one host) or a fleet report: (title, columns, rows) triples that the CLI prints
+through its Console and the HTML page lays out. Pure; no printing here."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+
+class Table(NamedTuple):
+    title: str
+    columns: list[str]
+    rows: list[list[Any]]
+
+
+def _mib(value: int | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _used_of(used: int | None, total: int | None) -> str | None:
+    if total is None:
+        return None if used is None else str(used)
+    return f"{used}/{total}"
+
+
+def host_tables(doc: dict[str, Any]) -> list[Table]:
+    """GPUs, functions, types with capacity, devices with owners, and allocations whose device is missing."""
+    tables = [
+        Table(
+            f"GPUs on {doc['host']}",
+            ["gpu", "layout", "driver", "NUMA", "IOMMU group", "VFs", "devices", "locked to", "framebuffer MiB"],
+            [
+                [
+                    g["address"],
+                    g["layout"],
+                    g["driver"],
+                    g["numa_node"],
+                    g["iommu_group"],
+                    _used_of(g["vfs_enabled"], g["vfs_total"]),
+                    g["devices"],
+                    ", ".join(g["locked_to"]) or None,
+                    _used_of(g["framebuffer_used_mib"], g["framebuffer_total_mib"]),
+                ]
+                for g in doc["gpus"]
+            ],
+        ),
+        Table(
+            "GPU functions",
+            ["function", "kind", "physical gpu", "layout", "driver", "NUMA", "IOMMU group", "devices"],
+            [
+                [
+                    f["address"],
+                    f["kind"],
+                    f["physical_gpu"],
+                    f["layout"],
+                    f["driver"],
+                    f["numa_node"],
+                    f["iommu_group"],
+                    ", ".join(f["devices"]) or None,
+                ]
+                for f in doc["functions"]
+            ],
+        ),
+        Table(
+            "vGPU types: used / free / max, and where more fit",
+            ["type", "name", "used", "free", "max", "FB used MiB", "FB free MiB", "room per GPU"],
+            [
+                [
+                    t["type_id"],
+                    t["name"],
+                    t["used"],
+                    t["free"],
+                    t["max"],
+                    _mib(t["framebuffer_used_mib"]),
+                    _mib(t["framebuffer_free_mib"]),
+                    _where(t["gpus"]),
+                ]
+                for t in doc["types"]
+            ],
+        ),
+        Table(
+            "Devices",
+            ["device", "kind", "type", "name", "gpu", "IOMMU group", "domain"],
+            [
+                [d["id"], d["kind"], d["type_id"], d["name"], d["physical_gpu"], d["iommu_group"], _owner(d)]
+                for d in doc["devices"]
+            ],
+        ),
+    ]
+    if doc["missing"]:
+        tables.append(
+            Table(
+                "Allocations whose device is missing (run `vgpuadm restore`)",
+                ["domain", "mode", "type", "parent", "uuid / address"],
+                [
+                    [m["domain"], m["mode"], m["type_id"], m["parent"], m["uuid"] or m["address"]]
+                    for m in doc["missing"]
+                ],
+            )
+        )
+    return tables
+
+
+def _where(gpus: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{g['gpu']}: {g['free']}" for g in gpus)
+
+
+def _owner(device: dict[str, Any]) -> str:
+    if device["owned"] is None:
+        return "(ownership unknown)"
+    return device["domain"] if device["owned"] else "*unowned* (leak)"
+
+
+def fleet_tables(doc: dict[str, Any]) -> list[Table]:
+    """Hosts, types across the fleet with free and stranded instances, and every leak."""
+    tables = [
+        Table(
+            f"Fleet: {len(doc['hosts'])} hosts",
+            ["host", "GPUs", "devices", "unowned", "missing", "FB used MiB", "FB free MiB", "FB locked free MiB"],
+            [
+                [
+                    h["host"],
+                    h["gpus"],
+                    h["devices"],
+                    h["unowned"],
+                    h["missing"],
+                    h["framebuffer_used_mib"],
+                    h["framebuffer_free_mib"],
+                    h["framebuffer_locked_free_mib"],
+                ]
+                for h in doc["hosts"]
+            ],
+        ),
+        Table(
+            "vGPU types across the fleet",
+            ["type", "name", "used", "free", "stranded", "max", "hosts with room", "FB free MiB"],
+            [
+                [
+                    t["type_id"],
+                    t["name"],
+                    t["used"],
+                    t["free"],
+                    t["stranded"],
+                    t["max"],
+                    t["hosts_with_room"],
+                    _mib(t["framebuffer_free_mib"]),
+                ]
+                for t in doc["types"]
+            ],
+        ),
+    ]
+    if doc["leaks"]:
+        tables.append(
+            Table(
+                "Leaks: devices no domain owns",
+                ["host", "device", "kind", "type", "gpu"],
+                [[x["host"], x["id"], x["kind"], x["type_id"], x["physical_gpu"]] for x in doc["leaks"]],
+            )
+        )
+    return tables

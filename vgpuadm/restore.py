@@ -1,0 +1,249 @@
+"""Rebuilding a host after a reboot from the domains' vgpuadm metadata: the order of the work and the waiting.
+
+Pure planning: each phase turns (allocations, a fresh snapshot) into a steps.Plan; the API runs the phases in
+order, re-discovering between them, because each phase makes the devices the next one needs:
+
+  driver  vendor driver bound to every PF a vGPU needs (nothing to do when the boot bound it)
+  sriov   SR-IOV VFs enabled on the PFs whose VFs the allocations name (VFs vanish at reboot, reference §7)
+  mig     MIG GPU instances — not handled yet; reported as skipped
+  vgpu    mdevs (layouts A/B) with the UUIDs the domain XML names, VF vGPU types (layout C)
+  params  vgpu_params written after create and before the guest starts (reference §2.5)
+  vfio    passthrough functions bound to vfio-pci again
+
+Every phase is idempotent: what already matches produces no step, so a second restore plans nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from vgpuadm.desired import params_equal
+from vgpuadm.errors import VgpuadmError
+from vgpuadm.model import Allocation, HostSnapshot
+from vgpuadm.steps import (
+    CreateMdev,
+    DriversProbe,
+    Plan,
+    SetVfVgpuType,
+    SetVgpuParams,
+    Step,
+)
+
+PHASES = ("driver", "sriov", "mig", "vgpu", "params", "vfio")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    """A phase's work as independent units (one per device): a unit that fails is rolled back alone and the
+    others still run, so one broken GPU does not keep every other guest from its devices."""
+
+    phase: str
+    units: tuple[Plan, ...] = ()
+    problems: tuple[str, ...] = ()  # allocations this phase cannot restore, one line each
+    skipped: tuple[str, ...] = ()  # work this version does not do (MIG)
+
+    @property
+    def empty(self) -> bool:
+        return not self.units
+
+    @property
+    def steps(self) -> list[Step]:
+        return [s for u in self.units for s in u.steps]
+
+
+def _units(steps: Iterable[Step], summary: str) -> tuple[Plan, ...]:
+    return tuple(Plan((s,), summary) for s in steps)
+
+
+def needed_device(a: Allocation) -> str | None:
+    """The host device an allocation lives on: the mdev parent, the layout C VF, or the passed-through function."""
+    if a.mode == "mdev":
+        return a.parent
+    return a.address or a.parent
+
+
+def missing_devices(allocations: Iterable[Allocation], snap: HostSnapshot) -> list[str]:
+    """Devices the allocations need that the host does not show yet (parents not registered, VFs not enabled)."""
+    present: dict[str, set[str]] = {
+        "mdev": set(snap.mdev_parents),
+        "vf": set(snap.vendor_vfs),
+        "pci": set(snap.functions),
+    }
+    out = {dev for a in allocations if (dev := needed_device(a)) is not None and dev not in present.get(a.mode, {dev})}
+    return sorted(out)
+
+
+def plan_phase(
+    phase: str, allocations: Sequence[Allocation], snap: HostSnapshot, *, sriov_manage: bool = False
+) -> PhasePlan:
+    """The work of one phase. `sriov_manage`: NVIDIA's sriov-manage is installed (the only way to enable the VFs
+    of a PF bound to nvidia)."""
+    if phase == "sriov":
+        return _sriov(allocations, snap, sriov_manage)
+    builders: dict[str, Callable[[Sequence[Allocation], HostSnapshot], PhasePlan]] = {
+        "driver": _driver,
+        "mig": _mig,
+        "vgpu": _vgpu,
+        "params": _params,
+        "vfio": _vfio,
+    }
+    return builders[phase](allocations, snap)
+
+
+def _driver(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
+    # A PF that hosts vGPUs (directly, or through its VFs) must run its vendor driver; drivers_probe with no
+    # override binds the native driver. A PF already bound to something (even vfio-pci) is left alone.
+    steps: list[Step] = []
+    for pf in _pfs_needed(allocs, snap):
+        fn = snap.functions.get(pf)
+        if fn is not None and fn.driver is None and not fn.driver_override:
+            steps.append(DriversProbe(pf))
+    return PhasePlan("driver", _units(steps, "bind vendor drivers"))
+
+
+def _pfs_needed(allocs: Sequence[Allocation], snap: HostSnapshot) -> list[str]:
+    pfs: set[str] = set()
+    for dev in {needed_device(a) for a in allocs if a.mode in ("mdev", "vf")}:
+        if dev is None:
+            continue
+        if dev in snap.functions:
+            pfs.add(snap.physical_gpu(dev))
+        else:
+            pfs.update(_candidate_pfs(dev, snap))
+    return sorted(pfs)
+
+
+def _candidate_pfs(dev: str, snap: HostSnapshot) -> list[str]:
+    """PFs that could own the missing VF `dev`: SR-IOV PFs on its domain:bus (the VF offset varies by board, so the
+    address cannot be computed, reference §3.1), else every SR-IOV PF with no VFs enabled."""
+    sriov = [f for f in snap.functions.values() if not f.is_vf and (f.sriov_total_vfs or 0) > 0]
+    bus = dev.rsplit(":", 1)[0]
+    same_bus = [f.address for f in sriov if f.address.rsplit(":", 1)[0] == bus]
+    return same_bus or [f.address for f in sriov if not f.sriov_num_vfs]
+
+
+def _sriov(allocs: Sequence[Allocation], snap: HostSnapshot, sriov_manage: bool) -> PhasePlan:
+    # The SR-IOV mode's enable sequence: NVIDIA's sriov-manage for PFs bound to nvidia (the driver has no
+    # sriov_configure), sriov_numvfs = sriov_totalvfs otherwise.
+    from vgpuadm.modes.sriov import MODE as SRIOV
+
+    units: list[Plan] = []
+    problems: list[str] = []
+    pfs: set[str] = set()
+    for dev in missing_devices(allocs, snap):
+        pfs.update(_candidate_pfs(dev, snap))
+    for pf in sorted(pfs):
+        try:
+            steps = SRIOV.plan_enable(snap, pf, sriov_manage=sriov_manage)
+        except VgpuadmError as exc:
+            problems.append(f"{pf}: {exc.message}")
+            continue
+        if steps:
+            units.append(Plan.of(steps, f"enable the VFs of {pf}"))
+    return PhasePlan("sriov", tuple(units), tuple(problems))
+
+
+def _mig(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
+    mig = [a for a in allocs if a.type_id and _is_mig_backed(a, snap)]
+    skipped = tuple(
+        f"{a.domain}: MIG-backed {a.type_id} needs GPU instances (nvidia-smi mig -cgi); not restored by this version"
+        for a in mig
+    )
+    return PhasePlan("mig", skipped=skipped)
+
+
+def _is_mig_backed(a: Allocation, snap: HostSnapshot) -> bool:
+    for t in snap.types():
+        if t.type_id == a.type_id:  # after a reboot the allocation's own VF may not list it yet
+            return bool(t.attributes.get("mig_slices"))
+    return False
+
+
+def _vgpu(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
+    steps: list[Step] = []
+    problems: list[str] = []
+    for a in sorted(allocs, key=lambda a: (a.domain, a.slot)):
+        if a.mode == "mdev" and a.uuid and a.parent and a.type_id:
+            have = snap.mdevs.get(a.uuid)
+            if have is None:
+                if a.parent not in snap.mdev_parents:
+                    problems.append(f"{a.domain}: mdev {a.uuid} — parent {a.parent} has not registered")
+                else:
+                    steps.append(CreateMdev(a.parent, a.type_id, a.uuid))
+            elif (have.parent, have.type_id) != (a.parent, a.type_id):
+                problems.append(
+                    f"{a.domain}: mdev {a.uuid} exists as {have.type_id} on {have.parent}, "
+                    f"the domain wants {a.type_id} on {a.parent}"
+                )
+        elif a.mode == "vf" and a.type_id:
+            vf_addr = a.address or a.parent or ""
+            vf = snap.vendor_vfs.get(vf_addr)
+            want = int(a.type_id.rsplit("-", 1)[-1])
+            if vf is None:
+                problems.append(f"{a.domain}: VF {vf_addr} does not exist (SR-IOV not enabled on its GPU)")
+            elif vf.current_type == 0:
+                steps.append(SetVfVgpuType(vf_addr, want))
+            elif vf.current_type != want:
+                problems.append(f"{a.domain}: VF {vf_addr} runs nvidia-{vf.current_type}, the domain wants {a.type_id}")
+    return PhasePlan("vgpu", _units(steps, "re-create vGPUs"), tuple(problems))
+
+
+def _params(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
+    steps: list[Step] = []
+    for a in allocs:
+        if not a.params:
+            continue
+        if a.mode == "mdev" and a.uuid in snap.mdevs:
+            current = snap.mdevs[a.uuid].vgpu_params
+            if not params_equal(current, a.params):
+                steps.append(SetVgpuParams("mdev", a.uuid, a.params, current or ""))
+        elif a.mode == "vf":
+            vf = snap.vendor_vfs.get(a.address or a.parent or "")
+            if vf is not None and vf.in_use and not params_equal(vf.vgpu_params, a.params):
+                steps.append(SetVgpuParams("vf", vf.address, a.params, vf.vgpu_params or ""))
+    return PhasePlan("params", _units(steps, "write vgpu_params"))
+
+
+def _vfio(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
+    # vgpuadm binds a passed-through GPU's whole IOMMU group to vfio-pci when it gives it to a guest (the
+    # passthrough mode's safe sequence, reference §5.2, §5.3), so restore binds it again, managed or not.
+    from vgpuadm.modes.passthrough import MODE as PASSTHROUGH
+
+    units: list[Plan] = []
+    problems: list[str] = []
+    covered: set[str] = set()
+    for a in sorted(allocs, key=lambda a: (a.domain, a.slot)):
+        gpu = a.parent or a.address
+        if a.mode != "pci" or not gpu or gpu in covered:
+            continue
+        if gpu not in snap.functions:
+            problems.append(f"{a.domain}: PCI function {gpu} does not exist")
+            continue
+        covered.update(snap.group_members(gpu))
+        try:
+            steps = PASSTHROUGH.plan_bind(snap, gpu)
+        except VgpuadmError as exc:
+            problems.append(f"{a.domain}: {gpu}: {exc.message}")
+            continue
+        if steps:
+            units.append(Plan.of(steps, f"bind the IOMMU group of {gpu} to vfio-pci"))
+    return PhasePlan("vfio", tuple(units), tuple(problems))
+
+
+def wait_until(probe: Callable[[], T], done: Callable[[T], bool], timeout: float, interval: float = 0.05) -> T:
+    """Call `probe` until `done(result)` or `timeout` seconds pass; returns the last result either way. Polls with
+    a growing interval (parents register when the vendor daemon is ready: nvidia-vgpud can take seconds)."""
+    from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
+
+    retrying = Retrying(
+        stop=stop_after_delay(timeout),
+        wait=wait_exponential(multiplier=interval, max=1.0),
+        retry=retry_if_result(lambda r: not done(r)),
+        retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
+        reraise=True,
+    )
+    result: T = retrying(probe)
+    return result

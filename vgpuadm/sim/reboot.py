@@ -1,0 +1,39 @@
+"""`vgpuadm sim reboot DIR`: what a reboot does to a simulated host. Runtime state goes — mdevs, SR-IOV VFs (with
+their vGPU types; profiles built with VFs enabled stand for a host after sriov-manage, so after a reboot they are
+gone), driver overrides, binds other than the native driver, /dev/vfio groups. Hardware and drivers stay; every
+function is bound to its native driver again (mdev types reappear with full counts); sriov_drivers_autoprobe is 1.
+Injected faults are test instructions, not kernel state: they stay.
+"""
+
+from __future__ import annotations
+
+from vgpuadm.sim import mdevs, pci
+from vgpuadm.sim.state import SimHost, load_model, require_simulated, root_lock
+from vgpuadm.sim.tree import PCI_DEVICES
+
+
+def reboot(root: str) -> None:
+    require_simulated(root)
+    with root_lock(root):
+        host = SimHost(root, load_model(root))
+        for m in host.mdevs().values():
+            mdevs.drop(host, m.uuid, m.path)
+        for pf, info in host.model["sriov"].items():
+            pf_dir = f"{info['parent_dir']}/{pf}"
+            if not host.exists(pf_dir):
+                continue
+            pci.disable_vfs(host, pf)
+            host.set_attr(f"{pf_dir}/sriov_drivers_autoprobe", 1, 0o644)
+        for bdf in host.listdir(PCI_DEVICES):
+            dev = host.pci_dir(bdf)
+            if dev is None:
+                continue
+            host.set_attr(f"{dev}/driver_override", "(null)", 0o644)
+            native = host.native_driver(bdf)
+            if host.driver_of(dev) != native:
+                pci.detach(host, bdf, dev)
+                if native is not None:
+                    pci.attach(host, bdf, dev, native)
+        for node in host.listdir("/dev/vfio"):
+            host.tree.unlink(f"/dev/vfio/{node}")
+        mdevs.recompute(host, host.parent_names())

@@ -1,0 +1,359 @@
+"""Domain XML for vgpuadm: hostdev elements and the vgpuadm <metadata> element rendered from jinja2 templates
+(autoescaped, then parsed with lxml so only well-formed XML leaves this module), and the parsers that read
+hostdevs and vgpuadm's metadata back out of a domain's XML (the source of truth for what a domain owns).
+
+Pure: no libvirt, no sysfs. The templates live in templates/ at the repo root (vgpuadm/templates in the wheel).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from lxml import etree
+
+from vgpuadm.errors import ConflictError, UsageError
+from vgpuadm.model import Allocation
+
+NS = "https://vgpuadm.dev/xmlns/vgpuadm/1"
+PREFIX = "vgpuadm"
+METADATA_VERSION = "1"
+
+MODE_MDEV = "mdev"  # layouts A/B: <hostdev type='mdev'> by UUID
+MODE_VF = "vf"  # layout C: the vendor-VFIO VF, <hostdev type='pci' managed='no'>
+MODE_PCI = "pci"  # layout D: whole-function passthrough, <hostdev type='pci'> with <driver name='vfio'/>
+MODES = (MODE_MDEV, MODE_VF, MODE_PCI)
+
+_PCI_ADDR = re.compile(r"^(?:([0-9a-fA-F]{1,4}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+# Never resolve entities or fetch anything: domain XML comes from libvirt, but names and params come from users.
+_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, remove_blank_text=True, huge_tree=False)
+
+
+@dataclass(frozen=True)
+class PciAddress:
+    """A PCI address, on the host (source) or in the guest (target). Prints as 0000:65:00.0."""
+
+    domain: int = 0
+    bus: int = 0
+    slot: int = 0
+    function: int = 0
+    multifunction: bool = False
+
+    @classmethod
+    def parse(cls, text: str, *, multifunction: bool = False) -> PciAddress:
+        m = _PCI_ADDR.match(text.strip())
+        if not m:
+            raise UsageError(
+                f"{text!r} is not a PCI address", "write it as DDDD:BB:SS.F, e.g. 0000:65:00.0 (lspci -D shows them)"
+            )
+        dom, bus, slot, fn = m.groups()
+        slot_n = int(slot, 16)
+        if slot_n > 0x1F:
+            raise UsageError(f"{text!r} is not a PCI address: slot {slot} > 1f", "PCI slots are 00…1f")
+        return cls(int(dom or "0", 16), int(bus, 16), slot_n, int(fn), multifunction)
+
+    def __str__(self) -> str:
+        return f"{self.domain:04x}:{self.bus:02x}:{self.slot:02x}.{self.function:x}"
+
+
+@dataclass(frozen=True)
+class HostdevRef:
+    """A hostdev found in domain XML: an mdev by UUID or a PCI function by host address."""
+
+    kind: str  # "mdev" | "pci"
+    key: str  # the UUID, or the host PCI address as 0000:65:00.0
+    managed: bool | None = None
+    guest_address: PciAddress | None = None
+
+
+# -- templates -----------------------------------------------------------------------------------------------------
+
+
+def template_dir() -> str:
+    """templates/ shipped inside the package (wheel), else the repo root's (editable install, checkout)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for candidate in (os.path.join(here, "templates"), os.path.join(os.path.dirname(here), "templates")):
+        if os.path.isdir(os.path.join(candidate, "hostdev")):
+            return candidate
+    raise FileNotFoundError(f"vgpuadm templates not found next to {here}")
+
+
+@cache
+def environment() -> Any:
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(template_dir()),
+        autoescape=True,  # every value lands in an attribute or text node: escape ' " < > &
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=False,
+    )
+
+
+def render(template: str, **values: Any) -> str:
+    """Render a template and return it re-serialised by lxml (well-formed, stable indentation)."""
+    text = environment().get_template(template).render(**values)
+    return to_string(etree.fromstring(text.encode(), _PARSER))
+
+
+def to_string(element: Any) -> str:
+    return str(etree.tostring(element, encoding="unicode", pretty_print=True))
+
+
+def _check_uuid(uuid: str) -> str:
+    if not _UUID.match(uuid):
+        raise UsageError(f"{uuid!r} is not an mdev UUID", "mdev UUIDs are lower-case 8-4-4-4-12 hex")
+    return uuid
+
+
+def mdev_hostdev(
+    uuid: str, *, display: bool = False, ramfb: bool = False, guest_address: PciAddress | None = None
+) -> str:
+    if ramfb and not display:
+        raise UsageError("--ramfb needs --display on", "ramfb shows firmware output on the vGPU's display")
+    return render(
+        "hostdev/mdev.xml.j2", uuid=_check_uuid(uuid), display=display, ramfb=ramfb, guest_address=guest_address
+    )
+
+
+def pci_hostdev(
+    address: str | PciAddress,
+    *,
+    managed: bool = True,
+    rom_bar: bool | None = None,
+    rom_file: str | None = None,
+    rom_enabled: bool | None = None,
+    guest_address: PciAddress | None = None,
+) -> str:
+    if rom_file is not None and not rom_file.startswith("/"):
+        raise UsageError(f"ROM file {rom_file!r} is not an absolute path", "give the full path to the ROM image")
+    source = address if isinstance(address, PciAddress) else PciAddress.parse(address)
+    return render(
+        "hostdev/pci.xml.j2",
+        source=source,
+        managed=managed,
+        rom_bar=rom_bar,
+        rom_file=rom_file,
+        rom_enabled=rom_enabled,
+        guest_address=guest_address,
+    )
+
+
+def vf_hostdev(address: str | PciAddress, *, guest_address: PciAddress | None = None) -> str:
+    source = address if isinstance(address, PciAddress) else PciAddress.parse(address)
+    return render("hostdev/vf.xml.j2", source=source, guest_address=guest_address)
+
+
+def _on(value: str | None) -> bool | None:
+    if value is None:
+        return None
+    return value in ("on", "yes", "1", "true")
+
+
+def hostdev_for(alloc: Allocation) -> str:
+    """The hostdev element for one recorded device; options come from `alloc.extra` (display, ramfb, managed,
+    rom_bar, rom_file, rom_enabled, guest_address, multifunction)."""
+    extra = alloc.extra
+    guest = None
+    if extra.get("guest_address"):
+        guest = PciAddress.parse(extra["guest_address"], multifunction=extra.get("multifunction") == "on")
+    if alloc.mode == MODE_MDEV:
+        if not alloc.uuid:
+            raise UsageError(f"domain {alloc.domain}: mdev device #{alloc.slot} has no UUID", _META_HINT)
+        return mdev_hostdev(
+            alloc.uuid, display=extra.get("display") == "on", ramfb=extra.get("ramfb") == "on", guest_address=guest
+        )
+    if not alloc.address:
+        raise UsageError(f"domain {alloc.domain}: {alloc.mode} device #{alloc.slot} has no address", _META_HINT)
+    if alloc.mode == MODE_VF:
+        return vf_hostdev(alloc.address, guest_address=guest)
+    if alloc.mode == MODE_PCI:
+        return pci_hostdev(
+            alloc.address,
+            managed=extra.get("managed", "yes") == "yes",
+            rom_bar=_on(extra.get("rom_bar")),
+            rom_file=extra.get("rom_file"),
+            rom_enabled=_on(extra.get("rom_enabled")),
+            guest_address=guest,
+        )
+    raise UsageError(f"domain {alloc.domain}: unknown device mode {alloc.mode!r}", f"modes are {', '.join(MODES)}")
+
+
+# -- metadata ------------------------------------------------------------------------------------------------------
+
+_META_HINT = "inspect it with `virsh metadata DOMAIN https://vgpuadm.dev/xmlns/vgpuadm/1`"
+
+
+def metadata_xml(allocations: Iterable[Allocation]) -> str:
+    """The vgpuadm element as it appears inside the domain's <metadata> (namespaced, prefix vgpuadm)."""
+    devices = sorted(allocations, key=lambda a: a.slot)
+    for a in devices:
+        if a.mode not in MODES:
+            raise UsageError(f"unknown device mode {a.mode!r}", f"modes are {', '.join(MODES)}")
+        for key in a.extra:
+            if not re.fullmatch(r"[a-z][a-z0-9_]*", key):
+                raise UsageError(f"option name {key!r} is not allowed", "option names are lower-case identifiers")
+    return render("metadata.xml.j2", ns=NS, devices=devices)
+
+
+def metadata_for_libvirt(allocations: Iterable[Allocation]) -> str:
+    """The same element without its namespace: virDomainSetMetadata adds the namespace itself from its uri/key
+    arguments and refuses an element that already declares the prefix ("failed to create a new XML namespace")."""
+    root = etree.fromstring(metadata_xml(allocations).encode(), _PARSER)
+    for el in root.iter():
+        el.tag = etree.QName(el).localname
+    etree.cleanup_namespaces(root)
+    return to_string(root)
+
+
+def _metadata_root(doc: Any) -> Any:
+    """The vgpuadm element of a domain document, or a bare/namespaced vgpuadm element itself."""
+    if etree.QName(doc).localname == PREFIX and etree.QName(doc).namespace in (NS, None):
+        return doc
+    return doc.find(f"metadata/{{{NS}}}{PREFIX}")
+
+
+def parse_domain(domain_xml: str) -> Any:
+    try:
+        return etree.fromstring(domain_xml.encode(), _PARSER)
+    except etree.XMLSyntaxError as exc:
+        raise UsageError(f"domain XML is not well-formed: {exc}", "check the XML libvirt returned") from None
+
+
+def parse_allocations(
+    domain_xml: str, *, domain: str | None = None, domain_uuid: str | None = None
+) -> list[Allocation]:
+    """Every device the domain's vgpuadm metadata records, sorted by slot. Accepts a whole domain XML or the bare
+    element virDomainGetMetadata returns (then pass domain/domain_uuid)."""
+    doc = parse_domain(domain_xml)
+    name = domain or doc.findtext("name") or ""
+    duuid = domain_uuid or doc.findtext("uuid")
+    root = _metadata_root(doc)
+    if root is None:
+        return []
+    ns = etree.QName(root).namespace
+    q = (lambda tag: f"{{{ns}}}{tag}") if ns else (lambda tag: tag)
+    out = []
+    for index, dev in enumerate(root.findall(q("device"))):
+        slot_text, mode = dev.get("slot"), dev.get("mode")
+        if mode not in MODES or slot_text is None or not slot_text.isdigit():
+            raise ConflictError(
+                f"domain {name}: vgpuadm metadata device #{index} is malformed (slot={slot_text!r}, mode={mode!r})",
+                _META_HINT,
+            )
+        extra = {o.get("name"): o.get("value", "") for o in dev.findall(q("option")) if o.get("name")}
+        out.append(
+            Allocation(
+                domain=name,
+                mode=mode,
+                type_id=dev.get("type"),
+                parent=dev.get("parent"),
+                uuid=dev.get("uuid"),
+                address=dev.get("address"),
+                params=dev.get("params"),
+                domain_uuid=duuid,
+                slot=int(slot_text),
+                extra=extra,
+            )
+        )
+    return sorted(out, key=lambda a: a.slot)
+
+
+# -- hostdevs in domain XML ----------------------------------------------------------------------------------------
+
+
+def _address(el: Any, *, multifunction: bool = False) -> PciAddress:
+    def num(attr: str) -> int:
+        text = el.get(attr, "0")
+        return int(text, 16) if text.lower().startswith("0x") else int(text)
+
+    return PciAddress(num("domain"), num("bus"), num("slot"), num("function"), multifunction)
+
+
+def parse_hostdevs(domain_xml: str) -> list[HostdevRef]:
+    """The domain's mdev and PCI hostdevs (any, not only vgpuadm's), in document order."""
+    doc = parse_domain(domain_xml)
+    out = []
+    for hd in doc.findall("devices/hostdev"):
+        guest_el = hd.find("address")
+        guest = (
+            _address(guest_el, multifunction=guest_el.get("multifunction") == "on") if guest_el is not None else None
+        )
+        src = hd.find("source/address")
+        if src is None:
+            continue
+        if hd.get("type") == "mdev" and src.get("uuid"):
+            out.append(HostdevRef("mdev", src.get("uuid").lower(), None, guest))
+        elif hd.get("type") == "pci":
+            out.append(HostdevRef("pci", str(_address(src)), hd.get("managed") == "yes", guest))
+    return out
+
+
+def used_guest_slots(domain_xml: str, bus: int = 0) -> set[int]:
+    doc = parse_domain(domain_xml)
+    used = set()
+    for el in doc.iter("address"):
+        if el.get("type") == "pci" and el.getparent().tag != "source":
+            addr = _address(el)
+            if addr.domain == 0 and addr.bus == bus:
+                used.add(addr.slot)
+    return used
+
+
+def free_guest_slot(domain_xml: str, *, first: int = 0x10, last: int = 0x1E) -> PciAddress:
+    """A free slot on the guest's root bus for a multifunction passthrough (GPU + audio as functions of one slot).
+    Slot 0x1f is left alone: q35 puts its LPC/SATA/SMBus functions there."""
+    used = used_guest_slots(domain_xml)
+    for slot in range(first, last + 1):
+        if slot not in used:
+            return PciAddress(0, 0, slot, 0)
+    raise ConflictError(
+        f"no free guest PCI slot between {first:#04x} and {last:#04x} on bus 0",
+        "remove a device from the domain or pass a guest address",
+    )
+
+
+def domain_identity(domain_xml: str) -> tuple[str, str]:
+    doc = parse_domain(domain_xml)
+    return doc.findtext("name") or "", doc.findtext("uuid") or ""
+
+
+def domain_definition(
+    name: str,
+    *,
+    uuid: str | None = None,
+    memory_mib: int = 256,
+    vcpus: int = 1,
+    machine: str = "q35",
+    virt_type: str = "qemu",
+    vnc: bool = True,
+) -> str:
+    """A small diskless x86_64 guest (demo domains, libvirt tests)."""
+    return render(
+        "domain.xml.j2",
+        name=name,
+        uuid=uuid,
+        memory_mib=memory_mib,
+        vcpus=vcpus,
+        machine=machine,
+        virt_type=virt_type,
+        vnc=vnc,
+    )
+
+
+def _canonical(element: str | None) -> list[tuple[Any, ...]] | None:
+    if not element or not element.strip():
+        return None
+    allocs = parse_allocations(element, domain="")
+    return [(a.slot, a.mode, a.type_id, a.parent, a.uuid, a.address, a.params, sorted(a.extra.items())) for a in allocs]
+
+
+def same_metadata(a: str | None, b: str | None) -> bool:
+    """Whether two vgpuadm metadata elements (namespaced or as libvirt returns them) record the same devices."""
+    return _canonical(a) == _canonical(b)
