@@ -49,8 +49,9 @@ def _plan(steps: list[Step], title: str) -> Plan:
     return Plan.of(steps, title)
 
 
-def discover(root: str | None = None) -> HostSnapshot:
-    return snapshot(open_sysfs(root))
+def discover(root: str | None = None, *, types: bool = True) -> HostSnapshot:
+    """Read the host at `root`; `types=False` skips the mdev type directories (for commands that show none)."""
+    return snapshot(open_sysfs(root), types=types)
 
 
 # -- inventory reports (vgpuadm inventory) ---------------------------------------------------------------------
@@ -188,6 +189,14 @@ def plan_create(
 
     if uuids and len(uuids) != count:
         raise UsageError(f"{len(uuids)} UUIDs given for {count} devices", "give one --uuid per device, or none")
+    if uuids and all(mdev.check_uuid(u) in snap.mdevs for u in uuids):
+        # Idempotence: every named mdev already exists; fine when each runs the requested type.
+        from vgpuadm.naming import resolve_type
+
+        wanted = {t.type_id for t in resolve_type(snap.types(), type_name)}
+        existing = [snap.mdevs[mdev.check_uuid(u)] for u in uuids]
+        if all(m.type_id in wanted for m in existing):
+            return _plan([], f"mdevs {', '.join(m.uuid for m in existing)} already exist"), [m.uuid for m in existing]
     placement = place(snap, type_name, count, gpu=gpu, policy=policy, numa=numa)
     steps: list[Step] = []
     ids: list[str] = []
@@ -344,11 +353,25 @@ def apply(
     return execute(plan, exec_context(root, virt), dry_run=dry_run, progress=progress)
 
 
-def recover(root: str | None = None, *, finish: bool = False, virt: Any = None) -> list[str]:
-    """Roll back (default) or finish a change a crashed run left in the journal; [] when there was none."""
+def recover(
+    root: str | None = None, *, finish: bool = False, virt: Any = None, connect: str | None = None
+) -> list[str]:
+    """Roll back (default) or finish a change a crashed run left in the journal; [] when there was none. When the
+    journal holds libvirt steps (attach/detach/metadata) and no `virt` is given, a connection is opened (`connect`,
+    else the default URI for this root)."""
+    from vgpuadm.executor import read_journal
     from vgpuadm.executor import recover as _recover
 
-    return _recover(exec_context(root, virt), finish=finish)
+    ctx = exec_context(root, virt)
+    doc = read_journal(ctx.root) or {}
+    kinds = {s.get("kind") for s in doc.get("plan", {}).get("steps", [])}
+    if virt is None and kinds & {"attach-hostdev", "detach-hostdev", "set-metadata"}:
+        from vgpuadm.virt.conn import VirtConn, choose_uri
+
+        with VirtConn(choose_uri(connect, ctx.root, ctx.sysfs.simulated)) as conn:
+            ctx.virt = conn
+            return _recover(ctx, finish=finish)
+    return _recover(ctx, finish=finish)
 
 
 # --- guests: create/destroy/passthrough/release as one plan with the libvirt steps (vgpuadm/guest.py) ------------

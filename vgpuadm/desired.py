@@ -8,13 +8,11 @@ and only then turned into Python values.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 import yaml
@@ -22,7 +20,6 @@ import yaml
 from vgpuadm.errors import ConflictError, UsageError
 from vgpuadm.model import Allocation
 
-SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "schemas", "plan-v1.schema.json")
 PCI_MODE = "pci"
 TYPED_MODES = ("mdev", "vf")
 
@@ -138,11 +135,10 @@ PlanLoader.add_implicit_resolver(
 )
 
 
-@cache
 def plan_schema() -> dict[str, Any]:
-    with open(SCHEMA_FILE) as f:
-        schema: dict[str, Any] = json.load(f)
-    return schema
+    from vgpuadm.schemas import load
+
+    return load("plan-v1")
 
 
 def load_plan(path: str) -> DesiredPlan:

@@ -73,11 +73,19 @@ def open_virt(root: str, connect: str | None, simulated: bool) -> VirtConn:
     return VirtConn(choose_uri(connect, root, simulated))
 
 
-def _metadata_step(domain: str, before: Sequence[Allocation], after: Sequence[Allocation]) -> SetMetadata:
+def host_key(snap: HostSnapshot) -> str:
+    """Who made a domain's devices, as recorded in its metadata: the machine-id on a real host; the root on a
+    simulated one (several simulated hosts may share one libvirtd, with the same PCI addresses)."""
+    return f"sim:{snap.root}" if snap.simulated else host_identity(snap.root)
+
+
+def _metadata_step(
+    domain: str, before: Sequence[Allocation], after: Sequence[Allocation], host: str, previous_host: str | None = None
+) -> SetMetadata:
     return SetMetadata(
         domain,
-        xml.metadata_for_libvirt(after) if after else "",
-        xml.metadata_for_libvirt(before) if before else "",
+        xml.metadata_for_libvirt(after, host) if after else "",
+        xml.metadata_for_libvirt(before, previous_host or host) if before else "",
         len(after),
     )
 
@@ -108,13 +116,17 @@ def _params(params: Sequence[str]) -> str:
     return " ".join(params)
 
 
-def _other_users(conn: VirtConn, domain: str) -> dict[tuple[str, str], str]:
-    """(kind, key) of every hostdev of every OTHER domain → that domain's name."""
+def _other_users(conn: VirtConn, domain: str, host: str) -> dict[tuple[str, str], str]:
+    """(kind, key) of every hostdev of every OTHER domain of this host → that domain's name. Domains whose vgpuadm
+    metadata names another host (another simulated root on a shared libvirtd) do not count."""
     out: dict[tuple[str, str], str] = {}
     for name in conn.list_domains():
         if name == domain:
             continue
-        for ref in xml.parse_hostdevs(conn.xml(name)):
+        dom = conn.xml(name)
+        if xml.metadata_host(dom) not in (None, host):
+            continue
+        for ref in xml.parse_hostdevs(dom):
             out.setdefault((ref.kind, ref.key), name)
     return out
 
@@ -147,6 +159,7 @@ class _Want:
     owned: list[Allocation]
     slots: list[int]
     uuids: list[str]
+    prev_host: str | None
     added: list[Allocation] = field(default_factory=list)
 
 
@@ -184,7 +197,8 @@ def plan_create_many(
         owned = xml.parse_allocations(domain_xml)
         need = count - sum(1 for a in owned if a.type_id == type_id)
         slots = _free_slots(owned, max(need, 0))
-        w = _Want(name, duuid, owned, slots, [device_uuid(host_id, duuid, slot) for slot in slots])
+        w = _Want(name, duuid, owned, slots, [device_uuid(host_id, duuid, slot) for slot in slots],
+                  xml.metadata_host(domain_xml))  # fmt: skip
         present = {(r.kind, r.key) for r in xml.parse_hostdevs(domain_xml)}
         for u in w.uuids:
             if ("mdev", u) in present:
@@ -227,7 +241,8 @@ def plan_create_many(
             w.added.append(a)
             attach.append(AttachHostdev(w.name, xml.hostdev_for(a), _what(a)))
         after = sorted([*w.owned, *w.added], key=lambda a: a.slot)
-        steps = [*kernel_steps, *attach, _metadata_step(w.name, w.owned, after)] if w.added else []
+        meta = _metadata_step(w.name, w.owned, after, host_key(snap), w.prev_host)
+        steps = [*kernel_steps, *attach, meta] if w.added else []
         summary = (
             f"give domain {w.name} {len(w.added)} × {type_id}"
             if w.added
@@ -365,7 +380,7 @@ def plan_destroy(
     steps += _remove_steps(snap, gone)
     after = [a for a in owned if a not in gone]
     if gone:
-        steps.append(_metadata_step(name, owned, after))
+        steps.append(_metadata_step(name, owned, after, host_key(snap), xml.metadata_host(domain_xml)))
     return Plan.of(steps, f"take {len(gone)} device(s) from domain {name}"), gone, after
 
 
@@ -385,7 +400,7 @@ def destroy(
         snap = api.discover(root)
         with open_virt(snap.root, connect, snap.simulated) as conn:
             dom = conn.xml(vm)
-            plan, gone, after = plan_destroy(snap, dom, _other_users(conn, vm), uuid=uuid, all_=all_)
+            plan, gone, after = plan_destroy(snap, dom, _other_users(conn, vm, host_key(snap)), uuid=uuid, all_=all_)
             _execute(plan, snap.root, conn, dry_run, progress)
             return GuestResult(
                 vm, conn.uri, plan, dry_run, after, removed=gone, hostdevs=[xml.hostdev_for(a) for a in gone],
@@ -442,7 +457,7 @@ def plan_passthrough(
         added.append(a)
         steps.append(AttachHostdev(name, xml.hostdev_for(a), _what(a)))
     after = sorted([*owned, *added], key=lambda a: a.slot)
-    steps.append(_metadata_step(name, owned, after))
+    steps.append(_metadata_step(name, owned, after, host_key(snap), xml.metadata_host(domain_xml)))
     return Plan.of(steps, f"pass {gpu} ({len(functions)} function(s)) through to domain {name}"), added, after
 
 
@@ -463,7 +478,7 @@ def passthrough(
         snap = api.discover(root)
         with open_virt(snap.root, connect, snap.simulated) as conn:
             dom = conn.xml(vm)
-            plan, added, after = plan_passthrough(snap, dom, gpu, _other_users(conn, vm), force=force,
+            plan, added, after = plan_passthrough(snap, dom, gpu, _other_users(conn, vm, host_key(snap)), force=force,
                                                   rom_file=rom_file)  # fmt: skip
             _execute(plan, snap.root, conn, dry_run, progress)
             return GuestResult(vm, conn.uri, plan, dry_run, after, added,
@@ -491,8 +506,11 @@ def release(
             steps: list[Step] = []
             holders: list[str] = []
             gone: list[Allocation] = []
+            host = host_key(snap)
             for name in conn.list_domains():
                 dom = conn.xml(name)
+                if xml.metadata_host(dom) not in (None, host):
+                    continue  # another (simulated) host's domain on a shared libvirtd
                 owned = xml.parse_allocations(dom)
                 mine = [a for a in owned if a.mode == xml.MODE_PCI and (a.parent or a.address) == gpu]
                 if not mine:
@@ -501,7 +519,9 @@ def release(
                 present = {(r.kind, r.key) for r in xml.parse_hostdevs(dom)}
                 steps += [DetachHostdev(name, xml.hostdev_for(a), _what(a)) for a in mine
                           if ("pci", a.address) in present]  # fmt: skip
-                steps.append(_metadata_step(name, owned, [a for a in owned if a not in mine]))
+                steps.append(
+                    _metadata_step(name, owned, [a for a in owned if a not in mine], host, xml.metadata_host(dom))
+                )
                 gone += mine
             steps += api.plan_vfio_restore(snap, gpu).steps
             holder = ", ".join(holders) or "no domain"

@@ -18,7 +18,7 @@ from vgpuadm import mdevctl
 from vgpuadm import restore as restore_mod
 from vgpuadm.desired import Current, DesiredPlan, Diff, check_safe, describe_allocation
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError, VgpuadmError
-from vgpuadm.model import Allocation, HostSnapshot, Layout, Mdev
+from vgpuadm.model import Allocation, HostSnapshot, Layout, Mdev, VgpuType
 from vgpuadm.steps import CreateMdev, Plan, SetVfVgpuType, SetVgpuParams, Step
 
 Progress = Callable[[int, int, str], None]
@@ -221,6 +221,38 @@ def consume(snap: HostSnapshot, created: Sequence[Allocation]) -> HostSnapshot:
     return dataclasses.replace(snap, mdevs=mdevs, vendor_vfs=vfs, mdev_parents=parents)
 
 
+def _freed(t: VgpuType, removed_type: str, per_vf: bool, idle: bool) -> int:
+    """Instances of `t` left on its parent once one mdev of `removed_type` is gone. An idle NVIDIA GPU offers every
+    type again at its full count (the one-type-per-GPU rule lifts); a layout B VF hosts one vGPU of any type."""
+    if per_vf:
+        return 1
+    if idle and t.max_instances is not None:
+        return t.max_instances
+    return t.available_instances + 1 if t.type_id == removed_type else t.available_instances
+
+
+def release(snap: HostSnapshot, gone: Sequence[Allocation]) -> HostSnapshot:
+    """The snapshot as it will be once `gone` are removed, so that a VM switching types on one GPU can be placed
+    (the old type no longer blocks the GPU, its instances are free again)."""
+    mdevs = dict(snap.mdevs)
+    vfs = dict(snap.vendor_vfs)
+    parents = dict(snap.mdev_parents)
+    for a in gone:
+        m = mdevs.pop(a.uuid or "", None) if a.mode == "mdev" else None
+        if m is not None and m.parent in parents:
+            p = parents[m.parent]
+            per_vf = p.layout == Layout.MDEV_VF
+            idle = not any(x.parent == m.parent for x in mdevs.values())
+
+            types = tuple(
+                dataclasses.replace(t, available_instances=_freed(t, m.type_id, per_vf, idle)) for t in p.types
+            )
+            parents[m.parent] = dataclasses.replace(p, types=types)
+        if a.mode == "vf" and a.address in vfs:
+            vfs[a.address] = dataclasses.replace(vfs[a.address], current_type=0)
+    return dataclasses.replace(snap, mdevs=mdevs, vendor_vfs=vfs, mdev_parents=parents)
+
+
 def build_apply_plan(plan_doc: DesiredPlan, d: Diff, snap: HostSnapshot, doms: Domains, host_id: str) -> Plan:
     """Steps for a diff: detach and remove first, then parameters, then create and attach, then one metadata write
     per changed domain. Placement runs for every VM before anything executes, so a plan that needs more instances
@@ -251,8 +283,8 @@ def build_apply_plan(plan_doc: DesiredPlan, d: Diff, snap: HostSnapshot, doms: D
         steps.append(SetVgpuParams(kind, ident or "", p.params, previous=current or ""))
         owned[a.domain] = [dataclasses.replace(x, params=p.params or None) if x is a else x for x in owned[a.domain]]
         changed.add(a.domain)
-    vsnap = snap
-    taken = doms.owned()
+    vsnap = release(snap, d.removes)
+    taken = doms.owned() - {k for a in d.removes for k in (a.uuid, a.address) if k}
     for add in d.adds:
         vm, spec = add.vm, add.spec
         domain_uuid = doms.uuids[vm]

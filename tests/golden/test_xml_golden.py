@@ -63,7 +63,7 @@ CASES: dict[str, Callable[[], list[str]]] = {
     "pci-rom-disabled": lambda: [xml.pci_hostdev("21:1f.7", rom_bar=False, rom_enabled=False)],
     "vf-basic": lambda: [xml.hostdev_for(VF_ALLOC)],
     "vf-guest-address": lambda: [xml.vf_hostdev("0000:41:00.5", guest_address=PciAddress(0, 0, 0x11, 0))],
-    "metadata-all-modes": lambda: [xml.metadata_xml([MDEV_ALLOC, VF_ALLOC, *PCI_ALLOCS])],
+    "metadata-all-modes": lambda: [xml.metadata_xml([MDEV_ALLOC, VF_ALLOC, *PCI_ALLOCS], host="sim:/srv/lab/h1")],
     "metadata-escaped": lambda: [
         xml.metadata_xml(
             [

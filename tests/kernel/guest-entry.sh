@@ -11,23 +11,26 @@ export PATH="$repo/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/
 export VGPUADM_KERNEL_GUEST=1 VGPUADM_KERNEL_RESULTS="$results" PYTHONDONTWRITEBYTECODE=1 HOME=/root LANG=C.UTF-8
 finish() { echo "$1" > "$results/rc"; exit "$1"; }
 
-setup() {
+setup() (
   set -x
   uname -r
-  modprobe -a vfio vfio_iommu_type1 mdev vfio-pci || return 1
-  insmod "$modules/mtty.ko" || return 1
-  insmod "$modules/mdpy.ko" || return 1
+  modprobe -a vfio vfio_iommu_type1 mdev vfio-pci || exit 1
+  insmod "$modules/mtty.ko" || exit 1
+  insmod "$modules/mdpy.ko" || exit 1
   # mbochs's budget parameter is `count` (MiB) on 6.1, although its description says `mem`.
-  insmod "$modules/mbochs.ko" count=96 || return 1
+  insmod "$modules/mbochs.ko" count=96 || exit 1
   ls /sys/class/mdev_bus /dev/vfio
-}
+)
 if ! setup > "$results/setup.log" 2>&1; then
   cat "$results/setup.log"
   echo "guest: setup failed (see setup.log)"
   finish 3
 fi
-# libvirtd needs ~40 s under TCG before it answers; tests/kernel/guest/test_libvirt.py waits for it.
+# /var/log and /var/cache are empty tmpfs mounts in the guest: give libvirt its directories first. libvirtd needs
+# ~40 s under TCG before it answers; tests/kernel/guest/test_libvirt.py waits for it.
+mkdir -p /var/log/libvirt/qemu /var/cache/libvirt/qemu
 { virtlogd -d && libvirtd -d; } > "$results/libvirtd.log" 2>&1
+echo $? > "$results/libvirtd.rc"
 
 cd "$repo" || finish 4
 python -m pytest tests/kernel/guest -p no:cacheprovider -q -rA --junitxml "$results/junit.xml" > "$results/pytest.log" 2>&1

@@ -39,9 +39,12 @@ qemu_opts="-device intel-iommu,intremap=on -device pcie-root-port,id=rp1,chassis
 qemu_opts+=" -device nvme-subsys,id=nvmesubsys0,nqn=vgpu-lab"
 qemu_opts+=" -device nvme,id=nvme0,serial=lab0001,subsys=nvmesubsys0,bus=rp1"
 qemu_opts+=",sriov_max_vfs=2,sriov_vq_flexible=4,sriov_vi_flexible=2"
+# A whole-GPU passthrough candidate: a VGA function and its HD audio in one slot, hence one IOMMU group (no ACS on
+# the root bus). Its DRM driver (bochs) is blacklisted: fbcon on it would make unbinding it a console hazard.
+qemu_opts+=" -device VGA,bus=pcie.0,addr=0x10.0,multifunction=on -device ich9-intel-hda,bus=pcie.0,addr=0x10.1"
 echo "kernel lane: booting $kver under TCG (timeout ${timeout_s}s); console log: $results/console.log"
 (cd "$repo" && timeout --kill-after=30 "$timeout_s" vng --run "$kernel" --disable-kvm --disable-microvm \
-  --cpus 2 --memory 2G --rwdir "$results" --append "intel_iommu=on" --qemu-opts="$qemu_opts" \
+  --cpus 2 --memory 2G --rwdir "$results" --append "intel_iommu=on modprobe.blacklist=bochs" --qemu-opts="$qemu_opts" \
   --exec "'$here/guest-entry.sh' '$results' '$modules'") >"$results/console.log" 2>&1
 vng_rc=$?
 guest_s=$((SECONDS - start))

@@ -124,6 +124,17 @@ def test_shrinking_and_prune(host: tuple[Path, dict[str, str], Path]) -> None:
     assert allocations(root, "db02") == [] and hostdev_keys(root, "db02") == []
     assert "vgpuadm" not in domain_xml(root, "db02")
 
+    # Switching type on the only GPU in use: the removal frees the GPU for the new type in the same plan.
+    plan.write_text("vms:\n  web01:\n    type: nvidia-65\n    gpu: 0000:01:00.0\n")
+    switched = vgpuadm(root, "apply", "-f", str(plan), "--diff")
+    assert switched.code == 0, switched.err
+    assert [ln for ln in switched.out.splitlines() if ln[:2] in ("+ ", "- ")] == [
+        f"- web01: nvidia-63 {web[0]} on 0000:01:00.0",
+        "+ web01: nvidia-65 ×1",
+    ]
+    assert mdevs(root) == [web[0]]  # slot 0 again: the same deterministic UUID, now of the new type
+    assert (root / f"sys/bus/mdev/devices/{web[0]}/mdev_type").resolve().name == "nvidia-65"
+
 
 def test_plan_errors_name_file_line_and_key(host: tuple[Path, dict[str, str], Path]) -> None:
     root, _uuids, plan = host

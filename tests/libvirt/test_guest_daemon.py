@@ -4,7 +4,10 @@ nothing left behind when a step fails. Domains are throwaway (unique names, unde
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import uuid as uuid_mod
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -97,7 +100,7 @@ def test_create_attaches_and_records(sim_host, cli, conn, domain, libvirtd):
         f'<source><address uuid="{u}"/></source></hostdev>'
     ]
     assert metadata(conn, vm) == (
-        '<vgpuadm version="1">\n'
+        f'<vgpuadm version="1" host="sim:{root}">\n'
         f'  <device slot="0" mode="mdev" type="nvidia-63" parent="0000:01:00.0" uuid="{u}">\n'
         '    <option name="display" value="off"/>\n'
         "  </device>\n"
@@ -296,3 +299,52 @@ def test_dry_run_changes_nothing(sim_host, cli, conn, domain, libvirtd):
         f"  step 3/3 record 1 vgpuadm device(s) in the metadata of domain {vm}",
     ]
     assert (mdevs(root), inactive_xml(conn, vm)) == ([], before)
+
+
+def test_layout_c_vf_is_attached_unmanaged_and_cleared_on_destroy(sim_host, cli, conn, domain, libvirtd):
+    root, vm = sim_host("h200-vendor-vfio"), domain()
+    r = cli("--root", str(root), "-c", libvirtd, "create", "--type", "H200X-4C", "--vm", vm, "--json")
+    assert r.code == 0, r.err
+    [added] = json.loads(r.out)["added"]
+    vf = added["address"]
+    assert (added["mode"], added["type_id"]) == ("vf", "nvidia-1420")
+    assert (root / f"sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type").read_text() == "1420\n"
+    [hd] = etree.fromstring(inactive_xml(conn, vm).encode()).findall("devices/hostdev")
+    assert (hd.get("mode"), hd.get("type"), hd.get("managed"), hd.find("driver")) == ("subsystem", "pci", "no", None)
+    assert [(r.kind, r.key) for r in xml.parse_hostdevs(inactive_xml(conn, vm))] == [("pci", vf)]
+    assert cli("--root", str(root), "-c", libvirtd, "destroy", "--vm", vm, "--uuid", vf).code == 0
+    assert (root / f"sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type").read_text() == "0\n"
+    assert (hostdevs(conn, vm), metadata(conn, vm)) == ([], None)
+
+
+def test_crash_after_attach_is_rolled_back_by_recover(sim_host, conn, domain, libvirtd):
+    """A vgpuadm killed right after the attach step (test hook VGPUADM_TEST_CRASH_AFTER_STEP) leaves a journal;
+    `vgpuadm recover` opens libvirt itself, detaches the hostdev and removes the mdev."""
+    root, vm = sim_host("p4"), domain()
+    env = {**os.environ, "VGPUADM_TEST_CRASH_AFTER_STEP": "2"}
+    base = [sys.executable, "-m", "vgpuadm", "--root", str(root), "-c", libvirtd]
+    r = subprocess.run([*base, "create", "--type", "nvidia-63", "--vm", vm], env=env, capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert r.returncode == 99
+    u = expected_uuid(root, conn, vm, 0)
+    assert (mdevs(root), len(hostdevs(conn, vm)), metadata(conn, vm)) == ([u], 1, None)
+    env.pop("VGPUADM_TEST_CRASH_AFTER_STEP")
+    r = subprocess.run([*base, "recover"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (mdevs(root), hostdevs(conn, vm), metadata(conn, vm)) == ([], [], None)
+    assert not (root / "var/lib/vgpuadm/journal.json").exists()
+
+
+def test_destroy_of_a_passed_through_gpu_gives_it_back(sim_host, cli, conn, domain, libvirtd):
+    root, vm = sim_host("passthrough"), domain()
+    assert cli("--root", str(root), "-c", libvirtd, "passthrough", "--gpu", "0000:01:00.0", "--vm", vm).code == 0
+    assert os.path.basename(os.readlink(root / "sys/bus/pci/devices/0000:01:00.0/driver")) == "vfio-pci"
+    r = cli("--root", str(root), "-c", libvirtd, "destroy", "--vm", vm, "--uuid", "0000:01:00.0")
+    assert r.code == 0, r.err
+    assert r.out.splitlines() == [
+        f"detached pci 0000:01:00.0 (from {vm})",
+        f"detached pci 0000:01:00.1 on 0000:01:00.0 (from {vm})",
+    ]
+    assert (hostdevs(conn, vm), metadata(conn, vm)) == ([], None)
+    assert os.path.basename(os.readlink(root / "sys/bus/pci/devices/0000:01:00.0/driver")) == "nvidia"
+    assert os.path.basename(os.readlink(root / "sys/bus/pci/devices/0000:01:00.1/driver")) == "snd_hda_intel"

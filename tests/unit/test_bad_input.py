@@ -200,3 +200,12 @@ def test_mdev_bus_entry_without_types_dir(cli, sim_host):
     r = cli("--root", str(root), "types", "--json")
     assert {t["parent"] for t in json.loads(r.out)} == {"0000:01:00.0"}
     assert r.err == ""
+
+
+def test_gpus_reads_no_type_directories(cli, sim_host):
+    """`gpus` shows no types, so an odd type directory costs it nothing (not even a warning); `types` warns."""
+    root = sim_host("p4")
+    (root / PCI / "0000:01:00.0/mdev_supported_types/nvidia-63/available_instances").write_text("lots\n")
+    r = cli("--root", str(root), "gpus", "--json")
+    assert (r.code, r.err, len(json.loads(r.out))) == (0, "", 2)
+    assert cli("--root", str(root), "types", "--json").err.startswith("warning: skipped type nvidia-63")

@@ -175,7 +175,7 @@ def _cli_json(root: Path, command: str) -> str:
 def test_golden_json(hosts, profile, command):
     text = _cli_json(hosts[profile], command)
     golden = GOLDEN / f"{profile}.{command}.json"
-    if os.environ.get("VGPUADM_UPDATE_GOLDENS"):
+    if os.environ.get("VGPUADM_UPDATE_GOLDENS") == "1":
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(text)
     assert json.loads(text) == json.loads(golden.read_text()), f"regenerate with VGPUADM_UPDATE_GOLDENS=1: {golden}"

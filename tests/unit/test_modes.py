@@ -152,3 +152,16 @@ def test_sriov_manage_failure_is_rolled_back(sim_host: Callable[[str], Path]) ->
         "step 1/1 run /usr/lib/nvidia/sriov-manage -d 0000:18:00.0 failed: "
         "/usr/lib/nvidia/sriov-manage -d 0000:18:00.0 exited with 3: GPU at $2 is busy"
     )
+
+
+def test_create_with_fixed_uuids_is_idempotent(sim_host: Callable[[str], Path]) -> None:
+    root = str(sim_host("p4"))
+    uuids = ["83b8f4f2-509f-382f-3c1e-e6bfe0fa1001", "83b8f4f2-509f-382f-3c1e-e6bfe0fa1002"]
+    plan, ids = api.plan_create(api.discover(root), "P4-1Q", 2, uuids=uuids)
+    api.apply(plan, root)
+    again, ids_again = api.plan_create(api.discover(root), "P4-1Q", 2, uuids=uuids)
+    assert again.empty and ids_again == ids == uuids
+    with pytest.raises(ConflictError, match=rf"^mdev {uuids[0]} already exists \(type nvidia-63 on 0000:01:00.0\)$"):
+        api.plan_create(api.discover(root), "P4-2Q", 2, uuids=uuids)
+    with pytest.raises(ConflictError, match=rf"^mdev {uuids[1]} already exists"):
+        api.plan_create(api.discover(root), "P4-1Q", 2, uuids=[uuids[1], "83b8f4f2-509f-382f-3c1e-e6bfe0fa1003"])

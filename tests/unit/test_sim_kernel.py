@@ -261,3 +261,13 @@ def test_a2_removing_every_vgpu_restores_the_tree(tmp_path):
     assert all(set(avail(root, vf(n)).values()) == {0} for n in range(12))
     k.write(f"/sys/bus/mdev/devices/{uuid(1)}/remove", "1")
     assert diff(before, tree_state(root)) == {}
+
+
+def test_mdev_vgpu_params_are_stored_exactly(sim_host):
+    root = sim_host("p4")
+    k = SimKernel(str(root))
+    k.write(f"{P4_TYPES}/nvidia-63/create", U1)
+    k.write(f"/sys/bus/mdev/devices/{U1}/nvidia/vgpu_params", "frame_rate_limiter=0 disable_vnc=1\n")
+    assert read(root, f"{P4}/{U1}/nvidia/vgpu_params") == "frame_rate_limiter=0 disable_vnc=1\n"
+    k.write(f"{P4}/{U1}/nvidia/vgpu_params", " ")  # a single space clears them (reference §2.5)
+    assert read(root, f"{P4}/{U1}/nvidia/vgpu_params") == " "

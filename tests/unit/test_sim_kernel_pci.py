@@ -214,3 +214,18 @@ def test_autoprobe_off_leaves_new_vfs_unbound(tmp_path):
     assert read(root, f"{vf}/nvidia/creatable_vgpu_types").startswith(
         "ID    : vGPU Name\n1413  : NVIDIA H200X-7-141C\n"
     )
+
+
+def test_unbinding_a_layout_b_vf_destroys_its_mdev_and_frees_the_gpu(sim_host):
+    root = sim_host("a100-mdev-vf")
+    k = SimKernel(str(root))
+    vf0, vf1 = "/sys/bus/pci/devices/0000:41:00.4", "/sys/bus/pci/devices/0000:41:00.5"
+    k.write(f"{vf0}/mdev_supported_types/nvidia-473/create", "00000000-0000-4000-8000-000000000001")  # 40C: max 1
+    assert read(root, f"{vf1}/mdev_supported_types/nvidia-468/available_instances") == "0\n"
+    k.write(f"{vf0}/driver_override", "vfio-pci")
+    k.write(f"{DRIVERS}/nvidia/unbind", "0000:41:00.4")
+    assert os.listdir(f"{root}/sys/bus/mdev/devices") == []
+    assert read(root, f"{vf1}/mdev_supported_types/nvidia-468/available_instances") == "1\n"
+    k.write("/sys/bus/pci/drivers_probe", "0000:41:00.4")
+    assert driver(root, vf0) == "vfio-pci" and not os.path.exists(f"{root}{vf0}/mdev_supported_types")
+    assert os.path.exists(f"{root}/dev/vfio/40")

@@ -88,6 +88,7 @@ def test_load_derives_bus_class_group_and_mdev_entries(tmp_path):
     [
         ("A: class=0x0300\n", "host.umockdev line 1: A: line before any P: line"),
         ("P: /sys/devices/x\n", "host.umockdev line 1: device path '/sys/devices/x' is not under /devices"),
+        ("P: /devices/../../etc\n", "host.umockdev line 1: device path '/devices/../../etc' is not under /devices"),
         ("P: /devices/x\nA class\n", "host.umockdev line 2: 'A class' is not a umockdev record line"),
         ("P: /devices/x\nA: ../../etc=1\n", "host.umockdev line 2: 'A: ../../etc=1' has no name=value"),
         ("P: /devices/x\nH: config=zz\n", "host.umockdev line 2: H: config is not hex"),

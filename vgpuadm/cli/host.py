@@ -222,7 +222,7 @@ def _recover_cmd(app: Any) -> None:
     ) -> None:
         """Roll back (or --finish) a change that a crashed vgpuadm left half done."""
         console: Console = ctx.obj["console"]
-        done = api.recover(ctx.obj["root"], finish=finish)
+        done = api.recover(ctx.obj["root"], finish=finish, connect=ctx.obj.get("connect"))
         if not done:
             console.line("nothing to recover")
         for line in done:

@@ -10,15 +10,15 @@ from vgpuadm.model import HostSnapshot
 from vgpuadm.report.listing import device_rows, gpu_rows, type_rows
 
 
-def _snapshot(console: Console, root: str | None) -> HostSnapshot:
-    snap = api.discover(root)
+def _snapshot(console: Console, root: str | None, types: bool = True) -> HostSnapshot:
+    snap = api.discover(root, types=types)
     for w in snap.warnings:
         console.warn(w)
     return snap
 
 
 def gpus(console: Console, root: str | None, as_json: bool) -> None:
-    rows = gpu_rows(_snapshot(console, root))
+    rows = gpu_rows(_snapshot(console, root, types=False))
     if as_json:
         console.json(rows)
         return

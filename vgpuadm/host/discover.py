@@ -6,6 +6,7 @@ Layout detection follows shared/docs/vgpu-sysfs.md §0, from sysfs only, never f
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -21,12 +22,14 @@ IOMMU_GROUPS = "/sys/kernel/iommu_groups"
 _VIRTFN = re.compile(r"^virtfn(\d+)$")
 
 
-def snapshot(sysfs: Sysfs) -> HostSnapshot:
+def snapshot(sysfs: Sysfs, *, types: bool = True) -> HostSnapshot:
+    """Read the host. `types=False` skips the mdev type directories (every parent then lists no types): the
+    commands that never show types (`gpus`) save thousands of reads on a big layout B host."""
     check_root(sysfs.root)
     warnings: list[str] = []
     functions = _read_functions(sysfs, warnings)
     groups = _read_groups(sysfs, functions)
-    parents = _read_mdev_parents(sysfs, functions, warnings)
+    parents = _read_mdev_parents(sysfs, functions, warnings, types)
     mdevs = _read_mdevs(sysfs, warnings)
     vendor_vfs = _read_vendor_vfs(sysfs, functions, warnings)
     layouts = {addr: _layout(fn, parents, vendor_vfs) for addr, fn in functions.items() if fn.is_display}
@@ -71,6 +74,9 @@ def _read_functions(sysfs: Sysfs, warnings: list[str]) -> dict[str, PciFunction]
     wanted = [
         a for a, c in classes.items() if c.startswith("0x03") or sysfs.exists(f"{PCI_DEVICES}/{a}/sriov_totalvfs")
     ]
+    by_slot: dict[str, list[str]] = {}
+    for a in addresses:
+        by_slot.setdefault(a.rpartition(".")[0], []).append(a)
     out: dict[str, PciFunction] = {}
     skipped: set[str] = set()
     todo = list(wanted)
@@ -90,8 +96,7 @@ def _read_functions(sysfs: Sysfs, warnings: list[str]) -> dict[str, PciFunction]
             todo.append(fn.physfn)
         if fn.iommu_group is not None and fn.is_display:
             todo.extend(sysfs.listdir(f"{IOMMU_GROUPS}/{fn.iommu_group}/devices"))
-        slot = fn.slot + "."
-        todo.extend(a for a in addresses if a.startswith(slot) and a != addr)
+        todo.extend(a for a in by_slot.get(fn.slot, ()) if a != addr)
     return dict(sorted(out.items()))
 
 
@@ -169,7 +174,9 @@ def _read_groups(sysfs: Sysfs, functions: dict[str, PciFunction]) -> dict[int, t
     return {n: tuple(sysfs.listdir(f"{IOMMU_GROUPS}/{n}/devices")) for n in numbers}
 
 
-def _read_mdev_parents(sysfs: Sysfs, functions: dict[str, PciFunction], warnings: list[str]) -> dict[str, MdevParent]:
+def _read_mdev_parents(
+    sysfs: Sysfs, functions: dict[str, PciFunction], warnings: list[str], with_types: bool = True
+) -> dict[str, MdevParent]:
     out = {}
     for name in sysfs.listdir(MDEV_BUS):
         d = f"{MDEV_BUS}/{name}"
@@ -179,7 +186,7 @@ def _read_mdev_parents(sysfs: Sysfs, functions: dict[str, PciFunction], warnings
             layout = Layout.MDEV_VF if physfn else Layout.MDEV_PF
             real = fn.sysfs_path if fn else sysfs.resolve_link(d)
             type_dir = f"{real}/mdev_supported_types"
-            raw = sysfs.read_tree(type_dir, dict.fromkeys(sysfs.listdir(type_dir), _TYPE_ATTRS))
+            raw = sysfs.read_tree(type_dir, dict.fromkeys(sysfs.listdir(type_dir), _TYPE_ATTRS)) if with_types else {}
             types = []
             for type_id, attrs in raw.items():
                 try:
@@ -212,7 +219,27 @@ def _make_type(parent: str, layout: Layout, t: str, type_id: str, a: dict[str, s
         path = f"{t}/available_instances"
         raise HostIOError(f"{path} holds {raw.strip()[:40]!r}, not an integer", path=path) from None
     name = (a["name"] or "").strip() or type_id
-    description = a["description"] or ""
+    description = (a["description"] or "").strip()
+    profile, max_instances, fb, attrs = _describe(type_id, name, description)
+    return VgpuType(
+        parent=parent,
+        layout=layout,
+        type_id=type_id,
+        name=name,
+        profile=profile,
+        available_instances=available,
+        max_instances=max_instances,
+        framebuffer_mib=fb,
+        device_api=(a["device_api"] or "").strip(),
+        description=description,
+        attributes=dict(attrs),
+    )
+
+
+@functools.cache
+def _describe(type_id: str, name: str, description: str) -> tuple[str, int | None, int | None, dict[str, str | int]]:
+    """Profile, max instances, framebuffer and attributes of a type's name and description. Cached: every VF of
+    a GPU lists the same types, so a big layout B host parses each text once, not once per VF."""
     attrs = parse_description(description)
     nvidia = type_id.startswith("nvidia-")
     info = describe_nvidia_name(name) if nvidia else None
@@ -222,18 +249,11 @@ def _make_type(parent: str, layout: Layout, t: str, type_id: str, a: dict[str, s
     fb = attrs.get("framebuffer_mib")
     if fb is None and info is not None:
         fb = info.framebuffer_mib
-    return VgpuType(
-        parent=parent,
-        layout=layout,
-        type_id=type_id,
-        name=name,
-        profile=profile_of(name) if nvidia else name,
-        available_instances=available,
-        max_instances=max_instances if isinstance(max_instances, int) else None,
-        framebuffer_mib=fb if isinstance(fb, int) else None,
-        device_api=(a["device_api"] or "").strip(),
-        description=description.strip(),
-        attributes=attrs,
+    return (
+        profile_of(name) if nvidia else name,
+        max_instances if isinstance(max_instances, int) else None,
+        fb if isinstance(fb, int) else None,
+        attrs,
     )
 
 

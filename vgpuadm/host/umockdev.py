@@ -118,7 +118,7 @@ def parse(text: str, source: str = "recording") -> list[Device]:
             raise UsageError(f"{source} line {lineno}: {raw[:60]!r} is not a umockdev record line",
                              "give a file written by `umockdev-record`")  # fmt: skip
         if tag == "P":
-            if not rest.startswith("/devices/"):
+            if not rest.startswith("/devices/") or ".." in rest.split("/"):
                 raise UsageError(f"{source} line {lineno}: device path {rest!r} is not under /devices",
                                  "give a file written by `umockdev-record`")  # fmt: skip
             current = Device("/sys" + rest.rstrip("/"))
@@ -159,7 +159,7 @@ def load(recording: str, root: str, types_from: str | None = None, subsystems: s
     devices = parse(text, os.path.basename(recording))
     if subsystems is not None:
         devices = [d for d in devices if d.subsystem in subsystems]
-    if os.path.isdir(root) and os.listdir(root):
+    if os.path.exists(root) and (not os.path.isdir(root) or os.listdir(root)):
         raise UsageError(f"{root} is not empty", "give a new or empty directory for the imported host")
     tree = _Tree(os.path.abspath(root))
     for d in devices:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno as errno_mod
 import os
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -48,55 +49,81 @@ def domain(host: SimHost, parent: str) -> list[str]:
     return [parent]
 
 
-def available(host: SimHost, parent: str, type_id: str, mdevs: dict[str, MdevRecord]) -> int:
+@dataclass(frozen=True)
+class Usage:
+    """What a list of mdevs uses: types per parent, running type models per physical GPU, budget per pool."""
+
+    by_parent: dict[str, list[str]]
+    by_gpu: dict[str, list[dict[str, Any]]]
+    by_pool: dict[str, dict[str, int]]
+
+
+def usage(host: SimHost, mdevs: dict[str, MdevRecord]) -> Usage:
+    by_parent: dict[str, list[str]] = {}
+    by_gpu: dict[str, list[dict[str, Any]]] = {}
+    by_pool: dict[str, dict[str, int]] = {}
+    for m in mdevs.values():
+        by_parent.setdefault(m.parent, []).append(m.type_id)
+        info = host.parent_info(m.parent)
+        if info is None or m.type_id not in info["types"]:
+            continue
+        t = info["types"][m.type_id]
+        by_gpu.setdefault(info["physical_gpu"], []).append(t)
+        if info.get("pool"):
+            used = by_pool.setdefault(info["pool"], {})
+            for key, amount in t["cost"].items() if isinstance(t["cost"], dict) else [("", t["cost"])]:
+                used[key] = used.get(key, 0) + int(amount)
+    return Usage(by_parent, by_gpu, by_pool)
+
+
+def available(host: SimHost, parent: str, type_id: str, used: Usage) -> int:
     info = host.parent_info(parent)
     if info is None or type_id not in info["types"]:
         return 0
     t = info["types"][type_id]
     rule = info["rule"]
+    mine = used.by_parent.get(parent, [])
     if rule == "nvidia-one-type":
-        mine = [m for m in mdevs.values() if m.parent == parent]
-        if any(m.type_id != type_id for m in mine):
+        if any(other != type_id for other in mine):
             return 0
         return max(int(t["max"]) - len(mine), 0)
     if rule == "nvidia-one-size":
-        if any(m.parent == parent for m in mdevs.values()):
+        if mine:
             return 0
-        gpu = info["physical_gpu"]
-        running = []
-        for m in mdevs.values():
-            other = host.parent_info(m.parent)
-            if other is not None and other.get("physical_gpu") == gpu:
-                running.append(other["types"].get(m.type_id, {}))
+        running = used.by_gpu.get(info["physical_gpu"], [])
         if any(size_key(r) != size_key(t) for r in running):
             return 0
         return 1 if len(running) < int(t["max"]) else 0
     # pool
     pool = host.model["pools"][info["pool"]]
-    used: dict[str, int] = {}
-    for m in mdevs.values():
-        other = host.parent_info(m.parent)
-        if other is None or other.get("pool") != info["pool"]:
-            continue
-        cost = other["types"][m.type_id]["cost"]
-        for key, amount in cost.items() if isinstance(cost, dict) else [("", cost)]:
-            used[key] = used.get(key, 0) + int(amount)
+    spent = used.by_pool.get(info["pool"], {})
     cost = t["cost"]
     if isinstance(cost, dict):
-        return min((int(pool["capacity"][k]) - used.get(k, 0)) // int(c) for k, c in cost.items())
-    return max((int(pool["capacity"]) - used.get("", 0)) // int(cost), 0)
+        return min((int(pool["capacity"][k]) - spent.get(k, 0)) // int(c) for k, c in cost.items())
+    return max((int(pool["capacity"]) - spent.get("", 0)) // int(cost), 0)
 
 
-def recompute(host: SimHost, parents: list[str], mdevs: dict[str, MdevRecord] | None = None) -> None:
-    """Rewrite every changed available_instances of these parents (registered ones only)."""
-    mdevs = host.mdevs() if mdevs is None else mdevs
+def recompute(
+    host: SimHost,
+    parents: list[str],
+    mdevs: dict[str, MdevRecord] | None = None,
+    before: dict[str, MdevRecord] | None = None,
+) -> None:
+    """Rewrite every changed available_instances of these parents (registered ones only). With `before` (the mdev
+    list the tree currently shows counts for) only values that differ are written, without reading the files."""
+    now = usage(host, host.mdevs() if mdevs is None else mdevs)
+    then = usage(host, before) if before is not None else None
     for name in parents:
         info = host.parent_info(name)
         if info is None or not host.exists(f"{info['path']}/mdev_supported_types"):
             continue
         for type_id in info["types"]:
-            value = available(host, name, type_id, mdevs)
-            host.set_attr(f"{info['path']}/mdev_supported_types/{type_id}/available_instances", value)
+            value = available(host, name, type_id, now)
+            path = f"{info['path']}/mdev_supported_types/{type_id}/available_instances"
+            if then is None:
+                host.set_attr(path, value)
+            elif available(host, name, type_id, then) != value:
+                host.tree.raw(path, f"{value}\n".encode(), 0o444)
 
 
 def create(host: SimHost, create_path: str, data: bytes) -> None:
@@ -115,7 +142,7 @@ def create(host: SimHost, create_path: str, data: bytes) -> None:
     mdevs = host.mdevs()
     if uuid in mdevs:
         fail(errno_mod.EEXIST)
-    if available(host, parent, type_id, mdevs) <= 0:
+    if available(host, parent, type_id, usage(host, mdevs)) <= 0:
         if info["rule"] == "pool":
             fail(getattr(errno_mod, host.model["pools"][info["pool"]]["errno"]))
         fail(errno_mod.EINVAL)
@@ -131,8 +158,8 @@ def create(host: SimHost, create_path: str, data: bytes) -> None:
     tree.link(f"{type_dir}/devices/{uuid}", path)
     tree.vfio_node(group)
     tree.link(f"{MDEV_DEVICES}/{uuid}", path)  # last: discovery lists mdevs from here
-    mdevs[uuid] = MdevRecord(uuid, parent, type_id, path)
-    recompute(host, domain(host, parent), mdevs)
+    after = {**mdevs, uuid: MdevRecord(uuid, parent, type_id, path)}
+    recompute(host, domain(host, parent), after, before=mdevs)
 
 
 def remove_store(host: SimHost, remove_path: str, data: bytes) -> None:
@@ -140,9 +167,11 @@ def remove_store(host: SimHost, remove_path: str, data: bytes) -> None:
     if kstrtoul(data, 0) == 0:
         return
     mdev_dir = os.path.dirname(remove_path)
-    parent = os.path.basename(os.path.dirname(mdev_dir))
-    drop(host, os.path.basename(mdev_dir), mdev_dir)
-    recompute(host, domain(host, parent))
+    parent, uuid = os.path.basename(os.path.dirname(mdev_dir)), os.path.basename(mdev_dir)
+    before = host.mdevs()
+    drop(host, uuid, mdev_dir)
+    after = {u: m for u, m in before.items() if u != uuid}
+    recompute(host, domain(host, parent), after, before=before)
 
 
 def drop(host: SimHost, uuid: str, path: str) -> None:

@@ -443,11 +443,21 @@ def add_nvme_sriov(h: HostBuilder) -> None:
     }
 
 
+def add_vga_with_audio(h: HostBuilder) -> None:
+    """The kernel lane's passthrough candidate: QEMU's VGA (boot VGA, its bochs driver blacklisted) and
+    ich9-intel-hda as functions 0 and 1 of slot 00:10 on the root bus, one IOMMU group (no ACS)."""
+    h.pci(PciSpec("0000:00:10.0", "/sys/devices/pci0000:00", "0x1234", "0x1111", "0x030000", None, 15, -1,
+                  ("0x1af4", "0x1100"), boot_vga=1))  # fmt: skip
+    h.pci(PciSpec("0000:00:10.1", "/sys/devices/pci0000:00", "0x8086", "0x293e", "0x040300", "snd_hda_intel", 15,
+                  -1, ("0x1af4", "0x1100")))  # fmt: skip
+
+
 def _kernel_samples(h: HostBuilder) -> None:
     add_mtty(h)
     add_mdpy(h, 4)
     add_mbochs(h, 96)
     add_nvme_sriov(h)
+    add_vga_with_audio(h)
 
 
 PROFILES: dict[str, tuple[str, Callable[[HostBuilder], None]]] = {
@@ -463,7 +473,7 @@ PROFILES: dict[str, tuple[str, Callable[[HostBuilder], None]]] = {
     ),
     "mixed": ("P4 + A100 layout B + H200 layout C + passthrough GPUs + mtty on one host", _mixed),
     "kernel-samples": (
-        "the kernel lane's guest: mtty, mdpy (count 4), mbochs (96 MiB) and QEMU's SR-IOV NVMe (2 VFs)",
+        "the kernel lane's guest: mtty, mdpy, mbochs (96 MiB), QEMU's SR-IOV NVMe (2 VFs), VGA + HD audio",
         _kernel_samples,
     ),
 }

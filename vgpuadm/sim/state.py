@@ -122,6 +122,7 @@ class SimHost:
         self.root = os.path.realpath(root)  # resolved, so realpath() of any path under it keeps this prefix
         self.model = model
         self.builder = HostBuilder.attach(self.root, model)
+        self._parents: dict[str, dict[str, Any] | None] = {}
         self.tree: TreeBuilder = self.builder.tree
 
     # -- reading the tree ---------------------------------------------------------------------------------------
@@ -231,7 +232,13 @@ class SimHost:
         return out
 
     def parent_info(self, name: str) -> dict[str, Any] | None:
-        """The model of mdev parent `name`; VFs enabled at runtime are derived from their PF's SR-IOV model."""
+        """The model of mdev parent `name` (read-only); VFs enabled at runtime are derived from their PF's SR-IOV
+        model. Memoized for the duration of one write."""
+        if name not in self._parents:
+            self._parents[name] = self._parent_info(name)
+        return self._parents[name]
+
+    def _parent_info(self, name: str) -> dict[str, Any] | None:
         info = self.model["mdev_parents"].get(name)
         if info is not None:
             return dict(info)

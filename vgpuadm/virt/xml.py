@@ -190,8 +190,9 @@ def hostdev_for(alloc: Allocation) -> str:
 _META_HINT = "inspect it with `virsh metadata DOMAIN https://vgpuadm.dev/xmlns/vgpuadm/1`"
 
 
-def metadata_xml(allocations: Iterable[Allocation]) -> str:
-    """The vgpuadm element as it appears inside the domain's <metadata> (namespaced, prefix vgpuadm)."""
+def metadata_xml(allocations: Iterable[Allocation], host: str | None = None) -> str:
+    """The vgpuadm element as it appears inside the domain's <metadata> (namespaced, prefix vgpuadm). `host` names
+    the host that made the devices (see metadata_host)."""
     devices = sorted(allocations, key=lambda a: a.slot)
     for a in devices:
         if a.mode not in MODES:
@@ -199,13 +200,13 @@ def metadata_xml(allocations: Iterable[Allocation]) -> str:
         for key in a.extra:
             if not re.fullmatch(r"[a-z][a-z0-9_]*", key):
                 raise UsageError(f"option name {key!r} is not allowed", "option names are lower-case identifiers")
-    return render("metadata.xml.j2", ns=NS, devices=devices)
+    return render("metadata.xml.j2", ns=NS, devices=devices, host=host)
 
 
-def metadata_for_libvirt(allocations: Iterable[Allocation]) -> str:
+def metadata_for_libvirt(allocations: Iterable[Allocation], host: str | None = None) -> str:
     """The same element without its namespace: virDomainSetMetadata adds the namespace itself from its uri/key
     arguments and refuses an element that already declares the prefix ("failed to create a new XML namespace")."""
-    root = etree.fromstring(metadata_xml(allocations).encode(), _PARSER)
+    root = etree.fromstring(metadata_xml(allocations, host).encode(), _PARSER)
     for el in root.iter():
         el.tag = etree.QName(el).localname
     etree.cleanup_namespaces(root)
@@ -263,6 +264,13 @@ def parse_allocations(
             )
         )
     return sorted(out, key=lambda a: a.slot)
+
+
+def metadata_host(domain_xml: str) -> str | None:
+    """The host recorded in the domain's vgpuadm metadata (machine-id, or sim:<root> for a simulated root), None
+    when there is no metadata or it names no host."""
+    root = _metadata_root(parse_domain(domain_xml))
+    return None if root is None else root.get("host")
 
 
 # -- hostdevs in domain XML ----------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@
 turning vgpuadm's errors (one-line message + hint) into a module failure."""
 
 
-
 import traceback
 
 try:

@@ -11,7 +11,6 @@ vgpuadm's errors as objects whose one-line message and hint become the task's ms
 """
 
 
-
 DOCUMENTATION = r"""
 ---
 module: vgpu_allocation

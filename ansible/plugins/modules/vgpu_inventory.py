@@ -8,7 +8,6 @@ prints), for the reasons given in vgpu_allocation.py: data instead of scraped ou
 """
 
 
-
 DOCUMENTATION = r"""
 ---
 module: vgpu_inventory
@@ -109,8 +108,11 @@ def _same_document(path, doc):
             old = json.load(f)
     except (OSError, ValueError):
         return False
-    strip = lambda d: {k: v for k, v in d.items() if k != "generated_at"}  # noqa: E731
-    return isinstance(old, dict) and strip(old) == strip(doc)
+    return isinstance(old, dict) and _timeless(old) == _timeless(doc)
+
+
+def _timeless(doc):
+    return {k: v for k, v in doc.items() if k != "generated_at"}
 
 
 def main():

@@ -31,7 +31,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason="runs only inside the kernel lane's guest (run-lane.sh)"))
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def results() -> Path:
     """The folder the host reads back after the guest exits (run-lane.sh's --rwdir)."""
     path = Path(os.environ["VGPUADM_KERNEL_RESULTS"])

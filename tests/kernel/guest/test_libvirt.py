@@ -7,6 +7,7 @@ import json
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from lxml import etree
@@ -27,9 +28,11 @@ def virsh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def libvirtd() -> None:
-    """libvirtd was started in the background at boot; under TCG it needs ~40 s before it answers."""
-    for attempt in Retrying(stop=stop_after_delay(300), wait=wait_fixed(2), reraise=True):
+def libvirtd(results: Path) -> None:
+    """guest-entry.sh started libvirtd in the background at boot; under TCG it needs ~40 s before it answers."""
+    started = (results / "libvirtd.rc").read_text().strip()
+    assert started == "0", f"libvirtd did not start: {(results / 'libvirtd.log').read_text().strip()}"
+    for attempt in Retrying(stop=stop_after_delay(180), wait=wait_fixed(2), reraise=True):
         with attempt:
             virsh("version")
 

@@ -1,0 +1,130 @@
+"""The guest planners (vgpuadm/guest.py) are pure: given a simulated host's snapshot and a domain's XML they return
+the exact steps, hostdev XML and metadata. No libvirt here (the daemon and embedded lanes in tests/libvirt run the
+same commands for real)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from vgpuadm import api, guest
+from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
+from vgpuadm.identity import device_uuid, host_identity
+from vgpuadm.model import Allocation
+from vgpuadm.virt import xml
+from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
+
+DOM_UUID = "6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a01"
+
+
+def domain(name: str = "web01", allocations: Sequence[Allocation] = (), hostdevs: Sequence[str] = ()) -> str:
+    meta = f"<metadata>{xml.metadata_xml(allocations)}</metadata>" if allocations else ""
+    return (f"<domain type='kvm'><name>{name}</name><uuid>{DOM_UUID}</uuid>{meta}<devices>{''.join(hostdevs)}"
+            "</devices></domain>")  # fmt: skip
+
+
+def test_create_plan_is_create_attach_record(sim_host):
+    root = sim_host("p4")
+    snap = api.discover(str(root))
+    u = device_uuid(host_identity(str(root)), DOM_UUID, 0)
+    plan, added, after = guest.plan_create(snap, domain(), "P4-1Q", display=True, params=["frame_rate_limiter=0"])
+    assert plan.describe() == [
+        f"step 1/4 create mdev {u} of type nvidia-63 on 0000:01:00.0",
+        f'step 2/4 set vgpu_params of mdev {u} to "frame_rate_limiter=0"',
+        f"step 3/4 attach mdev {u} (nvidia-63) to domain web01",
+        "step 4/4 record 1 vgpuadm device(s) in the metadata of domain web01",
+    ]
+    attach, record = plan.steps[2], plan.steps[3]
+    assert isinstance(attach, AttachHostdev) and attach.device_xml == xml.mdev_hostdev(u, display=True)
+    assert isinstance(record, SetMetadata) and record.previous == ""
+    assert record.element == (
+        f'<vgpuadm version="1" host="sim:{root}">\n'
+        f'  <device slot="0" mode="mdev" type="nvidia-63" parent="0000:01:00.0" uuid="{u}" '
+        'params="frame_rate_limiter=0">\n'
+        '    <option name="display" value="on"/>\n'
+        "  </device>\n"
+        "</vgpuadm>\n"
+    )
+    assert added == after and [a.uuid for a in added] == [u]
+
+
+def test_create_counts_what_the_domain_already_owns(sim_host):
+    snap = api.discover(str(sim_host("p4")))
+    owned = [Allocation("web01", "mdev", "nvidia-63", "0000:01:00.0", uuid="c2177883-f1bb-47f0-914d-32a22e3a8804")]
+    plan, added, after = guest.plan_create(snap, domain(allocations=owned), "nvidia-63")
+    assert (plan.empty, plan.summary, added) == (True, "domain web01 already has 1 × nvidia-63", [])
+    assert [a.uuid for a in after] == ["c2177883-f1bb-47f0-914d-32a22e3a8804"]
+    plan, added, _ = guest.plan_create(snap, domain(allocations=owned), "nvidia-63", 2)
+    assert [a.slot for a in added] == [1]
+    record = plan.steps[-1]
+    assert isinstance(record, SetMetadata) and record.devices == 2 and 'slot="0"' in record.previous
+
+
+def test_joint_placement_across_domains_packs_then_spills(sim_host):
+    root = sim_host("p4")
+    snap = api.discover(str(root))
+    domains = [(domain(f"vm{i}").replace(DOM_UUID, f"00000000-0000-4000-8000-{i:012d}"), 1) for i in range(9)]
+    plans = guest.plan_create_many(snap, domains, "nvidia-63")
+    assert [(p.name, p.added[0].parent) for p in plans] == [(f"vm{i}", "0000:01:00.0") for i in range(8)] + [
+        ("vm8", "0000:02:00.0")
+    ]
+    assert all(len(p.plan.steps) == 3 for p in plans)
+
+
+def test_create_refusals(sim_host):
+    snap = api.discover(str(sim_host("p4")))
+    with pytest.raises(NotFoundError, match='Unknown type "nvidia-999"'):
+        guest.plan_create(snap, domain(), "nvidia-999")
+    with pytest.raises(UsageError, match="--ramfb needs --display on"):
+        guest.plan_create(snap, domain(), "nvidia-63", ramfb=True)
+    with pytest.raises(UsageError, match="--param 'frame_rate_limiter' is not key=value"):
+        guest.plan_create(snap, domain(), "nvidia-63", params=["frame_rate_limiter"])
+    with pytest.raises(CapacityError):
+        guest.plan_create(snap, domain(), "nvidia-63", 17)
+
+
+def test_layout_c_gives_the_vf_unmanaged(sim_host):
+    snap = api.discover(str(sim_host("h200-vendor-vfio")))
+    plan, added, _ = guest.plan_create(snap, domain(), "H200X-4C")
+    vf = added[0].address
+    assert (added[0].mode, added[0].parent, added[0].uuid) == ("vf", vf, None)
+    assert plan.describe()[0] == f"step 1/3 set vGPU type 1420 (nvidia-1420) on VF {vf}"
+    attach = plan.steps[1]
+    assert isinstance(attach, AttachHostdev) and attach.device_xml == xml.vf_hostdev(vf)
+    assert 'managed="no"' in attach.device_xml
+
+
+def test_destroy_plan_and_its_refusals(sim_host):
+    snap = api.discover(str(sim_host("p4")))
+    owned = [Allocation("web01", "mdev", "nvidia-63", "0000:01:00.0", uuid="c2177883-f1bb-47f0-914d-32a22e3a8804")]
+    dom = domain(allocations=owned, hostdevs=[xml.hostdev_for(owned[0])])
+    plan, gone, after = guest.plan_destroy(snap, dom, {}, uuid=None, all_=True)
+    # the mdev does not exist in this snapshot: only the detach and the metadata change remain
+    assert [type(s) for s in plan.steps] == [DetachHostdev, SetMetadata] and after == []
+    assert [(a.uuid, a.domain_uuid) for a in gone] == [(owned[0].uuid, DOM_UUID)]
+    with pytest.raises(ConflictError, match="is also used by domain db01"):
+        guest.plan_destroy(snap, dom, {("mdev", owned[0].uuid): "db01"}, uuid=None, all_=True)
+    with pytest.raises(UsageError, match="exactly one of --uuid U or --all"):
+        guest.plan_destroy(snap, dom, {}, uuid=None, all_=False)
+    with pytest.raises(NotFoundError, match=r"owns no vgpuadm device 0000:65:00\.0"):
+        guest.plan_destroy(snap, dom, {}, uuid="0000:65:00.0", all_=False)
+
+
+def test_passthrough_plan_binds_group_then_attaches_one_slot(sim_host):
+    snap = api.discover(str(sim_host("passthrough")))
+    plan, added, _ = guest.plan_passthrough(snap, domain(), "65:00.0", {})
+    attaches = [s for s in plan.steps if isinstance(s, AttachHostdev)]
+    assert [s.device_xml for s in attaches] == [
+        xml.pci_hostdev("0000:65:00.0", guest_address=xml.PciAddress(0, 0, 0x10, 0, multifunction=True)),
+        xml.pci_hostdev("0000:65:00.1", guest_address=xml.PciAddress(0, 0, 0x10, 1)),
+    ]
+    assert plan.describe()[0].startswith("step 1/") and "remember original drivers" in plan.describe()[0]
+    assert [a.extra["host_driver"] for a in added] == ["nvidia", "snd_hda_intel"]
+
+
+def test_every_guest_command_has_help_with_an_example(cli, capsys):
+    """click prints --help to the process's stdout itself, hence capsys."""
+    for command in ("create", "destroy", "passthrough", "release", "demo"):
+        assert cli(command, "--help").code == 0
+        assert "Example: vgpuadm " in capsys.readouterr().out, command
