@@ -183,8 +183,8 @@ def test_failed_attach_rolls_back_the_new_mdev(sim_host, cli, conn, domain, libv
     assert r.err.splitlines() == [
         f"error: step 2/3 attach mdev {u} (nvidia-63) to domain {vm} failed: attaching a device to '{vm}': "
         "unsupported configuration: graphics device is needed for attribute value 'display=on' in <hostdev>",
-        f"hint: check the domain with `virsh -c {libvirtd} dumpxml`; nothing was changed (the earlier steps were "
-        "rolled back)",
+        f"hint: check with `virsh -c {libvirtd} dumpxml {vm}`; nothing was changed (the earlier steps were rolled "
+        "back)",
     ]
     assert (mdevs(root), inactive_xml(conn, vm), metadata(conn, vm)) == ([], before, None)
     assert not (root / "var/lib/vgpuadm/journal.json").exists()

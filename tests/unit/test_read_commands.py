@@ -72,3 +72,26 @@ def test_fast_path_declines_what_it_does_not_know():
         ["--verbose", "gpus", "--json"],
     ):
         assert fast.try_run(argv, Console()) is False, argv
+
+
+def test_fast_path_imports_stay_light(sim_host):
+    """`vgpuadm --root R types --json` in a fresh interpreter loads none of the heavy or write-side modules (the
+    cold-start budget, bench/bench_cold_start.py, depends on it)."""
+    import subprocess
+    import sys
+
+    root = sim_host("p4")
+    code = (
+        "import sys, io\n"
+        "from vgpuadm.cli.app import run\n"
+        "from vgpuadm.cli.console import Console\n"
+        f"assert run(['--root', {str(root)!r}, 'types', '--json'], Console(io.StringIO())) == 0\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
+    )
+    heavy = {"typer", "rich", "click", "jinja2", "lxml", "jsonschema", "yaml", "libvirt", "filelock", "tenacity",
+             "typing", "difflib", "vgpuadm.steps", "vgpuadm.sim.kernel", "vgpuadm.executor", "vgpuadm.virt"}  # fmt: skip
+    assert loaded & heavy == set()
+    assert "vgpuadm.host.discover" in loaded

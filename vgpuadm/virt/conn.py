@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import shlex
 import shutil
 import threading
 from typing import Any
@@ -104,6 +105,7 @@ class VirtConn:
         self._domains: dict[str, Any] = {}
         self._active: dict[str, bool] = {}
         self.embed_root = _embed_root_of(uri)
+        self.quoted_uri = shlex.quote(uri)  # for hints the user pastes into a shell (embed URIs hold '?')
 
     # -- connection ------------------------------------------------------------------------------------------------
     @property
@@ -161,10 +163,13 @@ class VirtConn:
         code = exc.get_error_code()
         if code == _ERR_NO_DOMAIN and name is not None:
             return self._no_domain(name)
-        return LibvirtError(f"{action}: {_message(exc)}", f"check the domain with `virsh -c {self.uri} dumpxml`")
+        target = f" {shlex.quote(name)}" if name else ""
+        return LibvirtError(f"{action}: {_message(exc)}", f"check with `virsh -c {self.quoted_uri} dumpxml{target}`")
 
     def _no_domain(self, name: str) -> NotFoundError:
-        return NotFoundError(f"No domain named '{name}'", f"list the domains with `virsh -c {self.uri} list --all`")
+        return NotFoundError(
+            f"No domain named '{name}'", f"list the domains with `virsh -c {self.quoted_uri} list --all`"
+        )
 
     # -- domains ---------------------------------------------------------------------------------------------------
     def domain(self, name: str) -> Any:
@@ -252,7 +257,7 @@ class VirtConn:
             if live:
                 raise ConflictError(
                     f"domain '{name}' is running and libvirt cannot hot-plug the device: {_message(exc)}",
-                    f"shut it down (virsh -c {self.uri} shutdown {name}) and run the command again",
+                    f"shut it down (virsh -c {self.quoted_uri} shutdown {name}) and run the command again",
                 ) from None
             raise self._fail(exc, f"attaching a device to '{name}'", name) from None
 
@@ -266,7 +271,7 @@ class VirtConn:
             if live:
                 raise ConflictError(
                     f"domain '{name}' is running and libvirt cannot unplug the device: {_message(exc)}",
-                    f"shut it down (virsh -c {self.uri} shutdown {name}) and run the command again",
+                    f"shut it down (virsh -c {self.quoted_uri} shutdown {name}) and run the command again",
                 ) from None
             raise self._fail(exc, f"detaching a device from '{name}'", name) from None
 

@@ -6,8 +6,9 @@ turning vgpuadm's errors (one-line message + hint) into a module failure."""
 
 import traceback
 
+__all__ = ["COMMON_ARGS", "HAS_VGPUADM", "VgpuadmError", "fail_from", "require_vgpuadm"]
+
 try:
-    import vgpuadm.api  # noqa: F401  (imported for its side effect of proving vgpuadm is installed)
     from vgpuadm.errors import VgpuadmError
 
     HAS_VGPUADM = True

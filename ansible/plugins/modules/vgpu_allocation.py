@@ -26,7 +26,7 @@ description:
     empty plan and C(changed=false).
   - Runs vgpuadm's Python API, so the module's interpreter (C(ansible_python_interpreter)) must import C(vgpuadm).
 author:
-  - vgpuadm developers
+  - vgpuadm developers (@vgpuadm)
 requirements:
   - python >= 3.11
   - vgpuadm (importable by the module's Python)
@@ -384,7 +384,7 @@ def main():
             policy=dict(type="str", default="pack", choices=["pack", "spread"]),
             numa=dict(type="int"),
             display=dict(type="bool", default=False),
-            passthrough=dict(type="str"),
+            passthrough=dict(type="str", no_log=False),  # a PCI address, not a secret
             force=dict(type="bool", default=False),
             **COMMON_ARGS
         ),

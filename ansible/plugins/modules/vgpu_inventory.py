@@ -21,7 +21,7 @@ description:
   - Optionally writes the document to O(dest) on the managed host. Feed the documents to
     C(vgpuadm inventory merge) for a fleet report (see the collection's fleet-report playbook).
 author:
-  - vgpuadm developers
+  - vgpuadm developers (@vgpuadm)
 requirements:
   - python >= 3.11
   - vgpuadm (importable by the module's Python)
@@ -31,6 +31,7 @@ attributes:
     description: Reads only. With O(dest), check mode reports whether the file would change.
   diff_mode:
     support: none
+    description: Reads only; the document is the result.
 options:
   host:
     description: The host name the document carries (the fleet merge refuses duplicates). Default as vgpuadm

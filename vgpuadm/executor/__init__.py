@@ -1,0 +1,330 @@
+"""Runs a Plan: host-wide lock, atomic journal, undo stack; rolls back on the first failure.
+
+Each Step class is dispatched through a registry (`register(step_cls, apply_fn, undo_fn, is_applied)`), so other
+modules (the libvirt steps) plug in their own handlers. Handlers:
+  apply_fn(step, ctx)       makes the change (raises a VgpuadmError, usually HostIOError, on refusal);
+  undo_fn(step, ctx)        reverts it and must be tolerant: it checks the current state first, because after a
+                            crash it may run for a step that never happened or only half happened;
+  is_applied(step, ctx)     (optional) whether the step's effect is present: checked after every apply (a real
+                            kernel can accept a write and do nothing) and used by `recover(finish=True)`.
+
+Files under the root: `<root>/run/vgpuadm.lock` (flock; holder pid in `vgpuadm.lock.owner`) and
+`<root>/var/lib/vgpuadm/journal.json` (the plan and the index of the step in flight; temp + fsync + rename).
+
+Handlers for the kernel steps live in executor/kernel.py, the errno → likely-cause table in executor/hints.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from vgpuadm.errors import ConflictError, HostIOError, UsageError, VgpuadmError
+from vgpuadm.executor.hints import errno_hint
+from vgpuadm.host.sysfs import Sysfs
+from vgpuadm.steps import Plan, Step
+
+LOCK_PATH = "run/vgpuadm.lock"
+STATE_DIR = "var/lib/vgpuadm"
+JOURNAL = f"{STATE_DIR}/journal.json"
+DRIVERS = f"{STATE_DIR}/drivers.json"
+DEFAULT_LOCK_TIMEOUT = 30.0
+CRASH_HOOK = "VGPUADM_TEST_CRASH_AFTER_STEP"  # tests only: os._exit right after step N (1-based) is applied
+
+
+ApplyFn = Callable[[Any, "ExecContext"], None]
+CheckFn = Callable[[Any, "ExecContext"], bool]
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class ExecContext:
+    """What handlers get: the kernel, the root, an optional libvirt connection (opaque here) and extras."""
+
+    sysfs: Sysfs
+    root: str
+    virt: Any = None
+    extras: dict[str, Any] = field(default_factory=dict)
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+    verify: bool = True
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What execute did: the step descriptions applied (or, with dry_run, that would be applied)."""
+
+    plan: Plan
+    applied: tuple[str, ...]
+    dry_run: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.applied) and not self.dry_run
+
+
+@dataclass(frozen=True)
+class Handler:
+    apply: ApplyFn
+    undo: ApplyFn
+    is_applied: CheckFn | None = None
+
+
+_HANDLERS: dict[type, Handler] = {}
+
+
+def register(step_cls: type, apply_fn: ApplyFn, undo_fn: ApplyFn, is_applied: CheckFn | None = None) -> None:
+    """Make `execute` able to run (and roll back) steps of `step_cls`."""
+    _HANDLERS[step_cls] = Handler(apply_fn, undo_fn, is_applied)
+
+
+def handler_for(step: Step) -> Handler:
+    for cls in type(step).__mro__:
+        if cls in _HANDLERS:
+            return _HANDLERS[cls]
+    raise UsageError(f"no handler registered for step kind {step.kind!r}", "this is a bug in vgpuadm; report it")
+
+
+# --- lock ---------------------------------------------------------------------------------------------------------
+
+_LOCKS: dict[tuple[int, str], FileLock] = {}  # per pid: filelock refuses an instance inherited across fork()
+_LOCKS_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def host_lock(root: str, timeout: float = DEFAULT_LOCK_TIMEOUT) -> Iterator[None]:
+    """Hold the host-wide lock. Re-entrant within a process, so callers can plan and execute under one hold."""
+    path = os.path.join(root, LOCK_PATH)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with _LOCKS_GUARD:
+        key = (os.getpid(), path)
+        lock = _LOCKS.get(key) or _LOCKS.setdefault(key, FileLock(path))
+    owner = path + ".owner"
+    try:
+        lock.acquire(timeout=timeout)
+    except Timeout:
+        pid = _read_text(owner) or "unknown"
+        raise ConflictError(
+            f"another vgpuadm is changing this host (pid {pid})",
+            f"wait for it to finish and retry; the lock is {'/' + LOCK_PATH}",
+        ) from None
+    try:
+        if lock.lock_counter == 1:
+            _write_text(owner, str(os.getpid()))
+        yield
+    finally:
+        lock.release()
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text + "\n")
+
+
+def atomic_write_json(path: str, doc: Any, *, sync_dir: bool = True) -> None:
+    """Write JSON so that a crash leaves the old or the new file, never a torn one (temp + fsync + rename).
+    sync_dir=False skips the directory fsync: the rename may then be lost in a crash, leaving the previous
+    version (the journal's per-step updates accept that, see `recover`)."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if sync_dir:
+        _fsync_dir(directory)
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+        _fsync_dir(os.path.dirname(path))
+
+
+# --- journal ------------------------------------------------------------------------------------------------------
+
+
+def journal_path(root: str) -> str:
+    return os.path.join(root, JOURNAL)
+
+
+def read_journal(root: str) -> dict[str, Any] | None:
+    """The journal of an interrupted change, or None."""
+    path = journal_path(root)
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise HostIOError(
+            f"journal /{JOURNAL} is unreadable: {exc}", "inspect and remove it by hand", path="/" + JOURNAL
+        ) from None
+    return doc if isinstance(doc, dict) else None
+
+
+def _journal(root: str, plan: Plan, current: int, state: str) -> None:
+    # current: index of the step in flight (= how many are done); it may or may not have happened. Only the first
+    # write pays the directory fsync that makes the journal's existence durable; a later index lost in a crash
+    # is harmless because recovery undoes the whole plan (undoing a step that never ran is a no-op).
+    atomic_write_json(
+        journal_path(root),
+        {"version": 1, "pid": os.getpid(), "state": state, "current": current, "done": current, "plan": plan.to_dict()},
+        sync_dir=current == 0 and state == "applying",
+    )
+
+
+def _pending_error() -> ConflictError:
+    return ConflictError(
+        f"an interrupted change is pending in /{JOURNAL}",
+        "run `vgpuadm recover` to roll it back (or `vgpuadm recover --finish` to complete it)",
+    )
+
+
+# --- execute ------------------------------------------------------------------------------------------------------
+
+
+def execute(plan: Plan, ctx: ExecContext, *, dry_run: bool = False, progress: Progress | None = None) -> ExecResult:
+    """Apply `plan` step by step under the host lock. On the first failure, undo what was done in reverse order
+    and raise the error naming the failed step. dry_run returns the step descriptions and changes nothing."""
+    for step in plan.steps:
+        handler_for(step)  # refuse unknown kinds before touching anything
+    if dry_run or plan.empty:
+        return ExecResult(plan, tuple(plan.describe()), dry_run=dry_run)
+    with host_lock(ctx.root, ctx.lock_timeout):
+        if read_journal(ctx.root) is not None:
+            raise _pending_error()
+        done: list[Step] = []
+        total = len(plan.steps)
+        crash_after = int(os.environ.get(CRASH_HOOK, "0") or 0)
+        for i, step in enumerate(plan.steps):
+            try:
+                _journal(ctx.root, plan, i, "applying")
+                if progress:
+                    progress(i + 1, total, step.describe())
+                _apply_one(step, ctx)
+            except VgpuadmError as exc:
+                _fail(plan, ctx, done, step, i, exc)
+            except OSError as exc:  # the journal or a state file under <root>/var/lib/vgpuadm
+                _fail(plan, ctx, done, step, i, HostIOError(f"{exc.strerror or exc}: {exc.filename}", errno=exc.errno))
+            except BaseException:
+                rollback([*done, step], ctx)  # a bug or ^C: still leave the host as it was, then let it surface
+                _remove(journal_path(ctx.root))
+                raise
+            done.append(step)
+            if crash_after == i + 1:
+                os._exit(99)
+        _remove(journal_path(ctx.root))
+    return ExecResult(plan, tuple(plan.describe()))
+
+
+def _apply_one(step: Step, ctx: ExecContext) -> None:
+    handler = handler_for(step)
+    handler.apply(step, ctx)
+    if ctx.verify and handler.is_applied is not None and not handler.is_applied(step, ctx):
+        raise HostIOError(
+            f"the kernel accepted the write but nothing changed ({step.describe()})",
+            "check `dmesg` for driver messages",
+        )
+
+
+def _fail(plan: Plan, ctx: ExecContext, done: list[Step], step: Step, index: int, exc: VgpuadmError) -> None:
+    with contextlib.suppress(OSError):  # a full disk must not stop the rollback itself
+        _journal(ctx.root, plan, index, "rolling-back")
+    # The failed step is undone too: a refused write may still have half-happened, and every undo checks first.
+    problems = rollback([*done, step], ctx)
+    err = copy.copy(exc)
+    err.message = f"step {index + 1}/{len(plan.steps)} {step.describe()} failed: {exc.message}"
+    err.args = (err.message,)
+    cause = exc.hint or errno_hint(step, getattr(exc, "errno", None))
+    if problems:
+        err.hint = f"{cause + '; ' if cause else ''}rollback incomplete ({'; '.join(problems)}): run `vgpuadm recover`"
+    else:
+        _remove(journal_path(ctx.root))
+        err.hint = f"{cause + '; ' if cause else ''}nothing was changed (the earlier steps were rolled back)"
+    raise err from None
+
+
+def rollback(done: list[Step], ctx: ExecContext) -> list[str]:
+    """Undo steps in reverse order; returns the problems (empty when all undid cleanly)."""
+    problems = []
+    for step in reversed(done):
+        try:
+            handler_for(step).undo(step, ctx)
+        except VgpuadmError as exc:
+            problems.append(f"undo of {step.describe()}: {exc.message}")
+        except OSError as exc:
+            problems.append(f"undo of {step.describe()}: {exc.strerror or exc}: {exc.filename}")
+    return problems
+
+
+def recover(ctx: ExecContext, *, finish: bool = False) -> list[str]:
+    """Deal with a journal left by a crashed run; returns what was done ([] when there was nothing).
+
+    Rolling back is the default: the interrupted plan was computed from a snapshot that is now stale and the
+    command that started it never reported success, so the host goes back to the state its user last saw.
+    Every undo checks the current state first, so the whole plan is undone in reverse: steps that never ran (or
+    whose journal update the crash lost) are no-ops. `finish=True` instead completes the plan from the journal's
+    step on, skipping each step whose effect is already present."""
+    with host_lock(ctx.root, ctx.lock_timeout):
+        doc = read_journal(ctx.root)
+        if doc is None:
+            return []
+        plan = Plan.from_dict(doc.get("plan", {}))
+        current = min(int(doc.get("current", 0)), len(plan.steps) - 1)
+        out: list[str] = []
+        if finish and doc.get("state") == "applying":
+            for i in range(current, len(plan.steps)):
+                step = plan.steps[i]
+                h = handler_for(step)
+                if h.is_applied is not None and h.is_applied(step, ctx):
+                    continue
+                _journal(ctx.root, plan, i, "applying")
+                h.apply(step, ctx)
+                out.append(f"applied: {step.describe()}")
+        else:
+            problems = rollback(list(plan.steps), ctx)
+            undo = list(plan.steps[: current + 1])
+            if problems:
+                raise HostIOError(
+                    f"rollback of the interrupted change incomplete: {'; '.join(problems)}",
+                    f"fix the cause and run `vgpuadm recover` again; the journal is /{JOURNAL}",
+                )
+            out = [f"rolled back: {s.describe()}" for s in reversed(undo)]
+        _remove(journal_path(ctx.root))
+        return out
+
+
+# Registers the kernel step handlers (and re-exports the remembered-drivers reader for api.py).
+from vgpuadm.executor.kernel import load_drivers  # noqa: E402
+
+__all__ = [
+    "CRASH_HOOK", "DEFAULT_LOCK_TIMEOUT", "JOURNAL", "ExecContext", "ExecResult", "Handler", "errno_hint", "execute",
+    "handler_for", "host_lock", "load_drivers", "read_journal", "recover", "register", "rollback",
+]  # fmt: skip
