@@ -100,13 +100,19 @@ def libvirt_allocations(
 ) -> tuple[list[Allocation], str]:
     """Allocations recorded in every libvirt domain's vgpuadm metadata (only the named `domains` when given: hosts
     that share one libvirtd, as the Ansible lab does), and the URI they came from."""
+    from vgpuadm.errors import NotFoundError
     from vgpuadm.virt.conn import VirtConn, choose_uri
     from vgpuadm.virt.xml import parse_allocations
 
     uri = choose_uri(connect, resolve_root(root), simulated)
     with VirtConn(uri) as conn:
         names = conn.list_domains() if domains is None else [d for d in conn.list_domains() if d in set(domains)]
-        allocations = [a for name in names for a in parse_allocations(conn.xml(name))]
+        allocations = []
+        for name in names:
+            try:
+                allocations += parse_allocations(conn.xml(name))
+            except NotFoundError:  # undefined between listing and reading (a shared libvirtd)
+                continue
     return allocations, uri
 
 

@@ -123,7 +123,10 @@ def _other_users(conn: VirtConn, domain: str, host: str) -> dict[tuple[str, str]
     for name in conn.list_domains():
         if name == domain:
             continue
-        dom = conn.xml(name)
+        try:
+            dom = conn.xml(name)
+        except NotFoundError:  # undefined between listing and reading (a shared libvirtd)
+            continue
         if xml.metadata_host(dom) not in (None, host):
             continue
         for ref in xml.parse_hostdevs(dom):
@@ -508,7 +511,10 @@ def release(
             gone: list[Allocation] = []
             host = host_key(snap)
             for name in conn.list_domains():
-                dom = conn.xml(name)
+                try:
+                    dom = conn.xml(name)
+                except NotFoundError:  # undefined between listing and reading (a shared libvirtd)
+                    continue
                 if xml.metadata_host(dom) not in (None, host):
                     continue  # another (simulated) host's domain on a shared libvirtd
                 owned = xml.parse_allocations(dom)

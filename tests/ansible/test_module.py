@@ -3,6 +3,7 @@ A) against the real libvirtd: count up and down, params, type names, absent by t
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import libvirt
@@ -117,3 +118,11 @@ def test_inventory_module_counts_only_the_named_domains(ansible_lab: Any) -> Non
     # Counting only web01, the device web02 owns is a leak: no owner.
     only = lab.module("gpu-p4", "vgpu_inventory", {"host": "gpu-p4", "domains": [lab.vm("web01")]})
     assert [(d["uuid"], d["domain"], d["owned"]) for d in only["inventory"]["devices"]] == [(uuid, None, False)]
+
+    # dest: written once (check mode only says it would be), and a rerun with nothing new is no change.
+    dest = lab.dir / "inventory-gpu-p4.json"
+    args = {"host": "gpu-p4", "domains": [lab.vm("web02")], "dest": str(dest)}
+    assert lab.module("gpu-p4", "vgpu_inventory", args, check=True)["changed"] is True and not dest.exists()
+    first = lab.module("gpu-p4", "vgpu_inventory", args)
+    assert first["changed"] is True and json.loads(dest.read_text()) == first["inventory"]
+    assert lab.module("gpu-p4", "vgpu_inventory", args)["changed"] is False

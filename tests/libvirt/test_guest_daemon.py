@@ -223,15 +223,17 @@ def test_running_domain_refuses_hotplug_and_leaves_nothing(sim_host, cli, conn, 
 
 def test_unknown_vm_and_injection_attempt(sim_host, cli, conn, libvirtd):
     root = sim_host("p4")
-    names_before = sorted(d.name() for d in conn.listAllDomains())
-    for name in ("nope-vgpuadm-test", "web01'/><disk type='file'"):
+    names = ("nope-vgpuadm-test", "web01'/><disk type='file'")
+    for name in names:
         r = cli("--root", str(root), "-c", libvirtd, "create", "--type", "nvidia-63", "--vm", name)
         assert r.code == 3
         assert r.err.splitlines() == [
             f"error: No domain named '{name}'",
             f"hint: list the domains with `virsh -c {libvirtd} list --all`",
         ]
-    assert sorted(d.name() for d in conn.listAllDomains()) == names_before
+    # No domain came into being (other tests define and undefine their own domains meanwhile, so only these names
+    # are checked, not the whole list).
+    assert not [d.name() for d in conn.listAllDomains() if d.name() in names or "<disk" in d.name()]
     assert mdevs(root) == []
 
 

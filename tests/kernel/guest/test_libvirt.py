@@ -72,7 +72,9 @@ def test_an_mdev_domain_starts(cli, sysfs: Sysfs, domain) -> None:
     name = domain("kl-mdev")
     result = cli("--connect", URI, "create", "--type", "mdpy-vga", "--vm", name, "--json")
     assert result.code == 0, result.err
-    (uuid,) = json.loads(result.out)["devices"]
+    (device,) = json.loads(result.out)["devices"]
+    assert (device["mode"], device["type_id"], device["parent"]) == ("mdev", "mdpy-vga", "mdpy")
+    uuid = device["uuid"]
     assert sysfs.link_name(f"/sys/bus/mdev/devices/{uuid}/mdev_type") == "mdpy-vga"
     (hostdev,) = _hostdevs(name)
     assert (hostdev.get("type"), hostdev.get("model")) == ("mdev", "vfio-pci")
