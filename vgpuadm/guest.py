@@ -8,7 +8,8 @@ makes nothing new, and mdev UUIDs derive from (host, domain UUID, slot) so they 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,8 +91,8 @@ def _metadata_step(
     )
 
 
-def _free_slots(owned: Sequence[Allocation], n: int) -> list[int]:
-    used = {a.slot for a in owned}
+def free_slots(used: Collection[int], n: int) -> list[int]:
+    """The `n` lowest metadata slot numbers not in `used`."""
     out: list[int] = []
     slot = 0
     while len(out) < n:
@@ -132,6 +133,17 @@ def _other_users(conn: VirtConn, domain: str, host: str) -> dict[tuple[str, str]
         for ref in xml.parse_hostdevs(dom):
             out.setdefault((ref.kind, ref.key), name)
     return out
+
+
+@contextmanager
+def _session(root: str | None, connect: str | None) -> Iterator[tuple[HostSnapshot, VirtConn]]:
+    """Under the host lock: a fresh snapshot and a libvirt connection for planning and executing."""
+    from vgpuadm import api
+
+    with api.host_lock(root):
+        snap = api.discover(root)
+        with open_virt(snap.root, connect, snap.simulated) as conn:
+            yield snap, conn
 
 
 def _execute(plan: Plan, sysfs_root: str, conn: VirtConn, dry_run: bool, progress: Progress | None) -> None:
@@ -199,7 +211,7 @@ def plan_create_many(
         seen.add(name)
         owned = xml.parse_allocations(domain_xml)
         need = count - sum(1 for a in owned if a.type_id == type_id)
-        slots = _free_slots(owned, max(need, 0))
+        slots = free_slots({a.slot for a in owned}, max(need, 0))
         w = _Want(name, duuid, owned, slots, [device_uuid(host_id, duuid, slot) for slot in slots],
                   xml.metadata_host(domain_xml))  # fmt: skip
         present = {(r.kind, r.key) for r in xml.parse_hostdevs(domain_xml)}
@@ -295,38 +307,35 @@ def create_many(
     """Provision several domains (name, total count) with one type under one lock, one discovery and one libvirt
     connection. Placement is joint; each domain's plan is applied (or rolled back) as a unit, in order. When one
     fails, the domains before it keep their devices and the error says which they are."""
-    from vgpuadm import api
     from vgpuadm.errors import VgpuadmError
 
-    with api.host_lock(root):
-        snap = api.discover(root)
-        with open_virt(snap.root, connect, snap.simulated) as conn:
-            xmls = [(conn.xml(vm), count) for vm, count in requests]
-            plans = plan_create_many(snap, xmls, type_name, **options)
-            done: list[str] = []
-            for p in plans:
-                try:
-                    _execute(p.plan, snap.root, conn, dry_run, progress)
-                except VgpuadmError as exc:
-                    if len(plans) > 1:
-                        exc.message = f"domain {p.name}: {exc.message}"
-                        exc.args = (exc.message,)
-                        if done:
-                            exc.hint += f"; already provisioned before it: {', '.join(done)}"
-                    raise
-                if p.added:
-                    done.append(p.name)
-            return [
-                GuestResult(p.name, conn.uri, p.plan, dry_run, p.after, p.added,
-                            hostdevs=[xml.hostdev_for(a) for a in p.added], message=p.plan.summary)
-                for p in plans
-            ]  # fmt: skip
+    with _session(root, connect) as (snap, conn):
+        xmls = [(conn.xml(vm), count) for vm, count in requests]
+        plans = plan_create_many(snap, xmls, type_name, **options)
+        done: list[str] = []
+        for p in plans:
+            try:
+                _execute(p.plan, snap.root, conn, dry_run, progress)
+            except VgpuadmError as exc:
+                if len(plans) > 1:
+                    exc.message = f"domain {p.name}: {exc.message}"
+                    exc.args = (exc.message,)
+                    if done:
+                        exc.hint += f"; already provisioned before it: {', '.join(done)}"
+                raise
+            if p.added:
+                done.append(p.name)
+        return [
+            GuestResult(p.name, conn.uri, p.plan, dry_run, p.after, p.added,
+                        hostdevs=[xml.hostdev_for(a) for a in p.added], message=p.plan.summary)
+            for p in plans
+        ]  # fmt: skip
 
 
 # -- destroy ---------------------------------------------------------------------------------------------------------
 
 
-def _remove_steps(snap: HostSnapshot, gone: Sequence[Allocation]) -> list[Step]:
+def remove_steps(snap: HostSnapshot, gone: Sequence[Allocation]) -> list[Step]:
     """Kernel steps that free the devices: remove mdevs, clear VFs, give passed-through GPUs back to their drivers."""
     from vgpuadm import api
 
@@ -380,7 +389,7 @@ def plan_destroy(
         ref = ("mdev", (a.uuid or "").lower()) if a.mode == xml.MODE_MDEV else ("pci", a.address or "")
         if ref in present:
             steps.append(DetachHostdev(name, hostdev, _what(a)))
-    steps += _remove_steps(snap, gone)
+    steps += remove_steps(snap, gone)
     after = [a for a in owned if a not in gone]
     if gone:
         steps.append(_metadata_step(name, owned, after, host_key(snap), xml.metadata_host(domain_xml)))
@@ -397,21 +406,54 @@ def destroy(
     dry_run: bool = False,
     progress: Progress | None = None,
 ) -> GuestResult:
-    from vgpuadm import api
-
-    with api.host_lock(root):
-        snap = api.discover(root)
-        with open_virt(snap.root, connect, snap.simulated) as conn:
-            dom = conn.xml(vm)
-            plan, gone, after = plan_destroy(snap, dom, _other_users(conn, vm, host_key(snap)), uuid=uuid, all_=all_)
-            _execute(plan, snap.root, conn, dry_run, progress)
-            return GuestResult(
-                vm, conn.uri, plan, dry_run, after, removed=gone, hostdevs=[xml.hostdev_for(a) for a in gone],
-                message=plan.summary if gone else f"domain {vm} owns no vgpuadm devices",
-            )  # fmt: skip
+    with _session(root, connect) as (snap, conn):
+        dom = conn.xml(vm)
+        plan, gone, after = plan_destroy(snap, dom, _other_users(conn, vm, host_key(snap)), uuid=uuid, all_=all_)
+        _execute(plan, snap.root, conn, dry_run, progress)
+        return GuestResult(
+            vm, conn.uri, plan, dry_run, after, removed=gone, hostdevs=[xml.hostdev_for(a) for a in gone],
+            message=plan.summary if gone else f"domain {vm} owns no vgpuadm devices",
+        )  # fmt: skip
 
 
 # -- passthrough / release -------------------------------------------------------------------------------------------
+
+
+def passthrough_functions(snap: HostSnapshot, gpu: str) -> list[str]:
+    """The PCI functions that go to a guest with `gpu`: the GPU and the rest of its IOMMU group."""
+    from vgpuadm.modes import passthrough
+
+    return [m.address for m in passthrough.MODE.endpoints(snap, gpu)]
+
+
+def passthrough_allocations(
+    snap: HostSnapshot,
+    vm: str,
+    domain_uuid: str,
+    domain_xml: str,
+    gpu: str,
+    functions: Sequence[str],
+    owned: Sequence[Allocation],
+    *,
+    rom_file: str | None = None,
+) -> list[Allocation]:
+    """One allocation per function of a passed-through GPU: one free guest PCI slot, the host function numbers
+    kept, multifunction on function 0 when there are several, each in its own free metadata slot. Pure."""
+    base = xml.free_guest_slot(domain_xml)
+    slots = free_slots({a.slot for a in owned}, len(functions))
+    out = []
+    for i, (f, slot) in enumerate(zip(functions, slots, strict=True)):
+        extra = {
+            "managed": "yes",
+            "guest_address": str(xml.PciAddress(0, 0, base.slot, i)),
+            "host_driver": snap.functions[f].driver or "",
+        }
+        if i == 0 and len(functions) > 1:
+            extra["multifunction"] = "on"
+        if rom_file and i == 0:
+            extra["rom_file"] = rom_file
+        out.append(Allocation(vm, xml.MODE_PCI, None, gpu, address=f, domain_uuid=domain_uuid, slot=slot, extra=extra))
+    return out
 
 
 def plan_passthrough(
@@ -425,12 +467,11 @@ def plan_passthrough(
 ) -> tuple[Plan, list[Allocation], list[Allocation]]:
     """Bind the GPU's whole IOMMU group to vfio-pci and attach its functions as one guest slot. Pure."""
     from vgpuadm import api
-    from vgpuadm.modes import passthrough
 
     gpu = str(xml.PciAddress.parse(gpu))
     name, duuid = xml.domain_identity(domain_xml)
     owned = xml.parse_allocations(domain_xml)
-    functions = [m.address for m in passthrough.MODE.endpoints(snap, gpu)]
+    functions = passthrough_functions(snap, gpu)
     mine = {a.address for a in owned if a.mode == xml.MODE_PCI}
     if set(functions) <= mine:
         return Plan.of([], f"domain {name} already has {gpu}"), [], owned
@@ -441,24 +482,9 @@ def plan_passthrough(
                 f"take it back first: `vgpuadm destroy --vm {others[('pci', f)]} --uuid {gpu}` or `vgpuadm release "
                 f"--gpu {gpu}`",
             )
-    bind = api.plan_vfio_bind(snap, gpu, force)
-    base = xml.free_guest_slot(domain_xml)
-    slots = _free_slots(owned, len(functions))
-    added = []
-    steps: list[Step] = list(bind.steps)
-    for i, (f, slot) in enumerate(zip(functions, slots, strict=True)):
-        extra = {
-            "managed": "yes",
-            "guest_address": str(xml.PciAddress(0, 0, base.slot, i)),
-            "host_driver": snap.functions[f].driver or "",
-        }
-        if i == 0 and len(functions) > 1:
-            extra["multifunction"] = "on"
-        if rom_file and i == 0:
-            extra["rom_file"] = rom_file
-        a = Allocation(name, xml.MODE_PCI, None, gpu, address=f, domain_uuid=duuid, slot=slot, extra=extra)
-        added.append(a)
-        steps.append(AttachHostdev(name, xml.hostdev_for(a), _what(a)))
+    steps: list[Step] = list(api.plan_vfio_bind(snap, gpu, force).steps)
+    added = passthrough_allocations(snap, name, duuid, domain_xml, gpu, functions, owned, rom_file=rom_file)
+    steps += [AttachHostdev(name, xml.hostdev_for(a), _what(a)) for a in added]
     after = sorted([*owned, *added], key=lambda a: a.slot)
     steps.append(_metadata_step(name, owned, after, host_key(snap), xml.metadata_host(domain_xml)))
     return Plan.of(steps, f"pass {gpu} ({len(functions)} function(s)) through to domain {name}"), added, after
@@ -475,17 +501,13 @@ def passthrough(
     dry_run: bool = False,
     progress: Progress | None = None,
 ) -> GuestResult:
-    from vgpuadm import api
-
-    with api.host_lock(root):
-        snap = api.discover(root)
-        with open_virt(snap.root, connect, snap.simulated) as conn:
-            dom = conn.xml(vm)
-            plan, added, after = plan_passthrough(snap, dom, gpu, _other_users(conn, vm, host_key(snap)), force=force,
-                                                  rom_file=rom_file)  # fmt: skip
-            _execute(plan, snap.root, conn, dry_run, progress)
-            return GuestResult(vm, conn.uri, plan, dry_run, after, added,
-                               hostdevs=[xml.hostdev_for(a) for a in added], message=plan.summary)  # fmt: skip
+    with _session(root, connect) as (snap, conn):
+        dom = conn.xml(vm)
+        plan, added, after = plan_passthrough(snap, dom, gpu, _other_users(conn, vm, host_key(snap)), force=force,
+                                              rom_file=rom_file)  # fmt: skip
+        _execute(plan, snap.root, conn, dry_run, progress)
+        return GuestResult(vm, conn.uri, plan, dry_run, after, added,
+                           hostdevs=[xml.hostdev_for(a) for a in added], message=plan.summary)  # fmt: skip
 
 
 def release(

@@ -114,6 +114,17 @@ class ApplyResult:
     applied: tuple[str, ...]
     checked_only: bool
 
+    def to_json(self) -> dict[str, Any]:
+        """The `apply --json` document (vgpuadm/schemas/apply.schema.json)."""
+        return {
+            "changed": not self.checked_only and not self.plan.empty,
+            "check": self.checked_only,
+            "summary": self.plan.summary,
+            "diff": self.diff.lines(),
+            "untouched": list(self.diff.untouched),
+            "steps": list(self.applied),
+        }
+
 
 def apply_plan(
     root: str,
@@ -185,16 +196,6 @@ def _resolve_types(plan_doc: DesiredPlan, snap: HostSnapshot, allocations: Seque
     return out
 
 
-def _free_slots(used: set[int], n: int) -> list[int]:
-    out: list[int] = []
-    slot = 0
-    while len(out) < n:
-        if slot not in used:
-            out.append(slot)
-        slot += 1
-    return out
-
-
 def consume(snap: HostSnapshot, created: Sequence[Allocation]) -> HostSnapshot:
     """The snapshot as it will be once `created` exist, so that the next VM's placement counts them (one type per
     GPU, one vGPU per VF, instances left)."""
@@ -258,7 +259,7 @@ def build_apply_plan(plan_doc: DesiredPlan, d: Diff, snap: HostSnapshot, doms: D
     per changed domain. Placement runs for every VM before anything executes, so a plan that needs more instances
     than exist fails here, with the host untouched."""
     from vgpuadm.api import plan_create
-    from vgpuadm.guest import _remove_steps as remove_device_steps
+    from vgpuadm.guest import free_slots, remove_steps
     from vgpuadm.identity import device_uuid
     from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
     from vgpuadm.virt.xml import hostdev_for, metadata_for_libvirt, same_metadata
@@ -270,7 +271,7 @@ def build_apply_plan(plan_doc: DesiredPlan, d: Diff, snap: HostSnapshot, doms: D
     changed: set[str] = set()
     for a in d.removes:
         steps.append(DetachHostdev(a.domain, hostdev_for(a), describe_allocation(a)))
-    steps.extend(remove_device_steps(snap, list(d.removes)))
+    steps.extend(remove_steps(snap, list(d.removes)))
     for a in d.removes:
         owned[a.domain] = [x for x in owned[a.domain] if x is not a]
         changed.add(a.domain)
@@ -300,7 +301,7 @@ def build_apply_plan(plan_doc: DesiredPlan, d: Diff, snap: HostSnapshot, doms: D
             taken.update(a.address or "" for a in created)
             changed.add(vm)
             continue
-        slots = _free_slots({a.slot for a in mine}, add.count)
+        slots = free_slots({a.slot for a in mine}, add.count)
         uuids = [device_uuid(host_id, domain_uuid, s) for s in slots]
         try:
             sub, _ids = plan_create(
@@ -333,22 +334,13 @@ def _passthrough(
     """Give `gpu` and the rest of its IOMMU group to `vm`: vfio-pci bind steps and one allocation per function, as
     `vgpuadm passthrough` records them (one guest slot, function numbers kept, multifunction on function 0)."""
     from vgpuadm.api import plan_vfio_bind
-    from vgpuadm.modes.passthrough import MODE as PASSTHROUGH
-    from vgpuadm.virt.xml import PciAddress, free_guest_slot
+    from vgpuadm.guest import passthrough_allocations, passthrough_functions
 
-    functions = [m.address for m in PASSTHROUGH.endpoints(snap, gpu)]
+    functions = passthrough_functions(snap, gpu)
     for f in functions:
         if f in taken:
             raise ConflictError(f"{f} is already given to another domain", "take it back from that domain first")
-    base = free_guest_slot(doms.xml.get(vm, "<domain/>"))
-    slots = _free_slots({a.slot for a in mine}, len(functions))
-    created = []
-    for i, (f, slot) in enumerate(zip(functions, slots, strict=True)):
-        extra = {"managed": "yes", "guest_address": str(PciAddress(0, 0, base.slot, i)),
-                 "host_driver": snap.functions[f].driver or ""}  # fmt: skip
-        if i == 0 and len(functions) > 1:
-            extra["multifunction"] = "on"
-        created.append(Allocation(vm, "pci", None, gpu, address=f, domain_uuid=domain_uuid, slot=slot, extra=extra))
+    created = passthrough_allocations(snap, vm, domain_uuid, doms.xml.get(vm, "<domain/>"), gpu, functions, mine)
     return created, list(plan_vfio_bind(snap, gpu).steps)
 
 
@@ -380,6 +372,10 @@ class RestoreResult:
     problems: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     devices: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The `restore --json` document (vgpuadm/schemas/restore.schema.json)."""
+        return {"devices": self.devices, "done": self.done, "skipped": self.skipped, "problems": self.problems}
 
 
 def restore(
@@ -499,6 +495,15 @@ class ReconcileResult:
     leaks: tuple[Leak, ...]
     fixed: tuple[str, ...]
     lost: tuple[str, ...]  # allocations whose device is missing (run `vgpuadm restore`)
+
+    def to_json(self) -> dict[str, Any]:
+        """The `reconcile --json` document (vgpuadm/schemas/reconcile.schema.json)."""
+        return {
+            "recovered": list(self.recovered),
+            "leaks": [{"kind": lk.kind, "id": lk.id, "detail": lk.detail} for lk in self.leaks],
+            "fixed": list(self.fixed),
+            "lost": list(self.lost),
+        }
 
 
 def reconcile(root: str, *, connect: str | None = None, fix: bool = False, finish: bool = False) -> ReconcileResult:

@@ -4,7 +4,8 @@ the real kernel inside the lane's guest (mtty, mdpy, mbochs sample drivers and Q
 against the simulated host of profile `kernel-samples`; tests/kernel/test_differential.py compares the two.
 
 Paths and data may name `{pf}`, `{vf0}`, `{vf1}`: the SR-IOV PF (the only function with `sriov_totalvfs`) and its
-VFs as its `virtfnN` links name them at the moment of the write.
+VFs as its `virtfnN` links name them at the moment of the write; `{gpu}` and `{audio}`: the one display function
+and function 1 of its slot.
 """
 
 from __future__ import annotations
@@ -116,8 +117,38 @@ def sriov_steps() -> list[Step]:
     ]
 
 
+def passthrough_steps() -> list[Step]:
+    """The whole IOMMU group of a display function (VGA + HD audio) to vfio-pci and back (reference §5.2, §5.3)."""
+    return [
+        Observe("group-initial"),
+        Write(f"{PCI}/{{gpu}}/driver_override", "vfio-pci"),
+        Write("/sys/bus/pci/drivers_probe", "{gpu}"),
+        Observe("gpu-on-vfio-audio-on-host"),  # when does /dev/vfio/<group> appear?
+        Write(f"{PCI}/{{audio}}/driver_override", "vfio-pci"),
+        Write("/sys/bus/pci/drivers_probe", "{audio}"),  # still bound to snd_hda_intel: probing changes nothing
+        Write("/sys/bus/pci/drivers/snd_hda_intel/unbind", "{audio}"),
+        Write("/sys/bus/pci/drivers_probe", "{audio}"),
+        Observe("group-on-vfio"),
+        Write("/sys/bus/pci/drivers/vfio-pci/unbind", "{gpu}"),
+        Write(f"{PCI}/{{gpu}}/driver_override", "\n"),
+        Write("/sys/bus/pci/drivers/snd_hda_intel/bind", "{audio}", "ENODEV"),  # its override still says vfio-pci
+        Write("/sys/bus/pci/drivers/vfio-pci/unbind", "{audio}"),
+        Write(f"{PCI}/{{audio}}/driver_override", "\n"),
+        Write("/sys/bus/pci/drivers/snd_hda_intel/bind", "{audio}"),
+        Observe("group-reverted"),
+    ]
+
+
 def steps() -> list[Step]:
-    return mdev_steps() + sriov_steps()
+    return mdev_steps() + sriov_steps() + passthrough_steps()
+
+
+def display_function(sysfs: Sysfs) -> str:
+    """The one display-class PCI function (QEMU's VGA in the guest)."""
+    found = [a for a in sysfs.listdir(PCI) if (sysfs.read_opt(f"{PCI}/{a}/class") or "").startswith("0x03")]
+    if len(found) != 1:
+        raise AssertionError(f"expected exactly one display function under {PCI}, found {found}")
+    return found[0]
 
 
 def sriov_pf(sysfs: Sysfs) -> str:
@@ -133,6 +164,8 @@ def _names(sysfs: Sysfs) -> dict[str, str]:
     names = {"pf": pf}
     for i in range(2):
         names[f"vf{i}"] = sysfs.link_name(f"{PCI}/{pf}/virtfn{i}") or f"<no virtfn{i}>"
+    names["gpu"] = gpu = display_function(sysfs)
+    names["audio"] = gpu.rsplit(".", 1)[0] + ".1"
     return names
 
 
@@ -182,7 +215,8 @@ def _group(sysfs: Sysfs, dev: str, groups: _Groups) -> dict[str, Any]:
 
 
 def observe(sysfs: Sysfs) -> dict[str, Any]:
-    """Everything vgpuadm could read about the sample parents, their mdevs, the PF and its VFs."""
+    """Everything vgpuadm could read about the sample parents, their mdevs, the display function's IOMMU group,
+    the PF and its VFs."""
     groups = _Groups()
     state: dict[str, Any] = {"mdev_bus": [p for p in sysfs.listdir(MDEV_BUS) if p in SAMPLE_PARENTS]}
     for parent in SAMPLE_PARENTS:
@@ -204,6 +238,9 @@ def observe(sysfs: Sysfs) -> dict[str, Any]:
             "has_remove": sysfs.exists(f"{d}/remove"),
             **_group(sysfs, d, groups),
         }
+    gpu = display_function(sysfs)
+    for fn in sysfs.listdir(f"{GROUPS}/{sysfs.link_name(f'{PCI}/{gpu}/iommu_group')}/devices"):
+        state[f"group-of-gpu/{fn}"] = _pci(sysfs, fn, groups)
     pf = sriov_pf(sysfs)
     state["pf"] = {"address": pf, **_pci(sysfs, pf, groups)}
     for entry in sysfs.listdir(f"{PCI}/{pf}"):

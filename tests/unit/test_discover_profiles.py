@@ -77,7 +77,7 @@ def test_a100_layout_b_follows_virtfn_links(hosts):
     vfs = [f"0000:41:{(4 + i) // 8:02x}.{(4 + i) % 8}" for i in range(16)]
     assert pf.virtfns == tuple(vfs)
     assert (pf.sriov_total_vfs, pf.sriov_num_vfs) == (16, 16)
-    assert layouts(s) == {"0000:41:00.0": "passthrough", **{vf: "mdev-vf" for vf in vfs}}
+    assert layouts(s) == {"0000:41:00.0": "mdev-vf", **{vf: "mdev-vf" for vf in vfs}}
     assert all(s.functions[vf].physfn == "0000:41:00.0" for vf in vfs)
     assert Counter(t.parent for t in s.types()) == {vf: 11 for vf in vfs}
     assert {s.mdev_parents[vf].layout for vf in vfs} == {Layout.MDEV_VF}

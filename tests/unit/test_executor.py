@@ -5,6 +5,7 @@ are test-only and record into a list instead of touching a host."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,17 @@ class Note(Step):
 
     def describe(self) -> str:
         return f"note {self.name}"
+
+
+@step_kind("test-peek")
+@dataclass(frozen=True)
+class Peek(Step):
+    """Does nothing; its handler (registered by the test using it) looks at the journal file."""
+
+    name: str
+
+    def describe(self) -> str:
+        return f"peek {self.name}"
 
 
 def _apply(s: Note, ctx: ExecContext) -> None:
@@ -62,6 +74,43 @@ def test_applies_in_order_and_journals_each_step(tmp_path: Path) -> None:
     assert [j["current"] for j in ctx.extras["journals"]] == [0, 1, 2]
     assert ctx.extras["journals"][2]["plan"] == json.loads(json.dumps(plan.to_dict()))
     assert not (tmp_path / JOURNAL).exists()
+
+
+def test_journal_holds_the_plan_once_then_one_progress_line_per_step(tmp_path: Path) -> None:
+    """Only the plan is written with fsync + rename; each later step appends its index (cheap, no fsync)."""
+    seen: list[str] = []
+    ctx = _ctx(tmp_path)
+    register(Peek, lambda s, c: seen.append((tmp_path / JOURNAL).read_text()), lambda s, c: None)
+    plan = Plan.of([Peek("a"), Peek("b"), Peek("c")], "three peeks")
+    execute(plan, ctx)
+    first, _ = json.JSONDecoder().raw_decode(seen[0])
+    assert first == {"version": 1, "pid": os.getpid(), "state": "applying", "current": 0, "done": 0,
+                     "plan": json.loads(json.dumps(plan.to_dict()))}  # fmt: skip
+    assert seen[1] == seen[0] + '{"current": 1, "state": "applying"}\n'
+    assert seen[2] == seen[1] + '{"current": 2, "state": "applying"}\n'
+
+
+def test_a_torn_progress_line_is_ignored(tmp_path: Path) -> None:
+    """A crash mid-append leaves half a line: the previous index stands (recover undoes the whole plan anyway)."""
+    (tmp_path / JOURNAL).parent.mkdir(parents=True)
+    head = json.dumps({"version": 1, "state": "applying", "current": 0, "plan": {"summary": "", "steps": []}})
+    (tmp_path / JOURNAL).write_text(head + '\n{"current": 1, "state": "applying"}\n{"current": 2, "sta')
+    journal = read_journal(str(tmp_path))
+    assert journal is not None and (journal["current"], journal["done"], journal["state"]) == (1, 1, "applying")
+
+
+def test_rolling_back_is_recorded_in_the_journal(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    with pytest.raises(HostIOError):
+        execute(Plan.of([Note("a", "undo"), Note("b"), Note("c", "error")], ""), ctx)
+    assert (
+        (tmp_path / JOURNAL)
+        .read_text()
+        .endswith(
+            '{"current": 1, "state": "applying"}\n{"current": 2, "state": "applying"}\n'
+            '{"current": 2, "state": "rolling-back"}\n'
+        )
+    )
 
 
 def test_first_failure_rolls_back_in_reverse(tmp_path: Path) -> None:

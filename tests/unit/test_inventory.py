@@ -106,7 +106,7 @@ def test_a100_layout_b_one_size_per_gpu(sim_host):
     assert (gpu["layout"], gpu["vfs_enabled"], gpu["locked_to"], gpu["framebuffer_free_mib"]) == (
         "mdev-vf", 16, ["4096 MiB"], 32768)  # fmt: skip
     assert [f["address"] for f in doc["functions"] if f["devices"]] == ["0000:41:00.4", "0000:41:00.5"]
-    assert {(f["kind"], f["layout"]) for f in doc["functions"]} == {("pf", "passthrough"), ("vf", "mdev-vf")}
+    assert {(f["kind"], f["layout"]) for f in doc["functions"]} == {("pf", "mdev-vf"), ("vf", "mdev-vf")}
 
 
 def test_h200_layout_c_idle_is_bounded_by_framebuffer(sim_host):

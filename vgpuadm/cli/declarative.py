@@ -8,12 +8,15 @@ from vgpuadm.errors import NotFoundError
 
 
 def apply(console: Console, root: str | None, connect: str | None, plan_file: str, check: bool, show_diff: bool,
-          prune: bool) -> None:  # fmt: skip
-    if check:
-        result = api.apply_plan_file(plan_file, root, connect=connect, check=True, prune=prune)
+          prune: bool, as_json: bool = False) -> None:  # fmt: skip
+    if check or as_json:
+        result = api.apply_plan_file(plan_file, root, connect=connect, check=check, prune=prune)
     else:
         with console.progress("apply") as progress:
             result = api.apply_plan_file(plan_file, root, connect=connect, prune=prune, progress=progress)
+    if as_json:
+        console.json(result.to_json())
+        return
     d = result.diff
     if show_diff or check:
         for line in d.lines():
@@ -29,9 +32,12 @@ def apply(console: Console, root: str | None, connect: str | None, plan_file: st
 
 
 def restore(console: Console, root: str | None, connect: str | None, domain_xml_dir: str | None,
-            timeout: float) -> None:  # fmt: skip
-    result = api.restore(root, connect=connect, domain_xml_dir=domain_xml_dir, timeout=timeout, report=console.line)
-    if not result.done and not result.problems:
+            timeout: float, as_json: bool = False) -> None:  # fmt: skip
+    report = None if as_json else console.line
+    result = api.restore(root, connect=connect, domain_xml_dir=domain_xml_dir, timeout=timeout, report=report)
+    if as_json:
+        console.json(result.to_json())  # printed even with problems: the error below still makes the exit non-zero
+    elif not result.done and not result.problems:
         console.line(f"nothing to restore: all {result.devices} recorded device(s) are in place")
     elif result.done:
         console.line(f"restored: {len(result.done)} step(s) for {result.devices} recorded device(s)")
@@ -46,8 +52,12 @@ def restore(console: Console, root: str | None, connect: str | None, domain_xml_
         )
 
 
-def reconcile(console: Console, root: str | None, connect: str | None, fix: bool, finish: bool) -> None:
+def reconcile(console: Console, root: str | None, connect: str | None, fix: bool, finish: bool,
+              as_json: bool = False) -> None:  # fmt: skip
     result = api.reconcile(root, connect=connect, fix=fix, finish=finish)
+    if as_json:
+        console.json(result.to_json())
+        return
     for line in result.recovered:
         console.line(f"journal: {line}")
     if not result.recovered:
@@ -96,10 +106,11 @@ def register(app: Any) -> None:
         check: bool = typer.Option(False, "--check", help="Show what would change; change nothing."),
         show_diff: bool = typer.Option(False, "--diff", help="Print the changes (+ add, - remove, ~ change)."),
         prune: bool = typer.Option(False, "--prune", help="Also take devices from VMs the plan does not name."),
+        as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schemas/apply.schema.json)."),
     ) -> None:
         """Make the host match a plan: devices per VM (type and count, or passthrough). Idempotent; VMs the plan
         does not name are left alone; never takes a device from a running VM."""
-        apply(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), plan_file, check, show_diff, prune)
+        apply(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), plan_file, check, show_diff, prune, as_json)
 
     @app.command("restore", epilog="Example: vgpuadm restore --timeout 120   (run at boot by vgpuadm-restore.service)")
     def restore_cmd(
@@ -109,19 +120,21 @@ def register(app: Any) -> None:
             help="Read domains from XML files (e.g. /etc/libvirt/qemu) instead of asking libvirt (at boot, before it runs).",
         ),
         timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for GPUs to register.", metavar="S"),
+        as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schemas/restore.schema.json)."),
     ) -> None:  # fmt: skip
         """After a reboot, re-create every device the domains' vgpuadm metadata records: driver, SR-IOV VFs, vGPU
         types and mdevs (same UUIDs), vgpu_params, vfio-pci binds. Idempotent."""
-        restore(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), domain_xml_dir, timeout)
+        restore(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), domain_xml_dir, timeout, as_json)
 
     @app.command("reconcile", epilog="Example: vgpuadm reconcile --fix")
     def reconcile_cmd(
         ctx: typer.Context,
         fix: bool = typer.Option(False, "--fix", help="Remove the devices no domain owns."),
         finish: bool = typer.Option(False, "--finish", help="Complete an interrupted change instead of rolling back."),
+        as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schemas/reconcile.schema.json)."),
     ) -> None:
         """Roll back (or finish) a change a crash interrupted, and list devices that no domain owns (leaks)."""
-        reconcile(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), fix, finish)
+        reconcile(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), fix, finish, as_json)
 
     mdevctl_app = typer.Typer(help="mdevctl interop: /etc/mdevctl.d/<parent>/<uuid> definitions.", no_args_is_help=True)
 

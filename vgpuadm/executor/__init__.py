@@ -9,7 +9,10 @@ modules (the libvirt steps) plug in their own handlers. Handlers:
                             kernel can accept a write and do nothing) and used by `recover(finish=True)`.
 
 Files under the root: `<root>/run/vgpuadm.lock` (flock; holder pid in `vgpuadm.lock.owner`) and
-`<root>/var/lib/vgpuadm/journal.json` (the plan and the index of the step in flight; temp + fsync + rename).
+`<root>/var/lib/vgpuadm/journal.json`: the plan, written once before the first step (temp + fsync + rename +
+directory fsync), then one appended progress line per step (the index of the step in flight) that is flushed but
+not fsynced, see `_Journal`. The journal's removal at the end is fsynced: a reappearing journal would roll back a
+change its user saw succeed.
 
 Handlers for the kernel steps live in executor/kernel.py, the errno → likely-cause table in executor/hints.py.
 """
@@ -175,29 +178,64 @@ def journal_path(root: str) -> str:
 
 
 def read_journal(root: str) -> dict[str, Any] | None:
-    """The journal of an interrupted change, or None."""
+    """The journal of an interrupted change, or None: the plan document with `current` and `state` taken from the
+    last complete progress line after it."""
     path = journal_path(root)
     try:
         with open(path) as f:
-            doc = json.load(f)
+            text = f.read()
+        doc, end = json.JSONDecoder().raw_decode(text)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
         raise HostIOError(
             f"journal /{JOURNAL} is unreadable: {exc}", "inspect and remove it by hand", path="/" + JOURNAL
         ) from None
-    return doc if isinstance(doc, dict) else None
+    if not isinstance(doc, dict):
+        return None
+    for line in text[end:].splitlines():
+        # A crash mid-append leaves a torn last line: ignore it, the previous index is a safe answer (see recover).
+        with contextlib.suppress(ValueError):
+            record = json.loads(line) if line.strip() else None
+            if isinstance(record, dict) and isinstance(record.get("current"), int):
+                doc.update(current=record["current"], done=record["current"], state=str(record.get("state")))
+    return doc
 
 
-def _journal(root: str, plan: Plan, current: int, state: str) -> None:
-    # current: index of the step in flight (= how many are done); it may or may not have happened. Only the first
-    # write pays the directory fsync that makes the journal's existence durable; a later index lost in a crash
-    # is harmless because recovery undoes the whole plan (undoing a step that never ran is a no-op).
-    atomic_write_json(
-        journal_path(root),
-        {"version": 1, "pid": os.getpid(), "state": state, "current": current, "done": current, "plan": plan.to_dict()},
-        sync_dir=current == 0 and state == "applying",
-    )
+class _Journal:
+    """The journal of one plan run. `begin` makes the plan durable before anything changes; `step` appends the
+    index of the step in flight (= how many are done; it may or may not have happened) without fsync: a crash of
+    the process keeps it (the page cache survives), a power loss may lose it, which is harmless because recovery
+    undoes the whole plan (undoing a step that never ran is a no-op) and `finish` skips steps already applied.
+    The switch to rolling back is fsynced, so that `recover --finish` never completes a plan that failed."""
+
+    def __init__(self, root: str) -> None:
+        self.path = journal_path(root)
+        self._file: Any = None
+
+    def begin(self, plan: Plan) -> None:
+        atomic_write_json(
+            self.path,
+            {"version": 1, "pid": os.getpid(), "state": "applying", "current": 0, "done": 0, "plan": plan.to_dict()},
+        )
+
+    def step(self, current: int, state: str = "applying", *, durable: bool = False) -> None:
+        if self._file is None:
+            self._file = open(self.path, "a")  # noqa: SIM115  (closed in close(), kept open across steps)
+        self._file.write(json.dumps({"current": current, "state": state}) + "\n")
+        self._file.flush()
+        if durable:
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
+
+    def remove(self) -> None:
+        self.close()
+        _remove(self.path)
 
 
 def _pending_error() -> ConflictError:
@@ -223,24 +261,33 @@ def execute(plan: Plan, ctx: ExecContext, *, dry_run: bool = False, progress: Pr
         done: list[Step] = []
         total = len(plan.steps)
         crash_after = int(os.environ.get(CRASH_HOOK, "0") or 0)
-        for i, step in enumerate(plan.steps):
-            try:
-                _journal(ctx.root, plan, i, "applying")
-                if progress:
-                    progress(i + 1, total, step.describe())
-                _apply_one(step, ctx)
-            except VgpuadmError as exc:
-                _fail(plan, ctx, done, step, i, exc)
-            except OSError as exc:  # the journal or a state file under <root>/var/lib/vgpuadm
-                _fail(plan, ctx, done, step, i, HostIOError(f"{exc.strerror or exc}: {exc.filename}", errno=exc.errno))
-            except BaseException:
-                rollback([*done, step], ctx)  # a bug or ^C: still leave the host as it was, then let it surface
-                _remove(journal_path(ctx.root))
-                raise
-            done.append(step)
-            if crash_after == i + 1:
-                os._exit(99)
-        _remove(journal_path(ctx.root))
+        journal = _Journal(ctx.root)
+        try:
+            for i, step in enumerate(plan.steps):
+                try:
+                    if i == 0:
+                        journal.begin(plan)
+                    else:
+                        journal.step(i)
+                    if progress:
+                        progress(i + 1, total, step.describe())
+                    _apply_one(step, ctx)
+                except VgpuadmError as exc:
+                    _fail(plan, ctx, journal, done, step, i, exc)
+                except OSError as exc:  # the journal or a state file under <root>/var/lib/vgpuadm
+                    err = HostIOError(f"{exc.strerror or exc}: {exc.filename}", errno=exc.errno)
+                    _fail(plan, ctx, journal, done, step, i, err)
+                except BaseException:
+                    rollback([*done, step], ctx)  # a bug or ^C: still leave the host as it was, then let it surface
+                    journal.remove()
+                    raise
+                done.append(step)
+                if crash_after == i + 1:
+                    journal.close()
+                    os._exit(99)
+            journal.remove()
+        finally:
+            journal.close()
     return ExecResult(plan, tuple(plan.describe()))
 
 
@@ -254,9 +301,11 @@ def _apply_one(step: Step, ctx: ExecContext) -> None:
         )
 
 
-def _fail(plan: Plan, ctx: ExecContext, done: list[Step], step: Step, index: int, exc: VgpuadmError) -> None:
+def _fail(
+    plan: Plan, ctx: ExecContext, journal: _Journal, done: list[Step], step: Step, index: int, exc: VgpuadmError
+) -> None:
     with contextlib.suppress(OSError):  # a full disk must not stop the rollback itself
-        _journal(ctx.root, plan, index, "rolling-back")
+        journal.step(index, "rolling-back", durable=True)
     # The failed step is undone too: a refused write may still have half-happened, and every undo checks first.
     problems = rollback([*done, step], ctx)
     err = copy.copy(exc)
@@ -266,7 +315,7 @@ def _fail(plan: Plan, ctx: ExecContext, done: list[Step], step: Step, index: int
     if problems:
         err.hint = f"{cause + '; ' if cause else ''}rollback incomplete ({'; '.join(problems)}): run `vgpuadm recover`"
     else:
-        _remove(journal_path(ctx.root))
+        journal.remove()
         err.hint = f"{cause + '; ' if cause else ''}nothing was changed (the earlier steps were rolled back)"
     raise err from None
 
@@ -299,15 +348,19 @@ def recover(ctx: ExecContext, *, finish: bool = False) -> list[str]:
         plan = Plan.from_dict(doc.get("plan", {}))
         current = min(int(doc.get("current", 0)), len(plan.steps) - 1)
         out: list[str] = []
+        journal = _Journal(ctx.root)
         if finish and doc.get("state") == "applying":
-            for i in range(current, len(plan.steps)):
-                step = plan.steps[i]
-                h = handler_for(step)
-                if h.is_applied is not None and h.is_applied(step, ctx):
-                    continue
-                _journal(ctx.root, plan, i, "applying")
-                h.apply(step, ctx)
-                out.append(f"applied: {step.describe()}")
+            try:
+                for i in range(current, len(plan.steps)):
+                    step = plan.steps[i]
+                    h = handler_for(step)
+                    if h.is_applied is not None and h.is_applied(step, ctx):
+                        continue
+                    journal.step(i)
+                    h.apply(step, ctx)
+                    out.append(f"applied: {step.describe()}")
+            finally:
+                journal.close()
         else:
             problems = rollback(list(plan.steps), ctx)
             undo = list(plan.steps[: current + 1])
@@ -317,7 +370,7 @@ def recover(ctx: ExecContext, *, finish: bool = False) -> list[str]:
                     f"fix the cause and run `vgpuadm recover` again; the journal is /{JOURNAL}",
                 )
             out = [f"rolled back: {s.describe()}" for s in reversed(undo)]
-        _remove(journal_path(ctx.root))
+        journal.remove()
         return out
 
 

@@ -91,10 +91,7 @@ def _physical_gpus(snap: HostSnapshot) -> dict[str, _Gpu]:
     for fn in snap.gpus:
         if fn.is_vf:
             continue
-        layout = snap.layouts.get(fn.address, Layout.PASSTHROUGH)
-        vf_layouts = sorted({str(snap.layouts[vf]) for vf in fn.virtfns if vf in snap.layouts} - {"passthrough"})
-        if vf_layouts:  # a PF whose VFs carry the vGPUs takes its VFs' layout
-            layout = Layout(vf_layouts[0])
+        layout = snap.layouts.get(fn.address, Layout.PASSTHROUGH)  # a PF of layout B/C carries its VFs' layout
         gpus[fn.address] = _Gpu(fn.address, layout.value, _rule(layout, fn.address, snap), len(fn.virtfns))
     for name, parent in sorted(snap.mdev_parents.items()):
         g = snap.physical_gpu(name)

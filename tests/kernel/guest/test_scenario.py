@@ -24,3 +24,4 @@ def test_scenario_on_the_real_kernel(sysfs: Sysfs, results: Path) -> None:
     assert states["mdev-reverted"] == states["mdev-initial"]
     assert states["mtty-reverted"] == states["mdev-initial"]
     assert states["sriov-reverted"] == states["sriov-initial"]
+    assert states["group-reverted"] == states["group-initial"]
