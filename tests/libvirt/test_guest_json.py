@@ -44,7 +44,10 @@ def test_create_and_destroy(sim_host: Callable[[str], Path]) -> None:
         "params": None, "options": {"display": "on"},
     }]  # fmt: skip
     assert made["steps"][0] == f"step 1/3 create mdev {u} of type nvidia-63 on {GPU}"
-    assert made["hostdevs"][0].startswith("<hostdev mode='subsystem' type='mdev'") and u in made["hostdevs"][0]
+    assert made["hostdevs"] == [
+        f'<hostdev mode="subsystem" type="mdev" model="vfio-pci" display="on">\n  <source>\n'
+        f'    <address uuid="{u}"/>\n  </source>\n</hostdev>\n'
+    ]
 
     again = run_json(root, "guest", "create", "--type", "P4-1Q", "--vm", "web01")
     assert (again["changed"], again["steps"], again["added"]) == (False, [], [])

@@ -35,9 +35,9 @@ def snapshot(sysfs: Sysfs, *, types: bool = True) -> HostSnapshot:
     layouts = {addr: _layout(fn, parents, vendor_vfs) for addr, fn in functions.items() if fn.is_display}
     for addr, fn in functions.items():
         # A PF whose VFs carry the vGPUs (layouts B and C) takes its VFs' layout: it is no passthrough candidate.
-        vf_layouts = {layouts.get(vf) for vf in fn.virtfns} & {Layout.MDEV_VF, Layout.VENDOR_VFIO}
+        vf_layouts = sorted({layouts[vf] for vf in fn.virtfns if vf in layouts} & {Layout.MDEV_VF, Layout.VENDOR_VFIO})
         if addr in layouts and vf_layouts:
-            layouts[addr] = min(vf_layouts)
+            layouts[addr] = vf_layouts[0]
     for name, parent in parents.items():
         layouts.setdefault(name, parent.layout)
     return HostSnapshot(
