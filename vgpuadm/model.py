@@ -1,14 +1,35 @@
 """Frozen data the whole program passes around: what discovery found (HostSnapshot) and its parts.
 
 Nothing here reads the host; discovery (host/discover.py) builds these, everything else only reads them.
+
+The records are small hand-written classes, not `@dataclass(frozen=True)`: importing dataclasses (it imports
+inspect, ast, dis and tokenize) and generating the methods of these classes cost ~17 ms of every cold start, more
+than half of the `vgpuadm types --json` budget (bench/bench_cold_start.py). They keep what callers rely on:
+keyword or positional construction with the same defaults, immutability (assigning a field raises
+AttributeError), `==` and `hash` over the compared fields (`attributes` and `extra` are left out, as before), a
+dataclass-style repr, and `dataclasses.replace/fields/asdict` (see _DataclassFields). For mypy, `_record` marks
+them dataclass-like (PEP 681), so it still checks construction, `dataclasses.replace` and writes to fields.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import StrEnum
 
 from vgpuadm.naming import describe_nvidia_name
+
+TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
+if TYPE_CHECKING:
+    from typing import Any, ClassVar, TypeVar, dataclass_transform
+
+    _T = TypeVar("_T")
+
+    @dataclass_transform(frozen_default=True)
+    def _record(cls: type[_T]) -> type[_T]: ...
+
+else:
+
+    def _record(cls):
+        return cls
 
 
 class Layout(StrEnum):
@@ -24,27 +45,119 @@ class Layout(StrEnum):
 MDEV_LAYOUTS = (Layout.MDEV_PF, Layout.MDEV_VF)
 
 
-@dataclass(frozen=True)
-class PciFunction:
+class _DataclassFields:
+    """`dataclasses.replace/fields/asdict` know a dataclass by its `__dataclass_fields__`. A record builds its own
+    on first use, from a throwaway dataclass with the same field names: dataclasses is imported only then."""
+
+    def __init__(self) -> None:
+        self._made: dict[type, dict[str, Any]] = {}
+
+    def __get__(self, obj: object, cls: type[_Record]) -> dict[str, Any]:
+        if cls not in self._made:
+            import dataclasses
+
+            self._made[cls] = vars(dataclasses.make_dataclass(cls.__name__, cls._fields))["__dataclass_fields__"]
+        return self._made[cls]
+
+
+class _Record:
+    """Base of the records: fields are the class annotations, in order; set once by __init__, never again."""
+
+    _fields: ClassVar[tuple[str, ...]] = ()
+    _compared: ClassVar[tuple[str, ...]] = ()
+    _uncompared: ClassVar[tuple[str, ...]] = ()  # left out of == and hash
+
+    if not TYPE_CHECKING:  # mypy knows the records as dataclasses already
+        __dataclass_fields__ = _DataclassFields()
+
+    def __init_subclass__(cls) -> None:
+        cls._fields = tuple(cls.__annotations__)
+        cls._compared = tuple(f for f in cls._fields if f not in cls._uncompared)
+
+    def _key(self) -> tuple[object, ...]:
+        values = self.__dict__
+        return tuple([values[f] for f in self._compared])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Record) or other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        values = self.__dict__
+        return f"{type(self).__qualname__}({', '.join([f'{f}={values[f]!r}' for f in self._fields])})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}")
+
+
+@_record
+class PciFunction(_Record):
     """One PCI function as sysfs shows it. Ids are kept in the kernel's text form ("0x10de", "0x030200")."""
 
     address: str
     vendor_id: str
     device_id: str
     class_code: str
-    subsystem_vendor_id: str | None = None
-    subsystem_device_id: str | None = None
-    driver: str | None = None
-    driver_override: str | None = None
-    iommu_group: int | None = None
-    numa_node: int | None = None
-    boot_vga: bool | None = None
-    sriov_total_vfs: int | None = None
-    sriov_num_vfs: int | None = None
-    virtfns: tuple[str, ...] = ()
-    physfn: str | None = None
-    is_bridge: bool = False
-    sysfs_path: str = ""  # host path of the real device directory (/sys/devices/...)
+    subsystem_vendor_id: str | None
+    subsystem_device_id: str | None
+    driver: str | None
+    driver_override: str | None
+    iommu_group: int | None
+    numa_node: int | None
+    boot_vga: bool | None
+    sriov_total_vfs: int | None
+    sriov_num_vfs: int | None
+    virtfns: tuple[str, ...]
+    physfn: str | None
+    is_bridge: bool
+    sysfs_path: str  # host path of the real device directory (/sys/devices/...)
+
+    def __init__(
+        self,
+        address: str,
+        vendor_id: str,
+        device_id: str,
+        class_code: str,
+        subsystem_vendor_id: str | None = None,
+        subsystem_device_id: str | None = None,
+        driver: str | None = None,
+        driver_override: str | None = None,
+        iommu_group: int | None = None,
+        numa_node: int | None = None,
+        boot_vga: bool | None = None,
+        sriov_total_vfs: int | None = None,
+        sriov_num_vfs: int | None = None,
+        virtfns: tuple[str, ...] = (),
+        physfn: str | None = None,
+        is_bridge: bool = False,
+        sysfs_path: str = "",
+    ) -> None:
+        self.__dict__.update(
+            address=address,
+            vendor_id=vendor_id,
+            device_id=device_id,
+            class_code=class_code,
+            subsystem_vendor_id=subsystem_vendor_id,
+            subsystem_device_id=subsystem_device_id,
+            driver=driver,
+            driver_override=driver_override,
+            iommu_group=iommu_group,
+            numa_node=numa_node,
+            boot_vga=boot_vga,
+            sriov_total_vfs=sriov_total_vfs,
+            sriov_num_vfs=sriov_num_vfs,
+            virtfns=virtfns,
+            physfn=physfn,
+            is_bridge=is_bridge,
+            sysfs_path=sysfs_path,
+        )
 
     @property
     def is_display(self) -> bool:
@@ -60,8 +173,8 @@ class PciFunction:
         return self.address.rsplit(".", 1)[0]
 
 
-@dataclass(frozen=True)
-class VgpuType:
+@_record
+class VgpuType(_Record):
     """One creatable vGPU type on one parent: an mdev type dir (A/B) or a creatable_vgpu_types entry (C)."""
 
     parent: str
@@ -74,7 +187,36 @@ class VgpuType:
     framebuffer_mib: int | None
     device_api: str
     description: str
-    attributes: dict[str, str | int] = field(default_factory=dict, hash=False, compare=False)
+    attributes: dict[str, str | int]
+    _uncompared = ("attributes",)
+
+    def __init__(
+        self,
+        parent: str,
+        layout: Layout,
+        type_id: str,
+        name: str,
+        profile: str,
+        available_instances: int,
+        max_instances: int | None,
+        framebuffer_mib: int | None,
+        device_api: str,
+        description: str,
+        attributes: dict[str, str | int] | None = None,
+    ) -> None:
+        self.__dict__.update(
+            parent=parent,
+            layout=layout,
+            type_id=type_id,
+            name=name,
+            profile=profile,
+            available_instances=available_instances,
+            max_instances=max_instances,
+            framebuffer_mib=framebuffer_mib,
+            device_api=device_api,
+            description=description,
+            attributes={} if attributes is None else attributes,
+        )
 
     @property
     def numeric_id(self) -> int | None:
@@ -83,8 +225,8 @@ class VgpuType:
         return int(number) if prefix == "nvidia" and number.isdigit() else None
 
 
-@dataclass(frozen=True)
-class MdevParent:
+@_record
+class MdevParent(_Record):
     """A device under /sys/class/mdev_bus: a PCI function (PF or VF) or a virtual device such as mtty."""
 
     name: str  # 0000:01:00.0, or mtty for non-PCI parents
@@ -93,35 +235,59 @@ class MdevParent:
     pci_address: str | None
     types: tuple[VgpuType, ...]
 
+    def __init__(
+        self, name: str, sysfs_path: str, layout: Layout, pci_address: str | None, types: tuple[VgpuType, ...]
+    ) -> None:
+        self.__dict__.update(name=name, sysfs_path=sysfs_path, layout=layout, pci_address=pci_address, types=types)
 
-@dataclass(frozen=True)
-class Mdev:
+
+@_record
+class Mdev(_Record):
     """An existing mediated device."""
 
     uuid: str
     type_id: str
     parent: str
-    iommu_group: int | None = None
-    vgpu_params: str | None = None
+    iommu_group: int | None
+    vgpu_params: str | None
+
+    def __init__(
+        self, uuid: str, type_id: str, parent: str, iommu_group: int | None = None, vgpu_params: str | None = None
+    ) -> None:
+        self.__dict__.update(
+            uuid=uuid, type_id=type_id, parent=parent, iommu_group=iommu_group, vgpu_params=vgpu_params
+        )
 
 
-@dataclass(frozen=True)
-class VendorVf:
+@_record
+class VendorVf(_Record):
     """A layout C virtual function: its creatable type list and the type it runs (0 = none)."""
 
     address: str
     physfn: str | None
     creatable: tuple[tuple[int, str], ...]
     current_type: int
-    vgpu_params: str | None = None
+    vgpu_params: str | None
+
+    def __init__(
+        self,
+        address: str,
+        physfn: str | None,
+        creatable: tuple[tuple[int, str], ...],
+        current_type: int,
+        vgpu_params: str | None = None,
+    ) -> None:
+        self.__dict__.update(
+            address=address, physfn=physfn, creatable=creatable, current_type=current_type, vgpu_params=vgpu_params
+        )
 
     @property
     def in_use(self) -> bool:
         return self.current_type != 0
 
 
-@dataclass(frozen=True)
-class HostSnapshot:
+@_record
+class HostSnapshot(_Record):
     """Everything discovery read from one host root, at one moment."""
 
     root: str
@@ -132,7 +298,31 @@ class HostSnapshot:
     vendor_vfs: dict[str, VendorVf]
     iommu_groups: dict[int, tuple[str, ...]]
     layouts: dict[str, Layout]
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[str, ...]
+
+    def __init__(
+        self,
+        root: str,
+        simulated: bool,
+        functions: dict[str, PciFunction],
+        mdev_parents: dict[str, MdevParent],
+        mdevs: dict[str, Mdev],
+        vendor_vfs: dict[str, VendorVf],
+        iommu_groups: dict[int, tuple[str, ...]],
+        layouts: dict[str, Layout],
+        warnings: tuple[str, ...] = (),
+    ) -> None:
+        self.__dict__.update(
+            root=root,
+            simulated=simulated,
+            functions=functions,
+            mdev_parents=mdev_parents,
+            mdevs=mdevs,
+            vendor_vfs=vendor_vfs,
+            iommu_groups=iommu_groups,
+            layouts=layouts,
+            warnings=warnings,
+        )
 
     @property
     def gpus(self) -> list[PciFunction]:
@@ -180,18 +370,45 @@ def vendor_vf_types(vf: VendorVf, snapshot: HostSnapshot | None = None) -> list[
     return out
 
 
-@dataclass(frozen=True)
-class Allocation:
+@_record
+class Allocation(_Record):
     """One device a domain owns, as recorded in the domain's vgpuadm <metadata> (the source of truth for
     ownership, restore and the inventory's "owned by" column)."""
 
     domain: str
     mode: str  # "mdev" (layouts A/B), "vf" (layout C), "pci" (layout D passthrough)
-    type_id: str | None = None  # nvidia-63, nvidia-1414; None for passthrough
-    parent: str | None = None  # mdev parent, or the VF itself for layout C
-    uuid: str | None = None  # mdev UUID
-    address: str | None = None  # VF address (layout C) or passed-through function (layout D)
-    params: str | None = None  # vgpu_params as written
-    domain_uuid: str | None = None
-    slot: int = 0  # index among the domain's vgpuadm devices (deterministic UUIDs derive from it)
-    extra: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    type_id: str | None  # nvidia-63, nvidia-1414; None for passthrough
+    parent: str | None  # mdev parent, or the VF itself for layout C
+    uuid: str | None  # mdev UUID
+    address: str | None  # VF address (layout C) or passed-through function (layout D)
+    params: str | None  # vgpu_params as written
+    domain_uuid: str | None
+    slot: int  # index among the domain's vgpuadm devices (deterministic UUIDs derive from it)
+    extra: dict[str, str]
+    _uncompared = ("extra",)
+
+    def __init__(
+        self,
+        domain: str,
+        mode: str,
+        type_id: str | None = None,
+        parent: str | None = None,
+        uuid: str | None = None,
+        address: str | None = None,
+        params: str | None = None,
+        domain_uuid: str | None = None,
+        slot: int = 0,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        self.__dict__.update(
+            domain=domain,
+            mode=mode,
+            type_id=type_id,
+            parent=parent,
+            uuid=uuid,
+            address=address,
+            params=params,
+            domain_uuid=domain_uuid,
+            slot=slot,
+            extra={} if extra is None else extra,
+        )

@@ -6,9 +6,7 @@ Accepted spellings (shared/docs/vgpu-sysfs.md §2.2): `nvidia-63`, `GRID P4-1Q`,
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from vgpuadm.errors import NotFoundError
 
@@ -17,27 +15,34 @@ TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (
 if TYPE_CHECKING:
     from vgpuadm.model import VgpuType
 
-# <board>[-<slices>]-<fb GB><series>[ME|4]; fb 0 means 512 MB (M60-0B). Board names may contain hyphens.
-_PROFILE = re.compile(
-    r"^(?P<board>.+?)(?:-(?P<slices>\d+))?-(?P<fb>\d+)(?P<series>[ABCQ])(?P<variant>ME|4)?$", re.IGNORECASE
-)
-_NV_DESCRIPTION = re.compile(
-    r"^num_heads=(?P<heads>\d+), frl_config=(?P<frl>\d+), framebuffer=(?P<fb>\d+)M, "
-    r"max_resolution=(?P<res>\d+x\d+), max_instance=(?P<max>\d+)$"
-)
-_GVT_LINE = re.compile(r"^(?P<key>low_gm_size|high_gm_size|fence|resolution|weight):\s*(?P<value>\S+)$")
+# The parsers below split instead of using regular expressions: importing `re` and compiling the patterns cost
+# ~3 ms of every cold start, and discovery parses a name and a description per type. Each keeps the grammar of
+# the pattern it replaced, noted above it; `str.isdecimal` is exactly what `\d` matches.
+_NV_KEYS = ("num_heads", "frl_config", "framebuffer", "max_resolution", "max_instance")
+_GVT_KEYS = ("low_gm_size", "high_gm_size", "fence", "resolution", "weight")
 
 
-@dataclass(frozen=True)
 class NvidiaName:
-    """What an NVIDIA vGPU name says: `NVIDIA H200X-1-18C` → board H200X, 1 MIG slice, 18 GB, C series."""
+    """What an NVIDIA vGPU name says: `NVIDIA H200X-1-18C` → board H200X, 1 MIG slice, 18 GB, C series.
+    A plain read-only-by-convention class rather than a dataclass (see vgpuadm/model.py for why)."""
 
-    profile: str
-    board: str | None = None
-    slices: int | None = None
-    framebuffer_mib: int | None = None
-    series: str | None = None
-    variant: str | None = None
+    __slots__ = ("board", "framebuffer_mib", "profile", "series", "slices", "variant")
+
+    def __init__(
+        self,
+        profile: str,
+        board: str | None = None,
+        slices: int | None = None,
+        framebuffer_mib: int | None = None,
+        series: str | None = None,
+        variant: str | None = None,
+    ) -> None:
+        self.profile = profile
+        self.board = board
+        self.slices = slices
+        self.framebuffer_mib = framebuffer_mib
+        self.series = series
+        self.variant = variant
 
     def attributes(self) -> dict[str, str | int]:
         out: dict[str, str | int] = {}
@@ -59,51 +64,85 @@ def profile_of(name: str) -> str:
 
 
 def describe_nvidia_name(name: str) -> NvidiaName:
+    # <board>[-<slices>]-<fb GB><series>[ME|4], case-insensitive; fb 0 means 512 MB (M60-0B). Board names may
+    # contain hyphens; the board is the shortest prefix that leaves a valid rest (as `^(.+?)(?:-(\d+))?-…$`).
     profile = profile_of(name)
-    m = _PROFILE.match(profile)
-    if not m:
+    parts = profile.split("-")
+    last = parts[-1]
+    digits = next((i for i, c in enumerate(last) if not c.isdecimal()), len(last))
+    series, variant = last[digits : digits + 1].upper(), last[digits + 1 :]
+    if len(parts) < 2 or not digits or series not in ("A", "B", "C", "Q") or variant.upper() not in ("", "ME", "4"):
         return NvidiaName(profile=profile)
-    fb_gb = int(m["fb"])
+    slices = None
+    board = "-".join(parts[:-1])
+    if len(parts) >= 3 and parts[-2].isdecimal() and "-".join(parts[:-2]):
+        slices, board = int(parts[-2]), "-".join(parts[:-2])
+    if not board:
+        return NvidiaName(profile=profile)
+    fb_gb = int(last[:digits])
     return NvidiaName(
         profile=profile,
-        board=m["board"],
-        slices=int(m["slices"]) if m["slices"] else None,
+        board=board,
+        slices=slices,
         framebuffer_mib=512 if fb_gb == 0 else fb_gb * 1024,
-        series=m["series"].upper(),
-        variant=m["variant"],
+        series=series,
+        variant=variant or None,
     )
 
 
 def parse_description(text: str) -> dict[str, str | int]:
     """Parse an mdev type description: NVIDIA's one-liner or GVT-g's key: value lines. Unknown text → {}."""
     text = text.strip()
-    m = _NV_DESCRIPTION.match(text)
-    if m:
-        return {
-            "num_heads": int(m["heads"]),
-            "frl_config": int(m["frl"]),
-            "framebuffer_mib": int(m["fb"]),
-            "max_resolution": m["res"],
-            "max_instance": int(m["max"]),
-        }
+    nvidia = _nvidia_description(text)
+    if nvidia is not None:
+        return nvidia
     out: dict[str, str | int] = {}
     for line in text.splitlines():
-        g = _GVT_LINE.match(line.strip())
-        if not g:
+        # (low_gm_size|high_gm_size|fence|resolution|weight):\s*(\S+)
+        key, colon, value = line.strip().partition(":")
+        value = value.lstrip()
+        if not colon or key not in _GVT_KEYS or not value or len(value.split()) != 1:
             continue
-        value = g["value"]
         if value.endswith("MB") and value[:-2].isdigit():
-            out[g["key"].replace("_size", "_mib")] = int(value[:-2])
+            out[key.replace("_size", "_mib")] = int(value[:-2])
         elif value.isdigit():
-            out[g["key"]] = int(value)
+            out[key] = int(value)
         else:
-            out[g["key"]] = value
+            out[key] = value
     return out
+
+
+def _nvidia_description(text: str) -> dict[str, str | int] | None:
+    # num_heads=(\d+), frl_config=(\d+), framebuffer=(\d+)M, max_resolution=(\d+x\d+), max_instance=(\d+)
+    fields = text.split(", ")
+    if len(fields) != 5:
+        return None
+    values = []
+    for field, key in zip(fields, _NV_KEYS, strict=True):
+        k, eq, v = field.partition("=")
+        if k != key or not eq:
+            return None
+        values.append(v)
+    heads, frl, fb, res, most = values
+    width, x, height = res.partition("x")
+    if not (fb.endswith("M") and fb[:-1].isdecimal() and x and width.isdecimal() and height.isdecimal()):
+        return None
+    if not (heads.isdecimal() and frl.isdecimal() and most.isdecimal()):
+        return None
+    return {
+        "num_heads": int(heads),
+        "frl_config": int(frl),
+        "framebuffer_mib": int(fb[:-1]),
+        "max_resolution": res,
+        "max_instance": int(most),
+    }
 
 
 def parse_creatable(text: str) -> list[tuple[int, str]]:
     """Parse nvidia/creatable_vgpu_types: header `ID    : vGPU Name`, `%-5d : name` rows, blank lines,
     single or multiple spaces, and the colon-less form `1428 NVIDIA H200X-141C` all occur."""
+    import re  # layout C hosts only: keeps `re` off the other hosts' read commands
+
     out = []
     for raw in text.splitlines():
         line = raw.strip()

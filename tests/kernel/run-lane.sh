@@ -12,7 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 out="$here/out"
 results="$out/results"
-timeout_s=${VGPUADM_KERNEL_TIMEOUT:-900}
+timeout_s=${VGPUADM_KERNEL_TIMEOUT:-1080}  # a hang guard: a normal run takes ~5 min (10 under heavy load)
 export PATH="$repo/.venv/bin:$PATH"
 start=$SECONDS
 

@@ -92,7 +92,7 @@ def test_apply_reconcile_restore(sim_host: Callable[[str], Path], tmp_path: Path
     assert found == {"recovered": [], "leaks": [{"kind": "mdev", "id": leak, "detail": f"nvidia-63 on {GPU}"}],
                      "fixed": [], "lost": []}  # fmt: skip
     fixed = run_json(root, "reconcile", "reconcile", "--fix")
-    assert fixed["fixed"] == [f"step 1/1 remove mdev {leak}"] and leak not in mdevs(root)
+    assert fixed["fixed"] == [f"step 1/1 remove mdev {leak} from {GPU}"] and leak not in mdevs(root)
 
     assert vgpuadm(root, "sim", "reboot", str(root)).code == 0
     restored = run_json(root, "restore", "restore")

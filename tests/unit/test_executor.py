@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+import vgpuadm.executor as executor_mod
 from vgpuadm.errors import HostIOError, UsageError
-from vgpuadm.executor import JOURNAL, ExecContext, execute, read_journal, recover, register
+from vgpuadm.executor import JOURNAL, ExecContext, execute, host_lock, read_journal, recover, register
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.steps import Plan, Step, step_kind
 
@@ -88,6 +89,26 @@ def test_journal_holds_the_plan_once_then_one_progress_line_per_step(tmp_path: P
                      "plan": json.loads(json.dumps(plan.to_dict()))}  # fmt: skip
     assert seen[1] == seen[0] + '{"current": 1, "state": "applying"}\n'
     assert seen[2] == seen[1] + '{"current": 2, "state": "applying"}\n'
+
+
+def test_journal_directory_fsyncs_per_plan_and_per_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Durability cannot be observed without pulling the plug, so the directory fsyncs are recorded (a stand-in
+    for _fsync_dir) and their order checked: alone, a plan syncs the journal's creation and its removal; in a
+    batch under an outer lock hold, each removal is made durable by the next plan's creation or by the release."""
+    synced: list[str] = []
+    real = executor_mod._fsync_dir
+    monkeypatch.setattr(executor_mod, "_fsync_dir", lambda d: (synced.append(os.path.basename(d)), real(d)))
+    ctx = _ctx(tmp_path)
+    execute(Plan.of([Note("a"), Note("b")], ""), ctx)
+    assert synced == ["vgpuadm", "vgpuadm"]
+    synced.clear()
+    with host_lock(str(tmp_path)):
+        for name in ("c", "d", "e"):
+            execute(Plan.of([Note(name)], ""), ctx)
+            assert not (tmp_path / JOURNAL).exists()
+        assert synced == ["vgpuadm", "vgpuadm", "vgpuadm"]  # one per plan: its journal's creation
+    assert synced == ["vgpuadm"] * 4  # the release made the last removal durable
+    assert ctx.extras["log"] == ["+a", "+b", "+c", "+d", "+e"]
 
 
 def test_a_torn_progress_line_is_ignored(tmp_path: Path) -> None:

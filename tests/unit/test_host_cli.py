@@ -167,3 +167,18 @@ def test_help_has_an_example(command: list[str], cli, capsys) -> None:  # type: 
     out = res.out + capsys.readouterr().out
     assert res.code == 0
     assert f"Example: vgpuadm {command[0]}" in out or "Example: vgpuadm --root" in out
+
+
+def test_sriov_disable_with_a_vf_on_vfio_names_vfio_unbind(sim_host, cli):
+    """A VF handed to vfio-pci blocks `sriov disable`; the hint names the command that gives it back."""
+    root = str(sim_host("kernel-samples"))
+    assert cli("--root", root, "sriov", "enable", "0000:01:00.0").code == 0
+    assert cli("--root", root, "vfio", "bind", "0000:01:00.1").code == 0
+    r = cli("--root", root, "sriov", "disable", "0000:01:00.0")
+    assert (r.code, r.err.splitlines()) == (
+        5,
+        [
+            "error: VFs of 0000:01:00.0 are in use (0000:01:00.1)",
+            "hint: give VFs on vfio-pci back (`vgpuadm vfio unbind 0000:01:00.1`) first",
+        ],
+    )

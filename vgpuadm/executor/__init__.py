@@ -123,7 +123,15 @@ def host_lock(root: str, timeout: float = DEFAULT_LOCK_TIMEOUT) -> Iterator[None
             _write_text(owner, str(os.getpid()))
         yield
     finally:
+        if lock.lock_counter == 1:
+            _sync_deferred()
         lock.release()
+
+
+def _lock_nested(root: str) -> bool:
+    """Whether this process holds the host lock of `root` more than once (a batch: plans run under an outer hold)."""
+    lock = _LOCKS.get((os.getpid(), os.path.join(root, LOCK_PATH)))
+    return lock is not None and lock.lock_counter > 1
 
 
 def _read_text(path: str) -> str:
@@ -154,6 +162,7 @@ def atomic_write_json(path: str, doc: Any, *, sync_dir: bool = True) -> None:
     os.replace(tmp, path)
     if sync_dir:
         _fsync_dir(directory)
+        _DEFERRED_DIR_SYNCS.discard(directory)  # that fsync made an earlier deferred removal durable too
 
 
 def _fsync_dir(directory: str) -> None:
@@ -164,10 +173,23 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def _remove(path: str) -> None:
+_DEFERRED_DIR_SYNCS: set[str] = set()  # directories whose journal removal is not durable yet (see _Journal.remove)
+
+
+def _remove(path: str, *, defer_sync: bool = False) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-        _fsync_dir(os.path.dirname(path))
+        if defer_sync:
+            _DEFERRED_DIR_SYNCS.add(os.path.dirname(path))
+        else:
+            _fsync_dir(os.path.dirname(path))
+
+
+def _sync_deferred() -> None:
+    while _DEFERRED_DIR_SYNCS:
+        directory = _DEFERRED_DIR_SYNCS.pop()
+        with contextlib.suppress(OSError):  # gone (a test root removed) or an I/O error the next write will report
+            _fsync_dir(directory)
 
 
 # --- journal ------------------------------------------------------------------------------------------------------
@@ -210,6 +232,7 @@ class _Journal:
     The switch to rolling back is fsynced, so that `recover --finish` never completes a plan that failed."""
 
     def __init__(self, root: str) -> None:
+        self.root = root
         self.path = journal_path(root)
         self._file: Any = None
 
@@ -234,8 +257,12 @@ class _Journal:
             self._file = None
 
     def remove(self) -> None:
+        """Delete the journal, durably: a journal that reappeared after a power loss would roll back a change that
+        succeeded. In a batch (the host lock held by an outer caller, e.g. `create_many`) the directory fsync is
+        left to the next plan's `begin` or to the outer lock's release, whichever comes first; until the batch
+        returns, its user has seen no success that a rollback could contradict."""
         self.close()
-        _remove(self.path)
+        _remove(self.path, defer_sync=_lock_nested(self.root))
 
 
 def _pending_error() -> ConflictError:

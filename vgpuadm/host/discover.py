@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 
 from vgpuadm.errors import HostIOError
 from vgpuadm.host.sysfs import Sysfs, check_root
@@ -19,7 +18,6 @@ PCI_DEVICES = "/sys/bus/pci/devices"
 MDEV_BUS = "/sys/class/mdev_bus"
 MDEV_DEVICES = "/sys/bus/mdev/devices"
 IOMMU_GROUPS = "/sys/kernel/iommu_groups"
-_VIRTFN = re.compile(r"^virtfn(\d+)$")
 
 
 def snapshot(sysfs: Sysfs, *, types: bool = True) -> HostSnapshot:
@@ -27,8 +25,9 @@ def snapshot(sysfs: Sysfs, *, types: bool = True) -> HostSnapshot:
     commands that never show types (`gpus`) save thousands of reads on a big layout B host."""
     check_root(sysfs.root)
     warnings: list[str] = []
-    functions = _read_functions(sysfs, warnings)
-    groups = _read_groups(sysfs, functions)
+    listed: dict[int, list[str]] = {}
+    functions = _read_functions(sysfs, warnings, listed)
+    groups = _read_groups(sysfs, functions, listed)
     parents = _read_mdev_parents(sysfs, functions, warnings, types)
     mdevs = _read_mdevs(sysfs, warnings)
     vendor_vfs = _read_vendor_vfs(sysfs, functions, warnings)
@@ -63,8 +62,9 @@ def _layout(fn: PciFunction, parents: dict[str, MdevParent], vfs: dict[str, Vend
     return Layout.PASSTHROUGH
 
 
-def _read_functions(sysfs: Sysfs, warnings: list[str]) -> dict[str, PciFunction]:
-    """Display functions, their SR-IOV relatives and every function sharing their IOMMU groups."""
+def _read_functions(sysfs: Sysfs, warnings: list[str], listed: dict[int, list[str]]) -> dict[str, PciFunction]:
+    """Display functions, their SR-IOV relatives and every function sharing their IOMMU groups. The IOMMU group
+    members it lists land in `listed`, for _read_groups."""
     addresses = sysfs.listdir(PCI_DEVICES)
     classes: dict[str, str] = {}
     for addr in addresses:
@@ -100,7 +100,8 @@ def _read_functions(sysfs: Sysfs, warnings: list[str]) -> dict[str, PciFunction]
         if fn.physfn:
             todo.append(fn.physfn)
         if fn.iommu_group is not None and fn.is_display:
-            todo.extend(sysfs.listdir(f"{IOMMU_GROUPS}/{fn.iommu_group}/devices"))
+            members = listed[fn.iommu_group] = sysfs.listdir(f"{IOMMU_GROUPS}/{fn.iommu_group}/devices")
+            todo.extend(members)
         todo.extend(a for a in by_slot.get(fn.slot, ()) if a != addr)
     return dict(sorted(out.items()))
 
@@ -112,27 +113,40 @@ def _read_function(sysfs: Sysfs, addr: str, class_code: str, warnings: list[str]
     entries = sysfs.entries(real)
     virtfns = []
     for entry in entries:
-        m = _VIRTFN.match(entry)
-        if m:
+        if entry.startswith("virtfn") and entry[6:].isdecimal():  # virtfn<N> links, as ^virtfn(\d+)$
             target = sysfs.link_name(f"{real}/{entry}")
             if target:
-                virtfns.append((int(m[1]), target))
+                virtfns.append((int(entry[6:]), target))
+
+    # The attributes present, read relative to the device directory: no path walk through the bus symlink per
+    # file. On any error the single reads below run instead, so messages name the path users know.
+    try:
+        got = sysfs.read_attrs(real, tuple(n for n in _FUNCTION_ATTRS if n in entries))
+    except HostIOError:
+        got = {}
+
+    def text(name: str) -> str | None:
+        return got[name] if got.get(name) is not None else sysfs.read_opt(f"{d}/{name}")
 
     def link(name: str) -> str | None:
         return sysfs.link_name(f"{real}/{name}") if entries.get(name) else None
 
     def opt(name: str) -> str | None:
-        return _strip(sysfs.read_opt(f"{d}/{name}")) if name in entries else None
+        return _strip(text(name)) if name in entries else None
 
     def num(name: str) -> int | None:
         # An odd optional number is a warning naming the file, never a lost GPU.
         if name not in entries:
             return None
         try:
-            return sysfs.read_int(f"{d}/{name}")
+            return _int(text(name), f"{d}/{name}")
         except HostIOError as exc:
             warnings.append(f"PCI function {addr}: {exc.message}")
             return None
+
+    def required(name: str) -> str:
+        value = got.get(name)
+        return (value if value is not None else sysfs.read(f"{d}/{name}")).strip()
 
     boot_vga = num("boot_vga")
     override = opt("driver_override")
@@ -143,8 +157,8 @@ def _read_function(sysfs: Sysfs, addr: str, class_code: str, warnings: list[str]
         group = None
     return PciFunction(
         address=addr,
-        vendor_id=sysfs.read(f"{d}/vendor").strip(),
-        device_id=sysfs.read(f"{d}/device").strip(),
+        vendor_id=required("vendor"),
+        device_id=required("device"),
         class_code=class_code,
         subsystem_vendor_id=opt("subsystem_vendor"),
         subsystem_device_id=opt("subsystem_device"),
@@ -162,6 +176,20 @@ def _read_function(sysfs: Sysfs, addr: str, class_code: str, warnings: list[str]
     )
 
 
+_FUNCTION_ATTRS = ("vendor", "device", "subsystem_vendor", "subsystem_device", "driver_override", "numa_node",
+                   "boot_vga", "sriov_totalvfs", "sriov_numvfs")  # fmt: skip
+
+
+def _int(text: str | None, host_path: str) -> int | None:
+    """As Sysfs.read_int, on text already read."""
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise HostIOError(f"{host_path} holds {text.strip()[:40]!r}, not an integer", path=host_path) from None
+
+
 def _strip(text: str | None) -> str | None:
     return text.strip() if text is not None else None
 
@@ -174,9 +202,11 @@ def _group_number(name: str | None, host_path: str) -> int | None:
     return int(name)
 
 
-def _read_groups(sysfs: Sysfs, functions: dict[str, PciFunction]) -> dict[int, tuple[str, ...]]:
+def _read_groups(
+    sysfs: Sysfs, functions: dict[str, PciFunction], listed: dict[int, list[str]]
+) -> dict[int, tuple[str, ...]]:
     numbers = sorted({fn.iommu_group for fn in functions.values() if fn.iommu_group is not None})
-    return {n: tuple(sysfs.listdir(f"{IOMMU_GROUPS}/{n}/devices")) for n in numbers}
+    return {n: tuple(listed[n] if n in listed else sysfs.listdir(f"{IOMMU_GROUPS}/{n}/devices")) for n in numbers}
 
 
 def _read_mdev_parents(
@@ -195,7 +225,7 @@ def _read_mdev_parents(
             types = []
             for type_id, attrs in raw.items():
                 try:
-                    types.append(_make_type(name, layout, f"{d}/mdev_supported_types/{type_id}", type_id, attrs))
+                    types.append(_make_type(name, layout, d, type_id, attrs))
                 except HostIOError as exc:
                     warnings.append(f"skipped type {type_id} on {name}: {exc.message}")
             out[name] = MdevParent(
@@ -213,38 +243,32 @@ def _read_mdev_parents(
 _TYPE_ATTRS = ("available_instances", "name", "description", "device_api")
 
 
-def _make_type(parent: str, layout: Layout, t: str, type_id: str, a: dict[str, str | None]) -> VgpuType:
-    """One mdev type from its attributes; `t` is its host path as users see it (/sys/class/mdev_bus/…)."""
+def _make_type(parent: str, layout: Layout, d: str, type_id: str, a: dict[str, str | None]) -> VgpuType:
+    """One mdev type from its attributes; `d` is its parent's host path as users see it (/sys/class/mdev_bus/…)."""
     raw = a["available_instances"]
-    if raw is None:
-        raise HostIOError(f"{t}/available_instances is missing", path=f"{t}/available_instances")
     try:
-        available = int(raw.strip())
-    except ValueError:
-        path = f"{t}/available_instances"
+        available = int(raw)  # type: ignore[arg-type]  # None is caught below; int() strips whitespace itself
+    except (TypeError, ValueError):
+        path = f"{d}/mdev_supported_types/{type_id}/available_instances"
+        if raw is None:
+            raise HostIOError(f"{path} is missing", path=path) from None
         raise HostIOError(f"{path} holds {raw.strip()[:40]!r}, not an integer", path=path) from None
-    name = (a["name"] or "").strip() or type_id
-    description = (a["description"] or "").strip()
-    profile, max_instances, fb, attrs = _describe(type_id, name, description)
+    name, description, device_api, profile, max_instances, fb, attrs = _describe(
+        type_id, a["name"], a["description"], a["device_api"]
+    )
     return VgpuType(
-        parent=parent,
-        layout=layout,
-        type_id=type_id,
-        name=name,
-        profile=profile,
-        available_instances=available,
-        max_instances=max_instances,
-        framebuffer_mib=fb,
-        device_api=(a["device_api"] or "").strip(),
-        description=description,
-        attributes=dict(attrs),
+        parent, layout, type_id, name, profile, available, max_instances, fb, device_api, description, dict(attrs)
     )
 
 
 @functools.cache
-def _describe(type_id: str, name: str, description: str) -> tuple[str, int | None, int | None, dict[str, str | int]]:
-    """Profile, max instances, framebuffer and attributes of a type's name and description. Cached: every VF of
-    a GPU lists the same types, so a big layout B host parses each text once, not once per VF."""
+def _describe(
+    type_id: str, raw_name: str | None, raw_description: str | None, raw_device_api: str | None
+) -> tuple[str, str, str, str, int | None, int | None, dict[str, str | int]]:
+    """Name, description, device API, profile, max instances, framebuffer and attributes of a type's texts.
+    Cached: every VF of a GPU lists the same types, so a big layout B host parses each text once, not per VF."""
+    name = (raw_name or "").strip() or type_id
+    description = (raw_description or "").strip()
     attrs = parse_description(description)
     nvidia = type_id.startswith("nvidia-")
     info = describe_nvidia_name(name) if nvidia else None
@@ -255,6 +279,9 @@ def _describe(type_id: str, name: str, description: str) -> tuple[str, int | Non
     if fb is None and info is not None:
         fb = info.framebuffer_mib
     return (
+        name,
+        description,
+        (raw_device_api or "").strip(),
         profile_of(name) if nvidia else name,
         max_instances if isinstance(max_instances, int) else None,
         fb if isinstance(fb, int) else None,

@@ -31,11 +31,17 @@ class SriovMode(Mode):
     def _check_vfs_free(self, snapshot: HostSnapshot, fn: PciFunction) -> None:
         busy = [m.uuid for m in snapshot.mdevs.values() if m.parent in fn.virtfns]
         busy += [vf.address for vf in snapshot.vendor_vfs.values() if vf.in_use and vf.address in fn.virtfns]
-        busy += [a for a in fn.virtfns if (snapshot.functions.get(a) and snapshot.functions[a].driver == "vfio-pci")]
-        if busy:
+        on_vfio = [a for a in fn.virtfns if (snapshot.functions.get(a) and snapshot.functions[a].driver == "vfio-pci")]
+        if busy or on_vfio:
+            listed = busy + on_vfio
+            fixes = []
+            if busy:
+                fixes.append("remove their vGPUs (`vgpuadm mdev remove`, `vgpuadm vf clear`)")
+            if on_vfio:
+                fixes.append(f"give VFs on vfio-pci back (`vgpuadm vfio unbind {on_vfio[0]}`)")
             raise ConflictError(
-                f"VFs of {fn.address} are in use ({', '.join(busy[:3])}{'…' if len(busy) > 3 else ''})",
-                "remove their vGPUs (`vgpuadm mdev remove`, `vgpuadm vf clear`) first",
+                f"VFs of {fn.address} are in use ({', '.join(listed[:3])}{'…' if len(listed) > 3 else ''})",
+                " and ".join(fixes) + " first",
             )
 
     def plan_enable(

@@ -40,7 +40,7 @@ def gpu_rows(snap: HostSnapshot) -> list[dict[str, Any]]:
 def type_row(t: VgpuType) -> dict[str, Any]:
     return {
         "parent": t.parent,
-        "layout": t.layout.value,
+        "layout": t.layout._value_,  # as .value, without enum's Python-level property (2,560 rows on big hosts)
         "type_id": t.type_id,
         "name": t.name,
         "profile": t.profile,

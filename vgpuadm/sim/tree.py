@@ -160,7 +160,8 @@ class TreeBuilder:
         self.mkdir("/dev/vfio")
 
     def vfio_node(self, group: int, present: bool = True) -> None:
-        """`/dev/vfio/<group>`: the VFIO group char device (an empty 0600 file here), present only while viable."""
+        """`/dev/vfio/<group>`: the VFIO group char device (an empty 0600 file here), present while a member is on
+        vfio-pci."""
         node = f"/dev/vfio/{group}"
         if present:
             if not os.path.exists(self.real(node)):

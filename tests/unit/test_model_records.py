@@ -1,0 +1,83 @@
+"""The model's hand-written records keep the frozen-dataclass behaviour callers rely on (vgpuadm/model.py says why
+they are not dataclasses), and the read commands' fast path stays free of the modules they avoid."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+from vgpuadm.model import Allocation, Layout, Mdev, PciFunction, VgpuType
+
+
+def p4_type(**changes: object) -> VgpuType:
+    t = VgpuType("0000:01:00.0", Layout.MDEV_PF, "nvidia-63", "GRID P4-1Q", "P4-1Q", 8, 8, 1024, "vfio-pci", "d",
+                 {"board": "P4"})  # fmt: skip
+    return dataclasses.replace(t, **changes) if changes else t
+
+
+def test_defaults_and_keyword_construction():
+    fn = PciFunction(address="0000:01:00.0", vendor_id="0x10de", device_id="0x1bb3", class_code="0x030200")
+    assert (fn.driver, fn.virtfns, fn.is_bridge, fn.sysfs_path, fn.iommu_group) == (None, (), False, "", None)
+    assert Allocation("vm1", "mdev").extra == {}
+    assert Allocation("vm1", "mdev").extra is not Allocation("vm1", "mdev").extra
+
+
+def test_equality_and_hash_leave_out_attributes_and_extra():
+    assert p4_type() == p4_type(attributes={"board": "other"})
+    assert hash(p4_type()) == hash(p4_type(attributes={}))
+    assert p4_type() != p4_type(available_instances=7)
+    assert Allocation("vm1", "mdev", extra={"a": "1"}) == Allocation("vm1", "mdev")
+    assert Mdev("u", "nvidia-63", "p") != ("u", "nvidia-63", "p", None, None)  # a record, not a tuple
+    assert len({Mdev("u", "nvidia-63", "p"), Mdev("u", "nvidia-63", "p")}) == 1
+
+
+def test_fields_cannot_be_assigned_or_deleted():
+    m = Mdev("u", "nvidia-63", "p")
+    with pytest.raises(AttributeError, match="cannot assign to field 'uuid'"):
+        m.uuid = "v"  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="cannot delete field 'uuid'"):
+        del m.uuid  # type: ignore[misc]
+    assert m.uuid == "u"
+
+
+def test_dataclasses_replace_fields_and_asdict_work():
+    t = p4_type()
+    changed = dataclasses.replace(t, available_instances=0)
+    assert (changed.available_instances, t.available_instances, changed.name) == (0, 8, "GRID P4-1Q")
+    assert [f.name for f in dataclasses.fields(Mdev)] == ["uuid", "type_id", "parent", "iommu_group", "vgpu_params"]
+    assert dataclasses.asdict(Mdev("u", "nvidia-63", "p", 3)) == {
+        "uuid": "u", "type_id": "nvidia-63", "parent": "p", "iommu_group": 3, "vgpu_params": None
+    }  # fmt: skip
+    with pytest.raises(TypeError):
+        dataclasses.replace(t, nope=1)
+
+
+def test_repr_pickle_and_copy():
+    m = Mdev("u", "nvidia-63", "p", 3)
+    assert repr(m) == "Mdev(uuid='u', type_id='nvidia-63', parent='p', iommu_group=3, vgpu_params=None)"
+    t = p4_type()
+    for clone in (pickle.loads(pickle.dumps(t)), copy.copy(t), copy.deepcopy(t)):
+        assert clone == t and clone.attributes == t.attributes
+        with pytest.raises(AttributeError):
+            clone.name = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("profile", ["p4", "a100-mdev-vf"])
+def test_read_fast_path_imports_no_dataclasses_re_or_inspect(sim_host, profile):
+    """dataclasses (with inspect, ast, dis), re and typing cost most of the cold-start budget
+    (bench/bench_cold_start.py): none of them may come back onto `types --json`."""
+    root = sim_host(profile)
+    code = (
+        "import sys, io\n"
+        "from vgpuadm.cli.app import run\n"
+        "from vgpuadm.cli.console import Console\n"
+        f"assert run(['--root', {str(root)!r}, 'types', '--json'], Console(io.StringIO())) == 0\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert set(out.split()) & {"dataclasses", "inspect", "ast", "re", "typing", "json"} == set()
