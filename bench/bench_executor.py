@@ -1,10 +1,11 @@
-"""What the executor's safety costs: creating N mdevs on a simulated P4 host through `api.apply` (lock, atomic
-fsync'd journal before each step, effect check, undo stack) against the same N raw create writes through Sysfs.
+"""What the executor's safety costs: creating N mdevs on a simulated P4 host through `api.apply` (lock, journal,
+effect check, undo stack) against the same N raw create writes through Sysfs.
 
 Prints the medians and the ratio executor/raw, plus the time to discover+plan the request and to roll back a plan
-whose last step fails. The journal adds one fsync per step (plus a directory fsync for the first), about what
-one simulated write costs, so the expected ratio is 2–3, dominated by fsync latency. Target: ratio ≤ 3 on an idle
-machine; on a loaded one fsync latency swings it (measured 1.7–4.4 with load average 6–15).
+whose last step fails. The journal costs two fsyncs per plan (the plan file and its directory, before the first
+step) and one directory fsync at the end; each later step only appends a flushed progress line. Target: ratio ≤ 3;
+fsync latency on a loaded machine swings it (measured 1.38 with load average 5–9; 3.2 before the per-step fsyncs
+were dropped).
 Usage: python bench/bench_executor.py [--runs 7] [--count 8]
 """
 

@@ -12,8 +12,26 @@ step ruff format --check vgpuadm tests bench
 step mypy
 step lint-imports
 # pytest exits 5 when it collected nothing: that is a failure for us, as is any other non-zero code.
-step pytest -n 2 -q tests --ignore=tests/kernel
+mkdir -p .work && rm -f .work/junit-*.xml
+step pytest -n 2 -q tests --ignore=tests/kernel --junitxml .work/junit-main.xml
 if [ -x tests/kernel/run-lane.sh ]; then
   step tests/kernel/run-lane.sh
 fi
+# One closing line over every lane's junit XML (the main suite, the guest's, the differential comparison).
+.venv/bin/python - .work/junit-main.xml tests/kernel/out/results/junit.xml \
+  tests/kernel/out/results/junit-differential.xml <<'PY'
+import os
+import sys
+import xml.etree.ElementTree as ET
+
+n = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
+for path in sys.argv[1:]:
+    if os.path.exists(path):
+        root = ET.parse(path).getroot()
+        for suite in [root] if root.tag == "testsuite" else list(root):
+            for key in n:
+                n[key] += int(suite.get(key, 0))
+failed = n["failures"] + n["errors"]
+print(f"total: {n['tests'] - failed - n['skipped']} passed, {failed} failed, {n['skipped']} skipped")
+PY
 exit $status
