@@ -225,7 +225,13 @@ class SimHost:
         """The kernel's global mdev list, read from /sys/bus/mdev/devices."""
         out = {}
         for uuid in self.listdir(MDEV_DEVICES):
-            path = self.resolve(f"{MDEV_DEVICES}/{uuid}")
+            # The bus link points straight at the device dir under /sys/devices, whose components are plain
+            # directories in a simulated tree: joining the link text is the realpath, without an lstat per component.
+            try:
+                target = os.readlink(self.real(f"{MDEV_DEVICES}/{uuid}"))
+            except OSError:
+                continue
+            path = os.path.normpath(os.path.join(MDEV_DEVICES, target))
             type_id = self.link_name(f"{path}/mdev_type")
             if type_id is not None:
                 out[uuid] = MdevRecord(uuid, os.path.basename(os.path.dirname(path)), type_id, path)

@@ -61,7 +61,7 @@ class TreeBuilder:
         return self.root + host_path
 
     def mkdir(self, host_path: str) -> None:
-        os.makedirs(self.real(host_path), exist_ok=True)
+        _ensure_dir(self.real(host_path))
 
     def attr(self, host_path: str, value: str | int, mode: int = 0o644) -> None:
         """A kernel attribute: its text always ends with one newline."""
@@ -75,7 +75,7 @@ class TreeBuilder:
             st = os.lstat(path)
         except FileNotFoundError:
             # A new file (building, or a device appearing under the kernel lock): write it in place.
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            _ensure_dir(os.path.dirname(path))
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
             try:
                 os.write(fd, data)
@@ -114,14 +114,14 @@ class TreeBuilder:
         path = self.real(host_path)
         if os.path.exists(path):
             return
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        _ensure_dir(os.path.dirname(path))
         open(path, "w").close()
         os.chmod(path, 0o200)
 
     def link(self, host_link: str, host_target: str) -> None:
         """A relative symlink, so the tree stays valid wherever the root is moved."""
         link = self.real(host_link)
-        os.makedirs(os.path.dirname(link), exist_ok=True)
+        _ensure_dir(os.path.dirname(link))
         rel = os.path.relpath(self.real(host_target), os.path.dirname(link))
         if os.path.lexists(link):
             os.unlink(link)
@@ -225,3 +225,9 @@ class TreeBuilder:
     def marker(self, model: Mapping[str, object]) -> None:
         """The simulation marker: says the root is simulated and holds the hardware model the kernel obeys."""
         self.raw("/" + SIM_MARKER, (json.dumps(model, indent=1, sort_keys=True) + "\n").encode())
+
+
+def _ensure_dir(path: str) -> None:
+    """makedirs, but a stat first: most parents exist already, and a refused mkdir costs more than a stat."""
+    if not os.path.isdir(path):
+        os.makedirs(path, exist_ok=True)
