@@ -24,7 +24,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "install.sh: installing Debian packages: ${missing[*]}"
   $SUDO apt-get update -qq
   # INITRD=No: the kernel lane boots the kernel directly (virtme-ng), an initramfs build would only cost time.
-  $SUDO env DEBIAN_FRONTEND=noninteractive INITRD=No apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Recommends stay on: the lanes were verified with them (QEMU's firmware and virtiofsd, Chromium's fonts).
+  log=$(mktemp /tmp/vgpuadm-apt.XXXXXX.log)
+  if ! $SUDO env DEBIAN_FRONTEND=noninteractive INITRD=No apt-get install -y -qq "${missing[@]}" >"$log" 2>&1; then
+    tail -n 20 "$log"
+    echo "install.sh: apt-get install failed (full log: $log)" >&2
+    exit 1
+  fi
 fi
 
 PY=${PYTHON:-python3}
