@@ -83,7 +83,7 @@ def build_app() -> Any:
             f" ({'every time' if times == 0 else f'{times} time(s)'}, after {after} success(es))"
         )
 
-    @app.command("list")
+    @app.command("list", epilog="Example: vgpuadm sim list")
     def list_cmd(ctx: typer.Context) -> None:
         """List the simulated host profiles."""
         ctx.obj["console"].table("profiles", ["profile", "what it is"], [(k, v[0]) for k, v in PROFILES.items()])
