@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
+from vgpuadm import templating
 from vgpuadm.model import Allocation
 from vgpuadm.virt import xml
 from vgpuadm.virt.xml import PciAddress
 
 GOLDEN = Path(__file__).parent / "xml"
-TEMPLATES = Path(xml.template_dir())
+TEMPLATES = Path(templating.template_dir())
 SCHEMA = "/usr/share/libvirt/schemas/domain.rng"
 UPDATE = os.environ.get("VGPUADM_UPDATE_GOLDENS") == "1"
 
@@ -179,7 +180,7 @@ def test_every_template_variable_is_set_in_a_golden_case(monkeypatch: pytest.Mon
     monkeypatch.setattr(xml, "render", spy)
     for case in CASES.values():
         case()
-    env = xml.environment()
+    env = templating.environment()
     for template in sorted(str(p.relative_to(TEMPLATES)) for p in TEMPLATES.rglob("*.xml.j2")):
         source = env.loader.get_source(env, template)[0]
         variables = jinja2.meta.find_undeclared_variables(env.parse(source))

@@ -4,32 +4,13 @@ so it can be mailed or opened from a file share. Rendered by templates/report/in
 
 from __future__ import annotations
 
-import os
-from functools import cache
 from typing import Any
 
 from vgpuadm.report.render_table import Table, fleet_tables, host_tables
+from vgpuadm.templating import environment
 
 BAR_WIDTH = 420  # px of a full bar; labels and numbers sit left and right of it
 MAX_BARS = 60  # a fleet of 1,000 hosts charts its 60 fullest hosts; the table still lists every host
-
-
-def template_dir() -> str:
-    """templates/ inside the package (wheel), else the repo root's (checkout, editable install)."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for candidate in (os.path.join(here, "templates"), os.path.join(os.path.dirname(here), "templates")):
-        if os.path.isdir(os.path.join(candidate, "report")):
-            return candidate
-    raise FileNotFoundError(f"vgpuadm report templates not found next to {here}")
-
-
-@cache
-def _environment() -> Any:
-    import jinja2
-
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(template_dir()), autoescape=True, undefined=jinja2.StrictUndefined
-    )
 
 
 def _chart(
@@ -145,7 +126,7 @@ def _unknown(value: Any) -> Any:
 
 def to_html(view: dict[str, Any]) -> str:
     tables: list[Table] = view["tables"]
-    return str(_environment().get_template("report/inventory.html.j2").render(**{**view, "tables": tables}))
+    return str(environment().get_template("report/inventory.html.j2").render(**{**view, "tables": tables}))
 
 
 def host_html(doc: dict[str, Any]) -> str:

@@ -249,31 +249,24 @@ class VirtConn:
     def attach(self, name: str, device_xml: str) -> None:
         """Add a device to the persistent definition, and to the running guest when it runs. With both flags libvirt
         commits the definition only after the hot-plug succeeded, so a refused hot-plug changes nothing."""
-        libvirt = _libvirt()
-        flags, live = self._device_flags(name)
-        try:
-            self.domain(name).attachDeviceFlags(device_xml, flags)
-        except libvirt.libvirtError as exc:
-            if live:
-                raise ConflictError(
-                    f"domain '{name}' is running and libvirt cannot hot-plug the device: {_message(exc)}",
-                    f"shut it down (virsh -c {self.quoted_uri} shutdown {name}) and run the command again",
-                ) from None
-            raise self._fail(exc, f"attaching a device to '{name}'", name) from None
+        self._change_device(name, device_xml, "attachDeviceFlags", "hot-plug", "attaching a device to")
 
     def detach(self, name: str, device_xml: str) -> None:
         """Remove a device from the definition, and from the running guest when it runs."""
+        self._change_device(name, device_xml, "detachDeviceFlags", "unplug", "detaching a device from")
+
+    def _change_device(self, name: str, device_xml: str, method: str, live_verb: str, doing: str) -> None:
         libvirt = _libvirt()
         flags, live = self._device_flags(name)
         try:
-            self.domain(name).detachDeviceFlags(device_xml, flags)
+            getattr(self.domain(name), method)(device_xml, flags)
         except libvirt.libvirtError as exc:
             if live:
                 raise ConflictError(
-                    f"domain '{name}' is running and libvirt cannot unplug the device: {_message(exc)}",
+                    f"domain '{name}' is running and libvirt cannot {live_verb} the device: {_message(exc)}",
                     f"shut it down (virsh -c {self.quoted_uri} shutdown {name}) and run the command again",
                 ) from None
-            raise self._fail(exc, f"detaching a device from '{name}'", name) from None
+            raise self._fail(exc, f"{doing} '{name}'", name) from None
 
     # -- metadata --------------------------------------------------------------------------------------------------
     def get_metadata(self, name: str, uri: str) -> str | None:

@@ -7,17 +7,16 @@ Pure: no libvirt, no sysfs. The templates live in templates/ at the repo root (v
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 from lxml import etree
 
 from vgpuadm.errors import ConflictError, UsageError
 from vgpuadm.model import Allocation
+from vgpuadm.templating import environment
 
 NS = "https://vgpuadm.dev/xmlns/vgpuadm/1"
 PREFIX = "vgpuadm"
@@ -73,27 +72,6 @@ class HostdevRef:
 
 
 # -- templates -----------------------------------------------------------------------------------------------------
-
-
-def template_dir() -> str:
-    """templates/ shipped inside the package (wheel), else the repo root's (editable install, checkout)."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for candidate in (os.path.join(here, "templates"), os.path.join(os.path.dirname(here), "templates")):
-        if os.path.isdir(os.path.join(candidate, "hostdev")):
-            return candidate
-    raise FileNotFoundError(f"vgpuadm templates not found next to {here}")
-
-
-@cache
-def environment() -> Any:
-    import jinja2
-
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(template_dir()),
-        autoescape=True,  # every value lands in an attribute or text node: escape ' " < > &
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=False,
-    )
 
 
 def render(template: str, **values: Any) -> str:
