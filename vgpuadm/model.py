@@ -348,7 +348,10 @@ class HostSnapshot(_Record):
 
 
 def vendor_vf_types(vf: VendorVf, snapshot: HostSnapshot | None = None) -> list[VgpuType]:
-    """Layout C: a listed creatable type can be made once on this VF while it runs nothing."""
+    """Layout C: a listed creatable type can be made once on this VF while it runs nothing. The driver publishes no
+    per-GPU maximum, so it comes from NVIDIA's tables (vgpuadm/nvidia_boards.py); None for boards not in them."""
+    from vgpuadm.nvidia_boards import equal_size_max  # layout C hosts only: off the other hosts' cold start
+
     out = []
     for type_num, name in vf.creatable:
         info = describe_nvidia_name(name)
@@ -360,7 +363,7 @@ def vendor_vf_types(vf: VendorVf, snapshot: HostSnapshot | None = None) -> list[
                 name=name,
                 profile=info.profile,
                 available_instances=0 if vf.in_use else 1,
-                max_instances=None,
+                max_instances=equal_size_max(info),
                 framebuffer_mib=info.framebuffer_mib,
                 device_api="vfio-pci",
                 description="",

@@ -8,8 +8,10 @@ Capacity follows the sharing rules of shared/docs/vgpu-sysfs.md, and never excee
 - layout A, NVIDIA: one type per physical GPU — a GPU running nvidia-64 has 0 room for nvidia-63 (§2.4);
 - layouts B and C: one vGPU per VF and one framebuffer *size* per physical GPU (equal-size mode, §3.2, §3.4);
 - other mdev drivers (GVT-g, mtty…): the kernel's `available_instances`, since their types share one budget.
-Layout C publishes no per-type maximum: an idle GPU is bounded by its memory (its largest type spans it); on a
-busy one the count is what the driver's creatable lists still offer, one per free VF.
+Layout C publishes no per-type maximum; discovery takes it from NVIDIA's tables (vgpuadm/nvidia_boards.py), so a
+free count is min(free VFs whose creatable list offers the type, maximum − running vGPUs) as on layout B. For a
+board not in the tables it is what the creatable lists still offer (one per free VF), bounded by the memory only
+while the GPU is idle (its largest type spans it).
 `stranded` counts instances of a type that the free framebuffer of a GPU could hold but that GPU's lock (another
 type, or another size) forbids — the fleet report's fragmentation.
 `allocations=None` means ownership is unknown (no libvirt, no saved domain XML): devices are then neither owned
@@ -24,6 +26,7 @@ from typing import Any
 
 from vgpuadm.model import Allocation, HostSnapshot, Layout, VgpuType
 from vgpuadm.naming import describe_nvidia_name
+from vgpuadm.nvidia_boards import board_framebuffer_mib
 
 SCHEMA = "vgpuadm-inventory/1"
 
@@ -252,18 +255,16 @@ def _capacity(g: _Gpu, type_id: str) -> tuple[int, int | None, int, str]:
 
 
 def _one_size_max(g: _Gpu, t: VgpuType) -> int | None:
-    """At most one vGPU per VF, at most max_instance (layout B), and never more than the framebuffer holds.
-    Layout C publishes no maximum: known only while the GPU is idle (see _framebuffer); else None, and the free
-    count is what the driver's creatable lists offer."""
-    bounds = [g.vfs or 1]
+    """At most one vGPU per VF and at most the type's maximum (max_instance on layout B, NVIDIA's table on layout
+    C). A type with no maximum (a layout C board not in the tables) is bounded by the framebuffer while the GPU is
+    idle (see _framebuffer); else None, and the free count is what the driver's creatable lists offer. A known
+    maximum is not cut by framebuffer arithmetic: MIG profile sizes are rounded (H200X-3-71C: 2 on 141 GB)."""
     if t.max_instances is not None:
-        bounds.append(t.max_instances)
+        return min(g.vfs or 1, t.max_instances)
     total_fb, _ = _framebuffer(g)
     if total_fb and t.framebuffer_mib:
-        bounds.append(total_fb // t.framebuffer_mib)
-    elif t.max_instances is None:
-        return None
-    return min(bounds)
+        return min(g.vfs or 1, total_fb // t.framebuffer_mib)
+    return None
 
 
 def _full(used: int, mx: int | None) -> str:
@@ -271,13 +272,20 @@ def _full(used: int, mx: int | None) -> str:
 
 
 def _framebuffer(g: _Gpu) -> tuple[int | None, int]:
-    """(total, used) framebuffer MiB of a GPU: the largest max×size any of its types spans, and what runs.
-    Layout C publishes no maximum and its driver shrinks every VF's creatable list once a vGPU runs, so only an
-    idle layout C GPU tells its memory (its largest type spans it); a busy one's total is unknown (None)."""
-    spans = [(e[0].max_instances or 1) * e[0].framebuffer_mib for e in g.types.values() if e[0].framebuffer_mib]
+    """(total, used) framebuffer MiB of a GPU: the largest max×size any of its time-sliced types spans (MIG sizes
+    are rounded), and what runs. A layout C driver shrinks every VF's creatable list once a vGPU runs, so its GPU's
+    memory comes from NVIDIA's table for its board; for a board not in the table only an idle GPU tells it (its
+    largest type spans it), a busy one's total is unknown (None)."""
     used = sum(d.framebuffer_mib or 0 for d in g.devices)
-    if g.layout == Layout.VENDOR_VFIO.value and g.devices:
-        return None, used
+    if g.layout == Layout.VENDOR_VFIO.value:
+        names = [e[0].name for e in g.types.values()] + [d.name for d in g.devices if d.name]
+        boards = [board_framebuffer_mib(describe_nvidia_name(n).board) for n in names]
+        total = next((fb for fb in boards if fb), None)
+        if total is not None or g.devices:
+            return total, used
+    sized = [e[0] for e in g.types.values() if e[0].framebuffer_mib]
+    time_sliced = [t for t in sized if "mig_slices" not in t.attributes] or sized  # a GPU offering MIG types only
+    spans = [(t.max_instances or 1) * (t.framebuffer_mib or 0) for t in time_sliced]
     return (max(spans) if spans else None), used
 
 

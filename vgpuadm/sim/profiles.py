@@ -29,6 +29,7 @@ from typing import Any
 
 from vgpuadm.errors import UsageError
 from vgpuadm.naming import describe_nvidia_name
+from vgpuadm.nvidia_boards import equal_size_max
 from vgpuadm.sim.tree import MdevTypeSpec, PciSpec, TreeBuilder
 
 Model = dict[str, Any]
@@ -59,21 +60,32 @@ T4_IDS = {
     319: "T4-4C", 320: "T4-8C", 321: "T4-16C",
 }  # fmt: skip
 
+
+def _table_max(profile: str) -> int:
+    """NVIDIA's equal-size maximum (reference §3.6), from the one table discovery also reads."""
+    mx = equal_size_max(describe_nvidia_name(profile))
+    if mx is None:
+        raise ValueError(f"{profile} is not in vgpuadm/nvidia_boards.py")
+    return mx
+
+
 # A100 PCIe 40GB, layout B era — ids 468–478 from the reference §2.3; the id→profile order is [I]. Maxima from
 # §3.6 (equal-size mode).
 A100_TYPES = [
-    (468, "A100-4C", 10), (469, "A100-5C", 8), (470, "A100-8C", 5), (471, "A100-10C", 4), (472, "A100-20C", 2),
-    (473, "A100-40C", 1), (474, "A100-1-5C", 7), (475, "A100-2-10C", 3), (476, "A100-3-20C", 2),
-    (477, "A100-4-20C", 1), (478, "A100-7-40C", 1),
+    (num, p, _table_max(p))
+    for num, p in [(468, "A100-4C"), (469, "A100-5C"), (470, "A100-8C"), (471, "A100-10C"), (472, "A100-20C"),
+                   (473, "A100-40C"), (474, "A100-1-5C"), (475, "A100-2-10C"), (476, "A100-3-20C"),
+                   (477, "A100-4-20C"), (478, "A100-7-40C")]
 ]  # fmt: skip
 
 # H200 SXM5 141GB (H200X), layout C — 1414 H200X-1-18C and 1428 H200X-141C are real (reference §3.3); the other
-# ids are [I]. Profiles and maxima from §3.6.
+# ids are [I]. Profiles and maxima from §3.6: the simulated driver refuses past the maximum discovery reports.
 H200_TYPES = [
-    (1413, "H200X-7-141C", 1), (1414, "H200X-1-18C", 7), (1415, "H200X-1-18CME", 1), (1416, "H200X-1-35C", 4),
-    (1417, "H200X-2-35C", 3), (1418, "H200X-3-71C", 2), (1419, "H200X-4-71C", 1), (1420, "H200X-4C", 32),
-    (1421, "H200X-7C", 20), (1422, "H200X-8C", 16), (1423, "H200X-14C", 10), (1424, "H200X-17C", 8),
-    (1425, "H200X-28C", 5), (1426, "H200X-35C", 4), (1427, "H200X-70C", 2), (1428, "H200X-141C", 1),
+    (num, p, _table_max(p))
+    for num, p in [(1413, "H200X-7-141C"), (1414, "H200X-1-18C"), (1415, "H200X-1-18CME"), (1416, "H200X-1-35C"),
+                   (1417, "H200X-2-35C"), (1418, "H200X-3-71C"), (1419, "H200X-4-71C"), (1420, "H200X-4C"),
+                   (1421, "H200X-7C"), (1422, "H200X-8C"), (1423, "H200X-14C"), (1424, "H200X-17C"),
+                   (1425, "H200X-28C"), (1426, "H200X-35C"), (1427, "H200X-70C"), (1428, "H200X-141C")]
 ]  # fmt: skip
 
 # Intel GVT-g V5 types — reference §4.1 (i915 gvt/vgpu.c): low_gm MiB, high_gm MiB, fence, resolution, weight.
