@@ -8,7 +8,8 @@ modules=$2
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 export PATH="$repo/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-export VGPUADM_KERNEL_GUEST=1 VGPUADM_KERNEL_RESULTS="$results" PYTHONDONTWRITEBYTECODE=1 HOME=/root LANG=C.UTF-8
+export VGPUADM_KERNEL_GUEST=1 VGPUADM_KERNEL_RESULTS="$results" PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/root
+export LANG=C.UTF-8
 finish() { echo "$1" > "$results/rc"; exit "$1"; }
 uptime_s() { cut -d. -f1 /proc/uptime; }
 echo "guest entry $(uptime_s)s after boot" > "$results/timing.log"
@@ -42,7 +43,9 @@ echo $? > "$results/libvirtd.rc"
 
 cd "$repo" || finish 4
 echo "pytest starts $(uptime_s)s after boot" >> "$results/timing.log"
-python -m pytest tests/kernel/guest -p no:cacheprovider -v -rA --durations=0 --junitxml "$results/junit.xml" > "$results/pytest.log" 2>&1
+# -v and an unbuffered stdout: pytest.log names the running test, so a lane killed by its timeout still tells.
+python -m pytest tests/kernel/guest -p no:cacheprovider -v -rA --durations=0 --timeout=1200 \
+  --junitxml "$results/junit.xml" > "$results/pytest.log" 2>&1
 rc=$?
 cat "$results/pytest.log"
 finish "$rc"

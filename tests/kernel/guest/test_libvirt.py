@@ -30,7 +30,7 @@ def virsh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def libvirtd(results: Path) -> None:
     """guest-entry.sh started libvirtd in the background at boot; under TCG it needs ~35 s before it answers on a
-quiet host, several minutes on a slow one (the lane's timing.log records it)."""
+    quiet host, several minutes on a slow one (the lane's timing.log records it)."""
     started = (results / "libvirtd.rc").read_text().strip()
     assert started == "0", f"libvirtd did not start: {(results / 'libvirtd.log').read_text().strip()}"
     for attempt in Retrying(stop=stop_after_delay(900), wait=wait_fixed(2), reraise=True):
