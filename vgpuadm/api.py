@@ -245,7 +245,10 @@ def plan_remove(snap: HostSnapshot, device_id: str) -> Plan:
 
     if device_id in snap.vendor_vfs:
         return _plan(vf_vgpu.MODE.plan_clear(snap, device_id), f"clear VF {device_id}")
-    return _plan(mdev.MODE.plan_remove(snap, mdev.check_uuid(device_id)), f"remove mdev {device_id}")
+    return _plan(
+        mdev.MODE.plan_remove(snap, mdev.check_uuid(device_id, "as `vgpuadm devices` lists them")),
+        f"remove mdev {device_id}",
+    )
 
 
 def plan_vf_type(

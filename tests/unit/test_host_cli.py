@@ -68,6 +68,9 @@ def test_mdev_create_explain(sim_host: Callable[[str], Path], cli) -> None:  # t
         (["mdev", "create", "--type", "P4-1Q", "--uuid", "not-a-uuid"], 2,
          'error: Malformed UUID "not-a-uuid"\n'
          "hint: give 36 characters like 83b8f4f2-509f-382f-3c1e-e6bfe0fa1001, or omit --uuid\n"),
+        (["mdev", "remove", "not-a-uuid"], 2,
+         'error: Malformed UUID "not-a-uuid"\n'
+         "hint: give 36 characters like 83b8f4f2-509f-382f-3c1e-e6bfe0fa1001, as `vgpuadm devices` lists them\n"),
         (["mdev", "create", "--type", "P4-8Q", "--count", "3"], 4,
          "error: No room for 3 × nvidia-66 (only 2 fit): 0000:01:00.0: no free instances of nvidia-66 left after "
          "this request; 0000:02:00.0: no free instances of nvidia-66 left after this request\n"

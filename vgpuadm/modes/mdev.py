@@ -14,15 +14,16 @@ from vgpuadm.steps import CreateMdev, RemoveMdev, SetVgpuParams, Step
 _PARAM = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=\S+$")
 
 
-def check_uuid(text: str) -> str:
-    """The canonical lower-case form of a UUID the kernel accepts (36 characters), else UsageError."""
+def check_uuid(text: str, hint: str = "or omit --uuid") -> str:
+    """The canonical lower-case form of a UUID the kernel accepts (36 characters), else UsageError whose hint ends
+    with `hint`."""
     try:
         value = uuid_mod.UUID(text)
     except ValueError:
         value = None
     if value is None or len(text) != 36:
         raise UsageError(
-            f'Malformed UUID "{text}"', "give 36 characters like 83b8f4f2-509f-382f-3c1e-e6bfe0fa1001, or omit --uuid"
+            f'Malformed UUID "{text}"', f"give 36 characters like 83b8f4f2-509f-382f-3c1e-e6bfe0fa1001, {hint}"
         )
     return str(value)
 
