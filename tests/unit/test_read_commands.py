@@ -95,3 +95,10 @@ def test_fast_path_imports_stay_light(sim_host):
              "typing", "difflib", "vgpuadm.steps", "vgpuadm.sim.kernel", "vgpuadm.executor", "vgpuadm.virt"}  # fmt: skip
     assert loaded & heavy == set()
     assert "vgpuadm.host.discover" in loaded
+
+
+def test_version_prints_the_installed_version(cli):
+    from importlib.metadata import version
+
+    result = cli("--version")
+    assert (result.code, result.out, result.err) == (0, f"vgpuadm {version('vgpuadm')}\n", "")

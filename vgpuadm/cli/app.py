@@ -32,6 +32,13 @@ def build_app() -> "Any":
         rich_markup_mode=None,
     )
 
+    def _version(ctx: typer.Context, value: bool) -> None:
+        if value:
+            from importlib.metadata import version
+
+            ctx.obj["console"].line(f"vgpuadm {version('vgpuadm')}")
+            raise typer.Exit()
+
     @app.callback()
     def _global(
         ctx: typer.Context,
@@ -45,6 +52,9 @@ def build_app() -> "Any":
             metavar="URI",
             help="libvirt URI (default $LIBVIRT_DEFAULT_URI, else qemu:///system; on a simulated root, libvirt's "
             "embedded driver under the root).",
+        ),
+        _show_version: bool = typer.Option(
+            False, "--version", is_eager=True, callback=_version, help="Print the version and exit."
         ),
     ) -> None:
         ctx.obj = {"root": root, "connect": connect, "console": (ctx.obj or {}).get("console") or Console()}
