@@ -14,6 +14,7 @@ step lint-imports
 # pytest exits 5 when it collected nothing: that is a failure for us, as is any other non-zero code.
 mkdir -p .work && rm -f .work/junit-*.xml
 step pytest -n 2 -q tests --ignore=tests/kernel --junitxml .work/junit-main.xml
+step tests/ansible/sanity.sh lint
 if [ -x tests/kernel/run-lane.sh ]; then
   step tests/kernel/run-lane.sh
 fi
