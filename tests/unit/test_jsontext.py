@@ -20,6 +20,8 @@ ODD = [
     [[], {}, [{}], {"a": []}, (1, 2), ()],
     {"k": {"n": {"m": [1, {"z": None}], "o": {"p": {}}}}, "q": {"n": {"m": [1, {"z": None}], "o": {"p": {}}}}},
     ["é", "\u2028", '"quoted"\n', "\x00"],
+    # Same keys, other value types and orders: the per-keys layout and the value memo must not mix them up.
+    [{"a": 1, "b": "1"}, {"a": True, "b": 1}, {"b": "1", "a": 1.0}, {"a": [1, {"b": 2}], "b": None}, {"a": 1}],
     [True, False, None, 10**30, -0, -5],
     "plain",
     7,

@@ -97,6 +97,22 @@ def test_fast_path_imports_stay_light(sim_host):
     assert "vgpuadm.host.discover" in loaded
 
 
+def test_fast_read_path_leaves_the_garbage_collector_as_it_found_it(sim_host, cli):
+    """The fast path pauses the cyclic collector for one command; a long-lived caller (Ansible, tests) keeps it."""
+    import gc
+
+    root = str(sim_host("p4"))
+    assert gc.isenabled()
+    assert cli("--root", root, "types", "--json").code == 0
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert cli("--root", root, "gpus", "--json").code == 0
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_version_prints_the_installed_version(cli):
     from importlib.metadata import version
 

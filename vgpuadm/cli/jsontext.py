@@ -2,10 +2,10 @@
 
 With an indent, the standard library encodes in pure Python through nested generators; a 2,560-type `types --json`
 spent more time there than in discovery. This builds the same text with one join per container and the C string
-encoder, writes scalars without a call each, and encodes a flat nested dict once per distinct content and depth
-(every VF of a GPU repeats the same type `attributes`). Anything beyond plain JSON types (str subclasses such as
-StrEnum, non-str keys, floats, other objects) falls back to json.dumps, so the output is always the standard
-library's.
+encoder. Rows repeat themselves, so it lays out the keys of a dict once per key list and depth, encodes each
+distinct str or int value once, and a flat nested dict once per distinct content and depth (every VF of a GPU
+repeats the same type `attributes`). Anything beyond plain JSON types (str subclasses such as StrEnum, non-str keys,
+floats, other objects) falls back to json.dumps, so the output is always the standard library's.
 """
 
 try:  # the C string encoder without importing the json package (its decoder costs start-up time)
@@ -35,7 +35,10 @@ class _Encoder:
     """One document's encoding; its caches live as long as the call."""
 
     def __init__(self) -> None:
-        self.keys: dict[str, str] = {}  # key → '"key": '
+        self.layouts: dict[tuple[object, ...], list[str]] = {}  # (keys, indent) → the text around the values
+        # str or int → its JSON text (rows repeat parents, names, descriptions). Only exact str and int go in, so
+        # True, which equals 1, never meets 1's text.
+        self.scalars: dict[str | int, str] = {}
         self.flat: dict[tuple[object, ...], str] = {}  # (indent, items, value types) → text
 
     def encode(self, o: "Any", indent: str) -> str:
@@ -53,26 +56,40 @@ class _Encoder:
         if not o:
             return "{}"
         inner = indent + "  "
-        keys = self.keys
-        items = []
-        for k, v in o.items():
-            key = keys.get(k)
-            if key is None:
-                if type(k) is not str:
-                    raise _NotPlain
-                key = keys[k] = _string(k) + ": "
+        layout = self.layouts.get((tuple(o), indent))
+        if layout is None:
+            layout = self.layout(o, indent)
+        scalars = self.scalars
+        texts: list[str] = []
+        append = texts.append
+        for v in o.values():
             t = type(v)
-            if t is str:
-                items.append(key + _string(v))
-            elif t is int:
-                items.append(key + int.__repr__(v))
+            if t is str or t is int:
+                text = scalars.get(v)
+                if text is None:
+                    text = scalars[v] = _string(v) if t is str else int.__repr__(v)
+                append(text)
             elif v is None:
-                items.append(key + "null")
+                append("null")
             elif t is dict:
-                items.append(key + self.nested(v, inner))
+                append(self.nested(v, inner))
             else:
-                items.append(key + self.encode(v, inner))
-        return "{\n" + inner + (",\n" + inner).join(items) + "\n" + indent + "}"
+                append(self.encode(v, inner))
+        pieces = layout.copy()
+        pieces[1::2] = texts
+        return "".join(pieces)
+
+    def layout(self, o: "dict[Any, Any]", indent: str) -> list[str]:
+        """The text of a dict with these keys at this indent, as pieces with a gap for each value to go in."""
+        if any(type(k) is not str for k in o):
+            raise _NotPlain
+        inner = indent + "  "
+        pieces = ["{\n" + inner + _string(next(iter(o))) + ": "]
+        for k in list(o)[1:]:
+            pieces += ("", ",\n" + inner + _string(k) + ": ")
+        pieces += ("", "\n" + indent + "}")
+        self.layouts[(tuple(o), indent)] = pieces
+        return pieces
 
     def nested(self, o: "dict[Any, Any]", indent: str) -> str:
         try:

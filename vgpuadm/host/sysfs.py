@@ -19,6 +19,9 @@ SIM_MARKER = "vgpuadm-simulated-host.json"  # at the root of a simulated host; h
 _O_READ = os.O_RDONLY | os.O_CLOEXEC
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _CHUNK = 65536
+# read_tree's first read: attributes are short, and a buffer this small comes from Python's own allocator (a 64 KiB
+# one costs a malloc and a shrinking realloc per file). A full buffer means: read on, _CHUNK at a time.
+_SMALL = 256
 
 
 if TYPE_CHECKING:
@@ -137,32 +140,34 @@ class Sysfs:
         except OSError as exc:
             raise self._fail("opening", host_dir, exc) from None
         out: dict[str, dict[str, str | None]] = {}
+        open_, read, close = os.open, os.read, os.close  # locals: this loop runs once per file
         try:
             for sub, names in wanted.items():
                 attrs: dict[str, str | None] = {}
+                base = f"{sub}/" if sub else ""
                 for name in names:
-                    rel = f"{sub}/{name}" if sub else name
+                    rel = base + name
                     try:
-                        fd = os.open(rel, _O_READ, dir_fd=dfd)
+                        fd = open_(rel, _O_READ, dir_fd=dfd)
                     except FileNotFoundError:
                         attrs[name] = None
                         continue
                     except OSError as exc:
                         raise self._fail("reading", f"{host_dir}/{rel}", exc) from None
                     try:
-                        data = os.read(fd, _CHUNK)
-                        if len(data) == _CHUNK:
-                            while chunk := os.read(fd, _CHUNK):
+                        data = read(fd, _SMALL)
+                        if len(data) == _SMALL:
+                            while chunk := read(fd, _CHUNK):
                                 data += chunk
                     except OSError as exc:
                         raise self._fail("reading", f"{host_dir}/{rel}", exc) from None
                     finally:
-                        os.close(fd)
-                    text = data.decode(errors="replace")
-                    attrs[name] = text[:-1] if text.endswith("\n") else text
+                        close(fd)
+                    # Positional arguments: keywords cost a parse per call.
+                    attrs[name] = data.decode("utf-8", "replace").removesuffix("\n")
                 out[sub] = attrs
         finally:
-            os.close(dfd)
+            close(dfd)
         return out
 
     def read_int(self, host_path: str, base: int = 10) -> int | None:
