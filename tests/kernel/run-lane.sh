@@ -50,7 +50,19 @@ echo "kernel lane: booting $kver under TCG (timeout ${timeout_s}s); console log:
 (cd "$repo" && timeout --kill-after=30 "$timeout_s" vng --run "$kernel" --disable-kvm --disable-microvm \
   --verbose --cpus "${VGPUADM_KERNEL_CPUS:-2}" --memory 2G --rwdir "$results" \
   --append "intel_iommu=on modprobe.blacklist=bochs" --qemu-opts="$qemu_opts" \
-  --exec "'$here/guest-entry.sh' '$results' '$modules'") >"$results/console.log" 2>&1
+  --exec "'$here/guest-entry.sh' '$results' '$modules'") >"$results/console.log" 2>&1 &
+vng_pid=$!
+# A progress line every 2 minutes (the last test pytest.log names), so a slow CI host shows where the guest is.
+ticks=0
+while kill -0 "$vng_pid" 2>/dev/null; do
+  sleep 5
+  ticks=$((ticks + 1))
+  if [ $((ticks % 24)) = 0 ] && kill -0 "$vng_pid" 2>/dev/null; then
+    last=$(tail -n 1 "$results/pytest.log" 2>/dev/null | cut -c1-100)
+    echo "kernel lane: $((SECONDS - start))s: ${last:-booting the guest}"
+  fi
+done
+wait "$vng_pid"
 vng_rc=$?
 guest_s=$((SECONDS - start))
 
