@@ -14,8 +14,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 out="$here/out"
 results="$out/results"
-# A hang guard, not a target: the lane takes ~3 min on a quiet host, but TCG's speed follows the host's load and
-# one CI host was 6x slower. CI allows 90 min; everything before the lane takes under 10.
+# A hang guard, not a target: the lane takes ~3 min on a quiet host and ~9 with two CPU hogs beside it (TCG's speed
+# follows the host's load). CI allows 90 min; everything before the lane takes under 10.
 timeout_s=${VGPUADM_KERNEL_TIMEOUT:-3000}
 export PATH="$repo/.venv/bin:$PATH"
 start=$SECONDS
@@ -47,10 +47,12 @@ qemu_opts+=",sriov_max_vfs=2,sriov_vq_flexible=4,sriov_vi_flexible=2"
 # the root bus). Its DRM driver (bochs) is blacklisted: fbcon on it would make unbinding it a console hazard.
 qemu_opts+=" -device VGA,bus=pcie.0,addr=0x10.0,multifunction=on -device ich9-intel-hda,bus=pcie.0,addr=0x10.1"
 echo "kernel lane: booting $kver under TCG (timeout ${timeout_s}s); console log: $results/console.log"
+# stdin from /dev/null: `timeout` puts vng in its own process group, so when CI's stdin is a terminal, QEMU's stdio
+# console reading it gets SIGTTIN and stops; the guest then never boots (an empty console.log until the timeout).
 (cd "$repo" && timeout --kill-after=30 "$timeout_s" vng --run "$kernel" --disable-kvm --disable-microvm \
   --verbose --cpus "${VGPUADM_KERNEL_CPUS:-2}" --memory 2G --rwdir "$results" \
   --append "intel_iommu=on modprobe.blacklist=bochs" --qemu-opts="$qemu_opts" \
-  --exec "'$here/guest-entry.sh' '$results' '$modules'") >"$results/console.log" 2>&1 &
+  --exec "'$here/guest-entry.sh' '$results' '$modules'") </dev/null >"$results/console.log" 2>&1 &
 vng_pid=$!
 # A progress line every 2 minutes (the last test pytest.log names), so a slow CI host shows where the guest is.
 ticks=0
