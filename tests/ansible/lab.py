@@ -86,6 +86,17 @@ class Lab:
         return Run(proc.returncode, out, doc["results"], doc["stats"])
 
 
+def inactive_xml(domain: str) -> str:
+    """The persistent definition of `domain` on the lab's libvirtd."""
+    import libvirt
+
+    conn = libvirt.open(URI)
+    try:
+        return str(conn.lookupByName(domain).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+    finally:
+        conn.close()
+
+
 def ansible_env(tmp: Path) -> dict[str, str]:
     collections = tmp / "collections" / "ansible_collections" / "vgpuadm"
     collections.mkdir(parents=True)

@@ -6,23 +6,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import libvirt
 import pytest
 
-from tests.ansible.lab import URI
+from tests.ansible.lab import URI, inactive_xml
 from vgpuadm.sim.treestate import diff as tree_diff
 from vgpuadm.sim.treestate import tree_state
 from vgpuadm.virt.xml import parse_allocations
 
 pytestmark = pytest.mark.libvirt
-
-
-def _xml(name: str) -> str:
-    conn = libvirt.open(URI)
-    try:
-        return str(conn.lookupByName(name).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
-    finally:
-        conn.close()
 
 
 def _mdevs(root: Any) -> list[str]:
@@ -43,16 +34,16 @@ def test_allocation_counts_params_and_absent(ansible_lab: Any) -> None:
     ]
     uuids = [d["uuid"] for d in three["devices"]]
     assert _mdevs(root) == sorted(uuids)
-    assert [a.uuid for a in parse_allocations(_xml(vm))] == uuids
+    assert [a.uuid for a in parse_allocations(inactive_xml(vm))] == uuids
 
     # Shrinking takes back the highest slots; check mode predicts it and changes nothing.
-    kernel, xml = tree_state(root), _xml(vm)
+    kernel, xml = tree_state(root), inactive_xml(vm)
     shrink = alloc(check=True, type="nvidia-63", count=1)
     assert shrink["changed"] is True
     assert [d["slot"] for d in shrink["removed"]] == [2, 1]
     assert shrink["diff"]["after"]["devices"] == three["devices"][:1]
     assert shrink["diff"]["before"]["devices"] == three["devices"]
-    assert tree_diff(kernel, tree_state(root)) == {} and _xml(vm) == xml
+    assert tree_diff(kernel, tree_state(root)) == {} and inactive_xml(vm) == xml
 
     shrink = alloc(type="nvidia-63", count=1)
     assert shrink["changed"] is True and shrink["devices"] == three["devices"][:1]
@@ -75,7 +66,7 @@ def test_allocation_counts_params_and_absent(ansible_lab: Any) -> None:
     # absent by type, then absent for everything: the second has nothing left to do.
     gone = alloc(type="nvidia-63", state="absent")
     assert gone["changed"] is True and gone["devices"] == [] and [d["uuid"] for d in gone["removed"]] == uuids[:1]
-    assert _mdevs(root) == [] and parse_allocations(_xml(vm)) == []
+    assert _mdevs(root) == [] and parse_allocations(inactive_xml(vm)) == []
     again = alloc(state="absent")
     assert again["changed"] is False and again["diff"]["before"] == again["diff"]["after"]
 

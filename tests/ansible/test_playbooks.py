@@ -8,11 +8,10 @@ import json
 from collections import Counter
 from typing import Any
 
-import libvirt
 import pytest
 import yaml
 
-from tests.ansible.lab import URI, Lab
+from tests.ansible.lab import URI, Lab, inactive_xml
 from vgpuadm.sim.treestate import diff as tree_diff
 from vgpuadm.sim.treestate import tree_state
 from vgpuadm.virt.xml import parse_allocations, parse_hostdevs
@@ -34,19 +33,11 @@ USED = {"nvidia-63": 3, "nvidia-471": 3, "nvidia-1414": 3}
 pytestmark = pytest.mark.libvirt
 
 
-def _xml(name: str) -> str:
-    conn = libvirt.open(URI)
-    try:
-        return str(conn.lookupByName(name).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
-    finally:
-        conn.close()
-
-
 def _state(lab: Lab) -> dict[str, Any]:
     """Everything a change could touch: each host's kernel tree and each VM's persistent domain XML."""
     return {
         **{f"tree:{h}": tree_state(lab.root(h)) for h in lab.hosts},
-        **{f"xml:{d}": _xml(d) for d in lab.domains},
+        **{f"xml:{d}": inactive_xml(d) for d in lab.domains},
     }
 
 
@@ -59,7 +50,9 @@ def _assert_same(before: dict[str, Any], after: dict[str, Any]) -> None:
 
 
 def _owned(lab: Lab, host: str) -> dict[str, Counter[tuple[str, str | None]]]:
-    return {vm: Counter((a.mode, a.type_id) for a in parse_allocations(_xml(lab.vm(vm)))) for vm in EXPECTED[host]}
+    return {
+        vm: Counter((a.mode, a.type_id) for a in parse_allocations(inactive_xml(lab.vm(vm)))) for vm in EXPECTED[host]
+    }
 
 
 def _read(root: Any, rel: str) -> str:
@@ -133,7 +126,7 @@ def test_check_apply_idempotent_release_and_fleet_report(ansible_lab: Any) -> No
     for host in hosts:
         assert all(not c for c in _owned(lab, host).values()), host
     for name in lab.domains:
-        assert parse_hostdevs(_xml(name)) == [], name
+        assert parse_hostdevs(inactive_xml(name)) == [], name
     released = _state(lab)
     for host in hosts:
         # mdevs, VF types and vfio binds are gone; the simulated kernel's group counter may have moved on.
@@ -148,12 +141,12 @@ def _assert_kernel_has_the_devices(lab: Lab) -> None:
     p4, a100 = lab.root("gpu-p4"), lab.root("gpu-a100")
     for root, vms in ((p4, ("web01", "web02")), (a100, ("train01", "train02"))):
         for vm in vms:
-            for a in parse_allocations(_xml(lab.vm(vm))):
+            for a in parse_allocations(inactive_xml(lab.vm(vm))):
                 dev = root / "sys/bus/mdev/devices" / str(a.uuid)
                 assert (dev / "mdev_type").resolve().name == a.type_id
                 if vm == "web01":
                     assert _read(dev, "nvidia/vgpu_params") == "frame_rate_limiter=0\n"
-    for a in parse_allocations(_xml(lab.vm("infer01"))):
+    for a in parse_allocations(inactive_xml(lab.vm("infer01"))):
         assert _read(lab.root("gpu-h200"), f"sys/bus/pci/devices/{a.address}/nvidia/current_vgpu_type") == "1414\n"
     pt = lab.root("gpu-pt")
     for fn in ("0000:65:00.0", "0000:65:00.1"):
