@@ -1,13 +1,12 @@
 """The model's hand-written records keep the frozen-dataclass behaviour callers rely on (vgpuadm/model.py says why
-they are not dataclasses), and the read commands' fast path stays free of the modules they avoid."""
+they are not dataclasses). That the read commands' fast path stays free of the modules they avoid is checked in
+test_read_commands.py."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import pickle
-import subprocess
-import sys
 
 import pytest
 
@@ -65,19 +64,3 @@ def test_repr_pickle_and_copy():
         assert clone == t and clone.attributes == t.attributes
         with pytest.raises(AttributeError):
             clone.name = "x"  # type: ignore[misc]
-
-
-@pytest.mark.parametrize("profile", ["p4", "a100-mdev-vf"])
-def test_read_fast_path_imports_no_dataclasses_re_or_inspect(sim_host, profile):
-    """dataclasses (with inspect, ast, dis), re and typing cost most of the cold-start budget
-    (bench/bench_cold_start.py): none of them may come back onto `types --json`."""
-    root = sim_host(profile)
-    code = (
-        "import sys, io\n"
-        "from vgpuadm.cli.app import run\n"
-        "from vgpuadm.cli.console import Console\n"
-        f"assert run(['--root', {str(root)!r}, 'types', '--json'], Console(io.StringIO())) == 0\n"
-        "print(' '.join(sorted(sys.modules)))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    assert set(out.split()) & {"dataclasses", "inspect", "ast", "re", "typing", "json"} == set()
