@@ -5,6 +5,7 @@ from typing import Any
 
 from vgpuadm import api
 from vgpuadm.cli.console import Console
+from vgpuadm.cli.host import plan_options
 
 
 def _report(console: Console, result: Any, as_json: bool, verb: str) -> None:
@@ -36,8 +37,7 @@ def register(app: Any) -> None:
     """Add the guest verbs to the top-level typer app."""
     import typer
 
-    dry_opt = typer.Option(False, "--dry-run", help="Print the plan; change nothing.")
-    json_opt = typer.Option(False, "--json", help="Print the result as JSON.")
+    dry_opt, json_opt = plan_options()
 
     @app.command(
         "create",

@@ -53,7 +53,8 @@ def register(app: Any) -> None:
     _recover_cmd(app)
 
 
-def _opts() -> tuple[Any, Any]:
+def plan_options() -> tuple[Any, Any]:
+    """The --dry-run and --json options every changing command takes."""
     import typer
 
     dry = typer.Option(False, "--dry-run", help="Print the plan; change nothing.")
@@ -64,7 +65,7 @@ def _opts() -> tuple[Any, Any]:
 def _mdev_app() -> Any:
     import typer
 
-    dry_opt, json_opt = _opts()
+    dry_opt, json_opt = plan_options()
     app = typer.Typer(help="Create and remove mediated vGPUs (layouts A and B).", no_args_is_help=True)
 
     @app.command(
@@ -114,7 +115,7 @@ def _mdev_app() -> Any:
 def _vf_app() -> Any:
     import typer
 
-    dry_opt, json_opt = _opts()
+    dry_opt, json_opt = plan_options()
     app = typer.Typer(help="NVIDIA vendor-VFIO VFs (layout C): set or clear a VF's vGPU type.", no_args_is_help=True)
 
     @app.command("set-type", epilog="Example: vgpuadm vf set-type --type H200X-4C --vf 0000:18:00.4")
@@ -151,7 +152,7 @@ def _vf_app() -> Any:
 def _sriov_app() -> Any:
     import typer
 
-    dry_opt, json_opt = _opts()
+    dry_opt, json_opt = plan_options()
     app = typer.Typer(help="Enable or disable a PF's SR-IOV VFs.", no_args_is_help=True)
 
     @app.command("enable", epilog="Example: vgpuadm sriov enable 0000:41:00.0 --num 8")
@@ -182,7 +183,7 @@ def _sriov_app() -> Any:
 def _vfio_app() -> Any:
     import typer
 
-    dry_opt, json_opt = _opts()
+    dry_opt, json_opt = plan_options()
     app = typer.Typer(help="Whole-GPU passthrough: bind a GPU's IOMMU group to vfio-pci and back.",
                       no_args_is_help=True)  # fmt: skip
 
