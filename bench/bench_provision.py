@@ -126,7 +126,7 @@ def main() -> None:
         sys.exit("needs root and mdevctl (scripts/install.sh)")
     ensure_libvirtd()
     conn = libvirt.open(URI)
-    import vgpuadm.guest  # noqa: F401  (import cost is start-up, not provisioning: the loop's tools are warm too)
+    import vgpuadm.ops.guest  # noqa: F401  (import cost is start-up, not provisioning: the loop's tools are warm too)
 
     ours, loop = [], []
     for rep in range(args.repeat):

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from vgpuadm.naming import describe_nvidia_name
-
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
     from typing import Any, ClassVar, TypeVar, dataclass_transform
@@ -218,6 +216,12 @@ class VgpuType(_Record):
             attributes={} if attributes is None else attributes,
         )
 
+    def with_available(self, n: int) -> VgpuType:
+        """The same type with `n` free instances."""
+        values = dict(self.__dict__)
+        values["available_instances"] = n
+        return VgpuType(**values)
+
     @property
     def numeric_id(self) -> int | None:
         """NVIDIA's vGPU type id (63 for nvidia-63), None for other vendors."""
@@ -268,6 +272,7 @@ class VendorVf(_Record):
     creatable: tuple[tuple[int, str], ...]
     current_type: int
     vgpu_params: str | None
+    offered: tuple[VgpuType, ...]  # the creatable types as VgpuType records (one instance each while free)
 
     def __init__(
         self,
@@ -276,9 +281,15 @@ class VendorVf(_Record):
         creatable: tuple[tuple[int, str], ...],
         current_type: int,
         vgpu_params: str | None = None,
+        offered: tuple[VgpuType, ...] = (),
     ) -> None:
         self.__dict__.update(
-            address=address, physfn=physfn, creatable=creatable, current_type=current_type, vgpu_params=vgpu_params
+            address=address,
+            physfn=physfn,
+            creatable=creatable,
+            current_type=current_type,
+            vgpu_params=vgpu_params,
+            offered=offered,
         )
 
     @property
@@ -299,6 +310,7 @@ class HostSnapshot(_Record):
     iommu_groups: dict[int, tuple[str, ...]]
     layouts: dict[str, Layout]
     warnings: tuple[str, ...]
+    machine_id: str  # <root>/etc/machine-id (or the host name): the host part of deterministic mdev UUIDs
 
     def __init__(
         self,
@@ -311,6 +323,7 @@ class HostSnapshot(_Record):
         iommu_groups: dict[int, tuple[str, ...]],
         layouts: dict[str, Layout],
         warnings: tuple[str, ...] = (),
+        machine_id: str = "",
     ) -> None:
         self.__dict__.update(
             root=root,
@@ -322,7 +335,14 @@ class HostSnapshot(_Record):
             iommu_groups=iommu_groups,
             layouts=layouts,
             warnings=warnings,
+            machine_id=machine_id,
         )
+
+    @property
+    def host_key(self) -> str:
+        """Who made a domain's devices, as its vgpuadm metadata records it: the machine-id on a real host, the root
+        on a simulated one (several simulated hosts may share one libvirtd, with the same PCI addresses)."""
+        return f"sim:{self.root}" if self.simulated else self.machine_id
 
     @property
     def gpus(self) -> list[PciFunction]:
@@ -332,7 +352,7 @@ class HostSnapshot(_Record):
     def types(self) -> list[VgpuType]:
         """Every vGPU type of every parent: mdev types (A/B) and layout C creatable types."""
         out = [t for p in self.mdev_parents.values() for t in p.types]
-        out.extend(t for vf in self.vendor_vfs.values() for t in vendor_vf_types(vf, self))
+        out.extend(t if not vf.in_use else t.with_available(0) for vf in self.vendor_vfs.values() for t in vf.offered)
         return sorted(out, key=lambda t: (t.parent, t.numeric_id or 0, t.type_id))
 
     def physical_gpu(self, address: str) -> str:
@@ -345,32 +365,6 @@ class HostSnapshot(_Record):
         if fn is None or fn.iommu_group is None:
             return (address,)
         return self.iommu_groups.get(fn.iommu_group, (address,))
-
-
-def vendor_vf_types(vf: VendorVf, snapshot: HostSnapshot | None = None) -> list[VgpuType]:
-    """Layout C: a listed creatable type can be made once on this VF while it runs nothing. The driver publishes no
-    per-GPU maximum, so it comes from NVIDIA's tables (vgpuadm/nvidia_boards.py); None for boards not in them."""
-    from vgpuadm.nvidia_boards import equal_size_max  # layout C hosts only: off the other hosts' cold start
-
-    out = []
-    for type_num, name in vf.creatable:
-        info = describe_nvidia_name(name)
-        out.append(
-            VgpuType(
-                parent=vf.address,
-                layout=Layout.VENDOR_VFIO,
-                type_id=f"nvidia-{type_num}",
-                name=name,
-                profile=info.profile,
-                available_instances=0 if vf.in_use else 1,
-                max_instances=equal_size_max(info),
-                framebuffer_mib=info.framebuffer_mib,
-                device_api="vfio-pci",
-                description="",
-                attributes=info.attributes(),
-            )
-        )
-    return out
 
 
 @_record

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from vgpuadm import templating
 from vgpuadm.model import Allocation
-from vgpuadm.virt import xml
+from vgpuadm.virt import templating, xml
 from vgpuadm.virt.xml import PciAddress
 
 GOLDEN = Path(__file__).parent / "xml"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from embedded_host import allocations, attr, define, domain_xml, hostdev_keys, mdevs, vgpuadm
 
-from vgpuadm.identity import device_uuid, host_identity
+from vgpuadm.host.root import HostRoot
+from vgpuadm.plan.ids import device_uuid
 from vgpuadm.sim.treestate import tree_state
 
 pytestmark = pytest.mark.libvirt
@@ -37,7 +38,7 @@ def host(sim_host: Callable[[str], Path], tmp_path: Path) -> tuple[Path, dict[st
 
 def test_apply_creates_attaches_records_then_is_idempotent(host: tuple[Path, dict[str, str], Path]) -> None:
     root, uuids, plan = host
-    hid = host_identity(str(root))
+    hid = HostRoot(str(root)).machine_id()
     web = [device_uuid(hid, uuids["web01"], s) for s in (0, 1)]
     db = device_uuid(hid, uuids["db02"], 0)
 
@@ -105,7 +106,7 @@ def test_check_shows_the_diff_and_changes_nothing(host: tuple[Path, dict[str, st
 def test_shrinking_and_prune(host: tuple[Path, dict[str, str], Path]) -> None:
     root, uuids, plan = host
     assert vgpuadm(root, "apply", "-f", str(plan)).code == 0
-    hid = host_identity(str(root))
+    hid = HostRoot(str(root)).machine_id()
     web = [device_uuid(hid, uuids["web01"], s) for s in (0, 1)]
     db = device_uuid(hid, uuids["db02"], 0)
     plan.write_text("vms:\n  web01:\n    type: nvidia-63\n    params: frame_rate_limiter=0\n")

@@ -13,8 +13,8 @@ import sys
 import uuid
 from pathlib import Path
 
-from vgpuadm.demo import _DOMAIN_NS, DEMO_MACHINE_ID
-from vgpuadm.identity import device_uuid
+from vgpuadm.ops.demo import _DOMAIN_NS, DEMO_MACHINE_ID
+from vgpuadm.plan.ids import device_uuid
 from vgpuadm.virt.conn import embed_uri
 
 ENV = {k: v for k, v in os.environ.items() if k not in ("LIBVIRT_DEFAULT_URI", "VGPUADM_ROOT")}

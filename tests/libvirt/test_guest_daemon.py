@@ -16,7 +16,8 @@ import libvirt
 import pytest
 from lxml import etree
 
-from vgpuadm.identity import device_uuid, host_identity
+from vgpuadm.host.root import HostRoot
+from vgpuadm.plan.ids import device_uuid
 from vgpuadm.virt import xml
 
 pytestmark = pytest.mark.libvirt
@@ -84,7 +85,7 @@ def mdevs(root: Path) -> list[str]:
 
 
 def expected_uuid(root: Path, conn: libvirt.virConnect, name: str, slot: int) -> str:
-    return device_uuid(host_identity(str(root)), conn.lookupByName(name).UUIDString(), slot)
+    return device_uuid(HostRoot(str(root)).machine_id(), conn.lookupByName(name).UUIDString(), slot)
 
 
 def test_create_attaches_and_records(sim_host, cli, conn, domain, libvirtd):

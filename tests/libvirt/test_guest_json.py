@@ -13,7 +13,8 @@ import pytest
 from embedded_host import define, mdevs, vgpuadm
 
 from vgpuadm import api
-from vgpuadm.identity import device_uuid, host_identity
+from vgpuadm.host.root import HostRoot
+from vgpuadm.plan.ids import device_uuid
 from vgpuadm.schemas import validate
 
 pytestmark = pytest.mark.libvirt
@@ -32,7 +33,7 @@ def run_json(root: Path, schema: str, *args: str, code: int = 0) -> dict[str, An
 def test_create_and_destroy(sim_host: Callable[[str], Path]) -> None:
     root = sim_host("p4")
     uuids = define(root, "web01")
-    u = device_uuid(host_identity(str(root)), uuids["web01"], 0)
+    u = device_uuid(HostRoot(str(root)).machine_id(), uuids["web01"], 0)
 
     dry = run_json(root, "guest", "create", "--type", "P4-1Q", "--vm", "web01", "--dry-run")
     assert (dry["changed"], dry["dry_run"], len(dry["steps"]), mdevs(root)) == (False, True, 3, [])

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from vgpuadm.desired import (
+from vgpuadm.errors import ConflictError, UsageError
+from vgpuadm.io.planfile import load_plan, parse_plan
+from vgpuadm.model import Allocation
+from vgpuadm.plan.desired import (
     Add,
     Current,
     Display,
@@ -14,12 +17,8 @@ from vgpuadm.desired import (
     check_safe,
     diff,
     format_params,
-    load_plan,
     params_equal,
-    parse_plan,
 )
-from vgpuadm.errors import ConflictError, UsageError
-from vgpuadm.model import Allocation
 
 PLAN = """\
 version: 1

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from vgpuadm.api import discover
 from vgpuadm.model import Allocation
-from vgpuadm.restore import PHASES, missing_devices, plan_phase, wait_until
+from vgpuadm.plan.restore import PHASES, missing_devices, plan_phase, wait_until
 from vgpuadm.steps import CreateMdev, SetVfVgpuType, SriovManage
 
 VF = "0000:18:00.5"

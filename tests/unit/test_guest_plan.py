@@ -1,4 +1,4 @@
-"""The guest planners (vgpuadm/guest.py) are pure: given a simulated host's snapshot and a domain's XML they return
+"""The guest planners (vgpuadm/plan/guest.py) are pure: given a simulated host's snapshot and a domain's XML they return
 the exact steps, hostdev XML and metadata. No libvirt here (the daemon and embedded lanes in tests/libvirt run the
 same commands for real)."""
 
@@ -8,10 +8,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from vgpuadm import api, guest
+from vgpuadm import api
+from vgpuadm.plan import guest
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
-from vgpuadm.identity import device_uuid, host_identity
+from vgpuadm.host.root import HostRoot
 from vgpuadm.model import Allocation
+from vgpuadm.plan.ids import device_uuid
 from vgpuadm.virt import xml
 from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
 
@@ -27,7 +29,7 @@ def domain(name: str = "web01", allocations: Sequence[Allocation] = (), hostdevs
 def test_create_plan_is_create_attach_record(sim_host):
     root = sim_host("p4")
     snap = api.discover(str(root))
-    u = device_uuid(host_identity(str(root)), DOM_UUID, 0)
+    u = device_uuid(HostRoot(str(root)).machine_id(), DOM_UUID, 0)
     plan, added, after = guest.plan_create(snap, domain(), "P4-1Q", display=True, params=["frame_rate_limiter=0"])
     assert plan.describe() == [
         f"step 1/4 create mdev {u} of type nvidia-63 on 0000:01:00.0",

@@ -9,11 +9,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-from vgpuadm.guest import GuestResult
 from vgpuadm.model import Allocation
+from vgpuadm.ops.declarative import Leak, ReconcileResult, RestoreResult
+from vgpuadm.ops.guest import GuestResult
 from vgpuadm.schemas import load, validate
 from vgpuadm.steps import Plan
-from vgpuadm.sync import Leak, ReconcileResult, RestoreResult
 
 NAMES = ("guest", "apply", "restore", "reconcile")
 UUID = "0a0a0a0a-0000-4000-8000-000000000001"

@@ -1,4 +1,4 @@
-"""Layout C maxima from NVIDIA's tables (vgpuadm/nvidia_boards.py): the table itself, discovery filling
+"""Layout C maxima from NVIDIA's tables (vgpuadm/catalog/boards.py): the table itself, discovery filling
 `max_instances` where the driver publishes none, and the inventory, placement and simulator all holding to it."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import pytest
 
 from tests.unit.inventory_setup import set_vf_type
 from vgpuadm import api
+from vgpuadm.catalog.boards import MIG, TIME_SLICED, board_framebuffer_mib, equal_size_max
+from vgpuadm.catalog.naming import describe_nvidia_name
+from vgpuadm.catalog.vendor_types import vendor_vf_types
 from vgpuadm.errors import CapacityError, HostIOError
-from vgpuadm.naming import describe_nvidia_name
-from vgpuadm.nvidia_boards import MIG, TIME_SLICED, board_framebuffer_mib, equal_size_max
-from vgpuadm.placement import place
+from vgpuadm.plan.placement import place
 from vgpuadm.report.inventory import inventory
 from vgpuadm.schemas import validate
 from vgpuadm.sim.profiles import H200_TYPES
@@ -117,7 +118,7 @@ def test_busy_h200x_free_count_is_the_table_maximum_minus_running(sim_host):
     # The driver drops other sizes from every list; were one still listed (a list read mid-update), it holds 0.
     idle_list = tuple((num, f"NVIDIA {p}") for num, p, _mx in H200_TYPES)
     vfs = dict(snap.vendor_vfs)
-    vfs[VFS[1]] = dataclasses.replace(vfs[VFS[1]], creatable=idle_list)
+    vfs[VFS[1]] = dataclasses.replace(vfs[VFS[1]], creatable=idle_list, offered=vendor_vf_types(VFS[1], idle_list))
     doc = _doc(dataclasses.replace(snap, vendor_vfs=vfs))
     assert _gpu_rows(doc, "nvidia-1427") == [  # H200X-70C: 106 GiB free would hold 1 of its 2
         {"gpu": GPU, "used": 0, "free": 0, "max": 2, "stranded": 1,

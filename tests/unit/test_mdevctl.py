@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import Result
 from vgpuadm.errors import UsageError
-from vgpuadm.mdevctl import definition, parse, read_definitions, remove_definition, render, write_definition
+from vgpuadm.io.mdevctl import definition, parse, read_definitions, remove_definition, render, write_definition
 from vgpuadm.sim.treestate import tree_state
 
 U1 = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"

@@ -9,7 +9,7 @@ import pytest
 
 from vgpuadm import api
 from vgpuadm.errors import CapacityError, NotFoundError, UsageError
-from vgpuadm.placement import place
+from vgpuadm.plan.placement import place
 
 HINT = (
     "free instances (`vgpuadm mdev remove`, `vgpuadm vf clear`) or pick another type or GPU; "

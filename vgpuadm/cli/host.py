@@ -15,13 +15,7 @@ Planner = Callable[[HostSnapshot], tuple[Plan, list[str]]]
 
 def run_plan(console: Console, root: str | None, planner: Planner, dry_run: bool, as_json: bool) -> None:
     """Discover → plan → apply (or print the plan), then report."""
-    if dry_run:
-        plan, ids = planner(api.discover(root))
-        result = api.apply(plan, root, dry_run=True)
-    else:
-        with api.host_lock(root):
-            plan, ids = planner(api.discover(root))
-            result = api.apply(plan, root)
+    plan, ids, result = api.run_host_verb(root, planner, dry_run=dry_run)
     if as_json:
         console.json(
             {"changed": result.changed, "dry_run": dry_run, "summary": plan.summary, "steps": plan.describe(),

@@ -4,14 +4,16 @@ These functions take plain arguments so that the fast path (cli/fast.py) runs th
 
 from __future__ import annotations
 
-from vgpuadm import api
 from vgpuadm.cli.console import Console
+from vgpuadm.host.discover import snapshot
+from vgpuadm.host.root import HostRoot
 from vgpuadm.model import HostSnapshot
 from vgpuadm.report.listing import device_rows, gpu_rows, type_rows
 
 
 def _snapshot(console: Console, root: str | None, types: bool = True) -> HostSnapshot:
-    snap = api.discover(root, types=types)
+    # Read-only: the plain Sysfs of the root, without the simulated kernel (only writes need it).
+    snap = snapshot(HostRoot(root).sysfs(), types=types)
     for w in snap.warnings:
         console.warn(w)
     return snap

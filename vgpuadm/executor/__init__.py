@@ -265,7 +265,7 @@ class _Journal:
         _remove(self.path, defer_sync=_lock_nested(self.root))
 
 
-def _pending_error() -> ConflictError:
+def pending_error() -> ConflictError:
     return ConflictError(
         f"an interrupted change is pending in /{JOURNAL}",
         "run `vgpuadm recover` to roll it back (or `vgpuadm recover --finish` to complete it)",
@@ -284,7 +284,7 @@ def execute(plan: Plan, ctx: ExecContext, *, dry_run: bool = False, progress: Pr
         return ExecResult(plan, tuple(plan.describe()), dry_run=dry_run)
     with host_lock(ctx.root, ctx.lock_timeout):
         if read_journal(ctx.root) is not None:
-            raise _pending_error()
+            raise pending_error()
         done: list[Step] = []
         total = len(plan.steps)
         crash_after = int(os.environ.get(CRASH_HOOK, "0") or 0)
@@ -405,6 +405,20 @@ def recover(ctx: ExecContext, *, finish: bool = False) -> list[str]:
 from vgpuadm.executor.kernel import load_drivers  # noqa: E402
 
 __all__ = [
-    "CRASH_HOOK", "DEFAULT_LOCK_TIMEOUT", "JOURNAL", "ExecContext", "ExecResult", "Handler", "errno_hint", "execute",
-    "handler_for", "host_lock", "load_drivers", "read_journal", "recover", "register", "rollback",
+    "CRASH_HOOK",
+    "DEFAULT_LOCK_TIMEOUT",
+    "JOURNAL",
+    "ExecContext",
+    "ExecResult",
+    "Handler",
+    "errno_hint",
+    "execute",
+    "handler_for",
+    "host_lock",
+    "load_drivers",
+    "pending_error",
+    "read_journal",
+    "recover",
+    "register",
+    "rollback",
 ]  # fmt: skip

@@ -9,10 +9,12 @@ from __future__ import annotations
 import functools
 import os
 
+from vgpuadm.catalog.naming import describe_nvidia_name, parse_creatable, parse_description, profile_of
+from vgpuadm.catalog.vendor_types import vendor_vf_types
 from vgpuadm.errors import HostIOError
+from vgpuadm.host.root import HostRoot
 from vgpuadm.host.sysfs import Sysfs, check_root
 from vgpuadm.model import HostSnapshot, Layout, Mdev, MdevParent, PciFunction, VendorVf, VgpuType
-from vgpuadm.naming import describe_nvidia_name, parse_creatable, parse_description, profile_of
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 MDEV_BUS = "/sys/class/mdev_bus"
@@ -49,6 +51,7 @@ def snapshot(sysfs: Sysfs, *, types: bool = True) -> HostSnapshot:
         iommu_groups=groups,
         layouts=layouts,
         warnings=tuple(warnings),
+        machine_id=HostRoot(sysfs.root).machine_id(),
     )
 
 
@@ -324,10 +327,12 @@ def _read_vendor_vfs(sysfs: Sysfs, functions: dict[str, PciFunction], warnings: 
                 continue
             current = sysfs.read_int(f"{d}/current_vgpu_type") or 0
             params = sysfs.read_opt(f"{d}/vgpu_params")
+            creatable = tuple(parse_creatable(text))
             out[addr] = VendorVf(
                 address=addr,
                 physfn=fn.physfn,
-                creatable=tuple(parse_creatable(text)),
+                creatable=creatable,
+                offered=vendor_vf_types(addr, creatable),
                 current_type=current,
                 vgpu_params=params.strip() if params is not None else None,
             )

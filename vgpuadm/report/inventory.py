@@ -8,7 +8,7 @@ Capacity follows the sharing rules of shared/docs/vgpu-sysfs.md, and never excee
 - layout A, NVIDIA: one type per physical GPU — a GPU running nvidia-64 has 0 room for nvidia-63 (§2.4);
 - layouts B and C: one vGPU per VF and one framebuffer *size* per physical GPU (equal-size mode, §3.2, §3.4);
 - other mdev drivers (GVT-g, mtty…): the kernel's `available_instances`, since their types share one budget.
-Layout C publishes no per-type maximum; discovery takes it from NVIDIA's tables (vgpuadm/nvidia_boards.py), so a
+Layout C publishes no per-type maximum; discovery takes it from NVIDIA's tables (vgpuadm/catalog/boards.py), so a
 free count is min(free VFs whose creatable list offers the type, maximum − running vGPUs) as on layout B. For a
 board not in the tables it is what the creatable lists still offer (one per free VF), bounded by the memory only
 while the GPU is idle (its largest type spans it).
@@ -24,9 +24,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpuadm.catalog.boards import board_framebuffer_mib
+from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.model import Allocation, HostSnapshot, Layout, VgpuType
-from vgpuadm.naming import describe_nvidia_name
-from vgpuadm.nvidia_boards import board_framebuffer_mib
 
 SCHEMA = "vgpuadm-inventory/1"
 

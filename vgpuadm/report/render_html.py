@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from vgpuadm.report.render_table import Table, fleet_tables, host_tables
-from vgpuadm.templating import environment
+from vgpuadm.virt.templating import environment
 
 BAR_WIDTH = 420  # px of a full bar; labels and numbers sit left and right of it
 MAX_BARS = 60  # a fleet of 1,000 hosts charts its 60 fullest hosts; the table still lists every host

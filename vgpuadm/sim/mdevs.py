@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from vgpuadm.naming import describe_nvidia_name
+from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.sim.state import MdevRecord, SimHost, fail, kstrtoul
 from vgpuadm.sim.tree import IOMMU_GROUPS, MDEV_BUS, MDEV_DEVICES
 

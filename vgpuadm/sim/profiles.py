@@ -27,9 +27,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from vgpuadm.catalog.boards import equal_size_max
+from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.errors import UsageError
-from vgpuadm.naming import describe_nvidia_name
-from vgpuadm.nvidia_boards import equal_size_max
 from vgpuadm.sim.tree import MdevTypeSpec, PciSpec, TreeBuilder
 
 Model = dict[str, Any]
@@ -65,7 +65,7 @@ def _table_max(profile: str) -> int:
     """NVIDIA's equal-size maximum (reference §3.6), from the one table discovery also reads."""
     mx = equal_size_max(describe_nvidia_name(profile))
     if mx is None:
-        raise ValueError(f"{profile} is not in vgpuadm/nvidia_boards.py")
+        raise ValueError(f"{profile} is not in vgpuadm/catalog/boards.py")
     return mx
 
 

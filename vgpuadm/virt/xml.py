@@ -16,7 +16,7 @@ from lxml import etree
 
 from vgpuadm.errors import ConflictError, UsageError
 from vgpuadm.model import Allocation
-from vgpuadm.templating import environment
+from vgpuadm.virt.templating import environment
 
 NS = "https://vgpuadm.dev/xmlns/vgpuadm/1"
 PREFIX = "vgpuadm"

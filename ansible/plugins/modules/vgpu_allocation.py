@@ -253,7 +253,7 @@ class Allocator:
         """The type id `wanted` names here; falls back to the ids the VM already owns (a type can vanish from the
         host's type list while every instance of it is in use)."""
         from vgpuadm.errors import NotFoundError
-        from vgpuadm.naming import resolve_type
+        from vgpuadm.catalog.naming import resolve_type
 
         try:
             return resolve_type(self.api.discover(self.root).types(), wanted)[0].type_id

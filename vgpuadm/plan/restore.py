@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from vgpuadm.desired import params_equal
 from vgpuadm.errors import VgpuadmError
 from vgpuadm.model import Allocation, HostSnapshot
+from vgpuadm.plan.desired import params_equal
 from vgpuadm.steps import (
     CreateMdev,
     DriversProbe,

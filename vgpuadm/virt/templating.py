@@ -10,8 +10,9 @@ from typing import Any
 
 def template_dir() -> str:
     """templates/ shipped inside the package (wheel), else the repo root's (editable install, checkout)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for candidate in (os.path.join(here, "templates"), os.path.join(os.path.dirname(here), "templates")):
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = package
+    for candidate in (os.path.join(package, "templates"), os.path.join(os.path.dirname(package), "templates")):
         if os.path.isdir(os.path.join(candidate, "hostdev")):
             return candidate
     raise FileNotFoundError(f"vgpuadm templates not found next to {here}")

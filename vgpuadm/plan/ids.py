@@ -3,24 +3,10 @@ devices after a reboot yields the UUIDs the domain XML already names."""
 
 from __future__ import annotations
 
-import os
-import socket
 import uuid
 
 # A fixed namespace for vgpuadm's uuid5 derivations (never change it: stored domain XML depends on it).
 NAMESPACE = uuid.UUID("6f1c1f0e-3b1e-5a43-9d0c-766770756164")
-
-
-def host_identity(root: str) -> str:
-    """`<root>/etc/machine-id` when present (stable across reboots), else the host name."""
-    try:
-        with open(os.path.join(root, "etc/machine-id")) as f:
-            ident = f.read().strip()
-            if ident:
-                return ident
-    except OSError:
-        pass
-    return socket.gethostname()
 
 
 def device_uuid(host_id: str, domain_uuid: str, slot: int) -> str:

@@ -11,11 +11,12 @@ pack fills the most-used compatible physical GPU first; spread the least-used. T
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, NotFoundError, UsageError
 from vgpuadm.model import HostSnapshot, Layout, VgpuType
-from vgpuadm.naming import resolve_type
 
 POLICIES = ("pack", "spread")
 
@@ -110,9 +111,11 @@ def place(
     gpu: str | None = None,
     policy: str = "pack",
     numa: int | None = None,
+    taken: Mapping[str, str] | None = None,
 ) -> Placement:
-    """Choose `count` parents for `type_name`. Raises NotFoundError (unknown type or GPU), UsageError (bad
-    policy/count) or CapacityError listing why each candidate was rejected."""
+    """Choose `count` parents for `type_name`. `taken`: PCI addresses that a domain references (a layout C VF given
+    to a VM whether or not its type is set now) → that domain; they are never chosen. Raises NotFoundError (unknown
+    type or GPU), UsageError (bad policy/count) or CapacityError listing why each candidate was rejected."""
     if policy not in POLICIES:
         raise UsageError(f'Unknown placement policy "{policy}"', "use --policy pack or --policy spread")
     if count < 1:
@@ -136,7 +139,8 @@ def place(
     by_parent: dict[str, VgpuType] = {}
     for t in candidates:
         st = usage.get(snapshot.physical_gpu(t.parent), _GpuState())
-        reason = _reason(snapshot, t, st, numa)
+        owner = (taken or {}).get(t.parent) if t.layout == Layout.VENDOR_VFIO else None
+        reason = f"VF is given to domain {owner}" if owner else _reason(snapshot, t, st, numa)
         if reason:
             rejected.append((t.parent, reason))
             continue

@@ -9,7 +9,7 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 
-from vgpuadm.guest import GuestResult, create
+from vgpuadm.ops.guest import GuestResult, create
 from vgpuadm.sim.profiles import build
 from vgpuadm.virt.conn import VirtConn, embed_uri
 from vgpuadm.virt.xml import domain_definition

@@ -1,0 +1,104 @@
+"""HostRoot: the one object that derives every path under a host root, as mdevctl's Environment does.
+
+Every kernel, state and configuration path vgpuadm touches is a host path (`/sys/...`, `/run/vgpuadm.lock`) that
+this object joins to one root (default `/`; `--root DIR` or `$VGPUADM_ROOT`). Users are always shown the host path,
+never the temporary root. A root holding SIM_MARKER is a simulated host: its writes go to the simulated kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from vgpuadm.host.sysfs import SIM_MARKER, Sysfs
+
+TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from vgpuadm.host.sysfs import Writer
+
+DEFAULT_ROOT = "/"
+# Host paths (absolute, as shown to users) of everything vgpuadm keeps or reads besides sysfs.
+LOCK = "/run/vgpuadm.lock"
+STATE_DIR = "/var/lib/vgpuadm"
+JOURNAL = f"{STATE_DIR}/journal.json"
+DRIVERS = f"{STATE_DIR}/drivers.json"
+EMBED_LIBVIRT = f"{STATE_DIR}/libvirt"  # libvirt's embedded driver root on a simulated host
+MACHINE_ID = "/etc/machine-id"
+HOSTNAME = "/etc/hostname"
+MDEVCTL_DIR = "/etc/mdevctl.d"
+SRIOV_MANAGE = "/usr/lib/nvidia/sriov-manage"  # NVIDIA's VF enable script (reference §3.1)
+NVIDIA_SMI = "/usr/bin/nvidia-smi"
+
+
+def resolve_root(root: str | None) -> str:
+    """--root, else $VGPUADM_ROOT, else /."""
+    return os.path.abspath(root or os.environ.get("VGPUADM_ROOT") or DEFAULT_ROOT)
+
+
+class HostRoot:
+    """One host root. `path` is the real directory; `real(host_path)` joins any host path to it."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, root: str | None = None) -> None:
+        object.__setattr__(self, "path", resolve_root(root))
+
+    path: str
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}")
+
+    def __repr__(self) -> str:
+        return f"HostRoot({self.path!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HostRoot) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    def real(self, host_path: str) -> str:
+        """The real path of host path `host_path` (`/run/vgpuadm.lock` → `<root>/run/vgpuadm.lock`)."""
+        return os.path.join(self.path, host_path.lstrip("/"))
+
+    @property
+    def simulated(self) -> bool:
+        return os.path.exists(self.real(SIM_MARKER))
+
+    @property
+    def is_host(self) -> bool:
+        """Whether this is the machine's own root (`/`), not a simulated or captured one."""
+        return self.path == "/"
+
+    def sysfs(self, writer_factory: Callable[[], Writer] | None = None) -> Sysfs:
+        """The kernel files of this root; `writer_factory` makes the writer on the first write (the simulated kernel
+        on a simulated root, chosen by ops.session: host/ sits below sim/)."""
+        return Sysfs(self.path, writer_factory=writer_factory)
+
+    def machine_id(self) -> str:
+        """`<root>/etc/machine-id` when present (stable across reboots), else the host name."""
+        try:
+            with open(self.real(MACHINE_ID)) as f:
+                ident = f.read().strip()
+                if ident:
+                    return ident
+        except OSError:
+            pass
+        return socket.gethostname()
+
+    def hostname(self) -> str:
+        """The name a host's inventory carries: <root>/etc/hostname on a non-/ root when present, else this host's."""
+        if not self.is_host:
+            try:
+                with open(self.real(HOSTNAME)) as f:
+                    name = f.read().strip()
+                if name:
+                    return name
+            except OSError:
+                pass
+        return socket.gethostname()
+
+    def has_executable(self, host_path: str) -> bool:
+        return os.access(self.real(host_path), os.X_OK)

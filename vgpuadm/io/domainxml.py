@@ -1,0 +1,39 @@
+"""Saved domain XML (`virsh dumpxml` output, or libvirt's persistent /etc/libvirt/qemu/*.xml that boot-time restore
+reads before libvirtd runs): one *.xml file per domain, read as the domains of this host."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+from vgpuadm.errors import UsageError, VgpuadmError
+from vgpuadm.plan.domains import Domain, Domains
+from vgpuadm.virt.xml import domain_identity
+
+MAX_FILES = 10_000  # domains on one host; more is not a domain directory
+MAX_BYTES = 8 << 20  # one domain's XML
+
+
+def read_domain_dir(directory: str, host_key: str, *, option: str = "--domain-xml-dir") -> Domains:
+    """The domains saved in `directory` (every *.xml file); `option` names the flag in messages."""
+    if not os.path.isdir(directory):
+        raise UsageError(f"{option} {directory} is not a directory", "give a directory of saved domain XML files")
+    paths = sorted(glob.glob(os.path.join(directory, "*.xml")))
+    if len(paths) > MAX_FILES:
+        raise UsageError(f"{option} {directory} holds {len(paths)} XML files", f"at most {MAX_FILES} domains are read")
+    entries = []
+    for path in paths:
+        try:
+            if os.path.getsize(path) > MAX_BYTES:
+                raise UsageError(f"domain XML {path} is larger than {MAX_BYTES >> 20} MiB", "is it a domain's XML?")
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            name, uuid = domain_identity(text)
+            entries.append(Domain.read(name, uuid, text, False, ""))
+        except OSError as exc:
+            raise UsageError(f"cannot read domain XML {path}: {exc.strerror}", "check the file's permissions") from None
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"cannot read domain XML {path}: {exc}", "save it with `virsh dumpxml DOMAIN`") from None
+        except VgpuadmError as exc:
+            raise UsageError(f"{path}: {exc.message}", exc.hint) from None
+    return Domains.mine(host_key, entries)

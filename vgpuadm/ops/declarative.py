@@ -1,0 +1,219 @@
+"""The declarative verbs: `apply -f` (make the host match a plan), `restore` (rebuild after a reboot) and
+`reconcile` (finish a crashed change, find leaks). Each runs in one Session — read, plan and apply under the host
+lock — and asks the pure planners (plan/apply.py, plan/restore.py, plan/reconcile.py) what to do."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from vgpuadm.errors import ConflictError, NotFoundError, UnsafeError, VgpuadmError
+from vgpuadm.executor import execute, load_drivers, recover
+from vgpuadm.host.root import EMBED_LIBVIRT, SRIOV_MANAGE
+from vgpuadm.io.domainxml import read_domain_dir
+from vgpuadm.io.planfile import load_plan
+from vgpuadm.ops.session import Session
+from vgpuadm.plan import desired
+from vgpuadm.plan import reconcile as reconcile_plan
+from vgpuadm.plan import restore as restore_plan
+from vgpuadm.plan.apply import build_apply_plan, resolve_types
+from vgpuadm.plan.desired import Current, DesiredPlan, Diff, describe_allocation
+from vgpuadm.plan.domains import Domains
+from vgpuadm.plan.reconcile import Leak
+from vgpuadm.steps import Plan
+
+Progress = Callable[[int, int, str], None]
+Report = Callable[[str], None]
+
+
+# -- apply -f --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    diff: Diff
+    plan: Plan
+    applied: tuple[str, ...]
+    checked_only: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """The `apply --json` document (vgpuadm/schemas/apply.schema.json)."""
+        return {
+            "changed": not self.checked_only and not self.plan.empty,
+            "check": self.checked_only,
+            "summary": self.plan.summary,
+            "diff": self.diff.lines(),
+            "untouched": list(self.diff.untouched),
+            "steps": list(self.applied),
+        }
+
+
+def apply_plan_file(plan_file: str, root: str | None = None, **options: Any) -> ApplyResult:
+    """Make the host match a plan file (options: connect, check, prune, progress)."""
+    return apply_desired(root, load_plan(plan_file), **options)
+
+
+def apply_desired(
+    root: str | None,
+    plan_doc: DesiredPlan,
+    *,
+    connect: str | None = None,
+    check: bool = False,
+    prune: bool = False,
+    progress: Progress | None = None,
+) -> ApplyResult:
+    """Make the host match a desired state (a plan file's, or the Ansible module's), as ONE journaled plan.
+    `check` computes the diff and the steps and changes nothing."""
+    with Session.open(root, connect, verb="apply") as s:
+        snap, doms = s.snap, s.domains()
+        for name, spec in plan_doc.vms.items():
+            if name not in doms.by_name:
+                raise NotFoundError(
+                    f"{plan_doc.source}:{spec.line}: vms.{name}: no libvirt domain named {name!r}",
+                    "define the domain first (virsh define) or fix the name in the plan",
+                )
+        resolved = resolve_types(plan_doc, snap, doms.allocations)
+        d = desired.diff(plan_doc, Current(doms.allocations, doms.running), resolved, prune=prune)
+        desired.check_safe(d, doms.running)
+        plan = build_apply_plan(plan_doc, d, snap, doms, load_drivers(s.root.path))
+        if check or plan.empty:
+            return ApplyResult(d, plan, tuple(plan.describe()), check)
+        result = s.execute(plan, progress=progress)
+        return ApplyResult(d, plan, result.applied, False)
+
+
+# -- restore -----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RestoreResult:
+    done: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    devices: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The `restore --json` document (vgpuadm/schemas/restore.schema.json)."""
+        return {"devices": self.devices, "done": self.done, "skipped": self.skipped, "problems": self.problems}
+
+
+def restore(
+    root: str | None,
+    *,
+    connect: str | None = None,
+    domain_xml_dir: str | None = None,
+    timeout: float = 60.0,
+    report: Report | None = None,
+) -> RestoreResult:
+    """Rebuild this host's domains' devices after a reboot, phase by phase (plan/restore.PHASES), under the host
+    lock. Each device is its own unit: one that fails is rolled back and named in `problems`, the others still
+    happen."""
+    say = report or (lambda _line: None)
+    out = RestoreResult()
+    with Session.open(root, connect, allow_pending=True) as s:
+        doms = read_domain_dir(domain_xml_dir, s.host_key) if domain_xml_dir else s.domains()
+        ctx = s.context()
+        if not domain_xml_dir:
+            ctx.virt = s.virt
+        try:
+            for line in recover(ctx):
+                say(f"recovered: {line}")
+        except VgpuadmError as exc:
+            raise ConflictError(
+                f"an interrupted change is pending and could not be rolled back: {exc.message}",
+                "run `vgpuadm reconcile` once libvirt runs, then `vgpuadm restore` again",
+            ) from None
+        allocs = doms.allocations
+        out.devices = len(allocs)
+        sriov_manage = s.root.has_executable(SRIOV_MANAGE)
+        for phase in restore_plan.PHASES:
+            snap = s.refresh()
+            if phase == "vgpu" and restore_plan.missing_devices(allocs, snap) and not out.problems:
+                missing = restore_plan.missing_devices(allocs, snap)
+                say(f"waiting up to {timeout:g}s for {', '.join(missing)} to register")
+                snap = restore_plan.wait_until(s.refresh, lambda sn: not restore_plan.missing_devices(allocs, sn),
+                                               timeout)  # fmt: skip
+            pp = restore_plan.plan_phase(phase, allocs, snap, sriov_manage=sriov_manage)
+            for line in pp.skipped:
+                say(f"{phase}: skipped: {line}")
+                out.skipped.append(line)
+            for unit in pp.units:
+                try:
+                    execute(unit, ctx)
+                except VgpuadmError as exc:
+                    out.problems.append(f"{phase}: {exc.message}")
+                    say(f"{phase}: FAILED: {exc.message}")
+                    continue
+                for step in unit.steps:
+                    out.done.append(f"{phase}: {step.describe()}")
+                    say(f"{phase}: {step.describe()}")
+            out.problems.extend(f"{phase}: {p}" for p in pp.problems)
+            for p in pp.problems:
+                say(f"{phase}: cannot restore: {p}")
+    return out
+
+
+# -- reconcile ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    recovered: tuple[str, ...]
+    leaks: tuple[Leak, ...]
+    fixed: tuple[str, ...]
+    lost: tuple[str, ...]  # allocations whose device is missing (run `vgpuadm restore`)
+
+    def to_json(self) -> dict[str, Any]:
+        """The `reconcile --json` document (vgpuadm/schemas/reconcile.schema.json)."""
+        return {
+            "recovered": list(self.recovered),
+            "leaks": [{"kind": lk.kind, "id": lk.id, "detail": lk.detail} for lk in self.leaks],
+            "fixed": list(self.fixed),
+            "lost": list(self.lost),
+        }
+
+
+def check_owner_uri(uri: str, root: str, simulated: bool) -> None:
+    """A device is a leak only when the libvirt that owns this host's domains says so: refuse --fix through another
+    driver (test:///, xen…) or through an embedded libvirt that is not this simulated root's."""
+    parts = urlsplit(uri)
+    driver = parts.scheme.split("+", 1)[0]
+    if driver != "qemu":
+        raise UnsafeError(
+            f"--connect {uri} is not this host's QEMU/KVM libvirt, so it cannot say which devices are leaks",
+            "run `vgpuadm reconcile --fix` without --connect, or with the qemu:/// URI of this host",
+        )
+    if parts.path == "/embed":
+        embed_root = (parse_qs(parts.query).get("root") or [""])[0]
+        own = f"{root.rstrip('/')}{EMBED_LIBVIRT}"
+        if not simulated or embed_root.rstrip("/") != own:
+            raise UnsafeError(
+                f"--connect {uri} is an embedded libvirt that does not hold this host's domains",
+                "run `vgpuadm reconcile --fix` without --connect",
+            )
+
+
+def reconcile(
+    root: str | None, *, connect: str | None = None, fix: bool = False, finish: bool = False
+) -> ReconcileResult:
+    """Roll back (or finish) a crashed change, then list — and with `fix` remove — devices no domain owns."""
+    with Session.open(root, connect, allow_pending=True) as s:
+        if fix:
+            check_owner_uri(s.uri, s.root.path, s.simulated)
+        ctx = s.context()
+        ctx.virt = s.virt
+        recovered = recover(ctx, finish=finish)
+        snap = s.refresh()
+        doms: Domains = s.domains()
+        remembered = load_drivers(s.root.path)
+        leaks = reconcile_plan.find_leaks(snap, doms.owned(), remembered)
+        fixed: tuple[str, ...] = ()
+        if fix and leaks:
+            fixed = s.execute(reconcile_plan.leak_plan(snap, leaks, remembered)).applied
+            snap = s.refresh()
+        lost = tuple(
+            f"{a.domain}: {describe_allocation(a)}" for a in doms.allocations if reconcile_plan.device_missing(a, snap)
+        )
+    return ReconcileResult(tuple(recovered), tuple(leaks), fixed, lost)

@@ -1,0 +1,185 @@
+"""The guest verbs: `create`, `destroy`, `passthrough`, `release`. Each runs in one Session (lock, snapshot, one
+domain scan), asks plan/guest.py for ONE plan per domain (kernel steps + libvirt steps + the metadata record) and
+hands it to the executor, so a failed attach rolls back the device it just made."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vgpuadm.errors import NotFoundError, VgpuadmError
+from vgpuadm.executor import load_drivers
+from vgpuadm.model import Allocation
+from vgpuadm.ops.session import Session
+from vgpuadm.plan import guest as planner
+from vgpuadm.steps import Plan
+from vgpuadm.virt import xml
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class GuestResult:
+    """What a guest command did (or, with dry_run, would do)."""
+
+    domain: str
+    uri: str
+    plan: Plan
+    dry_run: bool
+    devices: list[Allocation]  # what the domain owns afterwards
+    added: list[Allocation] = field(default_factory=list)
+    removed: list[Allocation] = field(default_factory=list)
+    hostdevs: list[str] = field(default_factory=list)  # the hostdev XML of added/removed devices
+    message: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return not self.plan.empty and not self.dry_run
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "domain": self.domain,
+            "uri": self.uri,
+            "changed": self.changed,
+            "dry_run": self.dry_run,
+            "message": self.message,
+            "steps": self.plan.describe(),
+            "added": [allocation_json(a) for a in self.added],
+            "removed": [allocation_json(a) for a in self.removed],
+            "devices": [allocation_json(a) for a in self.devices],
+            "hostdevs": self.hostdevs,
+        }
+
+
+def allocation_json(a: Allocation) -> dict[str, Any]:
+    return {
+        "slot": a.slot,
+        "mode": a.mode,
+        "type_id": a.type_id,
+        "parent": a.parent,
+        "uuid": a.uuid,
+        "address": a.address,
+        "params": a.params,
+        "options": dict(sorted(a.extra.items())),
+    }
+
+
+def create(
+    root: str | None,
+    vm: str,
+    type_name: str,
+    count: int = 1,
+    *,
+    connect: str | None = None,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+    **options: Any,
+) -> GuestResult:
+    """Give domain `vm` `count` devices of `type_name` in total (gpu, policy, numa, display, ramfb, params)."""
+    return create_many(root, [(vm, count)], type_name, connect=connect, dry_run=dry_run, progress=progress,
+                       **options)[0]  # fmt: skip
+
+
+def create_many(
+    root: str | None,
+    requests: Sequence[tuple[str, int]],
+    type_name: str,
+    *,
+    connect: str | None = None,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+    **options: Any,
+) -> list[GuestResult]:
+    """Provision several domains (name, total count) with one type under one lock, one discovery and one libvirt
+    connection. Placement is joint; each domain's plan is applied (or rolled back) as a unit, in order. When one
+    fails, the domains before it keep their devices and the error says which they are."""
+    with Session.open(root, connect, verb="create") as s:
+        snap = s.snap
+        xmls = [(s.domain_xml(vm), count) for vm, count in requests]
+        plans = planner.plan_create_many(snap, xmls, type_name, taken=s.domains().users(), **options)
+        done: list[str] = []
+        for p in plans:
+            try:
+                s.execute(p.plan, dry_run=dry_run, progress=progress)
+            except VgpuadmError as exc:
+                if len(plans) > 1:
+                    exc.message = f"domain {p.name}: {exc.message}"
+                    exc.args = (exc.message,)
+                    if done:
+                        exc.hint += f"; already provisioned before it: {', '.join(done)}"
+                raise
+            if p.added:
+                done.append(p.name)
+        return [
+            GuestResult(p.name, s.uri, p.plan, dry_run, p.after, p.added,
+                        hostdevs=[xml.hostdev_for(a) for a in p.added], message=p.plan.summary)
+            for p in plans
+        ]  # fmt: skip
+
+
+# -- destroy ---------------------------------------------------------------------------------------------------------
+
+
+def destroy(
+    root: str | None,
+    vm: str,
+    *,
+    uuid: str | None = None,
+    all_: bool = False,
+    connect: str | None = None,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> GuestResult:
+    with Session.open(root, connect, verb="destroy") as s:
+        dom = s.domain_xml(vm)
+        plan, gone, after = planner.plan_destroy(s.snap, dom, s.domains().users(besides=vm), uuid=uuid, all_=all_,
+                                                 drivers=load_drivers(s.root.path))  # fmt: skip
+        s.execute(plan, dry_run=dry_run, progress=progress)
+        return GuestResult(
+            vm, s.uri, plan, dry_run, after, removed=gone, hostdevs=[xml.hostdev_for(a) for a in gone],
+            message=plan.summary if gone else f"domain {vm} owns no vgpuadm devices",
+        )  # fmt: skip
+
+
+# -- passthrough / release -------------------------------------------------------------------------------------------
+
+
+def passthrough(
+    root: str | None,
+    gpu: str,
+    vm: str,
+    *,
+    connect: str | None = None,
+    force: bool = False,
+    rom_file: str | None = None,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> GuestResult:
+    with Session.open(root, connect, verb="passthrough") as s:
+        dom = s.domain_xml(vm)
+        plan, added, after = planner.plan_passthrough(s.snap, dom, gpu, s.domains().users(besides=vm), force=force,
+                                                      rom_file=rom_file)  # fmt: skip
+        s.execute(plan, dry_run=dry_run, progress=progress)
+        return GuestResult(vm, s.uri, plan, dry_run, after, added,
+                           hostdevs=[xml.hostdev_for(a) for a in added], message=plan.summary)  # fmt: skip
+
+
+def release(
+    root: str | None,
+    gpu: str,
+    *,
+    connect: str | None = None,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> GuestResult:
+    """Take a passed-through GPU back from whichever domain has it (per vgpuadm metadata) and give it back to its
+    host drivers. With no domain holding it, only the drivers are restored."""
+    gpu = str(xml.PciAddress.parse(gpu))
+    with Session.open(root, connect, verb="release") as s:
+        if gpu not in s.snap.functions:
+            raise NotFoundError(f"No PCI function {gpu} on this host", "run `vgpuadm gpus` to list GPUs")
+        plan, holders, gone = planner.plan_release(s.snap, s.domains(), gpu, load_drivers(s.root.path))
+        s.execute(plan, dry_run=dry_run, progress=progress)
+        return GuestResult(", ".join(holders) or "no domain", s.uri, plan, dry_run, [], removed=gone,
+                           hostdevs=[xml.hostdev_for(a) for a in gone], message=plan.summary)  # fmt: skip

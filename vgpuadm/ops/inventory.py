@@ -1,0 +1,60 @@
+"""`vgpuadm inventory`: one host's report (snapshot + this host's domains, from libvirt or saved XML) and the fleet
+merge of many hosts' reports. The rows and the capacity figures are report/inventory.py's (pure)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from vgpuadm.io.domainxml import read_domain_dir
+from vgpuadm.model import Allocation
+from vgpuadm.ops.session import Session
+from vgpuadm.report.inventory import inventory as build_inventory
+from vgpuadm.report.merge import load_report, merge
+
+
+def _now() -> str:
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def inventory(
+    root: str | None = None,
+    *,
+    connect: str | None = None,
+    domains_xml: str | None = None,
+    use_libvirt: bool = True,
+    host: str | None = None,
+    domains: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """The host's inventory document (vgpuadm-inventory/1). Ownership comes from saved domain XML when given,
+    else from this host's libvirt domains (only the named `domains` when given) unless use_libvirt is False (then
+    it is reported as unknown, never as leaks)."""
+    with Session.read(root, connect) as s:
+        snap = s.snap
+        allocations: list[Allocation] | None = None
+        source = "none"
+        if domains_xml is not None:
+            found = read_domain_dir(domains_xml, snap.host_key, option="--domains-xml")
+            allocations, source = found.allocations, f"domains-xml:{os.path.abspath(domains_xml)}"
+        elif use_libvirt:
+            wanted = None if domains is None else set(domains)
+            allocations = [a for a in s.domains().allocations if wanted is None or a.domain in wanted]
+            source = f"libvirt:{s.uri}"
+        return build_inventory(snap, allocations, host=host or s.root.hostname(), generated_at=_now(), source=source)
+
+
+def domain_allocations(root: str | None, vm: str, *, connect: str | None = None) -> list[Allocation]:
+    """What domain `vm` owns, from its vgpuadm metadata (NotFoundError when there is no such domain)."""
+    with Session.read(root, connect) as s:
+        d = s.domains().by_name.get(vm)
+        if d is None:
+            s.virt.xml(vm)  # raises NotFoundError naming the domain
+            return []
+        return list(d.allocations)
+
+
+def merge_inventories(paths: list[str]) -> dict[str, Any]:
+    """The fleet report (vgpuadm-fleet/1) of host inventory files; any bad file stops it with its name."""
+    return merge([(p, load_report(p)) for p in paths], generated_at=_now())

@@ -1,0 +1,165 @@
+"""One Session per verb: the host lock, one snapshot, a lazily opened libvirt connection and ONE domain scan.
+
+Every verb that changes the host runs inside `Session.open(...)`: the lock is taken first, a pending journal is
+refused before anything is planned (a half-done change would make the plan nonsense), the snapshot and the domains
+are read under the lock, and the plan is executed under the same hold, so racing commands never plan against a
+stale view. Read-only commands use the same object without the lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+from vgpuadm.errors import NotFoundError
+from vgpuadm.executor import (
+    DEFAULT_LOCK_TIMEOUT,
+    ExecContext,
+    ExecResult,
+    execute,
+    host_lock,
+    pending_error,
+    read_journal,
+    register,
+)
+from vgpuadm.host.discover import snapshot
+from vgpuadm.host.root import HostRoot
+from vgpuadm.host.sysfs import Sysfs, Writer
+from vgpuadm.model import HostSnapshot
+from vgpuadm.plan.domains import Domains
+from vgpuadm.sim.kernel import SimKernel
+from vgpuadm.steps import Plan
+from vgpuadm.virt.conn import VirtConn, choose_uri
+from vgpuadm.virt.handlers import HANDLERS
+from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
+from vgpuadm.virt.xml import NS
+
+Progress = Callable[[int, int, str], None]
+LIBVIRT_STEPS = (AttachHostdev, DetachHostdev, SetMetadata)
+LIBVIRT_STEP_KINDS = frozenset(cls.kind for cls in LIBVIRT_STEPS)
+
+for _step_cls, _apply, _undo, _check in HANDLERS:  # the executor runs the libvirt steps through these
+    register(_step_cls, _apply, _undo, _check)
+
+
+def open_sysfs(root: HostRoot) -> Sysfs:
+    """The kernel of `root`: plain writes on a real host, the simulated kernel under a simulated root."""
+    if not root.simulated:
+        return root.sysfs()
+
+    def sim_kernel() -> Writer:
+        return SimKernel(root.path)
+
+    return root.sysfs(writer_factory=sim_kernel)
+
+
+class Session:
+    """A verb's view of one host. Create with `Session.open` (locked) or `Session.read` (no lock)."""
+
+    def __init__(self, root: str | None, connect: str | None = None, *, locked: bool = False) -> None:
+        self.root = HostRoot(root)
+        self.connect = connect
+        self.locked = locked
+        self.sysfs = open_sysfs(self.root)
+        self._snap: HostSnapshot | None = None
+        self._virt: VirtConn | None = None
+        self._domains: Domains | None = None
+        self._stack = ExitStack()
+
+    @classmethod
+    @contextmanager
+    def open(
+        cls, root: str | None, connect: str | None = None, *, verb: str = "the command", allow_pending: bool = False,
+        timeout: float = DEFAULT_LOCK_TIMEOUT,
+    ) -> Iterator[Session]:  # fmt: skip
+        """Hold the host lock for the whole verb; refuse while a journal is pending (unless `allow_pending`, for
+        the verbs that deal with it: recover, reconcile, restore)."""
+        s = cls(root, connect, locked=True)
+        with host_lock(s.root.path, timeout), s._stack:
+            if not allow_pending and read_journal(s.root.path) is not None:
+                raise pending_error()
+            yield s
+
+    @classmethod
+    @contextmanager
+    def read(cls, root: str | None, connect: str | None = None) -> Iterator[Session]:
+        s = cls(root, connect)
+        with s._stack:
+            yield s
+
+    # -- the host ----------------------------------------------------------------------------------------------
+
+    @property
+    def snap(self) -> HostSnapshot:
+        if self._snap is None:
+            self._snap = snapshot(self.sysfs)
+        return self._snap
+
+    def refresh(self) -> HostSnapshot:
+        """Read the host again (after a phase of changes)."""
+        self._snap = snapshot(self.sysfs)
+        return self._snap
+
+    @property
+    def simulated(self) -> bool:
+        return self.sysfs.simulated
+
+    @property
+    def host_key(self) -> str:
+        return self.snap.host_key
+
+    # -- libvirt -----------------------------------------------------------------------------------------------
+
+    @property
+    def uri(self) -> str:
+        return choose_uri(self.connect, self.root.path, self.simulated)
+
+    @property
+    def virt(self) -> VirtConn:
+        if self._virt is None:
+            self._virt = self._stack.enter_context(VirtConn(self.uri))
+        return self._virt
+
+    @property
+    def has_virt(self) -> bool:
+        return self._virt is not None
+
+    def domains(self) -> Domains:
+        """Every domain of this host, read once (names that vanish while listing are skipped: a shared libvirtd)."""
+        if self._domains is None:
+            self._domains = Domains.of(self.host_key, self._scan())
+        return self._domains
+
+    def rescan(self) -> Domains:
+        self._domains = None
+        return self.domains()
+
+    def _scan(self) -> Iterator[tuple[str, str, str, bool, str]]:
+        virt = self.virt
+        for name in virt.list_domains():
+            try:
+                yield name, virt.uuid(name), virt.xml(name), virt.is_active(name), virt.get_metadata(name, NS) or ""
+            except NotFoundError:  # undefined between listing and reading
+                continue
+
+    def domain_xml(self, name: str) -> str:
+        """A domain's persistent XML (NotFoundError when there is none)."""
+        d = self.domains().by_name.get(name)
+        return d.xml if d is not None else self.virt.xml(name)
+
+    # -- executing ---------------------------------------------------------------------------------------------
+
+    def context(self, **extras: Any) -> ExecContext:
+        return ExecContext(sysfs=self.sysfs, root=self.root.path, virt=self._virt, extras=dict(extras))
+
+    def execute(self, plan: Plan, *, dry_run: bool = False, progress: Progress | None = None) -> ExecResult:
+        """Run `plan` through the executor (lock, journal, undo); the snapshot and scan are stale afterwards."""
+        ctx = self.context()
+        if not dry_run and any(isinstance(s, LIBVIRT_STEPS) for s in plan.steps):
+            ctx.virt = self.virt
+        result = execute(plan, ctx, dry_run=dry_run, progress=progress)
+        if result.changed:
+            self._snap = None
+            self._domains = None
+        return result

@@ -1,0 +1,1 @@
+"""Pure planners: placement, guest changes, the desired-state diff (apply -f), restore order, reconcile."""

@@ -1,0 +1,212 @@
+"""`apply -f`: the steps that take the domains from what they own to what a plan file says. Pure.
+
+Removals first (detach, then free the device), then parameters, then creates and attaches, then one metadata
+write per changed domain. Every VM is placed before anything runs, against a projected snapshot (capacity after the
+removals and the earlier VMs' creates), so a plan that needs more than the host has fails with the host untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from vgpuadm.catalog.naming import resolve_type
+from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, VgpuadmError
+from vgpuadm.model import Allocation, HostSnapshot, Layout, Mdev, VgpuType
+from vgpuadm.plan import devices as device_plans
+from vgpuadm.plan.desired import DesiredPlan, Diff, describe_allocation
+from vgpuadm.plan.domains import Domains, device_keys
+from vgpuadm.plan.guest import free_slots, passthrough_allocations, passthrough_functions, remove_steps
+from vgpuadm.plan.ids import device_uuid
+from vgpuadm.steps import CreateMdev, Plan, SetVfVgpuType, SetVgpuParams, Step
+from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
+from vgpuadm.virt.xml import hostdev_for, metadata_for_libvirt, same_metadata
+
+
+def _where(plan_doc: DesiredPlan, vm: str, key: str) -> str:
+    spec = plan_doc.vms[vm]
+    return f"{plan_doc.source}:{spec.line_of(key)}: vms.{vm}.{key}"
+
+
+def resolve_types(plan_doc: DesiredPlan, snap: HostSnapshot, allocations: Sequence[Allocation]) -> dict[str, str]:
+
+    known_ids = {a.type_id for a in allocations if a.type_id}
+    types = snap.types()
+    out: dict[str, str] = {}
+    for vm, spec in sorted(plan_doc.vms.items()):
+        if not spec.type or spec.type in out:
+            continue
+        if spec.type in known_ids:  # already owned under this id: no need for the host to list it right now
+            out[spec.type] = spec.type
+            continue
+        try:
+            out[spec.type] = resolve_type(types, spec.type)[0].type_id
+        except VgpuadmError as exc:
+            raise type(exc)(f"{_where(plan_doc, vm, 'type')}: {exc.message}", exc.hint) from None
+    return out
+
+
+def consume(snap: HostSnapshot, created: Sequence[Allocation]) -> HostSnapshot:
+    """The snapshot as it will be once `created` exist, so that the next VM's placement counts them (one type per
+    GPU, one vGPU per VF, instances left)."""
+    mdevs = dict(snap.mdevs)
+    vfs = dict(snap.vendor_vfs)
+    parents = dict(snap.mdev_parents)
+    for a in created:
+        if a.mode == "mdev" and a.uuid and a.parent and a.type_id:
+            mdevs[a.uuid] = Mdev(a.uuid, a.type_id, a.parent)
+            p = parents.get(a.parent)
+            if p is not None:
+                per_vf = p.layout == Layout.MDEV_VF
+                types = tuple(
+                    dataclasses.replace(t, available_instances=0 if per_vf else max(0, t.available_instances - 1))
+                    if per_vf or t.type_id == a.type_id
+                    else t
+                    for t in p.types
+                )
+                parents[a.parent] = dataclasses.replace(p, types=types)
+        elif a.mode == "vf" and a.address and a.type_id:
+            vf = vfs.get(a.address)
+            if vf is not None:
+                vfs[a.address] = dataclasses.replace(vf, current_type=int(a.type_id.rsplit("-", 1)[-1]))
+    return dataclasses.replace(snap, mdevs=mdevs, vendor_vfs=vfs, mdev_parents=parents)
+
+
+def _freed(t: VgpuType, removed_type: str, per_vf: bool, idle: bool) -> int:
+    """Instances of `t` left on its parent once one mdev of `removed_type` is gone. An idle NVIDIA GPU offers every
+    type again at its full count (the one-type-per-GPU rule lifts); a layout B VF hosts one vGPU of any type."""
+    if per_vf:
+        return 1
+    if idle and t.max_instances is not None:
+        return t.max_instances
+    return t.available_instances + 1 if t.type_id == removed_type else t.available_instances
+
+
+def release(snap: HostSnapshot, gone: Sequence[Allocation]) -> HostSnapshot:
+    """The snapshot as it will be once `gone` are removed, so that a VM switching types on one GPU can be placed
+    (the old type no longer blocks the GPU, its instances are free again)."""
+    mdevs = dict(snap.mdevs)
+    vfs = dict(snap.vendor_vfs)
+    parents = dict(snap.mdev_parents)
+    for a in gone:
+        m = mdevs.pop(a.uuid or "", None) if a.mode == "mdev" else None
+        if m is not None and m.parent in parents:
+            p = parents[m.parent]
+            per_vf = p.layout == Layout.MDEV_VF
+            idle = not any(x.parent == m.parent for x in mdevs.values())
+
+            types = tuple(
+                dataclasses.replace(t, available_instances=_freed(t, m.type_id, per_vf, idle)) for t in p.types
+            )
+            parents[m.parent] = dataclasses.replace(p, types=types)
+        if a.mode == "vf" and a.address in vfs:
+            vfs[a.address] = dataclasses.replace(vfs[a.address], current_type=0)
+    return dataclasses.replace(snap, mdevs=mdevs, vendor_vfs=vfs, mdev_parents=parents)
+
+
+def build_apply_plan(
+    plan_doc: DesiredPlan, d: Diff, snap: HostSnapshot, doms: Domains, drivers: dict[str, str]
+) -> Plan:
+    """Steps for a diff: detach and remove first, then parameters, then create and attach, then one metadata write
+    per changed domain. Placement runs for every VM before anything executes, so a plan that needs more instances
+    than exist fails here, with the host untouched."""
+
+    steps: list[Step] = []
+    owned: dict[str, list[Allocation]] = {}
+    for a in doms.allocations:
+        owned.setdefault(a.domain, []).append(a)
+    changed: set[str] = set()
+    for a in d.removes:
+        steps.append(DetachHostdev(a.domain, hostdev_for(a), describe_allocation(a)))
+    steps.extend(remove_steps(snap, list(d.removes), drivers))
+    for a in d.removes:
+        owned[a.domain] = [x for x in owned[a.domain] if x is not a]
+        changed.add(a.domain)
+    for p in d.set_params:
+        a = p.allocation
+        kind, ident = ("mdev", a.uuid) if a.mode == "mdev" else ("vf", a.address)
+        current = snap.mdevs[a.uuid].vgpu_params if a.mode == "mdev" and a.uuid in snap.mdevs else None
+        if a.mode == "vf" and a.address in snap.vendor_vfs:
+            current = snap.vendor_vfs[a.address].vgpu_params
+        steps.append(SetVgpuParams(kind, ident or "", p.params, previous=current or ""))
+        owned[a.domain] = [dataclasses.replace(x, params=p.params or None) if x is a else x for x in owned[a.domain]]
+        changed.add(a.domain)
+    vsnap = release(snap, d.removes)
+    taken = doms.owned() - {k for a in d.removes for k in (a.uuid, a.address) if k}
+    users = doms.users()
+    gone_keys = {k for a in d.removes for k in device_keys(a)}
+    taken_pci = {key: name for (kind, key), name in users.items() if kind == "pci" and (kind, key) not in gone_keys}
+    for add in d.adds:
+        vm, spec = add.vm, add.spec
+        domain_uuid = doms.uuids[vm]
+        mine = owned.setdefault(vm, [])
+        if add.address:
+            try:
+                created, bind = _passthrough(vsnap, vm, domain_uuid, add.address, mine, doms, taken)
+            except VgpuadmError as exc:
+                raise type(exc)(f"{_where(plan_doc, vm, 'passthrough')}: {exc.message}", exc.hint) from None
+            steps.extend(bind)
+            steps.extend(AttachHostdev(vm, hostdev_for(a), describe_allocation(a)) for a in created)
+            mine.extend(created)
+            taken.update(a.address or "" for a in created)
+            changed.add(vm)
+            continue
+        slots = free_slots({a.slot for a in mine}, add.count)
+        uuids = [device_uuid(snap.machine_id, domain_uuid, s) for s in slots]
+        try:
+            sub, _ids = device_plans.plan_create(
+                vsnap, add.type_id or "", add.count, gpu=spec.gpu, policy=spec.policy, numa=spec.numa,
+                params=spec.params, uuids=uuids, taken=taken_pci,
+            )  # fmt: skip
+        except (CapacityError, NotFoundError, ConflictError) as exc:
+            key = "count" if "count" in spec.key_lines else "type"
+            raise type(exc)(f"{_where(plan_doc, vm, key)}: {exc.message}", exc.hint) from None
+        created = _allocations_of(sub.steps, vm, domain_uuid, slots, spec)
+        steps.extend(sub.steps)
+        for alloc in created:
+            steps.append(AttachHostdev(vm, hostdev_for(alloc), describe_allocation(alloc)))
+        mine.extend(created)
+        vsnap = consume(vsnap, created)
+        changed.add(vm)
+    for vm in sorted(changed):
+        devices = sorted(owned.get(vm, []), key=lambda a: a.slot)
+        element = metadata_for_libvirt(devices, doms.host_key) if devices else ""
+        previous = doms.metadata.get(vm, "")
+        if not same_metadata(previous or None, element or None):
+            steps.append(SetMetadata(vm, element, previous, len(devices)))
+    summary = f"apply {plan_doc.source}: +{d.instances_needed} −{len(d.removes)} ~{len(d.set_params)}"
+    return Plan.of(steps, summary)
+
+
+def _passthrough(
+    snap: HostSnapshot, vm: str, domain_uuid: str, gpu: str, mine: list[Allocation], doms: Domains, taken: set[str]
+) -> tuple[list[Allocation], list[Step]]:
+    """Give `gpu` and the rest of its IOMMU group to `vm`: vfio-pci bind steps and one allocation per function, as
+    `vgpuadm passthrough` records them (one guest slot, function numbers kept, multifunction on function 0)."""
+
+    functions = passthrough_functions(snap, gpu)
+    for f in functions:
+        if f in taken:
+            raise ConflictError(f"{f} is already given to another domain", "take it back from that domain first")
+    created = passthrough_allocations(snap, vm, domain_uuid, doms.xml.get(vm, "<domain/>"), gpu, functions, mine)
+    return created, list(device_plans.plan_vfio_bind(snap, gpu).steps)
+
+
+def _allocations_of(steps: Sequence[Step], vm: str, domain_uuid: str, slots: list[int], spec: Any) -> list[Allocation]:
+    """The devices a create plan makes, as the allocations the domain will record (slot order = creation order)."""
+    extra = {}
+    if spec.display.enabled:
+        extra["display"] = "on"
+        if spec.display.ramfb:
+            extra["ramfb"] = "on"
+    out: list[Allocation] = []
+    for step in steps:
+        slot = slots[len(out)] if len(out) < len(slots) else len(out)
+        if isinstance(step, CreateMdev):
+            out.append(Allocation(vm, "mdev", step.type_id, step.parent, step.uuid, params=spec.params or None,
+                                  domain_uuid=domain_uuid, slot=slot, extra=dict(extra)))  # fmt: skip
+        elif isinstance(step, SetVfVgpuType):
+            out.append(Allocation(vm, "vf", f"nvidia-{step.type_num}", step.vf, address=step.vf,
+                                  params=spec.params or None, domain_uuid=domain_uuid, slot=slot))  # fmt: skip
+    return out

@@ -1,0 +1,140 @@
+"""The device planners every verb shares: create (placement + the mode's steps), remove, layout C types, SR-IOV,
+vfio-pci bind and give-back. Pure: a HostSnapshot in, a Plan out; each dispatches to its mode (vgpuadm.modes)."""
+
+from __future__ import annotations
+
+import uuid as uuid_mod
+from collections.abc import Mapping, Sequence
+
+from vgpuadm.catalog.naming import resolve_type
+from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
+from vgpuadm.model import HostSnapshot, Layout
+from vgpuadm.modes import mdev, passthrough, sriov, vf_vgpu
+from vgpuadm.plan.placement import place
+from vgpuadm.steps import Plan, Step
+
+
+def plan_create(
+    snap: HostSnapshot,
+    type_name: str,
+    count: int = 1,
+    *,
+    gpu: str | None = None,
+    policy: str = "pack",
+    numa: int | None = None,
+    params: str = "",
+    uuids: Sequence[str] = (),
+    taken: Mapping[str, str] | None = None,
+) -> tuple[Plan, list[str]]:
+    """Plan `count` vGPUs of `type_name`; returns the plan and the device ids it makes (mdev UUIDs, or VF
+    addresses on layout C). `uuids` fixes the mdev UUIDs (one per instance), else random ones are drawn."""
+
+    if uuids and len(uuids) != count:
+        raise UsageError(f"{len(uuids)} UUIDs given for {count} devices", "give one --uuid per device, or none")
+    if uuids and all(mdev.check_uuid(u) in snap.mdevs for u in uuids):
+        # Idempotence: every named mdev already exists; fine when each runs the requested type.
+        from vgpuadm.catalog.naming import resolve_type
+
+        wanted = {t.type_id for t in resolve_type(snap.types(), type_name)}
+        existing = [snap.mdevs[mdev.check_uuid(u)] for u in uuids]
+        if all(m.type_id in wanted for m in existing):
+            return Plan.of([], f"mdevs {', '.join(m.uuid for m in existing)} already exist"), [m.uuid for m in existing]
+    placement = place(snap, type_name, count, gpu=gpu, policy=policy, numa=numa, taken=taken)
+    steps: list[Step] = []
+    ids: list[str] = []
+    for i, (_parent, t) in enumerate(placement.choices):
+        if t.layout == Layout.VENDOR_VFIO:
+            steps += vf_vgpu.MODE.plan_create(snap, t, params)
+            ids.append(t.parent)
+        else:
+            dev = mdev.check_uuid(uuids[i]) if uuids else str(uuid_mod.uuid4())
+            if dev in ids:
+                raise UsageError(f"UUID {dev} given twice", "give distinct UUIDs")
+            steps += mdev.MODE.plan_create(snap, t, dev, params)
+            ids.append(dev)
+    where = ", ".join(sorted({p for p, _ in placement.choices}))
+    return Plan.of(steps, f"create {count} × {placement.type_id} on {where}"), ids
+
+
+def explain_placement(
+    snap: HostSnapshot,
+    type_name: str,
+    count: int = 1,
+    *,
+    gpu: str | None = None,
+    policy: str = "pack",
+    numa: int | None = None,
+) -> str:
+    """Why each candidate parent was chosen or rejected (the CapacityError, when nothing fits, says the same)."""
+
+    try:
+        return place(snap, type_name, count, gpu=gpu, policy=policy, numa=numa).explain()
+    except CapacityError as exc:
+        return f"placement of {type_name}: {exc.message}"
+
+
+def plan_remove(snap: HostSnapshot, device_id: str) -> Plan:
+    """Remove a vGPU: an mdev by UUID, or clear a layout C VF by address."""
+
+    if device_id in snap.vendor_vfs:
+        return Plan.of(vf_vgpu.MODE.plan_clear(snap, device_id), f"clear VF {device_id}")
+    return Plan.of(
+        mdev.MODE.plan_remove(snap, mdev.check_uuid(device_id, "as `vgpuadm devices` lists them")),
+        f"remove mdev {device_id}",
+    )
+
+
+def plan_vf_type(
+    snap: HostSnapshot, type_name: str, vf: str | None = None, *, params: str = "", policy: str = "pack"
+) -> tuple[Plan, str]:
+    """Layout C: set a vGPU type on `vf` (or on a VF placement picks); returns the plan and the VF address."""
+
+    if vf is not None:
+        found = vf_vgpu.MODE.find(snap, vf)
+        if found.in_use:
+            # A typed VF lists nothing creatable: compare with the number the name stands for instead.
+            if _type_number(snap, type_name) == found.current_type:
+                return Plan.of([], f"VF {vf} already runs nvidia-{found.current_type}"), vf
+            raise ConflictError(
+                f"VF {vf} already runs nvidia-{found.current_type}",
+                f"clear it first with `vgpuadm vf clear {vf}` or pick another VF",
+            )
+    placement = place(snap, type_name, 1, gpu=vf, policy=policy)
+    t = placement.choices[0][1]
+    if t.layout != Layout.VENDOR_VFIO:
+        raise UsageError(f"{t.type_id} on {t.parent} is an mdev type", "use `vgpuadm mdev create` for mdev types")
+    return Plan.of(vf_vgpu.MODE.plan_create(snap, t, params), f"set {t.type_id} on VF {t.parent}"), t.parent
+
+
+def _type_number(snap: HostSnapshot, type_name: str) -> int | None:
+
+    try:
+        return resolve_type(snap.types(), type_name)[0].numeric_id
+    except NotFoundError:
+        digits = type_name.strip().lower().removeprefix("nvidia-")
+        return int(digits) if digits.isdigit() else None
+
+
+def plan_vf_clear(snap: HostSnapshot, vf: str) -> Plan:
+
+    return Plan.of(vf_vgpu.MODE.plan_clear(snap, vf), f"clear VF {vf}")
+
+
+def plan_sriov(snap: HostSnapshot, pf: str, enable: bool, num: int | None = None, *, present: bool = False) -> Plan:
+    """Enable (`num` VFs, default all) or disable a PF's VFs; `present`: NVIDIA's sriov-manage is installed."""
+
+    if enable:
+        return Plan.of(sriov.MODE.plan_enable(snap, pf, num, sriov_manage=present), f"enable VFs of {pf}")
+    return Plan.of(sriov.MODE.plan_disable(snap, pf, sriov_manage=present), f"disable VFs of {pf}")
+
+
+def plan_vfio_bind(snap: HostSnapshot, gpu: str, force: bool = False) -> Plan:
+    """Bind the whole IOMMU group of `gpu` to vfio-pci (empty when already bound)."""
+
+    return Plan.of(passthrough.MODE.plan_bind(snap, gpu, force), f"bind the IOMMU group of {gpu} to vfio-pci")
+
+
+def plan_vfio_restore(snap: HostSnapshot, gpu: str, original: dict[str, str]) -> Plan:
+    """Give the group of `gpu` back to its original drivers (`original`: those `vfio bind` remembered)."""
+
+    return Plan.of(passthrough.MODE.plan_restore(snap, gpu, original), f"give {gpu} back to its drivers")

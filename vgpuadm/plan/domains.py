@@ -1,0 +1,103 @@
+"""What the domains of this host own and reference: the one reading of ownership every verb plans against. Pure.
+
+Built once per verb (ops/session.py reads libvirt, io/domainxml.py reads saved XML files). A domain whose vgpuadm
+metadata names another host (another simulated root on a shared libvirtd) is not this host's and is left out
+entirely: its devices are neither owned here nor restored here. A domain with no vgpuadm metadata still counts
+for the devices its bare `<hostdev>` elements reference: placement never hands those out again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from vgpuadm.model import Allocation
+from vgpuadm.virt import xml as domxml
+
+
+@dataclass(frozen=True, slots=True)
+class Domain:
+    name: str
+    uuid: str
+    xml: str
+    running: bool
+    metadata: str  # the vgpuadm metadata element as libvirt returns it ("" = none)
+    allocations: tuple[Allocation, ...]
+    hostdevs: tuple[domxml.HostdevRef, ...]
+    host: str | None  # the host its vgpuadm metadata names
+
+    @classmethod
+    def read(cls, name: str, uuid: str, text: str, running: bool, metadata: str) -> Domain:
+        return cls(name, uuid, text, running, metadata, tuple(domxml.parse_allocations(text)),
+                   tuple(domxml.parse_hostdevs(text)), domxml.metadata_host(text))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Domains:
+    """Every domain of this host, by name."""
+
+    host_key: str
+    by_name: dict[str, Domain] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, host_key: str, entries: Iterable[tuple[str, str, str, bool, str]]) -> Domains:
+        """From (name, uuid, persistent XML, running, metadata element) per domain; other hosts' are dropped."""
+        return cls.mine(host_key, (Domain.read(*entry) for entry in entries))
+
+    @classmethod
+    def mine(cls, host_key: str, domains: Iterable[Domain]) -> Domains:
+        """This host's domains among `domains`."""
+        return cls(host_key, {d.name: d for d in domains if d.host in (None, host_key)})
+
+    @property
+    def allocations(self) -> list[Allocation]:
+        return [a for d in self.by_name.values() for a in d.allocations]
+
+    @property
+    def running(self) -> frozenset[str]:
+        return frozenset(n for n, d in self.by_name.items() if d.running)
+
+    @property
+    def uuids(self) -> dict[str, str]:
+        return {n: d.uuid for n, d in self.by_name.items()}
+
+    @property
+    def xml(self) -> dict[str, str]:
+        return {n: d.xml for n, d in self.by_name.items()}
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return {n: d.metadata for n, d in self.by_name.items()}
+
+    def users(self, *, besides: str | None = None) -> dict[tuple[str, str], str]:
+        """(kind, key) of every device a domain references (its hostdevs and its recorded allocations, existing
+        now or not) → the first such domain; `besides` leaves one domain out."""
+        out: dict[tuple[str, str], str] = {}
+        for name, d in sorted(self.by_name.items()):
+            if name == besides:
+                continue
+            for ref in d.hostdevs:
+                out.setdefault((ref.kind, ref.key), name)
+            for a in d.allocations:
+                for key in device_keys(a):
+                    out.setdefault(key, name)
+        return out
+
+    def owned(self) -> set[str]:
+        """Every device id (mdev UUID, PCI address) any domain references."""
+        return {key for _, key in self.users()}
+
+    def owner_of(self, device_id: str) -> str | None:
+        """The domain that references device `device_id` (an mdev UUID or a PCI address), if any."""
+        key = device_id.lower()
+        for (_, k), name in self.users().items():
+            if k == key:
+                return name
+        return None
+
+
+def device_keys(a: Allocation) -> list[tuple[str, str]]:
+    """The (kind, key) references an allocation stands for, as parse_hostdevs names them."""
+    if a.mode == domxml.MODE_MDEV:
+        return [("mdev", a.uuid.lower())] if a.uuid else []
+    return [("pci", a.address)] if a.address else []
