@@ -11,7 +11,7 @@ import errno as errno_mod
 import os
 from collections.abc import Callable
 
-from vgpuadm.errors import HostIOError
+from vgpuadm.errors import HostIOError, NotFoundError
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 
@@ -240,7 +240,6 @@ class Sysfs:
 
 def check_root(root: str) -> None:
     """A usable host root exists and has a sys/ directory."""
-    from vgpuadm.errors import NotFoundError
 
     if not os.path.isdir(root):
         what = "is not a directory" if os.path.exists(root) else "does not exist"

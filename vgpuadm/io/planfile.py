@@ -15,6 +15,7 @@ import yaml
 
 from vgpuadm.errors import UsageError
 from vgpuadm.plan.desired import DesiredPlan, Display, VmSpec, format_params
+from vgpuadm.schemas import load
 
 # -- loading ------------------------------------------------------------------------------------------------------
 
@@ -40,7 +41,6 @@ PlanLoader.add_implicit_resolver(
 
 
 def plan_schema() -> dict[str, Any]:
-    from vgpuadm.schemas import load
 
     return load("plan-v1")
 

@@ -1,4 +1,5 @@
-"""The small interface every GPU sharing mode implements, and the registry mapping a layout to its mode.
+"""The small interface every GPU sharing mode implements, and the id and parameter grammars the modes share.
+The registry that maps a layout or a recorded mode to its Mode is vgpuadm/modes/__init__.py.
 
 A mode validates a request against a HostSnapshot, plans Steps (pure: it never reads the host) and says what the
 libvirt hostdev needs (`hostdev_spec`): mdev → {"mode": "mdev", "uuid"}; vendor-VFIO VF → {"mode": "vf", "address",
@@ -7,11 +8,15 @@ libvirt hostdev needs (`hostdev_spec`): mdev → {"mode": "mdev", "uuid"}; vendo
 
 from __future__ import annotations
 
+import re
+import uuid as uuid_mod
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from vgpuadm.errors import UsageError
-from vgpuadm.model import HostSnapshot, Layout
+from vgpuadm.model import Allocation, HostSnapshot, Layout
+from vgpuadm.steps import Step
 
 HostdevSpec = dict[str, Any]
 
@@ -30,36 +35,40 @@ class Mode(ABC):
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         """What the libvirt hostdev template needs for `device_id` (an mdev UUID, a VF or GPU address)."""
 
+    def plan_free(self, snapshot: HostSnapshot, a: Allocation, drivers: Mapping[str, str]) -> list[Step]:
+        """Steps that free what allocation `a` holds on the host ([] when it does not exist now)."""
+        return []
 
-_MODES: dict[Layout, Mode] = {}
-
-
-M = TypeVar("M", bound=Mode)
-
-
-def register_mode(mode: M) -> M:
-    for layout in mode.layouts:
-        _MODES[layout] = mode
-    return mode
+    def missing(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        """Whether the device a domain records for `a` is absent from the host (restore brings it back)."""
+        return False
 
 
-def for_layout(layout: Layout | str) -> Mode:
-    """The mode that handles devices of `layout`."""
-    from vgpuadm.modes import mdev, passthrough, sriov, vf_vgpu  # noqa: F401  (registration side effects)
+_PARAM = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=\S+$")
 
+
+def check_uuid(text: str, hint: str = "or omit --uuid") -> str:
+    """The canonical lower-case form of a UUID the kernel accepts (36 characters), else UsageError whose hint ends
+    with `hint`."""
     try:
-        return _MODES[Layout(layout)]
-    except (KeyError, ValueError):
+        value = uuid_mod.UUID(text)
+    except ValueError:
+        value = None
+    if value is None or len(text) != 36:
         raise UsageError(
-            f'No mode handles layout "{layout}"', f"layouts: {', '.join(m.value for m in Layout)}"
-        ) from None
+            f'Malformed UUID "{text}"', f"give 36 characters like 83b8f4f2-509f-382f-3c1e-e6bfe0fa1001, {hint}"
+        )
+    return str(value)
 
 
-def for_name(name: str) -> Mode:
-    """The mode recorded as Allocation.mode ("mdev", "vf", "pci")."""
-    from vgpuadm.modes import mdev, passthrough, sriov, vf_vgpu  # noqa: F401
-
-    for mode in _MODES.values():
-        if mode.name == name:
-            return mode
-    raise UsageError(f'Unknown device mode "{name}"', "modes: mdev, vf, pci")
+def check_params(params: str, type_id: str) -> str:
+    """Normalise `k=v k=v` vgpu_params (reference §2.5); only NVIDIA types take them."""
+    words = params.split()
+    if not words:
+        return ""
+    if not type_id.startswith("nvidia-"):
+        raise UsageError(f"{type_id} takes no vgpu_params", "vgpu_params exist only for NVIDIA vGPU types")
+    for w in words:
+        if not _PARAM.match(w):
+            raise UsageError(f'Malformed vgpu parameter "{w}"', "write key=value, e.g. --param frame_rate_limiter=0")
+    return " ".join(words)

@@ -2,43 +2,13 @@
 
 from __future__ import annotations
 
-import re
-import uuid as uuid_mod
+from collections.abc import Mapping
 from typing import ClassVar
 
-from vgpuadm.errors import ConflictError, NotFoundError, UsageError
-from vgpuadm.model import HostSnapshot, Layout, Mdev, VgpuType
-from vgpuadm.modes.base import HostdevSpec, Mode, register_mode
+from vgpuadm.errors import ConflictError, NotFoundError
+from vgpuadm.model import Allocation, HostSnapshot, Layout, Mdev, VgpuType
+from vgpuadm.modes.base import HostdevSpec, Mode, check_params, check_uuid
 from vgpuadm.steps import CreateMdev, RemoveMdev, SetVgpuParams, Step
-
-_PARAM = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=\S+$")
-
-
-def check_uuid(text: str, hint: str = "or omit --uuid") -> str:
-    """The canonical lower-case form of a UUID the kernel accepts (36 characters), else UsageError whose hint ends
-    with `hint`."""
-    try:
-        value = uuid_mod.UUID(text)
-    except ValueError:
-        value = None
-    if value is None or len(text) != 36:
-        raise UsageError(
-            f'Malformed UUID "{text}"', f"give 36 characters like 83b8f4f2-509f-382f-3c1e-e6bfe0fa1001, {hint}"
-        )
-    return str(value)
-
-
-def check_params(params: str, type_id: str) -> str:
-    """Normalise `k=v k=v` vgpu_params (reference §2.5); only NVIDIA types take them."""
-    words = params.split()
-    if not words:
-        return ""
-    if not type_id.startswith("nvidia-"):
-        raise UsageError(f"{type_id} takes no vgpu_params", "vgpu_params exist only for NVIDIA vGPU types")
-    for w in words:
-        if not _PARAM.match(w):
-            raise UsageError(f'Malformed vgpu parameter "{w}"', "write key=value, e.g. --param frame_rate_limiter=0")
-    return " ".join(words)
 
 
 class MdevMode(Mode):
@@ -84,6 +54,12 @@ class MdevMode(Mode):
             return []
         return [SetVgpuParams("mdev", m.uuid, params, previous=m.vgpu_params or "")]
 
+    def plan_free(self, snapshot: HostSnapshot, a: Allocation, drivers: Mapping[str, str]) -> list[Step]:
+        return self.plan_remove(snapshot, a.uuid) if a.uuid and a.uuid in snapshot.mdevs else []
+
+    def missing(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        return a.uuid not in snapshot.mdevs
+
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         m = snapshot.mdevs.get(device_id.lower())
         spec: HostdevSpec = {"mode": "mdev", "uuid": device_id.lower(), "model": "vfio-pci"}
@@ -92,4 +68,4 @@ class MdevMode(Mode):
         return spec
 
 
-MODE = register_mode(MdevMode())
+MODE = MdevMode()

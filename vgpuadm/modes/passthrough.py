@@ -8,11 +8,12 @@ refused unless --force. Each function's original driver is recorded (RecordDrive
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 from vgpuadm.errors import ConflictError, NotFoundError, UnsafeError
-from vgpuadm.model import HostSnapshot, Layout, PciFunction
-from vgpuadm.modes.base import HostdevSpec, Mode, register_mode
+from vgpuadm.model import Allocation, HostSnapshot, Layout, PciFunction
+from vgpuadm.modes.base import HostdevSpec, Mode
 from vgpuadm.steps import (
     Bind,
     DriversProbe,
@@ -108,6 +109,13 @@ class PassthroughMode(Mode):
             steps.append(ForgetDrivers(tuple(forgotten)))
         return steps
 
+    def plan_free(self, snapshot: HostSnapshot, a: Allocation, drivers: Mapping[str, str]) -> list[Step]:
+        gpu = a.parent or a.address
+        return self.plan_restore(snapshot, gpu, dict(drivers)) if gpu and gpu in snapshot.functions else []
+
+    def missing(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        return (a.address or "") not in snapshot.functions
+
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         return {
             "mode": "pci",
@@ -116,4 +124,4 @@ class PassthroughMode(Mode):
         }
 
 
-MODE = register_mode(PassthroughMode())
+MODE = PassthroughMode()

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from vgpuadm.errors import ConflictError, NotFoundError, UsageError
 from vgpuadm.model import HostSnapshot, Layout, PciFunction
-from vgpuadm.modes.base import HostdevSpec, Mode, register_mode
+from vgpuadm.modes.base import HostdevSpec, Mode
 from vgpuadm.steps import SRIOV_MANAGE, SetNumVfs, SriovManage, Step
 
 
@@ -95,4 +95,4 @@ class SriovMode(Mode):
         raise UsageError(f"{device_id} is an SR-IOV PF, not a guest device", "give a guest one of its VFs")
 
 
-MODE = register_mode(SriovMode())
+MODE = SriovMode()

@@ -3,12 +3,12 @@ the guest gets the VF itself as a `type='pci' managed='no'` hostdev."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 from vgpuadm.errors import ConflictError, NotFoundError
-from vgpuadm.model import HostSnapshot, Layout, VendorVf, VgpuType
-from vgpuadm.modes.base import HostdevSpec, Mode, register_mode
-from vgpuadm.modes.mdev import check_params
+from vgpuadm.model import Allocation, HostSnapshot, Layout, VendorVf, VgpuType
+from vgpuadm.modes.base import HostdevSpec, Mode, check_params
 from vgpuadm.steps import ClearVfVgpuType, SetVfVgpuType, SetVgpuParams, Step
 
 
@@ -53,8 +53,16 @@ class VfVgpuMode(Mode):
         steps.append(ClearVfVgpuType(vf.address, vf.current_type))
         return steps
 
+    def plan_free(self, snapshot: HostSnapshot, a: Allocation, drivers: Mapping[str, str]) -> list[Step]:
+        vf = snapshot.vendor_vfs.get(a.address or "")
+        return self.plan_clear(snapshot, vf.address) if vf is not None and vf.in_use else []
+
+    def missing(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        vf = snapshot.vendor_vfs.get(a.address or "")
+        return vf is None or f"nvidia-{vf.current_type}" != a.type_id
+
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         return {"mode": "vf", "address": device_id, "managed": "no"}
 
 
-MODE = register_mode(VfVgpuMode())
+MODE = VfVgpuMode()

@@ -10,6 +10,7 @@ from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
 from vgpuadm.model import HostSnapshot, Layout
 from vgpuadm.modes import mdev, passthrough, sriov, vf_vgpu
+from vgpuadm.modes.base import check_uuid
 from vgpuadm.plan.placement import place
 from vgpuadm.steps import Plan, Step
 
@@ -31,12 +32,11 @@ def plan_create(
 
     if uuids and len(uuids) != count:
         raise UsageError(f"{len(uuids)} UUIDs given for {count} devices", "give one --uuid per device, or none")
-    if uuids and all(mdev.check_uuid(u) in snap.mdevs for u in uuids):
+    if uuids and all(check_uuid(u) in snap.mdevs for u in uuids):
         # Idempotence: every named mdev already exists; fine when each runs the requested type.
-        from vgpuadm.catalog.naming import resolve_type
 
         wanted = {t.type_id for t in resolve_type(snap.types(), type_name)}
-        existing = [snap.mdevs[mdev.check_uuid(u)] for u in uuids]
+        existing = [snap.mdevs[check_uuid(u)] for u in uuids]
         if all(m.type_id in wanted for m in existing):
             return Plan.of([], f"mdevs {', '.join(m.uuid for m in existing)} already exist"), [m.uuid for m in existing]
     placement = place(snap, type_name, count, gpu=gpu, policy=policy, numa=numa, taken=taken)
@@ -47,7 +47,7 @@ def plan_create(
             steps += vf_vgpu.MODE.plan_create(snap, t, params)
             ids.append(t.parent)
         else:
-            dev = mdev.check_uuid(uuids[i]) if uuids else str(uuid_mod.uuid4())
+            dev = check_uuid(uuids[i]) if uuids else str(uuid_mod.uuid4())
             if dev in ids:
                 raise UsageError(f"UUID {dev} given twice", "give distinct UUIDs")
             steps += mdev.MODE.plan_create(snap, t, dev, params)
@@ -79,7 +79,7 @@ def plan_remove(snap: HostSnapshot, device_id: str) -> Plan:
     if device_id in snap.vendor_vfs:
         return Plan.of(vf_vgpu.MODE.plan_clear(snap, device_id), f"clear VF {device_id}")
     return Plan.of(
-        mdev.MODE.plan_remove(snap, mdev.check_uuid(device_id, "as `vgpuadm devices` lists them")),
+        mdev.MODE.plan_remove(snap, check_uuid(device_id, "as `vgpuadm devices` lists them")),
         f"remove mdev {device_id}",
     )
 

@@ -12,6 +12,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpuadm import modes
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import ConflictError, NotFoundError, UsageError
 from vgpuadm.model import Allocation, HostSnapshot
@@ -194,21 +195,11 @@ def plan_create(
 
 
 def remove_steps(snap: HostSnapshot, gone: Sequence[Allocation], drivers: dict[str, str]) -> list[Step]:
-    """Kernel steps that free the devices: remove mdevs, clear VFs, give passed-through GPUs back to their drivers
-    (`drivers`: the ones `vfio bind` remembered)."""
-
+    """Kernel steps that free the devices, each from its mode: remove mdevs, clear VFs, give passed-through GPUs
+    back to their drivers (`drivers`: the ones `vfio bind` remembered; a GPU's functions are given back once)."""
     steps: list[Step] = []
-    restored: set[str] = set()
     for a in gone:
-        if a.mode == xml.MODE_MDEV and a.uuid and a.uuid in snap.mdevs:
-            steps += device_plans.plan_remove(snap, a.uuid).steps
-        elif a.mode == xml.MODE_VF and a.address in snap.vendor_vfs and snap.vendor_vfs[a.address].in_use:
-            steps += device_plans.plan_vf_clear(snap, a.address).steps
-        elif a.mode == xml.MODE_PCI and a.address:
-            gpu = a.parent or a.address
-            if gpu not in restored and gpu in snap.functions:
-                restored.add(gpu)
-                steps += device_plans.plan_vfio_restore(snap, gpu, drivers).steps
+        steps += [s for s in modes.for_name(a.mode).plan_free(snap, a, drivers) if s not in steps]
     return steps
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from vgpuadm import modes
 from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.modes import passthrough
 from vgpuadm.plan import devices as device_plans
@@ -49,9 +50,4 @@ def leak_plan(snap: HostSnapshot, leaks: Sequence[Leak], vfio_remembered: dict[s
 
 
 def device_missing(a: Allocation, snap: HostSnapshot) -> bool:
-    if a.mode == "mdev":
-        return a.uuid not in snap.mdevs
-    if a.mode == "vf":
-        vf = snap.vendor_vfs.get(a.address or "")
-        return vf is None or f"nvidia-{vf.current_type}" != a.type_id
-    return (a.address or "") not in snap.functions
+    return modes.for_name(a.mode).missing(snap, a)

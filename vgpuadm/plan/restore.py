@@ -19,11 +19,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
+
 from vgpuadm.errors import VgpuadmError
 from vgpuadm.model import Allocation, HostSnapshot
+from vgpuadm.modes import mdev, passthrough, sriov
 from vgpuadm.plan.desired import params_equal
 from vgpuadm.steps import (
-    CreateMdev,
     DriversProbe,
     Plan,
     SetVfVgpuType,
@@ -128,8 +130,6 @@ def _candidate_pfs(dev: str, snap: HostSnapshot) -> list[str]:
 def _sriov(allocs: Sequence[Allocation], snap: HostSnapshot, sriov_manage: bool) -> PhasePlan:
     # The SR-IOV mode's enable sequence: NVIDIA's sriov-manage for PFs bound to nvidia (the driver has no
     # sriov_configure), sriov_numvfs = sriov_totalvfs otherwise.
-    from vgpuadm.modes.sriov import MODE as SRIOV
-
     units: list[Plan] = []
     problems: list[str] = []
     pfs: set[str] = set()
@@ -137,7 +137,7 @@ def _sriov(allocs: Sequence[Allocation], snap: HostSnapshot, sriov_manage: bool)
         pfs.update(_candidate_pfs(dev, snap))
     for pf in sorted(pfs):
         try:
-            steps = SRIOV.plan_enable(snap, pf, sriov_manage=sriov_manage)
+            steps = sriov.MODE.plan_enable(snap, pf, sriov_manage=sriov_manage)
         except VgpuadmError as exc:
             problems.append(f"{pf}: {exc.message}")
             continue
@@ -169,10 +169,17 @@ def _vgpu(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
         if a.mode == "mdev" and a.uuid and a.parent and a.type_id:
             have = snap.mdevs.get(a.uuid)
             if have is None:
-                if a.parent not in snap.mdev_parents:
+                parent = snap.mdev_parents.get(a.parent)
+                t = next((t for t in parent.types if t.type_id == a.type_id), None) if parent else None
+                if parent is None:
                     problems.append(f"{a.domain}: mdev {a.uuid} — parent {a.parent} has not registered")
+                elif t is None:
+                    problems.append(f"{a.domain}: mdev {a.uuid} — parent {a.parent} offers no type {a.type_id}")
                 else:
-                    steps.append(CreateMdev(a.parent, a.type_id, a.uuid))
+                    try:  # the mdev mode's own checks (UUID grammar, conflicts); parameters follow in their phase
+                        steps += mdev.MODE.plan_create(snap, t, a.uuid)
+                    except VgpuadmError as exc:
+                        problems.append(f"{a.domain}: mdev {a.uuid}: {exc.message}")
             elif (have.parent, have.type_id) != (a.parent, a.type_id):
                 problems.append(
                     f"{a.domain}: mdev {a.uuid} exists as {have.type_id} on {have.parent}, "
@@ -210,8 +217,6 @@ def _params(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
 def _vfio(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
     # vgpuadm binds a passed-through GPU's whole IOMMU group to vfio-pci when it gives it to a guest (the
     # passthrough mode's safe sequence, reference §5.2, §5.3), so restore binds it again, managed or not.
-    from vgpuadm.modes.passthrough import MODE as PASSTHROUGH
-
     units: list[Plan] = []
     problems: list[str] = []
     covered: set[str] = set()
@@ -224,7 +229,7 @@ def _vfio(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
             continue
         covered.update(snap.group_members(gpu))
         try:
-            steps = PASSTHROUGH.plan_bind(snap, gpu)
+            steps = passthrough.MODE.plan_bind(snap, gpu)
         except VgpuadmError as exc:
             problems.append(f"{a.domain}: {gpu}: {exc.message}")
             continue
@@ -236,8 +241,6 @@ def _vfio(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
 def wait_until(probe: Callable[[], T], done: Callable[[T], bool], timeout: float, interval: float = 0.05) -> T:
     """Call `probe` until `done(result)` or `timeout` seconds pass; returns the last result either way. Polls with
     a growing interval (parents register when the vendor daemon is ready: nvidia-vgpud can take seconds)."""
-    from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
-
     retrying = Retrying(
         stop=stop_after_delay(timeout),
         wait=wait_exponential(multiplier=interval, max=1.0),

@@ -11,7 +11,7 @@ from typing import Any
 
 from vgpuadm.errors import UsageError
 from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
-from vgpuadm.virt.xml import NS, PREFIX, HostdevRef, parse_hostdevs
+from vgpuadm.virt.xml import NS, PREFIX, HostdevRef, parse_hostdevs, same_metadata
 
 
 def _virt(ctx: Any) -> Any:
@@ -62,7 +62,6 @@ def _undo_metadata(s: SetMetadata, ctx: Any) -> None:
 
 
 def _metadata_applied(s: SetMetadata, ctx: Any) -> bool:
-    from vgpuadm.virt.xml import same_metadata
 
     return same_metadata(_virt(ctx).get_metadata(s.domain, NS), s.element)
 
