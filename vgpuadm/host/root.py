@@ -8,7 +8,6 @@ never the temporary root. A root holding SIM_MARKER is a simulated host: its wri
 from __future__ import annotations
 
 import os
-import socket
 
 from vgpuadm.host.sysfs import SIM_MARKER, Sysfs
 
@@ -86,7 +85,7 @@ class HostRoot:
                     return ident
         except OSError:
             pass
-        return socket.gethostname()
+        return os.uname().nodename  # what socket.gethostname() returns, without importing socket
 
     def hostname(self) -> str:
         """The name a host's inventory carries: <root>/etc/hostname on a non-/ root when present, else this host's."""
@@ -98,7 +97,7 @@ class HostRoot:
                     return name
             except OSError:
                 pass
-        return socket.gethostname()
+        return os.uname().nodename  # what socket.gethostname() returns, without importing socket
 
     def has_executable(self, host_path: str) -> bool:
         return os.access(self.real(host_path), os.X_OK)
