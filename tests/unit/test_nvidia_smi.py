@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vgpuadm.host.nvidia_smi import parse_gi_placements, parse_gi_profiles
+from vgpuadm.host.nvidia_smi_mig import parse_gi_placements, parse_gi_profiles
 
 HOST = Path(__file__).resolve().parent.parent / "data" / "h200-passthrough-guest" / "nvidia-host.txt"
 

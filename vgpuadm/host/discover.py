@@ -12,6 +12,7 @@ import os
 from vgpuadm.catalog.naming import describe_nvidia_name, parse_creatable, parse_description, profile_of
 from vgpuadm.catalog.vendor_types import vendor_vf_types
 from vgpuadm.errors import HostIOError
+from vgpuadm.host import nvidia_smi
 from vgpuadm.host.root import HostRoot
 from vgpuadm.host.sysfs import Sysfs, check_root
 from vgpuadm.model import HostSnapshot, Layout, Mdev, MdevParent, PciFunction, VendorVf, VgpuType
@@ -32,7 +33,7 @@ def snapshot(sysfs: Sysfs, *, types: bool = True) -> HostSnapshot:
     groups = _read_groups(sysfs, functions, listed)
     parents = _read_mdev_parents(sysfs, functions, warnings, types)
     mdevs = _read_mdevs(sysfs, warnings)
-    vendor_vfs = _read_vendor_vfs(sysfs, functions, warnings)
+    vendor_vfs = _with_supported_types(sysfs, _read_vendor_vfs(sysfs, functions, warnings))
     layouts = {addr: _layout(fn, parents, vendor_vfs) for addr, fn in functions.items() if fn.is_display}
     for addr, fn in functions.items():
         # A PF whose VFs carry the vGPUs (layouts B and C) takes its VFs' layout: it is no passthrough candidate.
@@ -312,6 +313,23 @@ def _read_mdevs(sysfs: Sysfs, warnings: list[str]) -> dict[str, Mdev]:
             )
         except HostIOError as exc:
             warnings.append(f"skipped mdev {uuid}: {exc.message}")
+    return out
+
+
+def _with_supported_types(sysfs: Sysfs, vfs: dict[str, VendorVf]) -> dict[str, VendorVf]:
+    """A layout C VF lists nothing in creatable_vgpu_types while it runs a vGPU or its GPU has no room, so names
+    of what the GPU supports come from the driver (`nvidia-smi vgpu -s -v`), as types with no free instance. Asked
+    only when some VF lists nothing; without nvidia-smi those VFs keep offering nothing."""
+    if not any(not vf.creatable for vf in vfs.values()):
+        return vfs
+    text = nvidia_smi.run(HostRoot(sysfs.root), "vgpu", "-s", "-v")
+    supported = nvidia_smi.parse_supported_types(text) if text else {}
+    out = dict(vfs)
+    for addr, vf in vfs.items():
+        listed = supported.get(vf.physfn or "")
+        if not vf.creatable and listed:
+            offered = tuple(t.with_available(0) for t in vendor_vf_types(addr, listed))
+            out[addr] = VendorVf(addr, vf.physfn, vf.creatable, vf.current_type, vf.vgpu_params, offered)
     return out
 
 

@@ -1,78 +1,79 @@
-"""Parsers for `nvidia-smi` text output (MIG-backed vGPU needs GPU instances, made through nvidia-smi).
+"""nvidia-smi: where it is, running it (bounded), and parsers for its text output. Tested on real H200 output
+(tests/data/h200-passthrough-guest/nvidia-host.txt) and on the `vgpu -s -v` layout the driver prints.
 
-Only pure parsing lives here; running nvidia-smi is the caller's business. Tested on real H200 output
-(tests/data/h200-passthrough-guest/nvidia-host.txt).
+Which binary: `<root>/usr/bin/nvidia-smi` when the root is not `/` and has one (a simulated or captured host brings
+its own), else `$VGPUADM_NVIDIA_SMI`, else `nvidia-smi` on PATH.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, replace
+import os
 
-# `|   0  MIG 1g.18gb         19     7/7        16.00      No     16     1     0   |`
-_GIP_ROW = re.compile(
-    r"^\|\s*(?P<gpu>\d+)\s+MIG\s+(?P<name>\S+)\s+(?P<id>\d+)\s+(?P<free>\d+)/(?P<total>\d+)\s+(?P<mem>[\d.]+)\s+"
-    r"(?P<p2p>\S+)\s+(?P<sm>\d+)\s+(?P<dec>\d+)\s+(?P<enc>\d+)\s*\|$"
-)
-# the row's second line: `|                                          1     1     0   |` (CE, JPEG, OFA)
-_GIP_CONT = re.compile(r"^\|\s+(?P<ce>\d+)\s+(?P<jpeg>\d+)\s+(?P<ofa>\d+)\s*\|$")
-# `GPU  0 Profile ID 19 Placements: {0,1,2,3,4,5,6}:1` (singular `Placement :` for one start slot)
-_GIPP = re.compile(
-    r"^GPU\s+(?P<gpu>\d+)\s+Profile ID\s+(?P<id>\d+)\s+Placements?\s*:\s*\{(?P<starts>[\d,]*)\}:(?P<size>\d+)"
-)
+from vgpuadm.host.root import NVIDIA_SMI, HostRoot
+
+TIMEOUT = 20.0  # seconds; nvidia-smi waits on the driver, which can hang on a wedged GPU
+MAX_OUTPUT = 4 << 20  # bytes of output believed
 
 
-@dataclass(frozen=True)
-class GpuInstanceProfile:
-    """One row of `nvidia-smi mig -lgip`: a MIG GPU-instance profile (1g.18gb is id 19 on an H200)."""
+def locate(root: HostRoot) -> str | None:
+    import shutil  # stdlib, but only hosts whose VFs need the driver's word pay for it
 
-    gpu: int
-    name: str  # 1g.18gb, 1g.18gb+me
-    profile_id: int
-    free: int
-    total: int
-    memory_gib: float
-    p2p: bool
-    sm: int
-    dec: int
-    enc: int
-    ce: int | None = None
-    jpeg: int | None = None
-    ofa: int | None = None
-
-    @property
-    def slices(self) -> int:
-        """The compute slices of the name: 1g.18gb → 1."""
-        return int(self.name.split("g.", 1)[0])
+    if not root.is_host and root.has_executable(NVIDIA_SMI):
+        return root.real(NVIDIA_SMI)
+    return os.environ.get("VGPUADM_NVIDIA_SMI") or shutil.which("nvidia-smi")
 
 
-def parse_gi_profiles(text: str) -> list[GpuInstanceProfile]:
-    """`nvidia-smi mig -lgip`: every profile row with its continuation line (CE, JPEG, OFA)."""
-    out: list[GpuInstanceProfile] = []
+def run(root: HostRoot, *args: str) -> str | None:
+    """nvidia-smi's standard output, or None when it is missing, fails or times out (callers then know less)."""
+    import subprocess  # see locate()
+
+    binary = locate(root)
+    if binary is None:
+        return None
+    try:
+        proc = subprocess.run(
+            [binary, *args], capture_output=True, timeout=TIMEOUT, check=False, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    return proc.stdout[:MAX_OUTPUT].decode("utf-8", "replace")
+
+
+def _pci_address(text: str) -> str | None:
+    """`00000000:18:00.0` (nvidia-smi's 8-digit domain) → `0000:18:00.0`, else None."""
+    parts = text.strip().split(":")
+    if len(parts) != 3 or "." not in parts[2]:
+        return None
+    bus_slot, function = parts[2].split(".", 1)
+    try:
+        return f"{int(parts[0], 16):04x}:{int(parts[1], 16):02x}:{int(bus_slot, 16):02x}.{int(function)}"
+    except ValueError:
+        return None
+
+
+def parse_supported_types(text: str) -> dict[str, tuple[tuple[int, str], ...]]:
+    """`nvidia-smi vgpu -s -v`: PCI address (0000:18:00.0) → every (type id, name) the GPU supports."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    gpu: list[tuple[int, str]] | None = None
+    type_id: int | None = None
     for line in text.splitlines():
-        line = line.strip()
-        m = _GIP_ROW.match(line)
-        if m:
-            out.append(
-                GpuInstanceProfile(
-                    gpu=int(m["gpu"]), name=m["name"], profile_id=int(m["id"]), free=int(m["free"]),
-                    total=int(m["total"]), memory_gib=float(m["mem"]), p2p=m["p2p"].lower() == "yes",
-                    sm=int(m["sm"]), dec=int(m["dec"]), enc=int(m["enc"]),
-                )
-            )  # fmt: skip
+        if line.startswith("GPU "):
+            address = _pci_address(line[4:])
+            gpu = out.setdefault(address, []) if address else None
+            type_id = None
             continue
-        c = _GIP_CONT.match(line)
-        if c and out and out[-1].ce is None:
-            out[-1] = replace(out[-1], ce=int(c["ce"]), jpeg=int(c["jpeg"]), ofa=int(c["ofa"]))
-    return out
-
-
-def parse_gi_placements(text: str) -> dict[tuple[int, int], tuple[tuple[int, ...], int]]:
-    """`nvidia-smi mig -lgipp`: {(gpu, profile id): (start slots, size in slots)}."""
-    out = {}
-    for line in text.splitlines():
-        m = _GIPP.match(line.strip())
-        if m:
-            starts = tuple(int(s) for s in m["starts"].split(",") if s)
-            out[(int(m["gpu"]), int(m["id"]))] = (starts, int(m["size"]))
-    return out
+        key, colon, value = line.partition(":")
+        if not colon or gpu is None:
+            continue
+        key, value = key.strip(), value.strip()
+        if key == "vGPU Type ID":
+            try:
+                type_id = int(value, 0)
+            except ValueError:
+                type_id = None
+        elif key == "Name" and type_id is not None:
+            gpu.append((type_id, value))
+            type_id = None
+    return {k: tuple(v) for k, v in out.items()}

@@ -132,6 +132,8 @@ def place(
         except NotFoundError:
             _vendor_vfs_full(snapshot, type_name, count)
             raise
+    if all(t.layout == Layout.VENDOR_VFIO and not t.available_instances for t in candidates):
+        _vendor_vfs_full(snapshot, type_name, count)  # known from the driver's list, creatable on no VF
     type_id = candidates[0].type_id
     usage = gpu_usage(snapshot)
     rejected: list[tuple[str, str]] = []

@@ -30,6 +30,7 @@ from typing import Any
 from vgpuadm.catalog.boards import equal_size_max
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.errors import UsageError
+from vgpuadm.sim import nvidia_smi
 from vgpuadm.sim.tree import MdevTypeSpec, PciSpec, TreeBuilder
 
 Model = dict[str, Any]
@@ -500,4 +501,7 @@ def build(profile: str, root: str) -> Model:
     os.makedirs(root, exist_ok=True)
     h = HostBuilder(root, profile)
     PROFILES[profile][1](h)
-    return h.finish()
+    model = h.finish()
+    if h.model["vendor_vfio"]:  # the NVIDIA driver package brings nvidia-smi
+        nvidia_smi.install(root)
+    return model
