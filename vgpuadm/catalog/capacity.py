@@ -18,7 +18,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from vgpuadm.model import Allocation, HostSnapshot, Layout, Mdev, MdevParent, VgpuType
+from vgpuadm.catalog.naming import describe_nvidia_name
+from vgpuadm.model import Allocation, HostSnapshot, Layout, Mdev, MdevParent, VendorVf, VgpuType
 
 SR_IOV_LAYOUTS = (Layout.MDEV_VF, Layout.VENDOR_VFIO)
 
@@ -229,7 +230,7 @@ def consume(snap: HostSnapshot, created: Sequence[Allocation]) -> HostSnapshot:
             vf = vfs.get(a.address)
             if vf is not None:
                 vfs[a.address] = dataclasses.replace(vf, current_type=int(a.type_id.rsplit("-", 1)[-1]))
-    return dataclasses.replace(snap, mdevs=mdevs, vendor_vfs=vfs, mdev_parents=parents)
+    return _one_size(snap, created, mdevs, vfs, parents)
 
 
 def release(snap: HostSnapshot, gone: Sequence[Allocation]) -> HostSnapshot:
@@ -245,14 +246,77 @@ def release(snap: HostSnapshot, gone: Sequence[Allocation]) -> HostSnapshot:
             parents[m.parent] = dataclasses.replace(p, types=_after(p, mdevs, m.type_id, +1))
         if a.mode == "vf" and a.address in vfs:
             vfs[a.address] = dataclasses.replace(vfs[a.address], current_type=0)
-    return dataclasses.replace(snap, mdevs=mdevs, vendor_vfs=vfs, mdev_parents=parents)
+    return _one_size(snap, gone, mdevs, vfs, parents)
 
 
 def _after(p: MdevParent, mdevs: Mapping[str, Mdev], type_id: str, sign: int) -> tuple[VgpuType, ...]:
-    """`p`'s types once one `type_id` was created (sign −1) or removed (+1); `mdevs` already reflect the change."""
-    if p.layout == Layout.MDEV_VF:  # one vGPU per VF: a busy VF offers nothing, a freed one any type again
-        return tuple(t.with_available(0 if sign < 0 else 1) for t in p.types)
+    """`p`'s types once one `type_id` was created (sign −1) or removed (+1); `mdevs` already reflect the change.
+    Layout B parents are recomputed per GPU afterwards (_one_size)."""
+    if p.layout == Layout.MDEV_VF:
+        return p.types
     if sharing_rule(p.layout, p) == "one-type":
         running = [m.type_id for m in mdevs.values() if m.parent == p.name]
         return _nvidia_one_type(p, running, type_id, sign)
     return _pool_after(p.types, type_id, sign)
+
+
+def size_key(t: VgpuType) -> tuple[int, bool]:
+    """Equal-size mode groups types by framebuffer size and MIG-backed-ness (reference §3.4)."""
+    return t.framebuffer_mib or 0, describe_nvidia_name(t.name).slices is not None
+
+
+def _fits(t: VgpuType, running: int, keys: set[tuple[int, bool] | None]) -> bool:
+    """Whether a free VF of a GPU running `running` vGPUs of size `keys` (None: unknown) offers `t`."""
+    if not running:
+        return True
+    if None in keys or keys != {size_key(t)}:
+        return False
+    return t.max_instances is not None and running < t.max_instances
+
+
+def _one_size(
+    snap: HostSnapshot,
+    changed: Sequence[Allocation],
+    mdevs: dict[str, Mdev],
+    vfs: dict[str, VendorVf],
+    parents: dict[str, MdevParent],
+) -> HostSnapshot:
+    """Recompute every VF of the SR-IOV GPUs that `changed` touch, from what runs on them once the change is done:
+    a busy VF offers nothing; a free one offers the types of the running size while the GPU is below their maximum,
+    every type while the GPU is idle. Layout C lists only the types the snapshot still names somewhere (a full GPU
+    lists none), so a projection after a removal may offer fewer than the driver will: never more."""
+    gpus = {snap.physical_gpu(a.parent or a.address or "") for a in changed}
+    known: dict[str, VgpuType] = {}
+    for t in snap.types():
+        known.setdefault(t.type_id, t)
+    for gpu in gpus:
+        b_parents = [q for q in parents.values() if q.layout == Layout.MDEV_VF and snap.physical_gpu(q.name) == gpu]
+        c_vfs = [vf for vf in vfs.values() if snap.physical_gpu(vf.address) == gpu]
+        running: list[VgpuType | None] = [
+            known.get(m.type_id) for m in mdevs.values() if any(q.name == m.parent for q in b_parents)
+        ]
+        running += [known.get(f"nvidia-{vf.current_type}") for vf in c_vfs if vf.in_use]
+        keys = {size_key(t) if t is not None else None for t in running}
+        busy = {m.parent for m in mdevs.values()}
+        for q in b_parents:
+            types = tuple(
+                t.with_available(1 if q.name not in busy and _fits(t, len(running), keys) else 0) for t in q.types
+            )
+            parents[q.name] = dataclasses.replace(q, types=types)
+        if not c_vfs:
+            continue
+        pool: dict[str, VgpuType] = {}
+        for vf in c_vfs:
+            for t in vf.offered:
+                pool.setdefault(t.type_id, t)
+        for vf in c_vfs:
+            if vf.in_use:
+                continue
+            offered = tuple(
+                dataclasses.replace(t, parent=vf.address, available_instances=1)
+                for t in sorted(pool.values(), key=lambda t: t.numeric_id or 0)
+                if _fits(t, len(running), keys)
+            )
+            creatable = tuple((t.numeric_id or 0, t.name) for t in offered)
+            vfs[vf.address] = dataclasses.replace(vf, offered=offered, creatable=creatable)
+    return dataclasses.replace(snap, mdevs=mdevs, vendor_vfs=vfs, mdev_parents=parents)
