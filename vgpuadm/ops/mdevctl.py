@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vgpuadm.catalog.capacity import consume
 from vgpuadm.io import mdevctl
 from vgpuadm.io.domainxml import read_domain_dir
 from vgpuadm.model import Allocation
 from vgpuadm.modes.mdev import MODE as MDEV
 from vgpuadm.ops.session import Session
-from vgpuadm.plan.apply import consume
 from vgpuadm.steps import Plan, Step
 
 

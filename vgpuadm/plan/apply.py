@@ -11,9 +11,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from vgpuadm.catalog.capacity import consume, release
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, VgpuadmError
-from vgpuadm.model import Allocation, HostSnapshot, Layout, Mdev, VgpuType
+from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.desired import DesiredPlan, Diff, describe_allocation
 from vgpuadm.plan.domains import Domains, device_keys
@@ -45,64 +46,6 @@ def resolve_types(plan_doc: DesiredPlan, snap: HostSnapshot, allocations: Sequen
         except VgpuadmError as exc:
             raise type(exc)(f"{_where(plan_doc, vm, 'type')}: {exc.message}", exc.hint) from None
     return out
-
-
-def consume(snap: HostSnapshot, created: Sequence[Allocation]) -> HostSnapshot:
-    """The snapshot as it will be once `created` exist, so that the next VM's placement counts them (one type per
-    GPU, one vGPU per VF, instances left)."""
-    mdevs = dict(snap.mdevs)
-    vfs = dict(snap.vendor_vfs)
-    parents = dict(snap.mdev_parents)
-    for a in created:
-        if a.mode == "mdev" and a.uuid and a.parent and a.type_id:
-            mdevs[a.uuid] = Mdev(a.uuid, a.type_id, a.parent)
-            p = parents.get(a.parent)
-            if p is not None:
-                per_vf = p.layout == Layout.MDEV_VF
-                types = tuple(
-                    dataclasses.replace(t, available_instances=0 if per_vf else max(0, t.available_instances - 1))
-                    if per_vf or t.type_id == a.type_id
-                    else t
-                    for t in p.types
-                )
-                parents[a.parent] = dataclasses.replace(p, types=types)
-        elif a.mode == "vf" and a.address and a.type_id:
-            vf = vfs.get(a.address)
-            if vf is not None:
-                vfs[a.address] = dataclasses.replace(vf, current_type=int(a.type_id.rsplit("-", 1)[-1]))
-    return dataclasses.replace(snap, mdevs=mdevs, vendor_vfs=vfs, mdev_parents=parents)
-
-
-def _freed(t: VgpuType, removed_type: str, per_vf: bool, idle: bool) -> int:
-    """Instances of `t` left on its parent once one mdev of `removed_type` is gone. An idle NVIDIA GPU offers every
-    type again at its full count (the one-type-per-GPU rule lifts); a layout B VF hosts one vGPU of any type."""
-    if per_vf:
-        return 1
-    if idle and t.max_instances is not None:
-        return t.max_instances
-    return t.available_instances + 1 if t.type_id == removed_type else t.available_instances
-
-
-def release(snap: HostSnapshot, gone: Sequence[Allocation]) -> HostSnapshot:
-    """The snapshot as it will be once `gone` are removed, so that a VM switching types on one GPU can be placed
-    (the old type no longer blocks the GPU, its instances are free again)."""
-    mdevs = dict(snap.mdevs)
-    vfs = dict(snap.vendor_vfs)
-    parents = dict(snap.mdev_parents)
-    for a in gone:
-        m = mdevs.pop(a.uuid or "", None) if a.mode == "mdev" else None
-        if m is not None and m.parent in parents:
-            p = parents[m.parent]
-            per_vf = p.layout == Layout.MDEV_VF
-            idle = not any(x.parent == m.parent for x in mdevs.values())
-
-            types = tuple(
-                dataclasses.replace(t, available_instances=_freed(t, m.type_id, per_vf, idle)) for t in p.types
-            )
-            parents[m.parent] = dataclasses.replace(p, types=types)
-        if a.mode == "vf" and a.address in vfs:
-            vfs[a.address] = dataclasses.replace(vfs[a.address], current_type=0)
-    return dataclasses.replace(snap, mdevs=mdevs, vendor_vfs=vfs, mdev_parents=parents)
 
 
 def build_apply_plan(

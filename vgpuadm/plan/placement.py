@@ -1,10 +1,8 @@
 """Choose a parent GPU/VF for a vGPU type: pack | spread | --numa; every rejection carries a reason. Pure.
 
 The kernel's `available_instances` already reflects the driver's rules for what exists now; placement also
-applies them itself (reference §2.4, §3.2-3.4) so that the reasons are explicit and several instances of one
-request are counted against each other:
-  layout A (NVIDIA, pre-Ampere): one vGPU type per physical GPU;
-  layouts B/C (SR-IOV): one vGPU per VF, and one framebuffer size per physical GPU (equal-size mode).
+applies them itself (vgpuadm/catalog/capacity.py, reference §2.4, §3.2-3.4) so that the reasons are explicit and
+several instances of one request are counted against each other.
 pack fills the most-used compatible physical GPU first; spread the least-used. Ties go to the lower address.
 """
 
@@ -14,9 +12,10 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from vgpuadm.catalog.capacity import NO_USAGE, gpu_room, gpu_usage, per_parent_room, why_not
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, NotFoundError, UsageError
-from vgpuadm.model import HostSnapshot, Layout, VgpuType
+from vgpuadm.model import HostSnapshot, VgpuType
 
 POLICIES = ("pack", "spread")
 
@@ -35,72 +34,6 @@ class Placement:
         lines += [f"  chosen   {parent}" for parent, _ in self.choices]
         lines += [f"  rejected {parent}: {reason}" for parent, reason in self.rejected]
         return "\n".join(lines)
-
-
-@dataclass
-class _GpuState:
-    """What runs on one physical GPU: vGPU count, type ids, framebuffer sizes, and VFs already hosting one."""
-
-    count: int = 0
-    types: dict[str, str] = field(default_factory=dict)  # type_id → display name
-    sizes: set[int] = field(default_factory=set)
-    busy_vfs: dict[str, str] = field(default_factory=dict)  # VF → type id it runs
-
-
-def gpu_usage(snapshot: HostSnapshot) -> dict[str, _GpuState]:
-    """Per physical GPU (PF address, or the parent name for non-PCI parents), what vGPUs exist now."""
-    names = {(t.parent, t.type_id): t for t in snapshot.types()}
-    fb_by_id: dict[str, int] = {t.type_id: t.framebuffer_mib for t in names.values() if t.framebuffer_mib}
-    out: dict[str, _GpuState] = {}
-    for m in snapshot.mdevs.values():
-        phys = snapshot.physical_gpu(m.parent)
-        st = out.setdefault(phys, _GpuState())
-        st.count += 1
-        t = names.get((m.parent, m.type_id))
-        st.types[m.type_id] = t.name if t else m.type_id
-        fb = fb_by_id.get(m.type_id)
-        if fb:
-            st.sizes.add(fb)
-        if phys != m.parent:
-            st.busy_vfs[m.parent] = m.type_id
-    for vf in snapshot.vendor_vfs.values():
-        if not vf.in_use:
-            continue
-        phys = snapshot.physical_gpu(vf.address)
-        st = out.setdefault(phys, _GpuState())
-        st.count += 1
-        tid = f"nvidia-{vf.current_type}"
-        st.types[tid] = tid
-        fb = fb_by_id.get(tid)
-        if fb:
-            st.sizes.add(fb)
-        st.busy_vfs[vf.address] = tid
-    return out
-
-
-def _reason(snapshot: HostSnapshot, t: VgpuType, st: _GpuState, numa: int | None) -> str | None:
-    """Why parent t.parent cannot take one more t, or None."""
-    if numa is not None:
-        fn = snapshot.functions.get(snapshot.physical_gpu(t.parent))
-        node = fn.numa_node if fn is not None else None
-        if node is None or node < 0:
-            return f"NUMA node unknown, wanted {numa}"
-        if node != numa:
-            return f"on NUMA node {node}, wanted {numa}"
-    if t.layout in (Layout.MDEV_VF, Layout.VENDOR_VFIO):
-        if t.parent in st.busy_vfs:
-            return f"VF already hosts a vGPU ({st.busy_vfs[t.parent]}); one vGPU per VF"
-        other = sorted(s for s in st.sizes if s != t.framebuffer_mib)
-        if t.framebuffer_mib and other:
-            return f"GPU runs {other[0]} MiB vGPUs; one framebuffer size per GPU"
-    elif t.layout == Layout.MDEV_PF and t.type_id.startswith("nvidia-"):
-        other_types = sorted(tid for tid in st.types if tid != t.type_id)
-        if other_types:
-            tid = other_types[0]
-            return f"GPU runs {tid} ({st.types[tid]}); one vGPU type per GPU"
-    if t.available_instances <= 0:
-        return f"no free instances of {t.type_id} (available_instances 0)"
-    return None
 
 
 def place(
@@ -140,14 +73,12 @@ def place(
     remaining: dict[str, int] = {}
     by_parent: dict[str, VgpuType] = {}
     for t in candidates:
-        st = usage.get(snapshot.physical_gpu(t.parent), _GpuState())
-        owner = (taken or {}).get(t.parent) if t.layout == Layout.VENDOR_VFIO else None
-        reason = f"VF is given to domain {owner}" if owner else _reason(snapshot, t, st, numa)
+        st = usage.get(snapshot.physical_gpu(t.parent), NO_USAGE)
+        reason = why_not(snapshot, t, st, numa, owner=(taken or {}).get(t.parent))
         if reason:
             rejected.append((t.parent, reason))
             continue
-        per_vf = t.layout in (Layout.MDEV_VF, Layout.VENDOR_VFIO)
-        remaining[t.parent] = 1 if per_vf else t.available_instances
+        remaining[t.parent] = per_parent_room(t)
         by_parent[t.parent] = t
     # Layout C VFs in use drop every type from creatable_vgpu_types: name them so the reasons are complete.
     phys_seen = {snapshot.physical_gpu(t.parent) for t in candidates}
@@ -160,8 +91,9 @@ def place(
     gpu_left: dict[str, int] = {}
     for t in by_parent.values():
         phys = snapshot.physical_gpu(t.parent)
-        if t.layout in (Layout.MDEV_VF, Layout.VENDOR_VFIO) and t.max_instances:
-            gpu_left[phys] = t.max_instances - used[phys]
+        room = gpu_room(t, used[phys])
+        if room is not None:
+            gpu_left[phys] = room
     choices: list[tuple[str, VgpuType]] = []
     for _ in range(count):
         open_parents = [p for p, n in remaining.items() if n > 0 and gpu_left.get(snapshot.physical_gpu(p), 1) > 0]

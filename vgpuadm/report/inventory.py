@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuadm.catalog.boards import board_framebuffer_mib
+from vgpuadm.catalog.capacity import conflicting_types, gpu_maximum, sharing_rule
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.model import Allocation, HostSnapshot, Layout, VgpuType
 
@@ -106,13 +107,7 @@ def _physical_gpus(snap: HostSnapshot) -> dict[str, _Gpu]:
 
 
 def _rule(layout: Layout, gpu: str, snap: HostSnapshot) -> str:
-    if layout in (Layout.MDEV_VF, Layout.VENDOR_VFIO):
-        return "one-size"
-    if layout == Layout.MDEV_PF:
-        parent = snap.mdev_parents.get(gpu)
-        nvidia = parent is not None and any(t.type_id.startswith("nvidia-") for t in parent.types)
-        return "one-type" if nvidia else "kernel"
-    return "whole"
+    return sharing_rule(layout, snap.mdev_parents.get(gpu))
 
 
 def _devices(snap: HostSnapshot, gpus: dict[str, _Gpu], passed_through: set[str]) -> list[_Device]:
@@ -229,7 +224,7 @@ def _capacity(g: _Gpu, type_id: str) -> tuple[int, int | None, int, str]:
     available = sum(e.available_instances for e in entries)
     if g.rule == "one-type":
         mx = t.max_instances
-        others = sorted(k for k in running if k != type_id)
+        others = conflicting_types(running, type_id)
         if others:
             return used, mx, 0, f"runs {', '.join(others)} (one type per GPU)"
         free = min(available, mx - used) if mx is not None else available
@@ -259,12 +254,7 @@ def _one_size_max(g: _Gpu, t: VgpuType) -> int | None:
     C). A type with no maximum (a layout C board not in the tables) is bounded by the framebuffer while the GPU is
     idle (see _framebuffer); else None, and the free count is what the driver's creatable lists offer. A known
     maximum is not cut by framebuffer arithmetic: MIG profile sizes are rounded (H200X-3-71C: 2 on 141 GB)."""
-    if t.max_instances is not None:
-        return min(g.vfs or 1, t.max_instances)
-    total_fb, _ = _framebuffer(g)
-    if total_fb and t.framebuffer_mib:
-        return min(g.vfs or 1, total_fb // t.framebuffer_mib)
-    return None
+    return gpu_maximum(g.vfs, t, None if t.max_instances is not None else _framebuffer(g)[0])
 
 
 def _full(used: int, mx: int | None) -> str:

@@ -1,0 +1,322 @@
+"""The GPU sharing rules, once: why a parent cannot take one more of a type, and what is free after a change. Pure.
+
+Rules (shared/docs/vgpu-sysfs.md §2.4, §3.2-3.4, §4.1, §4.4):
+  one-type  (layout A, NVIDIA pre-Ampere): one vGPU type per physical GPU, `max_instance` of it;
+  one-size  (layouts B/C, SR-IOV): one vGPU per VF, one framebuffer size per physical GPU, `max_instance` per GPU;
+  kernel    (other mdev drivers: mtty, mdpy, mbochs, GVT-g): the types of a parent share one budget, in the driver's
+            own units (ports, a count, MiB, aperture), and the kernel's `available_instances` is believed;
+  whole     (passthrough): no sharing.
+Placement asks `why_not` per candidate parent; the inventory asks `sharing_rule`, `conflicting_types`,
+`conflicting_sizes` and `gpu_maximum`; `apply -f` and mdevctl import project the snapshot with `consume` / `release`.
+This module never reads the host; the simulated kernel (vgpuadm/sim) is the independent oracle the tests check it
+against, and never imports it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from vgpuadm.catalog.naming import describe_nvidia_name
+from vgpuadm.model import Allocation, HostSnapshot, Layout, Mdev, MdevParent, VendorVf, VgpuType
+
+SR_IOV_LAYOUTS = (Layout.MDEV_VF, Layout.VENDOR_VFIO)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUsage:
+    """What runs on one physical GPU: vGPU count, type ids (→ display name), framebuffer sizes, and the VFs that
+    already host one (→ the type id they run)."""
+
+    count: int = 0
+    types: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    sizes: frozenset[int] = frozenset()
+    busy_vfs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+NO_USAGE = GpuUsage()
+
+
+def gpu_usage(snapshot: HostSnapshot) -> dict[str, GpuUsage]:
+    """Per physical GPU (PF address, or the parent name for non-PCI parents), what vGPUs exist now."""
+    names = {(t.parent, t.type_id): t for t in snapshot.types()}
+    fb_by_id: dict[str, int] = {t.type_id: t.framebuffer_mib for t in names.values() if t.framebuffer_mib}
+    count: dict[str, int] = {}
+    types: dict[str, dict[str, str]] = {}
+    sizes: dict[str, set[int]] = {}
+    busy: dict[str, dict[str, str]] = {}
+
+    def add(phys: str, type_id: str, name: str, vf: str | None) -> None:
+        count[phys] = count.get(phys, 0) + 1
+        types.setdefault(phys, {})[type_id] = name
+        fb = fb_by_id.get(type_id)
+        if fb:
+            sizes.setdefault(phys, set()).add(fb)
+        if vf is not None:
+            busy.setdefault(phys, {})[vf] = type_id
+
+    for m in snapshot.mdevs.values():
+        phys = snapshot.physical_gpu(m.parent)
+        t = names.get((m.parent, m.type_id))
+        add(phys, m.type_id, t.name if t else m.type_id, m.parent if phys != m.parent else None)
+    for vf in snapshot.vendor_vfs.values():
+        if vf.in_use:
+            tid = f"nvidia-{vf.current_type}"
+            add(snapshot.physical_gpu(vf.address), tid, tid, vf.address)
+    return {
+        phys: GpuUsage(n, types.get(phys, {}), frozenset(sizes.get(phys, ())), busy.get(phys, {}))
+        for phys, n in count.items()
+    }
+
+
+def is_nvidia(type_id: str) -> bool:
+    return type_id.startswith("nvidia-")
+
+
+def sharing_rule(layout: Layout, parent: MdevParent | None) -> str:
+    """one-type | one-size | kernel | whole, for a physical GPU of `layout` (its mdev parent, if any)."""
+    if layout in SR_IOV_LAYOUTS:
+        return "one-size"
+    if layout == Layout.MDEV_PF:
+        nvidia = parent is not None and any(is_nvidia(t.type_id) for t in parent.types)
+        return "one-type" if nvidia else "kernel"
+    return "whole"
+
+
+def conflicting_types(running: Iterable[str], type_id: str) -> list[str]:
+    """Layout A: the other types a GPU runs, which forbid `type_id` on it (one vGPU type per GPU)."""
+    return sorted({tid for tid in running if tid != type_id})
+
+
+def conflicting_sizes(running: Iterable[int], framebuffer_mib: int | None) -> list[int]:
+    """Layouts B/C: the other framebuffer sizes a GPU runs, which forbid a type of `framebuffer_mib` on it."""
+    if not framebuffer_mib:
+        return []
+    return sorted({s for s in running if s != framebuffer_mib})
+
+
+def per_parent_room(t: VgpuType) -> int:
+    """How many more of `t` its parent itself takes: one per VF on layouts B/C, else the kernel's count."""
+    return 1 if t.layout in SR_IOV_LAYOUTS else t.available_instances
+
+
+def gpu_room(t: VgpuType, running: int) -> int | None:
+    """How many more vGPUs of `t`'s size its physical GPU takes on layouts B/C (max_instance counts vGPUs of this
+    size across all VFs), or None when there is no per-GPU cap."""
+    if t.layout in SR_IOV_LAYOUTS and t.max_instances:
+        return t.max_instances - running
+    return None
+
+
+def gpu_maximum(vfs: int, t: VgpuType, total_fb: int | None) -> int | None:
+    """Layouts B/C: at most one vGPU per VF and at most the type's maximum. A type with no maximum is bounded by
+    the framebuffer `total_fb` when known, else None. A known maximum is not cut by framebuffer arithmetic: MIG
+    profile sizes are rounded (H200X-3-71C: 2 on 141 GB)."""
+    if t.max_instances is not None:
+        return min(vfs or 1, t.max_instances)
+    if total_fb and t.framebuffer_mib:
+        return min(vfs or 1, total_fb // t.framebuffer_mib)
+    return None
+
+
+def why_not(
+    snapshot: HostSnapshot, t: VgpuType, usage: GpuUsage, numa: int | None, owner: str | None = None
+) -> str | None:
+    """Why parent t.parent cannot take one more t given `usage` of its physical GPU, or None. `owner`: the domain
+    a layout C VF is given to."""
+    if owner and t.layout == Layout.VENDOR_VFIO:
+        return f"VF is given to domain {owner}"
+    if numa is not None:
+        fn = snapshot.functions.get(snapshot.physical_gpu(t.parent))
+        node = fn.numa_node if fn is not None else None
+        if node is None or node < 0:
+            return f"NUMA node unknown, wanted {numa}"
+        if node != numa:
+            return f"on NUMA node {node}, wanted {numa}"
+    if t.layout in SR_IOV_LAYOUTS:
+        if t.parent in usage.busy_vfs:
+            return f"VF already hosts a vGPU ({usage.busy_vfs[t.parent]}); one vGPU per VF"
+        other = conflicting_sizes(usage.sizes, t.framebuffer_mib)
+        if other:
+            return f"GPU runs {other[0]} MiB vGPUs; one framebuffer size per GPU"
+    elif t.layout == Layout.MDEV_PF and is_nvidia(t.type_id):
+        other_types = conflicting_types(usage.types, t.type_id)
+        if other_types:
+            tid = other_types[0]
+            return f"GPU runs {tid} ({usage.types[tid]}); one vGPU type per GPU"
+    if t.available_instances <= 0:
+        return f"no free instances of {t.type_id} (available_instances 0)"
+    return None
+
+
+# -- projection: what is free after planned creates and removes -----------------------------------------------
+#
+# NVIDIA parents are recomputed from the rules and the projected mdevs. Pooled (kernel-rule) parents cannot be
+# predicted exactly from sysfs, so the projection is a lower bound of what the kernel will report: with the cost of
+# each type in the driver's units known (mtty ports, mdpy count, mbochs MiB, GVT-g aperture — reference §4.1, §4.4)
+# the free budget is bounded below by max(available × cost) over the parent's types; with costs unknown the removed
+# type regains exactly one instance, the others nothing, and a create takes one instance of every type.
+
+
+def pool_cost(t: VgpuType) -> dict[str, int] | None:
+    """What one instance of a pooled type draws from its parent's budget, per resource, or None if unknown."""
+    low, high = t.attributes.get("low_gm_mib"), t.attributes.get("high_gm_mib")
+    if isinstance(low, int) and isinstance(high, int) and low > 0 and high > 0:  # GVT-g: min over both apertures
+        return {"low_gm": low, "high_gm": high}
+    prefix, _, num = t.type_id.partition("-")
+    if prefix == "mtty" and num.isdigit() and int(num) > 0:  # mtty-N: N of the driver's ports
+        return {"": int(num)}
+    if prefix == "mdpy":  # one shared count
+        return {"": 1}
+    words = t.description.split()
+    if prefix == "mbochs" and "MB" in words:  # "virtual display, %d MB video memory"
+        size = words[words.index("MB") - 1]
+        if size.isdigit() and int(size) > 0:
+            return {"": int(size)}
+    return None
+
+
+def _pool_after(types: tuple[VgpuType, ...], type_id: str, sign: int) -> tuple[VgpuType, ...]:
+    """A pooled parent's types once one `type_id` is freed (sign +1) or taken (sign −1)."""
+    costs = {t.type_id: pool_cost(t) for t in types}
+    changed = costs.get(type_id)
+    if changed is None or any(c is None or c.keys() != changed.keys() for c in costs.values()):
+        return tuple(
+            t.with_available(max(0, t.available_instances + sign)) if sign < 0 or t.type_id == type_id else t
+            for t in types
+        )
+    floor = {k: max(t.available_instances * (costs[t.type_id] or {})[k] for t in types) for k in changed}
+    out = []
+    for t in types:
+        cost = costs[t.type_id] or {}
+        n = min(max(0, floor[k] + sign * changed[k]) // cost[k] for k in changed)
+        if sign > 0 and t.max_instances is not None:
+            n = min(n, t.max_instances)
+        out.append(t.with_available(n))
+    return tuple(out)
+
+
+def _nvidia_one_type(p: MdevParent, running: Sequence[str], type_id: str, sign: int) -> tuple[VgpuType, ...]:
+    """Layout A NVIDIA parent: 0 for every type but the one running, whose count moves by one; an idle GPU offers
+    every type at its maximum again (the one-type lock lifts)."""
+    out = []
+    for t in p.types:
+        if conflicting_types(running, t.type_id):
+            n = 0
+        elif not running and sign > 0 and t.max_instances is not None:
+            n = t.max_instances
+        elif t.type_id == type_id:
+            n = max(0, t.available_instances + sign)
+        else:
+            n = t.available_instances
+        out.append(t.with_available(n))
+    return tuple(out)
+
+
+def consume(snap: HostSnapshot, created: Sequence[Allocation]) -> HostSnapshot:
+    """The snapshot as it will be once `created` exist, so that the next placement counts them (one type per GPU,
+    one vGPU per VF, instances left, a pooled parent's shared budget)."""
+    mdevs = dict(snap.mdevs)
+    vfs = dict(snap.vendor_vfs)
+    parents = dict(snap.mdev_parents)
+    for a in created:
+        if a.mode == "mdev" and a.uuid and a.parent and a.type_id:
+            mdevs[a.uuid] = Mdev(a.uuid, a.type_id, a.parent)
+            p = parents.get(a.parent)
+            if p is not None:
+                parents[a.parent] = dataclasses.replace(p, types=_after(p, mdevs, a.type_id, -1))
+        elif a.mode == "vf" and a.address and a.type_id:
+            vf = vfs.get(a.address)
+            if vf is not None:
+                vfs[a.address] = dataclasses.replace(vf, current_type=int(a.type_id.rsplit("-", 1)[-1]))
+    return _one_size(snap, created, mdevs, vfs, parents)
+
+
+def release(snap: HostSnapshot, gone: Sequence[Allocation]) -> HostSnapshot:
+    """The snapshot as it will be once `gone` are removed, so that a VM switching types on one GPU can be placed
+    (the old type no longer blocks the GPU, its instances are free again)."""
+    mdevs = dict(snap.mdevs)
+    vfs = dict(snap.vendor_vfs)
+    parents = dict(snap.mdev_parents)
+    for a in gone:
+        m = mdevs.pop(a.uuid or "", None) if a.mode == "mdev" else None
+        if m is not None and m.parent in parents:
+            p = parents[m.parent]
+            parents[m.parent] = dataclasses.replace(p, types=_after(p, mdevs, m.type_id, +1))
+        if a.mode == "vf" and a.address in vfs:
+            vfs[a.address] = dataclasses.replace(vfs[a.address], current_type=0)
+    return _one_size(snap, gone, mdevs, vfs, parents)
+
+
+def _after(p: MdevParent, mdevs: Mapping[str, Mdev], type_id: str, sign: int) -> tuple[VgpuType, ...]:
+    """`p`'s types once one `type_id` was created (sign −1) or removed (+1); `mdevs` already reflect the change.
+    Layout B parents are recomputed per GPU afterwards (_one_size)."""
+    if p.layout == Layout.MDEV_VF:
+        return p.types
+    if sharing_rule(p.layout, p) == "one-type":
+        running = [m.type_id for m in mdevs.values() if m.parent == p.name]
+        return _nvidia_one_type(p, running, type_id, sign)
+    return _pool_after(p.types, type_id, sign)
+
+
+def size_key(t: VgpuType) -> tuple[int, bool]:
+    """Equal-size mode groups types by framebuffer size and MIG-backed-ness (reference §3.4)."""
+    return t.framebuffer_mib or 0, describe_nvidia_name(t.name).slices is not None
+
+
+def _fits(t: VgpuType, running: int, keys: set[tuple[int, bool] | None]) -> bool:
+    """Whether a free VF of a GPU running `running` vGPUs of size `keys` (None: unknown) offers `t`."""
+    if not running:
+        return True
+    if None in keys or keys != {size_key(t)}:
+        return False
+    return t.max_instances is not None and running < t.max_instances
+
+
+def _one_size(
+    snap: HostSnapshot,
+    changed: Sequence[Allocation],
+    mdevs: dict[str, Mdev],
+    vfs: dict[str, VendorVf],
+    parents: dict[str, MdevParent],
+) -> HostSnapshot:
+    """Recompute every VF of the SR-IOV GPUs that `changed` touch, from what runs on them once the change is done:
+    a busy VF offers nothing; a free one offers the types of the running size while the GPU is below their maximum,
+    every type while the GPU is idle. Layout C lists only the types the snapshot still names somewhere (a full GPU
+    lists none), so a projection after a removal may offer fewer than the driver will: never more."""
+    gpus = {snap.physical_gpu(a.parent or a.address or "") for a in changed}
+    known: dict[str, VgpuType] = {}
+    for t in snap.types():
+        known.setdefault(t.type_id, t)
+    for gpu in gpus:
+        b_parents = [q for q in parents.values() if q.layout == Layout.MDEV_VF and snap.physical_gpu(q.name) == gpu]
+        c_vfs = [vf for vf in vfs.values() if snap.physical_gpu(vf.address) == gpu]
+        running: list[VgpuType | None] = [
+            known.get(m.type_id) for m in mdevs.values() if any(q.name == m.parent for q in b_parents)
+        ]
+        running += [known.get(f"nvidia-{vf.current_type}") for vf in c_vfs if vf.in_use]
+        keys = {size_key(t) if t is not None else None for t in running}
+        busy = {m.parent for m in mdevs.values()}
+        for q in b_parents:
+            types = tuple(
+                t.with_available(1 if q.name not in busy and _fits(t, len(running), keys) else 0) for t in q.types
+            )
+            parents[q.name] = dataclasses.replace(q, types=types)
+        if not c_vfs:
+            continue
+        pool: dict[str, VgpuType] = {}
+        for vf in c_vfs:
+            for t in vf.offered:
+                pool.setdefault(t.type_id, t)
+        for vf in c_vfs:
+            if vf.in_use:
+                continue
+            offered = tuple(
+                dataclasses.replace(t, parent=vf.address, available_instances=1)
+                for t in sorted(pool.values(), key=lambda t: t.numeric_id or 0)
+                if _fits(t, len(running), keys)
+            )
+            creatable = tuple((t.numeric_id or 0, t.name) for t in offered)
+            vfs[vf.address] = dataclasses.replace(vf, offered=offered, creatable=creatable)
+    return dataclasses.replace(snap, mdevs=mdevs, vendor_vfs=vfs, mdev_parents=parents)
