@@ -69,3 +69,23 @@ def test_a_pending_journal_stops_every_verb_before_it_plans(sim_host: Callable[[
     assert res.code == 0, res.err
     res = vgpuadm(root, "create", "--type", "nvidia-63", "--vm", "web02")
     assert res.code == 0, res.err
+
+
+def test_a_full_layout_c_gpu_still_knows_its_types(sim_host: Callable[[str], Path]) -> None:
+    """Every VF of a full layout C GPU lists nothing in creatable_vgpu_types: the names come from the driver
+    (nvidia-smi vgpu -s -v), so the same request is idempotent and another one says there is no room."""
+    root = sim_host("h200-vendor-vfio")
+    define(root, "vm01", "vm02")
+    first = vgpuadm(root, "create", "--type", "H200X-4C", "--vm", "vm01", "--count", "16")
+    assert first.code == 0, first.err
+    again = vgpuadm(root, "create", "--type", "H200X-4C", "--vm", "vm01", "--count", "16")
+    assert (again.code, again.out, again.err) == (0, "nothing to do: domain vm01 already has 16 × nvidia-1420\n", "")
+    other = vgpuadm(root, "create", "--type", "H200X-4C", "--vm", "vm02")
+    assert other.code == 4
+    assert other.err.splitlines()[0] == (
+        "error: No room for 1 × nvidia-1420: no VF lists it in nvidia/creatable_vgpu_types "
+        "(0000:18:00.0: 16 VFs host vGPUs)"
+    )
+    inventory = vgpuadm(root, "inventory", "--format", "json")
+    assert inventory.code == 0, inventory.err
+    assert '"name": "NVIDIA H200X-4C"' in inventory.out and '"name": null' not in inventory.out

@@ -120,21 +120,25 @@ def test_h200_layout_c_typed_vf_is_a_device(sim_host):
     root = sim_host("h200-vendor-vfio")
     set_vf_type(root, "0000:18:00.4", 1428)  # H200X-141C takes the whole GPU: every VF's creatable list empties
     doc = _doc(root, [Allocation("train01", "vf", "nvidia-1428", "0000:18:00.4", address="0000:18:00.4")])
-    # no list names type 1428 any more, so sysfs cannot tell its name or size
+    # no list in sysfs names type 1428 any more: its name and size come from the driver (nvidia-smi vgpu -s -v)
     assert [(d["kind"], d["id"], d["type_id"], d["name"], d["domain"]) for d in doc["devices"]] == [
-        ("vf", "0000:18:00.4", "nvidia-1428", None, "train01")
+        ("vf", "0000:18:00.4", "nvidia-1428", "NVIDIA H200X-141C", "train01")
     ]
-    assert [(t["type_id"], t["used"], t["free"], t["max"], t["gpus"][0]["reason"]) for t in doc["types"]] == [
-        ("nvidia-1428", 1, 0, None, "the driver offers no more")
-    ]
-    assert (doc["gpus"][0]["devices"], doc["gpus"][0]["framebuffer_total_mib"]) == (1, None)
+    rows = {t["type_id"]: (t["used"], t["free"], t["max"], t["gpus"][0]["reason"]) for t in doc["types"]}
+    assert rows["nvidia-1428"] == (1, 0, 1, "full (1 of 1)")
+    assert rows["nvidia-1420"] == (0, 0, 16, "runs nvidia-1428 (144384 MiB; one framebuffer size per GPU)")
+    assert len(rows) == 16 and all(free == 0 for _, free, _, _ in rows.values())
+    assert (doc["gpus"][0]["devices"], doc["gpus"][0]["framebuffer_total_mib"]) == (1, 144384)
 
 
 def test_h200_layout_c_same_size_types_stay_open(sim_host):
     root = sim_host("h200-vendor-vfio")
     set_vf_type(root, "0000:18:00.4", 1420)  # H200X-4C, 4 GiB
     doc = _doc(root, [])
-    assert [(t["type_id"], t["used"], t["free"]) for t in doc["types"]] == [("nvidia-1420", 1, 15)]
+    assert [(t["type_id"], t["used"], t["free"]) for t in doc["types"] if t["used"] or t["free"]] == [
+        ("nvidia-1420", 1, 15)
+    ]
+    assert len(doc["types"]) == 16  # the other sizes, known from the driver, have no room
     assert doc["devices"][0]["name"] == "NVIDIA H200X-4C"
     assert doc["gpus"][0]["locked_to"] == ["4096 MiB"]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from vgpuadm.catalog.capacity import NO_USAGE, gpu_room, gpu_usage, per_parent_room, why_not
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, NotFoundError, UsageError
-from vgpuadm.model import HostSnapshot, VgpuType
+from vgpuadm.model import HostSnapshot, Layout, VgpuType
 
 POLICIES = ("pack", "spread")
 
@@ -153,7 +153,8 @@ def _vendor_vfs_full(snapshot: HostSnapshot, type_name: str, count: int) -> None
     for vf in snapshot.vendor_vfs.values():
         busy_free = per_pf.setdefault(snapshot.physical_gpu(vf.address), [0, 0])
         busy_free[0 if vf.in_use else 1] += 1
-    parts = [f"{pf}: {b} VFs host vGPUs, {f} free VFs do not list it" for pf, (b, f) in sorted(per_pf.items()) if b]
+    parts = [f"{pf}: {b} VFs host vGPUs" + (f", {f} free VFs do not list it" if f else "")
+             for pf, (b, f) in sorted(per_pf.items()) if b]  # fmt: skip
     if parts:
         raise CapacityError(
             f"No room for {count} × {type_name}: no VF lists it in nvidia/creatable_vgpu_types ({'; '.join(parts)})",

@@ -175,12 +175,13 @@ def _offered(gpu: _Gpu | None, type_id: str) -> VgpuType | None:
 
 
 def _vf_type_name(snap: HostSnapshot, physfn: str | None, address: str, type_num: int) -> str | None:
-    """A running VF's own creatable list no longer shows its type; its siblings' lists do."""
+    """A running VF's own creatable list no longer shows its type; its siblings' lists, or the driver's list of
+    supported types (discovery puts it in `offered` when no list shows them), do."""
     for vf in sorted(snap.vendor_vfs.values(), key=lambda v: (v.address != address, v.address)):
         if vf.physfn == physfn:
-            for num, name in vf.creatable:
-                if num == type_num:
-                    return name
+            for t in vf.offered:
+                if t.numeric_id == type_num:
+                    return t.name
     return None
 
 
