@@ -221,6 +221,8 @@ def read_journal(root: str) -> dict[str, Any] | None:
             record = json.loads(line) if line.strip() else None
             if isinstance(record, dict) and isinstance(record.get("current"), int):
                 doc.update(current=record["current"], done=record["current"], state=str(record.get("state")))
+                if isinstance(record.get("undo"), list):
+                    doc["undo"] = [i for i in record["undo"] if isinstance(i, int)]
     return doc
 
 
@@ -242,10 +244,16 @@ class _Journal:
             {"version": 1, "pid": os.getpid(), "state": "applying", "current": 0, "done": 0, "plan": plan.to_dict()},
         )
 
-    def step(self, current: int, state: str = "applying", *, durable: bool = False) -> None:
+    def step(
+        self, current: int, state: str = "applying", *, durable: bool = False, undo: list[int] | None = None
+    ) -> None:
+        """Append a progress line; `undo` (when rolling back) lists the indices of the steps to undo."""
         if self._file is None:
             self._file = open(self.path, "a")  # noqa: SIM115  (closed in close(), kept open across steps)
-        self._file.write(json.dumps({"current": current, "state": state}) + "\n")
+        record: dict[str, Any] = {"current": current, "state": state}
+        if undo is not None:
+            record["undo"] = undo
+        self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         if durable:
             os.fsync(self._file.fileno())
@@ -285,12 +293,13 @@ def execute(plan: Plan, ctx: ExecContext, *, dry_run: bool = False, progress: Pr
     with host_lock(ctx.root, ctx.lock_timeout):
         if read_journal(ctx.root) is not None:
             raise pending_error()
-        done: list[Step] = []
+        done: list[tuple[int, Step]] = []  # (index, step) of the steps to undo on failure
         total = len(plan.steps)
         crash_after = int(os.environ.get(CRASH_HOOK, "0") or 0)
         journal = _Journal(ctx.root)
         try:
             for i, step in enumerate(plan.steps):
+                before = True  # until checked: a step interrupted before it started is not undone
                 try:
                     if i == 0:
                         journal.begin(plan)
@@ -298,17 +307,31 @@ def execute(plan: Plan, ctx: ExecContext, *, dry_run: bool = False, progress: Pr
                         journal.step(i)
                     if progress:
                         progress(i + 1, total, step.describe())
-                    _apply_one(step, ctx)
+                    before = _already_applied(step, ctx)
+                    ours = True
+                    try:
+                        _apply_one(step, ctx)
+                    except (VgpuadmError, OSError):
+                        if not _already_applied(step, ctx):
+                            raise
+                        # The write was refused but its effect is there exactly (EEXIST for an identical mdev,
+                        # EBUSY for the type already on the VF): the step counts as done. It is undone later
+                        # only when this run caused that effect, never when it was there before (another VM's).
+                        ours = not before
                 except VgpuadmError as exc:
                     _fail(plan, ctx, journal, done, step, i, exc)
                 except OSError as exc:  # the journal or a state file under <root>/var/lib/vgpuadm
                     err = HostIOError(f"{exc.strerror or exc}: {exc.filename}", errno=exc.errno)
                     _fail(plan, ctx, journal, done, step, i, err)
                 except BaseException:
-                    rollback([*done, step], ctx)  # a bug or ^C: still leave the host as it was, then let it surface
+                    # A bug or ^C: leave the host as it was, then let it surface. The step in flight is undone
+                    # only when its effect appeared during this run.
+                    inflight = [(i, step)] if not before and _already_applied(step, ctx) else []
+                    rollback([s for _, s in [*done, *inflight]], ctx)
                     journal.remove()
                     raise
-                done.append(step)
+                if ours:
+                    done.append((i, step))
                 if crash_after == i + 1:
                     journal.close()
                     os._exit(99)
@@ -328,13 +351,33 @@ def _apply_one(step: Step, ctx: ExecContext) -> None:
         )
 
 
+def _already_applied(step: Step, ctx: ExecContext) -> bool:
+    """Whether the step's effect is present now (False for kinds without an is_applied check, or when the check
+    itself cannot read the host)."""
+    check = handler_for(step).is_applied
+    if check is None:
+        return False
+    try:
+        return bool(check(step, ctx))
+    except (VgpuadmError, OSError):
+        return False
+
+
 def _fail(
-    plan: Plan, ctx: ExecContext, journal: _Journal, done: list[Step], step: Step, index: int, exc: VgpuadmError
+    plan: Plan,
+    ctx: ExecContext,
+    journal: _Journal,
+    done: list[tuple[int, Step]],
+    step: Step,
+    index: int,
+    exc: VgpuadmError,
 ) -> None:
     with contextlib.suppress(OSError):  # a full disk must not stop the rollback itself
-        journal.step(index, "rolling-back", durable=True)
-    # The failed step is undone too: a refused write may still have half-happened, and every undo checks first.
-    problems = rollback([*done, step], ctx)
+        journal.step(index, "rolling-back", durable=True, undo=[i for i, _ in done])
+    # Only the steps before the failed one are undone: a refused write did not happen (its effect is absent, see
+    # execute), and undoing it would remove what the refusal protected (another VM's mdev with that UUID, the
+    # vGPU on a busy VF).
+    problems = rollback([s for _, s in done], ctx)
     err = copy.copy(exc)
     err.message = f"step {index + 1}/{len(plan.steps)} {step.describe()} failed: {exc.message}"
     err.args = (err.message,)
@@ -389,8 +432,15 @@ def recover(ctx: ExecContext, *, finish: bool = False) -> list[str]:
             finally:
                 journal.close()
         else:
-            problems = rollback(list(plan.steps), ctx)
-            undo = list(plan.steps[: current + 1])
+            # A run that failed and started rolling back recorded which steps it had done: the failed step (and
+            # a step whose effect was there before) is never undone. A crash while applying undoes the whole plan.
+            indices = doc.get("undo") if doc.get("state") == "rolling-back" else None
+            if isinstance(indices, list):
+                undo = [plan.steps[i] for i in indices if 0 <= i < len(plan.steps)]
+                problems = rollback(undo, ctx)
+            else:
+                undo = list(plan.steps[: current + 1])
+                problems = rollback(list(plan.steps), ctx)
             if problems:
                 raise HostIOError(
                     f"rollback of the interrupted change incomplete: {'; '.join(problems)}",
