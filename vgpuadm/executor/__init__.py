@@ -14,13 +14,19 @@ directory fsync), then one appended progress line per step (the index of the ste
 not fsynced, see `_Journal`. The journal's removal at the end is fsynced: a reappearing journal would roll back a
 change its user saw succeed.
 
-Handlers for the kernel steps live in executor/kernel.py, the errno → likely-cause table in executor/hints.py.
+State is private: every directory the executor creates under <root>/run and <root>/var/lib/vgpuadm is 0700 and
+every file it writes there (journal, drivers.json, lock, lock owner, temp files) 0600, whatever the umask; files
+are opened with O_NOFOLLOW (temp files also O_EXCL), so a planted symlink is refused, never followed.
+
+Handlers for the kernel steps live in executor/kernel.py, the mdevctl-definition steps in executor/files.py,
+the errno → likely-cause table in executor/hints.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import errno as errno_mod
 import json
 import os
 import threading
@@ -30,7 +36,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from vgpuadm.errors import ConflictError, HostIOError, UsageError, VgpuadmError
+from vgpuadm.errors import ConflictError, HostIOError, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor.hints import errno_hint
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.steps import Plan, Step
@@ -105,10 +111,11 @@ _LOCKS_GUARD = threading.Lock()
 def host_lock(root: str, timeout: float = DEFAULT_LOCK_TIMEOUT) -> Iterator[None]:
     """Hold the host-wide lock. Re-entrant within a process, so callers can plan and execute under one hold."""
     path = os.path.join(root, LOCK_PATH)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    private_dirs(os.path.dirname(path))
+    _refuse_link(root, path)
     with _LOCKS_GUARD:
         key = (os.getpid(), path)
-        lock = _LOCKS.get(key) or _LOCKS.setdefault(key, FileLock(path))
+        lock = _LOCKS.get(key) or _LOCKS.setdefault(key, FileLock(path, mode=PRIVATE_FILE))
     owner = path + ".owner"
     try:
         lock.acquire(timeout=timeout)
@@ -120,7 +127,9 @@ def host_lock(root: str, timeout: float = DEFAULT_LOCK_TIMEOUT) -> Iterator[None
         ) from None
     try:
         if lock.lock_counter == 1:
-            _write_text(owner, str(os.getpid()))
+            _refuse_link(root, path)
+            os.chmod(path, PRIVATE_FILE)
+            _write_text(owner, str(os.getpid()), root)
         yield
     finally:
         if lock.lock_counter == 1:
@@ -142,19 +151,87 @@ def _read_text(path: str) -> str:
         return ""
 
 
-def _write_text(path: str, text: str) -> None:
-    with open(path, "w") as f:
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+
+
+def _host(root: str, path: str) -> str:
+    """The host path (/run/...) of a path under the root, for messages."""
+    rel = os.path.relpath(path, root)
+    return "/" + rel if not rel.startswith("..") else path
+
+
+def _unsafe(root: str, path: str) -> UnsafeError:
+    return UnsafeError(
+        f"refusing to follow the symlink at {_host(root, path)}",
+        "someone planted it: remove it (and check who could write that directory)",
+    )
+
+
+def _refuse_link(root: str, path: str) -> None:
+    if os.path.islink(path):
+        raise _unsafe(root, path)
+
+
+def private_dirs(directory: str) -> None:
+    """Create `directory` and its missing parents; the ones created here are 0700 whatever the umask. Existing
+    directories (a real host's /run) are left as they are."""
+    missing: list[str] = []
+    d = directory
+    while not os.path.isdir(d):
+        missing.append(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(d, PRIVATE_DIR)
+            os.chmod(d, PRIVATE_DIR)
+
+
+def open_private(root: str, path: str, flags: int) -> int:
+    """os.open with O_NOFOLLOW and mode 0600 (fchmod'ed: the umask does not count); a symlink → UnsafeError."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
+    except OSError as exc:
+        if exc.errno == errno_mod.ELOOP or (exc.errno == errno_mod.EEXIST and os.path.islink(path)):
+            raise _unsafe(root, path) from None
+        raise
+    try:
+        os.fchmod(fd, PRIVATE_FILE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_text(path: str, text: str, root: str) -> None:
+    fd = open_private(root, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    with os.fdopen(fd, "w") as f:
         f.write(text + "\n")
 
 
-def atomic_write_json(path: str, doc: Any, *, sync_dir: bool = True) -> None:
-    """Write JSON so that a crash leaves the old or the new file, never a torn one (temp + fsync + rename).
+def _create_temp(root: str, tmp: str) -> int:
+    """O_CREAT|O_EXCL|O_NOFOLLOW: a planted symlink is refused; a stale regular file (a crashed run of a process
+    with the same pid) is replaced."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        return open_private(root, tmp, flags)
+    except FileExistsError:
+        os.unlink(tmp)
+        return open_private(root, tmp, flags)
+
+
+def atomic_write_json(path: str, doc: Any, *, root: str, sync_dir: bool = True) -> None:
+    """Write JSON so that a crash leaves the old or the new file, never a torn one (temp + fsync + rename); the
+    file is 0600, a directory created for it 0700 (`root` is the host root, for messages).
     sync_dir=False skips the directory fsync: the rename may then be lost in a crash, leaving the previous
     version (the journal's per-step updates accept that, see `recover`)."""
     directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
+    private_dirs(directory)
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
+    with os.fdopen(_create_temp(root, tmp), "w") as f:
         json.dump(doc, f, indent=1, sort_keys=True)
         f.write("\n")
         f.flush()
@@ -242,6 +319,7 @@ class _Journal:
         atomic_write_json(
             self.path,
             {"version": 1, "pid": os.getpid(), "state": "applying", "current": 0, "done": 0, "plan": plan.to_dict()},
+            root=self.root,
         )
 
     def step(
@@ -249,7 +327,8 @@ class _Journal:
     ) -> None:
         """Append a progress line; `undo` (when rolling back) lists the indices of the steps to undo."""
         if self._file is None:
-            self._file = open(self.path, "a")  # noqa: SIM115  (closed in close(), kept open across steps)
+            # closed in close(), kept open across steps
+            self._file = os.fdopen(open_private(self.root, self.path, os.O_WRONLY | os.O_APPEND), "a")
         record: dict[str, Any] = {"current": current, "state": state}
         if undo is not None:
             record["undo"] = undo
@@ -451,7 +530,8 @@ def recover(ctx: ExecContext, *, finish: bool = False) -> list[str]:
         return out
 
 
-# Registers the kernel step handlers (and re-exports the remembered-drivers reader for api.py).
+# Registers the kernel and file step handlers (and re-exports the remembered-drivers reader for api.py).
+from vgpuadm.executor import files as files  # noqa: E402
 from vgpuadm.executor.kernel import load_drivers  # noqa: E402
 
 __all__ = [

@@ -246,7 +246,7 @@ def load_drivers(root: str) -> dict[str, str]:
 
 
 def _save_drivers(root: str, drivers: dict[str, str]) -> None:
-    atomic_write_json(os.path.join(root, DRIVERS), dict(sorted(drivers.items())))
+    atomic_write_json(os.path.join(root, DRIVERS), dict(sorted(drivers.items())), root=root)
 
 
 def _apply_record(s: RecordDrivers, ctx: ExecContext) -> None:
