@@ -246,6 +246,37 @@ class ForgetDrivers(Step):
         return f"forget original drivers of {', '.join(a for a, _ in self.drivers)}"
 
 
+# --- files: mdevctl definitions ---------------------------------------------------------------------------------
+
+
+@step_kind("write-mdevctl-definition")
+@dataclass(frozen=True)
+class WriteMdevctlDefinition(Step):
+    """Write `text` to <root>/etc/mdevctl.d/<parent>/<uuid> (atomically). `previous` is the file's text before
+    (None: there was none). Undo: write previous back, or remove the file."""
+
+    parent: str
+    uuid: str
+    text: str
+    previous: str | None = None
+
+    def describe(self) -> str:
+        return f"write mdevctl definition /etc/mdevctl.d/{self.parent}/{self.uuid}"
+
+
+@step_kind("remove-mdevctl-definition")
+@dataclass(frozen=True)
+class RemoveMdevctlDefinition(Step):
+    """Remove <root>/etc/mdevctl.d/<parent>/<uuid>. `previous` is its text (for undo: written back)."""
+
+    parent: str
+    uuid: str
+    previous: str = ""
+
+    def describe(self) -> str:
+        return f"remove mdevctl definition /etc/mdevctl.d/{self.parent}/{self.uuid}"
+
+
 @dataclass(frozen=True)
 class Plan:
     """An ordered list of steps and a one-line summary. An empty plan means "nothing to do"."""

@@ -58,7 +58,12 @@ def _undo(s: Note, ctx: ExecContext) -> None:
     ctx.extras["log"].append(f"-{s.name}")
 
 
-register(Note, _apply, _undo, lambda s, ctx: s.fail != "noop")
+def _noted(s: Note, ctx: ExecContext) -> bool:
+    # Applied = its apply logged it (a refused apply logs nothing); "noop" is a write the kernel ignored.
+    return s.fail != "noop" and f"+{s.name}" in ctx.extras["log"]
+
+
+register(Note, _apply, _undo, _noted)
 
 
 def _ctx(tmp_path: Path) -> ExecContext:
@@ -129,7 +134,7 @@ def test_rolling_back_is_recorded_in_the_journal(tmp_path: Path) -> None:
         .read_text()
         .endswith(
             '{"current": 1, "state": "applying"}\n{"current": 2, "state": "applying"}\n'
-            '{"current": 2, "state": "rolling-back"}\n'
+            '{"current": 2, "state": "rolling-back", "undo": [0, 1]}\n'
         )
     )
 
@@ -143,7 +148,7 @@ def test_first_failure_rolls_back_in_reverse(tmp_path: Path) -> None:
     )
     assert info.value.hint == "nothing was changed (the earlier steps were rolled back)"
     assert (info.value.path, info.value.errno) == ("/sys/x", 16)
-    assert ctx.extras["log"] == ["+a", "+b", "-c", "-b", "-a"]  # the failed step's undo runs too (it checks first)
+    assert ctx.extras["log"] == ["+a", "+b", "-b", "-a"]  # the failed step is never undone
     assert not (tmp_path / JOURNAL).exists()
 
 
@@ -152,7 +157,7 @@ def test_effect_is_verified(tmp_path: Path) -> None:
     with pytest.raises(HostIOError) as info:
         execute(Plan.of([Note("a"), Note("b", "noop")], ""), ctx)
     assert info.value.message == "step 2/2 note b failed: the kernel accepted the write but nothing changed (note b)"
-    assert ctx.extras["log"] == ["+a", "+b", "-b", "-a"]
+    assert ctx.extras["log"] == ["+a", "+b", "-a"]
 
 
 def test_state_file_errors_become_host_errors(tmp_path: Path) -> None:
@@ -160,14 +165,14 @@ def test_state_file_errors_become_host_errors(tmp_path: Path) -> None:
     with pytest.raises(HostIOError) as info:
         execute(Plan.of([Note("a"), Note("b", "oserror")], ""), ctx)
     assert info.value.message == "step 2/2 note b failed: Permission denied: /var/lib/vgpuadm/x"
-    assert ctx.extras["log"] == ["+a", "-b", "-a"]
+    assert ctx.extras["log"] == ["+a", "-a"]
 
 
 def test_interrupt_rolls_back_then_surfaces(tmp_path: Path) -> None:
     ctx = _ctx(tmp_path)
     with pytest.raises(KeyboardInterrupt):
         execute(Plan.of([Note("a"), Note("b", "interrupt")], ""), ctx)
-    assert ctx.extras["log"] == ["+a", "-b", "-a"]
+    assert ctx.extras["log"] == ["+a", "-a"]
     assert not (tmp_path / JOURNAL).exists()
 
 
@@ -179,7 +184,7 @@ def test_incomplete_rollback_keeps_the_journal_for_recover(tmp_path: Path) -> No
     assert read_journal(str(tmp_path))["state"] == "rolling-back"  # type: ignore[index]
     ctx.extras["log"].clear()
     ctx.extras["undo_fails"] = True
-    with pytest.raises(HostIOError, match=r"^rollback of the interrupted change incomplete: undo of note c"):
+    with pytest.raises(HostIOError, match=r"^rollback of the interrupted change incomplete: undo of note b"):
         recover(ctx)
     ctx.extras["undo_fails"] = False
     with pytest.raises(HostIOError, match=r"^rollback of the interrupted change incomplete: undo of note a"):

@@ -14,13 +14,19 @@ directory fsync), then one appended progress line per step (the index of the ste
 not fsynced, see `_Journal`. The journal's removal at the end is fsynced: a reappearing journal would roll back a
 change its user saw succeed.
 
-Handlers for the kernel steps live in executor/kernel.py, the errno → likely-cause table in executor/hints.py.
+State is private: every directory the executor creates under <root>/run and <root>/var/lib/vgpuadm is 0700 and
+every file it writes there (journal, drivers.json, lock, lock owner, temp files) 0600, whatever the umask; files
+are opened with O_NOFOLLOW (temp files also O_EXCL), so a planted symlink is refused, never followed.
+
+Handlers for the kernel steps live in executor/kernel.py, the mdevctl-definition steps in executor/files.py,
+the errno → likely-cause table in executor/hints.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import errno as errno_mod
 import json
 import os
 import threading
@@ -30,7 +36,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from vgpuadm.errors import ConflictError, HostIOError, UsageError, VgpuadmError
+from vgpuadm.errors import ConflictError, HostIOError, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor.hints import errno_hint
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.steps import Plan, Step
@@ -105,10 +111,11 @@ _LOCKS_GUARD = threading.Lock()
 def host_lock(root: str, timeout: float = DEFAULT_LOCK_TIMEOUT) -> Iterator[None]:
     """Hold the host-wide lock. Re-entrant within a process, so callers can plan and execute under one hold."""
     path = os.path.join(root, LOCK_PATH)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    private_dirs(os.path.dirname(path))
+    _refuse_link(root, path)
     with _LOCKS_GUARD:
         key = (os.getpid(), path)
-        lock = _LOCKS.get(key) or _LOCKS.setdefault(key, FileLock(path))
+        lock = _LOCKS.get(key) or _LOCKS.setdefault(key, FileLock(path, mode=PRIVATE_FILE))
     owner = path + ".owner"
     try:
         lock.acquire(timeout=timeout)
@@ -120,7 +127,9 @@ def host_lock(root: str, timeout: float = DEFAULT_LOCK_TIMEOUT) -> Iterator[None
         ) from None
     try:
         if lock.lock_counter == 1:
-            _write_text(owner, str(os.getpid()))
+            _refuse_link(root, path)
+            os.chmod(path, PRIVATE_FILE)
+            _write_text(owner, str(os.getpid()), root)
         yield
     finally:
         if lock.lock_counter == 1:
@@ -142,19 +151,87 @@ def _read_text(path: str) -> str:
         return ""
 
 
-def _write_text(path: str, text: str) -> None:
-    with open(path, "w") as f:
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+
+
+def _host(root: str, path: str) -> str:
+    """The host path (/run/...) of a path under the root, for messages."""
+    rel = os.path.relpath(path, root)
+    return "/" + rel if not rel.startswith("..") else path
+
+
+def _unsafe(root: str, path: str) -> UnsafeError:
+    return UnsafeError(
+        f"refusing to follow the symlink at {_host(root, path)}",
+        "someone planted it: remove it (and check who could write that directory)",
+    )
+
+
+def _refuse_link(root: str, path: str) -> None:
+    if os.path.islink(path):
+        raise _unsafe(root, path)
+
+
+def private_dirs(directory: str) -> None:
+    """Create `directory` and its missing parents; the ones created here are 0700 whatever the umask. Existing
+    directories (a real host's /run) are left as they are."""
+    missing: list[str] = []
+    d = directory
+    while not os.path.isdir(d):
+        missing.append(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(d, PRIVATE_DIR)
+            os.chmod(d, PRIVATE_DIR)
+
+
+def open_private(root: str, path: str, flags: int) -> int:
+    """os.open with O_NOFOLLOW and mode 0600 (fchmod'ed: the umask does not count); a symlink → UnsafeError."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
+    except OSError as exc:
+        if exc.errno == errno_mod.ELOOP or (exc.errno == errno_mod.EEXIST and os.path.islink(path)):
+            raise _unsafe(root, path) from None
+        raise
+    try:
+        os.fchmod(fd, PRIVATE_FILE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_text(path: str, text: str, root: str) -> None:
+    fd = open_private(root, path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    with os.fdopen(fd, "w") as f:
         f.write(text + "\n")
 
 
-def atomic_write_json(path: str, doc: Any, *, sync_dir: bool = True) -> None:
-    """Write JSON so that a crash leaves the old or the new file, never a torn one (temp + fsync + rename).
+def _create_temp(root: str, tmp: str) -> int:
+    """O_CREAT|O_EXCL|O_NOFOLLOW: a planted symlink is refused; a stale regular file (a crashed run of a process
+    with the same pid) is replaced."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        return open_private(root, tmp, flags)
+    except FileExistsError:
+        os.unlink(tmp)
+        return open_private(root, tmp, flags)
+
+
+def atomic_write_json(path: str, doc: Any, *, root: str, sync_dir: bool = True) -> None:
+    """Write JSON so that a crash leaves the old or the new file, never a torn one (temp + fsync + rename); the
+    file is 0600, a directory created for it 0700 (`root` is the host root, for messages).
     sync_dir=False skips the directory fsync: the rename may then be lost in a crash, leaving the previous
     version (the journal's per-step updates accept that, see `recover`)."""
     directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
+    private_dirs(directory)
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
+    with os.fdopen(_create_temp(root, tmp), "w") as f:
         json.dump(doc, f, indent=1, sort_keys=True)
         f.write("\n")
         f.flush()
@@ -221,6 +298,8 @@ def read_journal(root: str) -> dict[str, Any] | None:
             record = json.loads(line) if line.strip() else None
             if isinstance(record, dict) and isinstance(record.get("current"), int):
                 doc.update(current=record["current"], done=record["current"], state=str(record.get("state")))
+                if isinstance(record.get("undo"), list):
+                    doc["undo"] = [i for i in record["undo"] if isinstance(i, int)]
     return doc
 
 
@@ -240,12 +319,20 @@ class _Journal:
         atomic_write_json(
             self.path,
             {"version": 1, "pid": os.getpid(), "state": "applying", "current": 0, "done": 0, "plan": plan.to_dict()},
+            root=self.root,
         )
 
-    def step(self, current: int, state: str = "applying", *, durable: bool = False) -> None:
+    def step(
+        self, current: int, state: str = "applying", *, durable: bool = False, undo: list[int] | None = None
+    ) -> None:
+        """Append a progress line; `undo` (when rolling back) lists the indices of the steps to undo."""
         if self._file is None:
-            self._file = open(self.path, "a")  # noqa: SIM115  (closed in close(), kept open across steps)
-        self._file.write(json.dumps({"current": current, "state": state}) + "\n")
+            # closed in close(), kept open across steps
+            self._file = os.fdopen(open_private(self.root, self.path, os.O_WRONLY | os.O_APPEND), "a")
+        record: dict[str, Any] = {"current": current, "state": state}
+        if undo is not None:
+            record["undo"] = undo
+        self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         if durable:
             os.fsync(self._file.fileno())
@@ -285,12 +372,13 @@ def execute(plan: Plan, ctx: ExecContext, *, dry_run: bool = False, progress: Pr
     with host_lock(ctx.root, ctx.lock_timeout):
         if read_journal(ctx.root) is not None:
             raise pending_error()
-        done: list[Step] = []
+        done: list[tuple[int, Step]] = []  # (index, step) of the steps to undo on failure
         total = len(plan.steps)
         crash_after = int(os.environ.get(CRASH_HOOK, "0") or 0)
         journal = _Journal(ctx.root)
         try:
             for i, step in enumerate(plan.steps):
+                before = True  # until checked: a step interrupted before it started is not undone
                 try:
                     if i == 0:
                         journal.begin(plan)
@@ -298,17 +386,31 @@ def execute(plan: Plan, ctx: ExecContext, *, dry_run: bool = False, progress: Pr
                         journal.step(i)
                     if progress:
                         progress(i + 1, total, step.describe())
-                    _apply_one(step, ctx)
+                    before = _already_applied(step, ctx)
+                    ours = True
+                    try:
+                        _apply_one(step, ctx)
+                    except (VgpuadmError, OSError):
+                        if not _already_applied(step, ctx):
+                            raise
+                        # The write was refused but its effect is there exactly (EEXIST for an identical mdev,
+                        # EBUSY for the type already on the VF): the step counts as done. It is undone later
+                        # only when this run caused that effect, never when it was there before (another VM's).
+                        ours = not before
                 except VgpuadmError as exc:
                     _fail(plan, ctx, journal, done, step, i, exc)
                 except OSError as exc:  # the journal or a state file under <root>/var/lib/vgpuadm
                     err = HostIOError(f"{exc.strerror or exc}: {exc.filename}", errno=exc.errno)
                     _fail(plan, ctx, journal, done, step, i, err)
                 except BaseException:
-                    rollback([*done, step], ctx)  # a bug or ^C: still leave the host as it was, then let it surface
+                    # A bug or ^C: leave the host as it was, then let it surface. The step in flight is undone
+                    # only when its effect appeared during this run.
+                    inflight = [(i, step)] if not before and _already_applied(step, ctx) else []
+                    rollback([s for _, s in [*done, *inflight]], ctx)
                     journal.remove()
                     raise
-                done.append(step)
+                if ours:
+                    done.append((i, step))
                 if crash_after == i + 1:
                     journal.close()
                     os._exit(99)
@@ -328,13 +430,33 @@ def _apply_one(step: Step, ctx: ExecContext) -> None:
         )
 
 
+def _already_applied(step: Step, ctx: ExecContext) -> bool:
+    """Whether the step's effect is present now (False for kinds without an is_applied check, or when the check
+    itself cannot read the host)."""
+    check = handler_for(step).is_applied
+    if check is None:
+        return False
+    try:
+        return bool(check(step, ctx))
+    except (VgpuadmError, OSError):
+        return False
+
+
 def _fail(
-    plan: Plan, ctx: ExecContext, journal: _Journal, done: list[Step], step: Step, index: int, exc: VgpuadmError
+    plan: Plan,
+    ctx: ExecContext,
+    journal: _Journal,
+    done: list[tuple[int, Step]],
+    step: Step,
+    index: int,
+    exc: VgpuadmError,
 ) -> None:
     with contextlib.suppress(OSError):  # a full disk must not stop the rollback itself
-        journal.step(index, "rolling-back", durable=True)
-    # The failed step is undone too: a refused write may still have half-happened, and every undo checks first.
-    problems = rollback([*done, step], ctx)
+        journal.step(index, "rolling-back", durable=True, undo=[i for i, _ in done])
+    # Only the steps before the failed one are undone: a refused write did not happen (its effect is absent, see
+    # execute), and undoing it would remove what the refusal protected (another VM's mdev with that UUID, the
+    # vGPU on a busy VF).
+    problems = rollback([s for _, s in done], ctx)
     err = copy.copy(exc)
     err.message = f"step {index + 1}/{len(plan.steps)} {step.describe()} failed: {exc.message}"
     err.args = (err.message,)
@@ -389,8 +511,15 @@ def recover(ctx: ExecContext, *, finish: bool = False) -> list[str]:
             finally:
                 journal.close()
         else:
-            problems = rollback(list(plan.steps), ctx)
-            undo = list(plan.steps[: current + 1])
+            # A run that failed and started rolling back recorded which steps it had done: the failed step (and
+            # a step whose effect was there before) is never undone. A crash while applying undoes the whole plan.
+            indices = doc.get("undo") if doc.get("state") == "rolling-back" else None
+            if isinstance(indices, list):
+                undo = [plan.steps[i] for i in indices if 0 <= i < len(plan.steps)]
+                problems = rollback(undo, ctx)
+            else:
+                undo = list(plan.steps[: current + 1])
+                problems = rollback(list(plan.steps), ctx)
             if problems:
                 raise HostIOError(
                     f"rollback of the interrupted change incomplete: {'; '.join(problems)}",
@@ -401,7 +530,8 @@ def recover(ctx: ExecContext, *, finish: bool = False) -> list[str]:
         return out
 
 
-# Registers the kernel step handlers (and re-exports the remembered-drivers reader for api.py).
+# Registers the kernel and file step handlers (and re-exports the remembered-drivers reader for api.py).
+from vgpuadm.executor import files as files  # noqa: E402
 from vgpuadm.executor.kernel import load_drivers  # noqa: E402
 
 __all__ = [

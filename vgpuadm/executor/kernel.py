@@ -53,7 +53,11 @@ def _undo_create(s: CreateMdev, ctx: ExecContext) -> None:
 
 
 def _created(s: CreateMdev, ctx: ExecContext) -> bool:
-    return ctx.sysfs.exists(_mdev_dir(s.uuid))
+    """The mdev exists exactly as the step describes it: same UUID, type and parent (not merely the UUID)."""
+    d = _mdev_dir(s.uuid)
+    if not ctx.sysfs.exists(d) or ctx.sysfs.link_name(f"{d}/mdev_type") != s.type_id:
+        return False
+    return os.path.basename(os.path.dirname(ctx.sysfs.resolve_link(d))) == s.parent
 
 
 def _apply_remove(s: RemoveMdev, ctx: ExecContext) -> None:
@@ -242,7 +246,7 @@ def load_drivers(root: str) -> dict[str, str]:
 
 
 def _save_drivers(root: str, drivers: dict[str, str]) -> None:
-    atomic_write_json(os.path.join(root, DRIVERS), dict(sorted(drivers.items())))
+    atomic_write_json(os.path.join(root, DRIVERS), dict(sorted(drivers.items())), root=root)
 
 
 def _apply_record(s: RecordDrivers, ctx: ExecContext) -> None:

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 
 from vgpuadm.errors import HostIOError, UsageError
@@ -21,6 +20,10 @@ from vgpuadm.errors import HostIOError, UsageError
 CONFIG_DIR = "/etc/mdevctl.d"
 PARAMS_ATTR = "nvidia/vgpu_params"
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_PCI = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+# A parent that is not a PCI function (mtty, mdpy, mbochs): one plain sysfs device name, never a path component
+# that walks ("." or "..") or a hidden file.
+_DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_:.-]*$")
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,102 @@ def _real(root: str, host_path: str) -> str:
     return os.path.join(root, host_path.lstrip("/"))
 
 
+def definition_file(root: str, parent: str, uuid: str) -> str:
+    """The real path of <root>/etc/mdevctl.d/<parent>/<uuid>, checked before any path is built: `parent` is a PCI
+    address (or a plain device name such as mtty), `uuid` a lower-case UUID, and the path resolves under
+    <root>/etc/mdevctl.d (a symlinked parent directory or file pointing out is refused)."""
+    where = f"{CONFIG_DIR}/{parent}/{uuid}"
+    if not (_PCI.match(parent) or _DEVICE_NAME.match(parent)) or ".." in parent:
+        raise UsageError(f"mdevctl definition parent {parent!r} is not a PCI address", "use DDDD:BB:DD.F")
+    if not _UUID.match(uuid):
+        raise UsageError(f"mdevctl definition UUID {uuid!r} is not a UUID", "use the lower-case 8-4-4-4-12 form")
+    base = _real(root, CONFIG_DIR)
+    path = os.path.join(base, parent, uuid)
+    real_base = os.path.realpath(base)
+    for p in (os.path.dirname(path), path):
+        if os.path.islink(p) or not os.path.realpath(p).startswith(real_base + os.sep):
+            raise HostIOError(
+                f"refusing to write {where}: {p[len(root.rstrip('/')) :] or p} is a symlink or leaves {CONFIG_DIR}",
+                "remove the symlink; mdevctl definitions are plain files in plain directories",
+                path=where,
+            )
+    return path
+
+
+def read_file(root: str, parent: str, uuid: str) -> str | None:
+    """The current text of a definition file, None when there is none."""
+    path = definition_file(root, parent, uuid)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        where = f"{CONFIG_DIR}/{parent}/{uuid}"
+        raise HostIOError(f"reading {where} failed: {exc.strerror}", path=where, errno=exc.errno) from None
+    with os.fdopen(fd, encoding="utf-8") as f:
+        return f.read()
+
+
+def write_file(root: str, parent: str, uuid: str, text: str) -> None:
+    """Write a definition file atomically: a temp file (O_CREAT|O_EXCL|O_NOFOLLOW) in its directory, fsync,
+    rename, directory fsync. 0644 like mdevctl's own files; a created parent directory is 0755."""
+    path = definition_file(root, parent, uuid)
+    where = f"{CONFIG_DIR}/{parent}/{uuid}"
+    directory = os.path.dirname(path)
+    try:
+        if not os.path.isdir(directory):
+            os.makedirs(directory, exist_ok=True)
+            os.chmod(directory, 0o755)
+            definition_file(root, parent, uuid)  # re-check: nothing was swapped in while creating it
+        tmp = os.path.join(directory, f".vgpuadm-{uuid}.{os.getpid()}.tmp")
+        with contextlib.suppress(FileNotFoundError):
+            if not os.path.islink(tmp):
+                os.unlink(tmp)  # a stale one of a crashed run
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fchmod(f.fileno(), 0o644)
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(directory)
+    except OSError as exc:
+        raise HostIOError(
+            f"writing {where} failed: {exc.strerror}",
+            "run as root, or point --root at a writable host root",
+            path=where,
+            errno=exc.errno,
+        ) from None
+
+
+def remove_file(root: str, parent: str, uuid: str) -> bool:
+    """Remove a definition file (and its parent directory when that is left empty); False when there was none."""
+    path = definition_file(root, parent, uuid)
+    where = f"{CONFIG_DIR}/{parent}/{uuid}"
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise HostIOError(f"removing {where} failed: {exc.strerror}", path=where, errno=exc.errno) from None
+    with contextlib.suppress(OSError):  # tidy the parent dir only when it is empty
+        os.rmdir(os.path.dirname(path))
+    return True
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def read_definitions(root: str) -> list[Definition]:
     """Every definition under <root>/etc/mdevctl.d, sorted by parent then UUID. Non-UUID file names (mdevctl's
     own scripts.d directory, editor backups) are not definitions and are skipped, as mdevctl does."""
@@ -94,47 +193,14 @@ def read_definitions(root: str) -> list[Definition]:
 
 
 def write_definition(root: str, d: Definition) -> bool:
-    """Write one definition atomically (temp file, fsync, rename). False when the file already says the same."""
-    path = _real(root, d.host_path)
+    """Write one definition atomically (see write_file). False when the file already says the same. Commands go
+    through the WriteMdevctlDefinition step instead (lock, journal, undo)."""
     text = render(d)
-    try:
-        with open(path, encoding="utf-8") as f:
-            if f.read() == text:
-                return False
-    except OSError:
-        pass
-    try:
-        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".vgpuadm-")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-    except OSError as exc:
-        raise HostIOError(
-            f"writing {d.host_path} failed: {exc.strerror}",
-            "run as root, or point --root at a writable host root",
-            path=d.host_path,
-            errno=exc.errno,
-        ) from None
+    if read_file(root, d.parent, d.uuid) == text:
+        return False
+    write_file(root, d.parent, d.uuid, text)
     return True
 
 
 def remove_definition(root: str, d: Definition) -> bool:
-    path = _real(root, d.host_path)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise HostIOError(f"removing {d.host_path} failed: {exc.strerror}", path=d.host_path, errno=exc.errno) from None
-    with contextlib.suppress(OSError):  # tidy the parent dir only when it is empty
-        os.rmdir(os.path.dirname(path))
-    return True
+    return remove_file(root, d.parent, d.uuid)

@@ -1,6 +1,7 @@
 """mdevctl interop: `mdevctl export` writes an mdevctl definition (start=auto) per mdev the domains own, so
 mdevctl's udev rule can bring them back at boot; `mdevctl import` creates the mdevs definitions describe. Both run in
-one Session under the host lock; the mdevs are planned by the mdev mode like every other create."""
+one Session under the host lock; the mdevs are planned by the mdev mode like every other create, the definition
+files written by WriteMdevctlDefinition steps through the same executor (journal, undo)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from vgpuadm.io.domainxml import read_domain_dir
 from vgpuadm.model import Allocation
 from vgpuadm.modes.mdev import MODE as MDEV
 from vgpuadm.ops.session import Session
-from vgpuadm.steps import Plan, Step
+from vgpuadm.steps import Plan, Step, WriteMdevctlDefinition
 
 
 def export(
@@ -30,7 +31,16 @@ def export(
             defs = [mdevctl.definition(a.parent, a.uuid, a.type_id, a.params)
                     for a in doms.allocations if a.mode == "mdev" and a.parent and a.uuid and a.type_id]  # fmt: skip
         defs.sort(key=lambda d: (d.parent, d.uuid))
-        return [(d, mdevctl.write_definition(s.root.path, d)) for d in defs]
+        out: list[tuple[mdevctl.Definition, bool]] = []
+        steps: list[Step] = []
+        for d in defs:
+            text = mdevctl.render(d)
+            previous = mdevctl.read_file(s.root.path, d.parent, d.uuid)  # also checks parent, UUID and path
+            out.append((d, previous != text))
+            if previous != text:
+                steps.append(WriteMdevctlDefinition(d.parent, d.uuid, text, previous))
+        s.execute(Plan.of(steps, "write mdevctl definitions"))  # lock (held), journal, undo
+        return out
 
 
 @dataclass(frozen=True)

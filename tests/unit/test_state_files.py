@@ -1,0 +1,87 @@
+"""The executor's state is private: directories it creates under <root>/run and <root>/var/lib/vgpuadm are 0700,
+its files 0600 whatever the umask, and a symlink planted where it writes a file is refused, never followed."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from vgpuadm.errors import UnsafeError, VgpuadmError
+from vgpuadm.executor import JOURNAL, ExecContext, execute
+from vgpuadm.host.sysfs import Sysfs
+from vgpuadm.steps import Plan, RecordDrivers
+
+PLAN = Plan.of([RecordDrivers((("0000:65:00.0", "nvidia"),))], "remember")
+
+
+@pytest.fixture
+def umask0() -> Iterator[None]:
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _ctx(root: Path) -> ExecContext:
+    (root / "sys").mkdir(exist_ok=True)
+    return ExecContext(Sysfs(str(root)), str(root))
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_state_is_private_whatever_the_umask(tmp_path: Path, umask0: None) -> None:
+    seen: dict[str, int] = {}
+    execute(PLAN, _ctx(tmp_path), progress=lambda i, n, d: seen.update(journal=_mode(tmp_path / JOURNAL)))
+    assert seen == {"journal": 0o600}
+    assert _mode(tmp_path / "run") == 0o700
+    assert _mode(tmp_path / "var/lib/vgpuadm") == 0o700
+    for name in ("run/vgpuadm.lock", "run/vgpuadm.lock.owner", "var/lib/vgpuadm/drivers.json"):
+        assert _mode(tmp_path / name) == 0o600, name
+    assert not list((tmp_path / "var/lib/vgpuadm").glob("*.tmp"))
+
+
+def test_existing_directories_are_left_alone(tmp_path: Path, umask0: None) -> None:
+    (tmp_path / "run").mkdir(mode=0o755)
+    execute(PLAN, _ctx(tmp_path))
+    assert _mode(tmp_path / "run") == 0o755  # a real host's /run
+
+
+def test_planted_temp_symlink_is_refused(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    state = tmp_path / "var/lib/vgpuadm"
+    state.mkdir(parents=True)
+    (state / f"journal.json.{os.getpid()}.tmp").symlink_to(victim)
+    with pytest.raises(VgpuadmError) as info:
+        execute(PLAN, _ctx(tmp_path))
+    assert f"/var/lib/vgpuadm/journal.json.{os.getpid()}.tmp" in info.value.message
+    assert "\n" not in info.value.message
+    assert victim.read_text() == "keep"
+    assert not (state / "drivers.json").exists()
+
+
+def test_planted_lock_owner_symlink_is_refused(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run/vgpuadm.lock.owner").symlink_to(victim)
+    with pytest.raises(UnsafeError, match=r"^refusing to follow the symlink at /run/vgpuadm.lock.owner$"):
+        execute(PLAN, _ctx(tmp_path))
+    assert victim.read_text() == "keep"
+    assert not (tmp_path / "var/lib/vgpuadm/drivers.json").exists()
+
+
+def test_stale_temp_file_is_replaced(tmp_path: Path, umask0: None) -> None:
+    state = tmp_path / "var/lib/vgpuadm"
+    state.mkdir(parents=True)
+    (state / f"drivers.json.{os.getpid()}.tmp").write_text("stale")
+    execute(PLAN, _ctx(tmp_path))
+    assert (state / "drivers.json").read_text().startswith("{")
+    assert _mode(state / "drivers.json") == 0o600

@@ -1,0 +1,42 @@
+"""Apply / undo / is-applied handlers for the file steps (mdevctl definitions under <root>/etc/mdevctl.d),
+registered with the executor like executor/kernel.py. Every path goes through io.mdevctl.definition_file, which
+checks the parent and UUID grammars and keeps the path under <root>/etc/mdevctl.d; every undo checks first."""
+
+from __future__ import annotations
+
+from vgpuadm.executor import ExecContext, register
+from vgpuadm.io.mdevctl import read_file, remove_file, write_file
+from vgpuadm.steps import RemoveMdevctlDefinition, WriteMdevctlDefinition
+
+
+def _apply_write(s: WriteMdevctlDefinition, ctx: ExecContext) -> None:
+    write_file(ctx.root, s.parent, s.uuid, s.text)
+
+
+def _undo_write(s: WriteMdevctlDefinition, ctx: ExecContext) -> None:
+    current = read_file(ctx.root, s.parent, s.uuid)
+    if current == s.previous:
+        return
+    if s.previous is None:
+        remove_file(ctx.root, s.parent, s.uuid)
+    else:
+        write_file(ctx.root, s.parent, s.uuid, s.previous)
+
+
+def _written(s: WriteMdevctlDefinition, ctx: ExecContext) -> bool:
+    return read_file(ctx.root, s.parent, s.uuid) == s.text
+
+
+def _apply_remove(s: RemoveMdevctlDefinition, ctx: ExecContext) -> None:
+    remove_file(ctx.root, s.parent, s.uuid)
+
+
+def _undo_remove(s: RemoveMdevctlDefinition, ctx: ExecContext) -> None:
+    if read_file(ctx.root, s.parent, s.uuid) is None:
+        write_file(ctx.root, s.parent, s.uuid, s.previous)
+
+
+register(WriteMdevctlDefinition, _apply_write, _undo_write, _written)
+register(
+    RemoveMdevctlDefinition, _apply_remove, _undo_remove, lambda s, ctx: read_file(ctx.root, s.parent, s.uuid) is None
+)
