@@ -152,6 +152,7 @@ def test_boot_vga_refused(sim_host: Callable[[str], Path], cli) -> None:  # type
 
 def test_sriov_nvidia_without_script(sim_host: Callable[[str], Path], cli) -> None:  # type: ignore[no-untyped-def]
     root = sim_host("h200-vendor-vfio")
+    (root / "usr/lib/nvidia/sriov-manage").unlink()  # `sim build` installs the simulated one; a host without it
     res = cli("--root", str(root), "sriov", "disable", "0000:18:00.0")
     assert res.code == 2
     assert res.err == (
