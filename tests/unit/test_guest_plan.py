@@ -9,10 +9,10 @@ from collections.abc import Sequence
 import pytest
 
 from vgpuadm import api
-from vgpuadm.plan import guest
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
 from vgpuadm.host.root import HostRoot
 from vgpuadm.model import Allocation
+from vgpuadm.plan import guest
 from vgpuadm.plan.ids import device_uuid
 from vgpuadm.virt import xml
 from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
