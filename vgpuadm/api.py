@@ -58,12 +58,14 @@ from vgpuadm.plan.devices import (
     plan_vf_type,
     plan_vfio_bind,
 )
+from vgpuadm.plan.guest import passthrough_functions
 
 __all__ = [
     "ApplyResult", "DemoResult", "GuestResult", "ReconcileResult", "RestoreResult", "apply", "apply_desired",
     "apply_plan_file", "declarative", "demo", "discover", "domain_allocations", "explain_placement", "guest",
     "guest_create", "guest_create_many", "guest_destroy", "guest_passthrough", "guest_release", "host_lock",
     "inventory", "mdevctl", "mdevctl_export", "mdevctl_import", "merge_inventories", "open_sysfs",
-    "original_drivers", "plan_create", "plan_remove", "plan_sriov", "plan_vf_clear", "plan_vf_type",
-    "plan_vfio_bind", "plan_vfio_restore", "reconcile", "recover", "resolve_root", "restore", "run_host_verb",
+    "original_drivers", "passthrough_functions", "plan_create", "plan_remove", "plan_sriov", "plan_vf_clear",
+    "plan_vf_type", "plan_vfio_bind", "plan_vfio_restore", "reconcile", "recover", "resolve_root", "restore",
+    "run_host_verb",
 ]  # fmt: skip

@@ -152,6 +152,7 @@ def test_boot_vga_refused(sim_host: Callable[[str], Path], cli) -> None:  # type
 
 def test_sriov_nvidia_without_script(sim_host: Callable[[str], Path], cli) -> None:  # type: ignore[no-untyped-def]
     root = sim_host("h200-vendor-vfio")
+    (root / "usr/lib/nvidia/sriov-manage").unlink()  # `sim build` installs the simulated one; a host without it
     res = cli("--root", str(root), "sriov", "disable", "0000:18:00.0")
     assert res.code == 2
     assert res.err == (
@@ -185,3 +186,18 @@ def test_sriov_disable_with_a_vf_on_vfio_names_vfio_unbind(sim_host, cli):
             "hint: give VFs on vfio-pci back (`vgpuadm vfio unbind 0000:01:00.1`) first",
         ],
     )
+
+
+def test_only_the_verbs_that_free_devices_open_libvirt(sim_host, cli, tmp_path):  # type: ignore[no-untyped-def]
+    """`mdev create`, `sriov`, `vfio bind` never open libvirt (a broken --connect does not matter); `mdev remove`,
+    `vf clear`, `vfio unbind` look the device's owner up through it."""
+    bad = f"test://{tmp_path}/no-such-libvirt.xml"
+    p4, mixed = sim_host("p4"), sim_host("mixed")
+    uuid = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"
+    assert cli("--root", str(p4), "--connect", bad, "mdev", "create", "--type", "nvidia-63", "--uuid", uuid).code == 0
+    assert cli("--root", str(mixed), "--connect", bad, "vfio", "bind", "0000:65:00.0").code == 0
+    assert cli("--root", str(mixed), "--connect", bad, "sriov", "disable", "0000:41:00.0").code == 0
+    for root, args in ((p4, ["mdev", "remove", uuid]), (mixed, ["vfio", "unbind", "0000:65:00.0"])):
+        res = cli("--root", str(root), "--connect", bad, *args)
+        assert res.code == 8, res.err
+    assert (p4 / "sys/bus/mdev/devices" / uuid).is_dir()

@@ -117,12 +117,12 @@ def test_mdev_and_vf_idempotence_and_specs(sim_host: Callable[[str], Path]) -> N
 
 def test_sriov_nvidia_needs_sriov_manage(sim_host: Callable[[str], Path]) -> None:
     root = sim_host("h200-vendor-vfio")
+    (root / "usr/lib/nvidia/sriov-manage").unlink()  # `sim build` installs the simulated one; a host without it
     snap = api.discover(str(root))
     with pytest.raises(UsageError) as info:
         api.plan_sriov(snap, "0000:18:00.0", False)
     assert info.value.message == ("0000:18:00.0 is bound to nvidia and /usr/lib/nvidia/sriov-manage is not installed")
     script = root / "usr/lib/nvidia/sriov-manage"
-    script.parent.mkdir(parents=True)
     script.write_text("#!/bin/sh\nexit 0\n")
     script.chmod(0o755)
     assert api.plan_sriov(snap, "0000:18:00.0", False).steps == (SriovManage("0000:18:00.0", False),)
@@ -142,7 +142,6 @@ def test_sriov_refuses_busy_vfs(sim_host: Callable[[str], Path]) -> None:
 def test_sriov_manage_failure_is_rolled_back(sim_host: Callable[[str], Path]) -> None:
     root = sim_host("h200-vendor-vfio")
     script = root / "usr/lib/nvidia/sriov-manage"
-    script.parent.mkdir(parents=True)
     script.write_text("#!/bin/sh\necho 'GPU at $2 is busy' >&2\nexit 3\n")
     script.chmod(0o755)
     plan = api.plan_sriov(api.discover(str(root)), "0000:18:00.0", False)

@@ -2,7 +2,7 @@
 the host lock (so concurrent runs never plan against a stale view); --dry-run prints the plan and changes nothing
 (no lock, no journal); --json prints {changed, dry_run, summary, steps, devices}."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from vgpuadm import api
@@ -11,11 +11,16 @@ from vgpuadm.model import HostSnapshot
 from vgpuadm.steps import Plan
 
 Planner = Callable[[HostSnapshot], tuple[Plan, list[str]]]
+Frees = Callable[[HostSnapshot], Sequence[str]]
 
 
-def run_plan(console: Console, root: str | None, planner: Planner, dry_run: bool, as_json: bool) -> None:
-    """Discover → plan → apply (or print the plan), then report."""
-    plan, ids, result = api.run_host_verb(root, planner, dry_run=dry_run)
+def run_plan(
+    console: Console, root: str | None, planner: Planner, dry_run: bool, as_json: bool, *,
+    frees: Frees | None = None, force: bool = False, connect: str | None = None,
+) -> None:  # fmt: skip
+    """Discover → plan → apply (or print the plan), then report. `frees`: the devices the verb takes away, refused
+    while a domain owns one (with `force`: also taken from the domain's record, in the same plan)."""
+    plan, ids, result = api.run_host_verb(root, planner, dry_run=dry_run, frees=frees, force=force, connect=connect)
     if as_json:
         console.json(
             {"changed": result.changed, "dry_run": dry_run, "summary": plan.summary, "steps": plan.describe(),
@@ -32,6 +37,12 @@ def run_plan(console: Console, root: str | None, planner: Planner, dry_run: bool
         console.line("dry run: nothing was changed")
     for dev in ids:
         console.line(dev)
+
+
+def _force_option() -> Any:
+    import typer
+
+    return typer.Option(False, "--force", help="Also when a VM owns it: detach it and drop it from the VM's record.")
 
 
 def _params(values: list[str] | None) -> str:
@@ -97,11 +108,13 @@ def _mdev_app() -> Any:
     def remove_cmd(
         ctx: typer.Context,
         uuid: str = typer.Argument(..., help="The mdev UUID."),
+        force: bool = _force_option(),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
     ) -> None:
-        """Remove an mdev."""
-        run_plan(ctx.obj["console"], ctx.obj["root"], lambda s: (api.plan_remove(s, uuid), []), dry_run, as_json)
+        """Remove an mdev (refused while a VM owns it, unless --force)."""
+        run_plan(ctx.obj["console"], ctx.obj["root"], lambda s: (api.plan_remove(s, uuid), []), dry_run, as_json,
+                 frees=lambda s: [uuid], force=force, connect=ctx.obj.get("connect"))  # fmt: skip
 
     return app
 
@@ -134,11 +147,13 @@ def _vf_app() -> Any:
     def clear_cmd(
         ctx: typer.Context,
         vf: str = typer.Argument(..., help="The VF address."),
+        force: bool = _force_option(),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
     ) -> None:
-        """Destroy the vGPU on a VF (writes 0 to nvidia/current_vgpu_type)."""
-        run_plan(ctx.obj["console"], ctx.obj["root"], lambda s: (api.plan_vf_clear(s, vf), []), dry_run, as_json)
+        """Destroy the vGPU on a VF (writes 0 to nvidia/current_vgpu_type; refused while a VM owns it)."""
+        run_plan(ctx.obj["console"], ctx.obj["root"], lambda s: (api.plan_vf_clear(s, vf), []), dry_run, as_json,
+                 frees=lambda s: [vf], force=force, connect=ctx.obj.get("connect"))  # fmt: skip
 
     return app
 
@@ -197,12 +212,14 @@ def _vfio_app() -> Any:
     def unbind_cmd(
         ctx: typer.Context,
         gpu: str = typer.Argument(..., help="The GPU address."),
+        force: bool = _force_option(),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
     ) -> None:
-        """Give the GPU's group back to the drivers it had before `vfio bind`."""
+        """Give the GPU's group back to the drivers it had before `vfio bind` (refused while a VM owns it)."""
         run_plan(ctx.obj["console"], ctx.obj["root"], lambda s: (api.plan_vfio_restore(s, gpu), []), dry_run,
-                 as_json)  # fmt: skip
+                 as_json, frees=lambda s: api.passthrough_functions(s, gpu), force=force,
+                 connect=ctx.obj.get("connect"))  # fmt: skip
 
     return app
 

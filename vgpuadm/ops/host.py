@@ -3,25 +3,31 @@ benchmarks drive directly: discover, apply a Plan, recover. Each changing verb r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import glob
+import os
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from vgpuadm.errors import ConflictError, NotFoundError
 from vgpuadm.executor import DEFAULT_LOCK_TIMEOUT, ExecContext, ExecResult, execute, load_drivers, read_journal
 from vgpuadm.executor import host_lock as _host_lock
 from vgpuadm.executor import recover as _recover
 from vgpuadm.host.discover import snapshot
-from vgpuadm.host.root import SRIOV_MANAGE, HostRoot
+from vgpuadm.host.root import EMBED_LIBVIRT, SRIOV_MANAGE, HostRoot
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.model import HostSnapshot
 from vgpuadm.ops.session import LIBVIRT_STEP_KINDS, Session
 from vgpuadm.ops.session import open_sysfs as _open_sysfs
 from vgpuadm.plan import devices
-from vgpuadm.steps import Plan
-from vgpuadm.virt.conn import VirtConn, choose_uri
+from vgpuadm.plan.guest import plan_destroy
+from vgpuadm.steps import Plan, Step
+from vgpuadm.virt.conn import VirtConn, choose_uri, embed_uri
+from vgpuadm.virt.steps import DetachHostdev, SetMetadata
 
 Progress = Callable[[int, int, str], None]
 Planner = Callable[[HostSnapshot], tuple[Plan, list[str]]]
+Frees = Callable[[HostSnapshot], Sequence[str]]  # the devices (mdev UUIDs, PCI addresses) a verb takes away
 
 
 def open_sysfs(root: str | None = None) -> Sysfs:
@@ -67,15 +73,76 @@ def apply(
     return execute(plan, ExecContext(sysfs=sysfs, root=sysfs.root, virt=virt), dry_run=dry_run, progress=progress)
 
 
-def run(root: str | None, planner: Planner, *, dry_run: bool = False) -> tuple[Plan, list[str], ExecResult]:
-    """A host verb: discover → plan → apply under the lock (dry_run: plan only, no lock)."""
+def run(
+    root: str | None,
+    planner: Planner,
+    *,
+    dry_run: bool = False,
+    frees: Frees | None = None,
+    force: bool = False,
+    connect: str | None = None,
+) -> tuple[Plan, list[str], ExecResult]:
+    """A host verb: discover → plan → apply under the lock (dry_run: plan only, no lock).
+
+    `frees` (the verbs that take a device away: `mdev remove`, `vf clear`, `vfio unbind`) names the devices the
+    plan frees; they are looked up in the Session's one domain scan (libvirt at `connect`, else this root's), and a
+    device a domain references is refused with a ConflictError naming the domain. With `force` the device goes
+    anyway and leaves the domain's record in the same plan: the hostdev is detached and the vgpuadm metadata
+    rewritten (plan/guest.py's plan_destroy for that domain). Without `frees` libvirt is never opened."""
     if dry_run:
-        with Session.read(root) as s:
-            plan, ids = planner(s.snap)
+        with Session.read(root, connect) as s:
+            plan, ids = _plan(s, planner, frees, force)
             return plan, ids, s.execute(plan, dry_run=True)
-    with Session.open(root, verb="the command") as s:
-        plan, ids = planner(s.snap)
+    with Session.open(root, connect, verb="the command") as s:
+        plan, ids = _plan(s, planner, frees, force)
         return plan, ids, s.execute(plan)
+
+
+def _plan(s: Session, planner: Planner, frees: Frees | None, force: bool) -> tuple[Plan, list[str]]:
+    plan, ids = planner(s.snap)
+    if frees is None or plan.empty or _no_domains(s):
+        return plan, ids
+    domains = s.domains()
+    owners: dict[str, str] = {}  # domain → the first device of it this verb frees
+    for dev in frees(s.snap):
+        name = domains.owner_of(dev)
+        if name is None:
+            continue
+        if not force:
+            raise ConflictError(
+                f"{dev} is given to domain {name}",
+                f"take it back with `vgpuadm destroy --vm {name} --uuid {dev}`, or pass --force to remove it "
+                f"anyway (it is also dropped from {name}'s record)",
+            )
+        owners.setdefault(name, dev)
+    if not owners:
+        return plan, ids
+    others = {ref: n for ref, n in domains.users().items() if n not in owners}
+    detach: list[Step] = []
+    record: list[Step] = []
+    for name, dev in sorted(owners.items()):
+        try:
+            taken, _, _ = plan_destroy(s.snap, domains.by_name[name].xml, others, uuid=dev, all_=False,
+                                       drivers=load_drivers(s.root.path))  # fmt: skip
+        except NotFoundError:
+            raise ConflictError(
+                f"{dev} is in a hostdev of domain {name} that its vgpuadm metadata does not record",
+                f"detach it from {name} first (virsh edit {name}); --force only takes back devices vgpuadm gave",
+            ) from None
+        # the kernel steps are this verb's own; plan_destroy contributes the detach and the new record
+        detach += [st for st in taken.steps if isinstance(st, DetachHostdev)]
+        record += [st for st in taken.steps if isinstance(st, SetMetadata)]
+    summary = f"{plan.summary}; take it from domain {', '.join(sorted(owners))} (--force)"
+    return Plan.of([*detach, *plan.steps, *record], summary), ids
+
+
+def _no_domains(s: Session) -> bool:
+    """This simulated root's own embedded libvirt with no persistent domain XML holds no domains (its transient
+    ones live only in the process that made them): answered without starting the driver, which libvirt allows
+    only once per process."""
+    if not s.simulated or s.uri != embed_uri(s.root.path):
+        return False
+    return not glob.glob(os.path.join(s.root.path, EMBED_LIBVIRT.lstrip("/"), "etc", "qemu", "*.xml"))
 
 
 def recover(

@@ -1,0 +1,87 @@
+"""The low-level verbs that take a device away (`mdev remove`, `vf clear`, `vfio unbind`) refuse a device a domain
+owns, naming the domain; with --force the device goes and leaves the domain's record in the same plan (hostdev
+detached, vgpuadm metadata rewritten). Real CLI processes, the root's embedded libvirt, the simulated kernel."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from embedded_host import allocations, attr, define, hostdev_keys, mdevs, vgpuadm
+
+pytestmark = pytest.mark.libvirt
+
+
+def _hint(vm: str, dev: str) -> str:
+    return (f"hint: take it back with `vgpuadm destroy --vm {vm} --uuid {dev}`, or pass --force to remove it anyway "
+            f"(it is also dropped from {vm}'s record)\n")  # fmt: skip
+
+
+def test_mdev_remove_refuses_an_owned_mdev_and_force_takes_it_from_the_domain(
+    sim_host: Callable[[str], Path],
+) -> None:
+    root = sim_host("p4")
+    define(root, "ownmdev01")
+    res = vgpuadm(root, "create", "--type", "nvidia-63", "--count", "2", "--vm", "ownmdev01")
+    assert res.code == 0, res.err
+    first, second = hostdev_keys(root, "ownmdev01")
+    res = vgpuadm(root, "mdev", "remove", first)
+    assert (res.code, res.out) == (5, "")
+    assert res.err == f"error: {first} is given to domain ownmdev01\n" + _hint("ownmdev01", first)
+    assert mdevs(root) == sorted([first, second]) and len(allocations(root, "ownmdev01")) == 2
+
+    dry = vgpuadm(root, "mdev", "remove", first, "--force", "--dry-run")
+    assert dry.code == 0, dry.err
+    assert dry.out.splitlines()[0] == f"would run: step 1/3 detach mdev {first} (nvidia-63) from domain ownmdev01"
+    assert (
+        dry.out.splitlines()[2] == "would run: step 3/3 record 1 vgpuadm device(s) in the metadata of domain ownmdev01"
+    )
+    assert mdevs(root) == sorted([first, second]) and len(allocations(root, "ownmdev01")) == 2
+
+    res = vgpuadm(root, "mdev", "remove", first, "--force")
+    assert res.code == 0, res.err
+    assert mdevs(root) == [second]
+    assert hostdev_keys(root, "ownmdev01") == [second]
+    assert [a.uuid for a in allocations(root, "ownmdev01")] == [second]
+
+
+def test_mdev_remove_of_an_unowned_mdev_needs_no_force(sim_host: Callable[[str], Path]) -> None:
+    root = sim_host("p4")
+    uuid = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"
+    assert vgpuadm(root, "mdev", "create", "--type", "nvidia-63", "--uuid", uuid).code == 0
+    res = vgpuadm(root, "mdev", "remove", uuid)
+    assert res.code == 0, res.err
+    assert mdevs(root) == []
+
+
+def test_vf_clear_refuses_an_owned_vf_and_force_takes_it_from_the_domain(sim_host: Callable[[str], Path]) -> None:
+    root = sim_host("h200-vendor-vfio")
+    define(root, "ownvf01")
+    res = vgpuadm(root, "create", "--type", "H200X-4C", "--vm", "ownvf01")
+    assert res.code == 0, res.err
+    [vf] = hostdev_keys(root, "ownvf01")
+    res = vgpuadm(root, "vf", "clear", vf)
+    assert (res.code, res.err) == (5, f"error: {vf} is given to domain ownvf01\n" + _hint("ownvf01", vf))
+    assert attr(root, f"/sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type") == "1420\n"
+    res = vgpuadm(root, "vf", "clear", vf, "--force")
+    assert res.code == 0, res.err
+    assert attr(root, f"/sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type") == "0\n"
+    assert hostdev_keys(root, "ownvf01") == [] and allocations(root, "ownvf01") == []
+
+
+def test_vfio_unbind_refuses_an_owned_gpu_and_force_takes_it_from_the_domain(sim_host: Callable[[str], Path]) -> None:
+    root = sim_host("passthrough")
+    gpu = "0000:65:00.0"
+    define(root, "ownpt01")
+    res = vgpuadm(root, "passthrough", "--gpu", gpu, "--vm", "ownpt01")
+    assert res.code == 0, res.err
+    assert hostdev_keys(root, "ownpt01") == [gpu, "0000:65:00.1"]
+    res = vgpuadm(root, "vfio", "unbind", gpu)
+    assert (res.code, res.err) == (5, f"error: {gpu} is given to domain ownpt01\n" + _hint("ownpt01", gpu))
+    assert (root / f"sys/bus/pci/devices/{gpu}/driver").resolve().name == "vfio-pci"
+    res = vgpuadm(root, "vfio", "unbind", gpu, "--force")
+    assert res.code == 0, res.err
+    assert (root / f"sys/bus/pci/devices/{gpu}/driver").resolve().name == "nvidia"
+    assert (root / "sys/bus/pci/devices/0000:65:00.1/driver").resolve().name == "snd_hda_intel"
+    assert hostdev_keys(root, "ownpt01") == [] and allocations(root, "ownpt01") == []
