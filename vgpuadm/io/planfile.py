@@ -6,6 +6,8 @@ so the plan is composed into nodes once, checked, and only then turned into Pyth
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -70,6 +72,21 @@ def parse_plan(text: str, source: str = "plan.yaml") -> DesiredPlan:
     data = yaml.load(text, Loader=PlanLoader)  # PlanLoader is a SafeLoader
     _validate(data, node, source)
     return _to_plan(data, node, source)
+
+
+def plan_from_data(data: Mapping[str, Any], source: str = "plan") -> DesiredPlan:
+    """A plan given as data (the Ansible module's options) rather than as a file: checked against the same schema
+    and converted the same way. It has no lines, so faults name only the key path (`source: vms.web01.count: must
+    be ≥ 1`) and its VMs carry line 0, which the apply planner takes as "no place to name"."""
+    node = yaml.compose(json.dumps(data, default=str), Loader=PlanLoader)  # JSON is YAML: the nodes _validate reads
+    assert node is not None  # a JSON document is never empty
+    try:
+        _validate(data, node, source)
+        plan = _to_plan(data, node, source)
+    except UsageError as exc:
+        raise UsageError(re.sub(rf"^{re.escape(source)}:\d+: ", f"{source}: ", exc.message), exc.hint) from None
+    vms = {name: dataclasses.replace(spec, line=0, key_lines={}) for name, spec in plan.vms.items()}
+    return DesiredPlan(source=source, vms=vms)
 
 
 def _check_duplicate_keys(node: yaml.Node, source: str, path: tuple[str, ...]) -> None:

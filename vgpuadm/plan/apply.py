@@ -22,12 +22,16 @@ from vgpuadm.plan.guest import free_slots, passthrough_allocations, passthrough_
 from vgpuadm.plan.ids import device_uuid
 from vgpuadm.steps import CreateMdev, Plan, SetVfVgpuType, SetVgpuParams, Step
 from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
-from vgpuadm.virt.xml import hostdev_for, metadata_for_libvirt, same_metadata
+from vgpuadm.virt.xml import hostdev_as_attached, hostdev_for, metadata_for_libvirt, same_metadata
 
 
-def _where(plan_doc: DesiredPlan, vm: str, key: str) -> str:
-    spec = plan_doc.vms[vm]
-    return f"{plan_doc.source}:{spec.line_of(key)}: vms.{vm}.{key}"
+def _located(plan_doc: DesiredPlan, vm: str, key: str, exc: VgpuadmError) -> VgpuadmError:
+    """`exc` with the place in the plan file its message is about; a plan with no lines (made from data, e.g. by
+    the Ansible module for one VM) has no place to name, and keeps vgpuadm's own words."""
+    line = plan_doc.vms[vm].line_of(key)
+    if not line:
+        return exc
+    return type(exc)(f"{plan_doc.source}:{line}: vms.{vm}.{key}: {exc.message}", exc.hint)
 
 
 def resolve_types(plan_doc: DesiredPlan, snap: HostSnapshot, allocations: Sequence[Allocation]) -> dict[str, str]:
@@ -44,7 +48,7 @@ def resolve_types(plan_doc: DesiredPlan, snap: HostSnapshot, allocations: Sequen
         try:
             out[spec.type] = resolve_type(types, spec.type)[0].type_id
         except VgpuadmError as exc:
-            raise type(exc)(f"{_where(plan_doc, vm, 'type')}: {exc.message}", exc.hint) from None
+            raise _located(plan_doc, vm, "type", exc) from None
     return out
 
 
@@ -61,7 +65,9 @@ def build_apply_plan(
         owned.setdefault(a.domain, []).append(a)
     changed: set[str] = set()
     for a in d.removes:
-        steps.append(DetachHostdev(a.domain, hostdev_for(a), describe_allocation(a)))
+        steps.append(
+            DetachHostdev(a.domain, hostdev_as_attached(a, doms.xml.get(a.domain, "")), describe_allocation(a))
+        )
     steps.extend(remove_steps(snap, list(d.removes), drivers))
     for a in d.removes:
         owned[a.domain] = [x for x in owned[a.domain] if x is not a]
@@ -86,9 +92,9 @@ def build_apply_plan(
         mine = owned.setdefault(vm, [])
         if add.address:
             try:
-                created, bind = _passthrough(vsnap, vm, domain_uuid, add.address, mine, doms, taken)
+                created, bind = _passthrough(vsnap, vm, domain_uuid, add.address, mine, doms, taken, spec.force)
             except VgpuadmError as exc:
-                raise type(exc)(f"{_where(plan_doc, vm, 'passthrough')}: {exc.message}", exc.hint) from None
+                raise _located(plan_doc, vm, "passthrough", exc) from None
             steps.extend(bind)
             steps.extend(AttachHostdev(vm, hostdev_for(a), describe_allocation(a)) for a in created)
             mine.extend(created)
@@ -104,7 +110,7 @@ def build_apply_plan(
             )  # fmt: skip
         except (CapacityError, NotFoundError, ConflictError) as exc:
             key = "count" if "count" in spec.key_lines else "type"
-            raise type(exc)(f"{_where(plan_doc, vm, key)}: {exc.message}", exc.hint) from None
+            raise _located(plan_doc, vm, key, exc) from None
         created = _allocations_of(sub.steps, vm, domain_uuid, slots, spec)
         steps.extend(sub.steps)
         for alloc in created:
@@ -123,7 +129,14 @@ def build_apply_plan(
 
 
 def _passthrough(
-    snap: HostSnapshot, vm: str, domain_uuid: str, gpu: str, mine: list[Allocation], doms: Domains, taken: set[str]
+    snap: HostSnapshot,
+    vm: str,
+    domain_uuid: str,
+    gpu: str,
+    mine: list[Allocation],
+    doms: Domains,
+    taken: set[str],
+    force: bool = False,
 ) -> tuple[list[Allocation], list[Step]]:
     """Give `gpu` and the rest of its IOMMU group to `vm`: vfio-pci bind steps and one allocation per function, as
     `vgpuadm passthrough` records them (one guest slot, function numbers kept, multifunction on function 0)."""
@@ -133,7 +146,7 @@ def _passthrough(
         if f in taken:
             raise ConflictError(f"{f} is already given to another domain", "take it back from that domain first")
     created = passthrough_allocations(snap, vm, domain_uuid, doms.xml.get(vm, "<domain/>"), gpu, functions, mine)
-    return created, list(device_plans.plan_vfio_bind(snap, gpu).steps)
+    return created, list(device_plans.plan_vfio_bind(snap, gpu, force).steps)
 
 
 def _allocations_of(steps: Sequence[Step], vm: str, domain_uuid: str, slots: list[int], spec: Any) -> list[Allocation]:

@@ -39,6 +39,7 @@ class VmSpec:
     numa: int | None = None
     params: str = ""  # vgpu_params as written to sysfs ("frame_rate_limiter=0 disable_vnc=1"); "" = none
     display: Display = Display()
+    force: bool = False  # pass a GPU through even when vgpuadm calls it unsafe (not in plan files: the module's force)
     line: int = 0  # where the VM is named in the plan file (for messages)
     key_lines: dict[str, int] = field(default_factory=dict, hash=False, compare=False)  # key → line
 

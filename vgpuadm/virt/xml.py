@@ -7,6 +7,7 @@ Pure: no libvirt, no sysfs. The templates live in templates/ at the repo root (v
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -161,6 +162,22 @@ def hostdev_for(alloc: Allocation) -> str:
             guest_address=guest,
         )
     raise UsageError(f"domain {alloc.domain}: unknown device mode {alloc.mode!r}", f"modes are {', '.join(MODES)}")
+
+
+def hostdev_as_attached(alloc: Allocation, domain_xml: str) -> str:
+    """hostdev_for(alloc) with the guest PCI address the domain gives the device now, so that a detach undone puts
+    it back where the guest saw it (libvirt would otherwise take the next free slot, and several devices detached
+    in one plan would come back in swapped places)."""
+    if alloc.extra.get("guest_address") or not domain_xml:
+        return hostdev_for(alloc)
+    want = ("mdev", (alloc.uuid or "").lower()) if alloc.mode == MODE_MDEV else ("pci", alloc.address or "")
+    for ref in parse_hostdevs(domain_xml):
+        if (ref.kind, ref.key) == want and ref.guest_address is not None:
+            extra = {**alloc.extra, "guest_address": str(ref.guest_address)}
+            if ref.guest_address.multifunction:
+                extra["multifunction"] = "on"
+            return hostdev_for(dataclasses.replace(alloc, extra=extra))
+    return hostdev_for(alloc)
 
 
 # -- metadata ------------------------------------------------------------------------------------------------------

@@ -3,11 +3,15 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Ansible module: the GPUs one libvirt VM owns (vGPUs of a type, or a whole passed-through GPU), as desired state.
 
-Why the Python API (vgpuadm.api) and not the JSON CLI: the module runs under the Python vgpuadm is installed in
-(ansible_python_interpreter), so it can call the same functions the CLI calls. That gives it the plan itself (an
-empty plan is exactly "not changed"; check mode is the same call with dry_run=True, which plans but executes
-nothing), the allocations before and after as data for --diff (no output scraping, no second process), and
-vgpuadm's errors as objects whose one-line message and hint become the task's msg and hint.
+The task's options become ONE desired state for the VM (a vgpuadm plan, DesiredPlan, checked against the plan
+file schema by vgpuadm.io.planfile.plan_from_data) and that is committed once by vgpuadm.api.apply_desired, the
+code path of `vgpuadm apply -f`: one journaled plan under the host lock, rolled back as a whole when a step fails
+and by `vgpuadm reconcile` when the process dies mid-way. `changed`, the steps and the diff come from its
+ApplyResult; check mode is the same call with check=True (plans, executes nothing).
+
+Why the Python API and not the JSON CLI: the module runs under the Python vgpuadm is installed in
+(ansible_python_interpreter), so it gets the plan and the allocations as data (no output scraping, no second
+process), and vgpuadm's errors as objects whose one-line message and hint become the task's msg and hint.
 """
 
 
@@ -20,8 +24,13 @@ description:
   - Declares what one libvirt domain owns, either O(count) vGPUs of a O(type) (NVIDIA mdev types on a GPU or its VFs,
     NVIDIA vendor-specific VFIO VFs, Intel GVT-g, the kernel's mdev samples), or a whole GPU by O(passthrough)
     (its IOMMU group bound to vfio-pci, GPU and audio functions in one guest slot).
-  - Each change is one vgpuadm plan (create the device, attach the hostdev, record it in the domain's vgpuadm
-    metadata) run under vgpuadm's host lock; a failed step rolls back what the plan did.
+  - Each task is one vgpuadm plan, made and committed the way C(vgpuadm apply -f) does it (take back, create the
+    devices, attach the hostdevs, record them in the domain's vgpuadm metadata) under vgpuadm's host lock and
+    journaled; a failed step rolls back what the plan did, and C(vgpuadm reconcile) rolls back a plan whose
+    process died mid-way.
+  - As in a vgpuadm plan file, a VM owns one kind of device. O(state=present) with a O(type) takes back the VM's
+    devices of other types and its passed-through GPUs; with O(passthrough) it keeps the GPUs the VM already has
+    passed through and takes back its vGPUs. A running VM's devices are never taken back (the task fails).
   - Idempotent. What a VM owns is read from its vgpuadm metadata, so a VM that already has its devices gives an
     empty plan and C(changed=false).
   - Runs vgpuadm's Python API, so the module's interpreter (C(ansible_python_interpreter)) must import C(vgpuadm).
@@ -34,7 +43,7 @@ requirements:
 attributes:
   check_mode:
     support: full
-    description: Plans with dry_run; reports C(changed) and the predicted devices without changing the host.
+    description: Plans with vgpuadm's check (as C(vgpuadm apply --check)); reports C(changed) and the predicted devices without changing the host.
   diff_mode:
     support: full
     description: Shows the VM's devices before and after.
@@ -198,178 +207,183 @@ from ansible_collections.vgpuadm.vgpu.plugins.module_utils.vgpuadm_common import
     require_vgpuadm,
 )
 
-
-def params_list(value):
-    """The params option as vgpuadm's `key=value` list, in the order given."""
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        return ["%s=%s" % (k, _text(v)) for k, v in value.items()]
-    return [p for p in str(value).split() if p]
+SOURCE = "vgpu_allocation"  # the plan's name in vgpuadm's messages
 
 
-def _text(value):
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    return str(value)
+class Task:
+    """One task: the VM's desired state as a DesiredPlan, committed once with apply_desired."""
 
-
-def same_params(recorded, wanted):
-    return sorted((recorded or "").split()) == sorted(wanted)
-
-
-class Allocator:
     def __init__(self, module):
         from vgpuadm import api
 
         self.api = api
-        self.as_json = allocation_doc
         self.module = module
-        p = module.params
-        self.vm = p["vm"]
-        self.root = p["root"]
-        self.connect = p["connect"]
-        self.check = module.check_mode
-        self.steps = []
-        self.added = []
-        self.removed = []
+        self.p = module.params
+        self.vm = self.p["vm"]
 
-    def owned(self):
-        return self.api.domain_allocations(self.root, self.vm, connect=self.connect)
+    def run(self):
+        from vgpuadm.ops.guest import allocation_json
 
-    def record(self, result):
-        self.steps.extend(result.plan.describe())
-        self.added.extend(result.added)
-        self.removed.extend(result.removed)
-        return not result.plan.empty
-
-    def destroy(self, key=None):
-        opts = dict(uuid=key) if key else dict(all_=True)
-        return self.record(
-            self.api.guest_destroy(self.root, self.vm, connect=self.connect, dry_run=self.check, **opts)
+        before = self.api.domain_allocations(self.p["root"], self.vm, connect=self.p["connect"])
+        plan_doc = self.desired(before)
+        if plan_doc is None:  # absent, and the VM owns nothing it names
+            after, steps, removed, changed = before, [], [], False
+        else:
+            result = self.api.apply_desired(
+                self.p["root"], plan_doc, connect=self.p["connect"], check=self.module.check_mode
+            )
+            changed = not result.plan.empty
+            steps = list(result.applied)
+            removed = sorted(result.diff.removes, key=lambda a: -a.slot)
+            if changed and not self.module.check_mode:
+                after = self.api.domain_allocations(self.p["root"], self.vm, connect=self.p["connect"])
+            else:
+                after = planned_devices(result.plan, self.vm, before)
+        had = {device_key(a) for a in before}
+        before_doc = [allocation_json(a) for a in before]
+        after_doc = [allocation_json(a) for a in after]
+        out = dict(
+            changed=changed,
+            vm=self.vm,
+            devices=after_doc,
+            added=[allocation_json(a) for a in after if device_key(a) not in had],
+            removed=[allocation_json(a) for a in removed],
+            plan=steps,
         )
+        if self.module._diff:
+            header = "%s (vgpuadm metadata)" % self.vm
+            out["diff"] = dict(
+                before=dict(vm=self.vm, devices=before_doc),
+                after=dict(vm=self.vm, devices=after_doc),
+                before_header=header,
+                after_header=header,
+            )
+        return out
 
-    def type_id(self, wanted, owned):
-        """The type id `wanted` names here; falls back to the ids the VM already owns (a type can vanish from the
-        host's type list while every instance of it is in use)."""
-        from vgpuadm.errors import NotFoundError
-        from vgpuadm.catalog.naming import resolve_type
+    # -- the desired state -------------------------------------------------------------------------------------
 
-        try:
-            return resolve_type(self.api.discover(self.root).types(), wanted)[0].type_id
-        except NotFoundError:
-            if any(a.type_id == wanted for a in owned):
-                return wanted
-            raise
+    def plan(self, body):
+        from vgpuadm.io.planfile import plan_from_data
+
+        return plan_from_data({"vms": {self.vm: body}}, SOURCE)
+
+    def type_id(self, plan_doc, before):
+        """The type id the plan's type names on this host (or among the ids the VM already owns)."""
+        from vgpuadm.plan.apply import resolve_types
+
+        spec = plan_doc.vms[self.vm]
+        return resolve_types(plan_doc, self.api.discover(self.p["root"]), before)[spec.type]
+
+    def desired(self, before):
+        if self.p["state"] == "present":
+            return self.present_passthrough(before) if self.p["passthrough"] else self.present_type(before)
+        return self.absent(before)
 
     def present_type(self, before):
-        p = self.module.params
+        from vgpuadm.plan.desired import format_params, params_equal
+
+        p = self.p
         if p["count"] < 1:
             self.module.fail_json(msg="count must be at least 1, not %d" % p["count"],
                                   hint="use state=absent to take every device of the type back")
-        wanted = params_list(p["params"])
-        type_id = self.type_id(p["type"], before)
-        mine = [a for a in before if a.type_id == type_id]
-        if wanted is not None:
-            differ = [a for a in mine if not same_params(a.params, wanted)]
+        body = dict(type=p["type"], count=p["count"], policy=p["policy"], display=dict(enabled=p["display"]))
+        if p["gpu"]:
+            body["gpu"] = pci(p["gpu"])
+        if p["numa"] is not None:
+            body["numa"] = p["numa"]
+        if p["params"] is not None:
+            body["params"] = p["params"]
+        plan_doc = self.plan(body)
+        type_id = self.type_id(plan_doc, before)
+        mine = [a for a in before if a.mode != "pci" and a.type_id == type_id]
+        if p["params"] is None:
+            if mine:  # params not managed: new devices get what the VM's devices of the type have
+                body["params"] = mine[0].params or ""
+                plan_doc = self.plan(body)
+        else:
+            wanted = format_params(p["params"])
+            differ = [a for a in mine if not params_equal(a.params, wanted)]
             if differ:
                 self.module.fail_json(
                     msg="VM %s has %s of type %s with vgpu_params %r, not %r"
-                    % (self.vm, _n(differ), type_id, differ[0].params or "", " ".join(wanted)),
+                    % (self.vm, devices(differ), type_id, differ[0].params or "", wanted),
                     hint="vgpu_params are set when a device is created: release the VM's %s devices "
                     "(state: absent) and provision again" % type_id,
                     error="ConflictError",
                 )
-        changed = False
-        extra = sorted(mine, key=lambda a: a.slot)[p["count"]:]
-        for a in reversed(extra):
-            changed |= self.destroy(a.uuid or a.address)
-        if len(mine) < p["count"]:
-            result = self.api.guest_create(
-                self.root, self.vm, p["type"], p["count"], connect=self.connect, gpu=p["gpu"], policy=p["policy"],
-                numa=p["numa"], display=p["display"], params=wanted or (), dry_run=self.check,
-            )
-            changed |= self.record(result)
-        return changed
+        return plan_doc
 
-    def present_passthrough(self):
-        p = self.module.params
-        return self.record(
-            self.api.guest_passthrough(
-                self.root, p["passthrough"], self.vm, connect=self.connect, force=p["force"], dry_run=self.check
-            )
-        )
+    def present_passthrough(self, before):
+        import dataclasses
+
+        gpus = passed_through(before) | {pci(self.p["passthrough"])}
+        plan_doc = self.plan(dict(passthrough=sorted(gpus)))
+        spec = dataclasses.replace(plan_doc.vms[self.vm], force=self.p["force"])
+        return dataclasses.replace(plan_doc, vms={self.vm: spec})
 
     def absent(self, before):
-        p = self.module.params
+        p = self.p
         if p["passthrough"]:
-            gpu = _pci(p["passthrough"])
-            if any(a.mode == "pci" and _pci(a.parent or a.address) == gpu for a in before):
-                return self.destroy(gpu)
-            return False
-        if p["type"]:
-            type_id = self.type_id(p["type"], before)
-            changed = False
-            for a in sorted((a for a in before if a.type_id == type_id), key=lambda a: -a.slot):
-                changed |= self.destroy(a.uuid or a.address)
-            return changed
-        return self.destroy() if before else False
+            gpu = pci(p["passthrough"])
+            gone = [a for a in before if a.mode == "pci" and pci(a.parent or a.address) == gpu]
+        elif p["type"]:
+            type_id = self.type_id(self.plan(dict(type=p["type"])), before)
+            gone = [a for a in before if a.mode != "pci" and a.type_id == type_id]
+        else:
+            gone = list(before)
+        if not gone:
+            return None
+        return self.keep([a for a in before if a not in gone])
 
-    def run(self):
-        p = self.module.params
-        before = self.owned()
-        if p["state"] == "present":
-            changed = self.present_passthrough() if p["passthrough"] else self.present_type(before)
-        else:
-            changed = self.absent(before)
-        if changed and not self.check:
-            after = self.owned()
-        else:
-            gone = {(a.slot, a.uuid, a.address) for a in self.removed}
-            after = sorted([a for a in before if (a.slot, a.uuid, a.address) not in gone] + self.added,
-                           key=lambda a: a.slot)
-        before_doc = [self.as_json(a) for a in before]
-        after_doc = [self.as_json(a) for a in after]
-        result = dict(
-            changed=changed,
-            vm=self.vm,
-            devices=after_doc,
-            added=[self.as_json(a) for a in self.added],
-            removed=[self.as_json(a) for a in self.removed],
-            plan=self.steps,
-        )
-        if self.module._diff:
-            result["diff"] = dict(
-                before=dict(vm=self.vm, devices=before_doc),
-                after=dict(vm=self.vm, devices=after_doc),
-                before_header="%s (vgpuadm metadata)" % self.vm,
-                after_header="%s (vgpuadm metadata)" % self.vm,
+    def keep(self, rest):
+        """The plan in which the VM owns exactly `rest` (what it keeps after an absent task)."""
+        from vgpuadm.errors import ConflictError
+        from vgpuadm.plan.desired import DesiredPlan, VmSpec
+
+        if not rest:  # no type, no passthrough, count 0: the VM owns nothing
+            return DesiredPlan(source=SOURCE, vms={self.vm: VmSpec(name=self.vm, count=0)})
+        if all(a.mode == "pci" for a in rest):
+            return self.plan(dict(passthrough=sorted(passed_through(rest))))
+        kinds = {(a.mode == "pci", a.type_id, a.params or "") for a in rest}
+        if len(kinds) > 1:
+            raise ConflictError(
+                "VM %s would keep devices of several kinds (types, params or passthrough), which one task "
+                "cannot declare" % self.vm,
+                "take the devices back one by one with `vgpuadm destroy --vm %s --uuid UUID`" % self.vm,
             )
-        return result
+        ((_, type_id, params),) = kinds
+        return self.plan(dict(type=type_id, count=len(rest), params=params))
 
 
-def allocation_doc(a):
-    """One device a VM owns, as the module returns it (the fields of vgpuadm's metadata record)."""
-    return dict(
-        slot=a.slot,
-        mode=a.mode,
-        type_id=a.type_id,
-        parent=a.parent,
-        uuid=a.uuid,
-        address=a.address,
-        params=a.params,
-        options=dict(sorted(a.extra.items())),
-    )
+def planned_devices(plan, vm, before):
+    """What `vm` owns once `plan` has run: the devices its metadata step records (the VM's own if it has none)."""
+    from vgpuadm.virt.steps import SetMetadata
+    from vgpuadm.virt.xml import parse_allocations
+
+    for step in plan.steps:
+        if isinstance(step, SetMetadata) and step.domain == vm:
+            return parse_allocations(step.element, domain=vm) if step.element else []
+    return before
 
 
-def _n(devices):
-    return "1 device" if len(devices) == 1 else "%d devices" % len(devices)
+def passed_through(allocations):
+    """The GPUs (PCI addresses) among `allocations` that are passed through whole."""
+    return {pci(a.parent or a.address) for a in allocations if a.mode == "pci"}
 
 
-def _pci(address):
-    """0000:65:00.0 from 65:00.0 or 0000:65:00.0 (as the metadata records addresses)."""
-    text = (address or "").strip().lower()
-    return text if text.count(":") == 2 else "0000:" + text
+def pci(address):
+    """The canonical PCI address (0000:65:00.0 from 65:00.0 or 0000:65:00.0)."""
+    from vgpuadm.virt.xml import PciAddress
+
+    return str(PciAddress.parse(address))
+
+
+def device_key(a):
+    return (a.mode, a.uuid or a.address)
+
+
+def devices(allocations):
+    return "1 device" if len(allocations) == 1 else "%d devices" % len(allocations)
 
 
 def main():
@@ -394,7 +408,7 @@ def main():
     )
     require_vgpuadm(module)
     try:
-        result = Allocator(module).run()
+        result = Task(module).run()
     except VgpuadmError as exc:
         fail_from(module, exc, vm=module.params["vm"])
     module.exit_json(**result)
