@@ -30,6 +30,16 @@ MODES = (MODE_MDEV, MODE_VF, MODE_PCI)
 
 _PCI_ADDR = re.compile(r"^(?:([0-9a-fA-F]{1,4}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+# What metadata values may be before they become part of a sysfs path, an mdevctl file name or a command: anyone
+# allowed to edit a domain's metadata (libvirt per-domain ACLs) must not be able to steer root's writes.
+_CANONICAL_PCI = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$")
+_GRAMMAR = {
+    "type": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"),  # nvidia-63, i915-GVTg_V5_4, mtty-2
+    "parent": re.compile(r"^(?:[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]|[A-Za-z][A-Za-z0-9_-]{0,63})$"),  # or mtty
+    "uuid": _UUID,
+    "address": _CANONICAL_PCI,
+    "params": re.compile(r"^[^\x00-\x1f]{0,1023}$"),
+}
 
 # Never resolve entities or fetch anything: domain XML comes from libvirt, but names and params come from users.
 _PARSER = etree.XMLParser(resolve_entities=False, no_network=True, remove_blank_text=True, huge_tree=False)
@@ -243,6 +253,12 @@ def parse_allocations(
                 f"domain {name}: vgpuadm metadata device #{index} is malformed (slot={slot_text!r}, mode={mode!r})",
                 _META_HINT,
             )
+        for key, grammar in _GRAMMAR.items():
+            value = dev.get(key)
+            if value is not None and not grammar.match(value):
+                raise ConflictError(
+                    f"domain {name}: vgpuadm metadata device #{index} has a malformed {key} {value[:80]!r}", _META_HINT
+                )
         extra = {o.get("name"): o.get("value", "") for o in dev.findall(q("option")) if o.get("name")}
         out.append(
             Allocation(
