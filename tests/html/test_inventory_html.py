@@ -12,10 +12,13 @@ from pathlib import Path
 import pytest
 from lxml import html
 
-from tests.unit.inventory_setup import p4_busy
+from tests.unit.inventory_setup import p4_busy, set_vf_type
 from vgpuadm import api
+from vgpuadm.model import Allocation
+from vgpuadm.report.inventory import inventory
 from vgpuadm.report.merge import merge
-from vgpuadm.report.render_html import fleet_html
+from vgpuadm.report.render_html import fleet_html, host_html, host_view
+from vgpuadm.sim.profiles import build
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
@@ -61,13 +64,13 @@ def test_browser_dom_has_the_numbers(host_page):
     assert dom.findtext(".//h1") == "vGPU inventory of p4-a"
     charts = dom.xpath("//section[@class='chart']")
     assert [c.findtext("h2") for c in charts] == [
-        "Framebuffer per GPU (stranded = free on a GPU locked to a type or size)", "Instances per type"
+        "Framebuffer per GPU (stranded = free that no type the GPU can still take can fill)", "Instances per type"
     ]  # fmt: skip
     bars = charts[0].xpath(".//*[@class='bar']")
-    # both P4s run a type, so their free framebuffer is locked to it
+    # both P4s run a type, but more of it fills their free framebuffer: nothing is stranded
     assert [(b.get("data-label"), b.get("data-used"), b.get("data-free"), b.get("data-stranded"), b.findtext("text[2]"))
-            for b in bars] == [("0000:01:00.0", "2048", "0", "6144", "2048 / 8192 (6144 stranded)"),
-                               ("0000:02:00.0", "2048", "0", "6144", "2048 / 8192 (6144 stranded)")]  # fmt: skip
+            for b in bars] == [("0000:01:00.0", "2048", "6144", "0", "2048 / 8192"),
+                               ("0000:02:00.0", "2048", "6144", "0", "2048 / 8192")]  # fmt: skip
     q1 = charts[1].xpath(".//*[@class='bar'][@data-label='nvidia-63 GRID P4-1Q']")[0]
     assert (q1.get("data-used"), q1.get("data-free"), q1.get("data-stranded")) == ("2", "6", "6")
     cards = {c.findtext("*[@class='k']"): c.findtext("*[@class='v']") for c in dom.xpath("//*[@class='card']")}
@@ -99,6 +102,64 @@ def test_fleet_page_renders(host_page, tmp_path):
     assert dom.findtext(".//h1") == "vGPU fleet report: 2 hosts"
     hosts = dom.xpath("//section[@class='chart'][1]//*[@class='bar']")
     assert [(b.get("data-label"), b.get("data-used"), b.get("data-stranded")) for b in hosts] == [
-        ("p4-a", "4096", "12288"),
-        ("p4-b", "4096", "12288"),
+        ("p4-a", "4096", "0"),
+        ("p4-b", "4096", "0"),
     ]
+
+
+@pytest.fixture(scope="module")
+def h200_page(tmp_path_factory):
+    base = tmp_path_factory.mktemp("h200")
+    build("h200-vendor-vfio", str(base / "h200"))
+    for vf in ("0000:18:00.4", "0000:18:00.5", "0000:18:00.6"):
+        set_vf_type(base / "h200", vf, 1414)  # three H200X-1-18C (MIG, max 7)
+    doc = api.inventory(str(base / "h200"), host="h200")
+    page = base / "h200.html"
+    page.write_text(host_html(doc))
+    return base, page, doc
+
+
+def test_h200_chart_labels_are_the_table_numbers(h200_page):
+    """Issue 12 item 13: the charts take used/free/max/stranded from the rows the tables print."""
+    base, page, _ = h200_page
+    dom = html.fromstring(chromium(base, "--dump-dom", page.as_uri()).stdout)
+    charts = dom.xpath("//section[@class='chart']")
+    gpu = charts[0].xpath(".//*[@class='bar']")
+    # four more 18C fill 73728 MiB; only the 15360 MiB left after them is stranded
+    assert [(b.get("data-used"), b.get("data-free"), b.get("data-stranded"), b.findtext("text[2]")) for b in gpu] == [
+        ("55296", "73728", "15360", "55296 / 144384 (15360 stranded)")
+    ]
+    table = dom.xpath("//h2[starts-with(., 'vGPU types')]/following-sibling::table[1]")[0]
+    heads = [th.text_content() for th in table.xpath(".//th")]
+    rows = {r[0]: dict(zip(heads, r, strict=True)) for r in
+            ([td.text_content() for td in tr.findall("td")] for tr in table.xpath(".//tbody/tr"))}  # fmt: skip
+    bars = charts[1].xpath(".//*[@class='bar']")
+    assert len(bars) == 13
+    for b in bars:
+        row = rows[b.get("data-label").split()[0]]
+        stranded = int(b.get("data-stranded"))
+        assert (b.get("data-used"), b.get("data-free")) == (row["used"], row["free"])
+        assert b.findtext("text[2]") == f"{row['used']} / {row['max']}" + (
+            f" ({stranded} stranded)" if stranded else ""
+        )
+    assert rows["nvidia-1414"]["max"] == "7" and rows["nvidia-1424"]["max"] == "8"
+    by_id = {b.get("data-label").split()[0]: b for b in bars}
+    assert by_id["nvidia-1414"].findtext("text[2]") == "3 / 7"
+    assert by_id["nvidia-1424"].findtext("text[2]") == "0 / 8 (5 stranded)"
+
+
+def test_full_gpu_and_passthrough_gpus_are_charted(tmp_path):
+    build("h200-vendor-vfio", str(tmp_path / "h200"))
+    set_vf_type(tmp_path / "h200", "0000:18:00.4", 1428)  # H200X-141C: the whole GPU
+    view = host_view(api.inventory(str(tmp_path / "h200"), host="h"))
+    assert [(b["label"], b["used"], b["free"], b["stranded"], b["text"]) for b in view["charts"][0]["bars"]] == [
+        ("0000:18:00.0", 144384, 0, 0, "144384 / 144384")
+    ]
+    build("passthrough", str(tmp_path / "pt"))
+    gpu = Allocation("gamer", "pci", address="0000:65:00.0")
+    doc = inventory(api.discover(str(tmp_path / "pt")), [gpu], host="pt", generated_at="2026-11-29T12:00:00Z")
+    charts = host_view(doc)["charts"]
+    assert charts[2]["title"] == "Whole GPUs (passthrough: free or passed through)"
+    assert [(b["label"], b["used"], b["free"], b["text"]) for b in charts[2]["bars"]] == [
+        ("0000:01:00.0", 0, 1, "0 / 1"), ("0000:65:00.0", 1, 0, "1 / 1")
+    ]  # fmt: skip

@@ -232,3 +232,44 @@ def test_kernel_reading_zero_is_believed(p4_busy):
     doc = _doc(root, allocations)
     assert _type(doc, "nvidia-63")["gpus"][0] == {"gpu": "0000:01:00.0", "used": 2, "free": 0, "max": 8,
                                                   "stranded": 0, "reason": "the kernel reports 0 available"}  # fmt: skip
+
+
+def test_h200_stranded_counts_only_what_cannot_be_placed(sim_host):
+    """Issue 12 item 13: three H200X-1-18C run; four more fit (max 7), so the free framebuffer they fill is not
+    stranded — only the 15360 MiB left after them, and the other sizes' instances the lock forbids."""
+    root = sim_host("h200-vendor-vfio")
+    for vf in ("0000:18:00.4", "0000:18:00.5", "0000:18:00.6"):
+        set_vf_type(root, vf, 1414)
+    doc = _doc(root, [])
+    g = doc["gpus"][0]
+    assert (g["framebuffer_used_mib"], g["framebuffer_free_mib"], g["framebuffer_stranded_mib"]) == (
+        55296,
+        89088,
+        15360,
+    )
+    assert doc["summary"]["framebuffer_stranded_mib"] == 15360
+    rows = {t["type_id"]: (t["used"], t["free"], t["max"], t["stranded"], t["gpus"][0]["reason"]) for t in doc["types"]}
+    assert rows["nvidia-1414"] == (3, 4, 7, 0, None)
+    assert rows["nvidia-1424"] == (0, 0, 8, 5, "runs nvidia-1414 (18432 MiB; one framebuffer size per GPU)")
+    assert rows["nvidia-1420"][3] == 16 and rows["nvidia-1428"][3] == 0
+
+
+def test_h200_same_size_other_kind_is_stranded(sim_host):
+    """A time-sliced H200X-35C runs: the MIG-backed types of the same 35840 MiB cannot be placed (equal-size mode
+    groups by size and MIG-ness) although the framebuffer is free — stranded, with the lock as reason."""
+    root = sim_host("h200-vendor-vfio")
+    set_vf_type(root, "0000:18:00.4", 1426)
+    doc = _doc(root, [])
+    rows = {t["type_id"]: (t["used"], t["free"], t["max"], t["stranded"], t["gpus"][0]["reason"]) for t in doc["types"]}
+    assert rows["nvidia-1426"] == (1, 3, 4, 0, None)
+    why = "runs nvidia-1426 (35840 MiB time-sliced; one framebuffer size per GPU)"
+    assert rows["nvidia-1416"] == (0, 0, 4, 3, why)
+    assert rows["nvidia-1417"] == (0, 0, 3, 3, why)
+    assert doc["gpus"][0]["framebuffer_stranded_mib"] == 144384 - 4 * 35840
+
+
+def test_passthrough_gpus_say_whether_they_are_free(sim_host):
+    doc = _doc(sim_host("passthrough"), [Allocation("gamer", "pci", address="0000:65:00.0")])
+    assert [(g["address"], g["whole_gpu_free"], g["framebuffer_stranded_mib"]) for g in doc["gpus"]] == [
+        ("0000:01:00.0", 1, None), ("0000:65:00.0", 0, None)
+    ]  # fmt: skip

@@ -320,3 +320,114 @@ def _one_size(
             creatable = tuple((t.numeric_id or 0, t.name) for t in offered)
             vfs[vf.address] = dataclasses.replace(vf, offered=offered, creatable=creatable)
     return dataclasses.replace(snap, mdevs=mdevs, vendor_vfs=vfs, mdev_parents=parents)
+
+
+# -- room per type on one physical GPU: what the inventory reports ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """One vGPU that exists on a physical GPU: the function it sits on, its type, size and display name."""
+
+    parent: str
+    type_id: str
+    framebuffer_mib: int | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """One type on one physical GPU: vGPUs of it running, the GPU's maximum of it, how many more fit, why none
+    fits (when free is 0), and how many the free framebuffer would hold but a lock forbids (stranded)."""
+
+    used: int
+    max: int | None
+    free: int
+    reason: str = ""
+    stranded: int = 0
+    locked: bool = False  # free is 0 because the GPU runs another type / size / MIG-ness
+
+
+def _running_key(r: Running) -> tuple[int, bool] | None:
+    if not r.framebuffer_mib:
+        return None
+    return r.framebuffer_mib, r.name is not None and describe_nvidia_name(r.name).slices is not None
+
+
+def _full(used: int, mx: int | None) -> str:
+    return f"full ({used} of {mx})" if mx is not None else "the kernel reports 0 available"
+
+
+def type_room(
+    rule: str,
+    vfs: int,
+    entries: Sequence[VgpuType],
+    running: Sequence[Running],
+    total_fb: int | None,
+    free_fb: int | None,
+) -> Room:
+    """Room for the type of `entries` (one entry per parent of the GPU offering it) on a GPU of sharing `rule` with
+    `vfs` enabled VFs, running `running`, of `total_fb` MiB framebuffer (`free_fb` free; None: unknown)."""
+    room = _room(rule, vfs, entries, running, total_fb)
+    t = entries[0]
+    if room.locked and free_fb and t.framebuffer_mib:
+        n = free_fb // t.framebuffer_mib
+        return dataclasses.replace(room, stranded=min(n, room.max) if room.max is not None else n)
+    return room
+
+
+def _room(rule: str, vfs: int, entries: Sequence[VgpuType], running: Sequence[Running], total_fb: int | None) -> Room:
+    t = entries[0]
+    type_id = t.type_id
+    counts: dict[str, int] = {}
+    for r in running:
+        counts[r.type_id] = counts.get(r.type_id, 0) + 1
+    used = counts.get(type_id, 0)
+    available = sum(e.available_instances for e in entries)
+    if rule == "one-type":
+        mx = t.max_instances
+        others = conflicting_types(counts, type_id)
+        if others:
+            return Room(used, mx, 0, f"runs {', '.join(others)} (one type per GPU)", locked=True)
+        free = min(available, mx - used) if mx is not None else available
+        if free > 0:
+            return Room(used, mx, free)
+        # some drivers read 0 for every type in some states (reference §2.4): believe the kernel, say so
+        return Room(used, mx, 0, _full(used, mx) if mx is not None and used >= mx else "the kernel reports 0 available")
+    if rule == "one-size":
+        mx = gpu_maximum(vfs, t, None if t.max_instances is not None else total_fb)
+        sizes = sorted({r.framebuffer_mib for r in running if r.framebuffer_mib is not None})
+        keys = {k for k in map(_running_key, running) if k is not None}
+        if sizes and (t.framebuffer_mib not in sizes or (t.framebuffer_mib and keys - {size_key(t)})):
+            size = "/".join(f"{s} MiB" for s in sizes)
+            if t.framebuffer_mib in sizes:  # same size, the other kind: MIG-backed vs time-sliced (reference §3.4)
+                size += " MIG-backed" if any(mig for _, mig in keys) else " time-sliced"
+            return Room(
+                used, mx, 0, f"runs {', '.join(sorted(counts))} ({size}; one framebuffer size per GPU)", locked=True
+            )
+        busy = {r.parent for r in running}
+        free = sum(1 for e in entries if e.parent not in busy and e.available_instances > 0)
+        if mx is not None:  # every running vGPU has this size, so each one uses a slot of this type's maximum
+            free = min(free, mx - len(running))
+        if free > 0:
+            return Room(used, mx, free)
+        return Room(used, mx, 0, _full(len(running), mx) if mx is not None and len(running) >= mx else "no free VF")
+    return Room(
+        used, t.max_instances, available, "" if available > 0 else "the kernel reports 0 available (shared budget)"
+    )
+
+
+def stranded_framebuffer(rooms: Iterable[tuple[VgpuType, Room]], free_fb: int | None, busy: bool) -> int | None:
+    """Free framebuffer MiB of a GPU that no type it can still take can fill: what is left once the type that fills
+    most has taken every instance that still fits. 0 on an idle GPU (its largest type spans it); None if unknown."""
+    if free_fb is None:
+        return None
+    if not busy or free_fb <= 0:
+        return 0
+    fill = max((r.free * (t.framebuffer_mib or 0) for t, r in rooms if r.free > 0), default=0)
+    return free_fb - min(free_fb, fill)
+
+
+def whole_gpu_room(devices: int) -> int:
+    """Passthrough: a GPU is given whole or not at all — 1 while none of its functions is taken, else 0."""
+    return 0 if devices else 1

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuadm.catalog.boards import board_framebuffer_mib
-from vgpuadm.catalog.capacity import conflicting_types, gpu_maximum, sharing_rule
+from vgpuadm.catalog.capacity import Room, Running, sharing_rule, stranded_framebuffer, type_room, whole_gpu_room
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.model import Allocation, HostSnapshot, Layout, VgpuType
 
@@ -216,50 +216,25 @@ def _owners(
 # -- capacity -------------------------------------------------------------------------------------------------
 
 
-def _capacity(g: _Gpu, type_id: str) -> tuple[int, int | None, int, str]:
-    """(used, max, free, reason when free is 0) of one type on one physical GPU."""
-    entries = g.types[type_id]
-    t = entries[0]
-    running = Counter(d.type_id for d in g.devices if d.type_id)
-    used = running.get(type_id, 0)
-    available = sum(e.available_instances for e in entries)
-    if g.rule == "one-type":
-        mx = t.max_instances
-        others = conflicting_types(running, type_id)
-        if others:
-            return used, mx, 0, f"runs {', '.join(others)} (one type per GPU)"
-        free = min(available, mx - used) if mx is not None else available
-        if free > 0:
-            return used, mx, free, ""
-        # some drivers read 0 for every type in some states (reference §2.4): believe the kernel, say so
-        return used, mx, 0, _full(used, mx) if mx is not None and used >= mx else "the kernel reports 0 available"
-    if g.rule == "one-size":
-        busy = {d.parent for d in g.devices}
-        sizes = sorted({d.framebuffer_mib for d in g.devices if d.framebuffer_mib is not None})
-        mx = _one_size_max(g, t)
-        if sizes and t.framebuffer_mib not in sizes:
-            size = "/".join(f"{s} MiB" for s in sizes)
-            return used, mx, 0, f"runs {', '.join(sorted(running))} ({size}; one framebuffer size per GPU)"
-        free = sum(1 for e in entries if e.parent not in busy and e.available_instances > 0)
-        if mx is not None:  # every running vGPU has this size, so each one uses a slot of this type's maximum
-            free = min(free, mx - len(g.devices))
-        if free > 0:
-            return used, mx, free, ""
-        return used, mx, 0, _full(len(g.devices), mx) if mx is not None and len(g.devices) >= mx else "no free VF"
-    free = available
-    return used, t.max_instances, free, "" if free > 0 else "the kernel reports 0 available (shared budget)"
+def _running(g: _Gpu) -> list[Running]:
+    return [Running(d.parent, d.type_id, d.framebuffer_mib, d.name) for d in g.devices if d.type_id]
 
 
-def _one_size_max(g: _Gpu, t: VgpuType) -> int | None:
-    """At most one vGPU per VF and at most the type's maximum (max_instance on layout B, NVIDIA's table on layout
-    C). A type with no maximum (a layout C board not in the tables) is bounded by the framebuffer while the GPU is
-    idle (see _framebuffer); else None, and the free count is what the driver's creatable lists offer. A known
-    maximum is not cut by framebuffer arithmetic: MIG profile sizes are rounded (H200X-3-71C: 2 on 141 GB)."""
-    return gpu_maximum(g.vfs, t, None if t.max_instances is not None else _framebuffer(g)[0])
+def _rooms(g: _Gpu) -> dict[str, tuple[VgpuType, Room]]:
+    """The capacity model's answer for every type a GPU offers: used, max, free, reason, stranded."""
+    total_fb, used_fb = _framebuffer(g)
+    free_fb = (total_fb - used_fb) if total_fb is not None else None
+    running = _running(g)
+    return {
+        type_id: (entries[0], type_room(g.rule, g.vfs, entries, running, total_fb, free_fb))
+        for type_id, entries in g.types.items()
+    }
 
 
-def _full(used: int, mx: int | None) -> str:
-    return f"full ({used} of {mx})" if mx is not None else "the kernel reports 0 available"
+def _stranded_fb(g: _Gpu) -> int | None:
+    total_fb, used_fb = _framebuffer(g)
+    free_fb = (total_fb - used_fb) if total_fb is not None else None
+    return stranded_framebuffer(_rooms(g).values(), free_fb, bool(g.devices))
 
 
 def _framebuffer(g: _Gpu) -> tuple[int | None, int]:
@@ -292,17 +267,8 @@ def _locked_to(g: _Gpu) -> list[str]:
 def _type_rows(gpus: dict[str, _Gpu]) -> list[dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
     for g in gpus.values():
-        total_fb, used_fb = _framebuffer(g)
-        free_fb = (total_fb - used_fb) if total_fb is not None else None
-        locked = bool(_locked_to(g))
-        for type_id, entries in g.types.items():
-            t = entries[0]
-            used, mx, free, reason = _capacity(g, type_id)
-            stranded = 0
-            if free == 0 and locked and reason.startswith("runs") and free_fb and t.framebuffer_mib:
-                stranded = free_fb // t.framebuffer_mib
-                if mx is not None:
-                    stranded = min(stranded, mx)
+        for type_id, (t, room) in _rooms(g).items():
+            used, mx, free, reason, stranded = room.used, room.max, room.free, room.reason, room.stranded
             row = rows.setdefault(type_id, _type_row(type_id, t.name, t.profile, t.layout.value, t.framebuffer_mib))
             row["used"] += used
             row["free"] += free
@@ -376,6 +342,8 @@ def _gpu_row(snap: HostSnapshot, g: _Gpu, owners: dict[str, str]) -> dict[str, A
         "framebuffer_total_mib": total_fb,
         "framebuffer_used_mib": used_fb if total_fb is not None else None,
         "framebuffer_free_mib": (total_fb - used_fb) if total_fb is not None else None,
+        "framebuffer_stranded_mib": _stranded_fb(g),
+        "whole_gpu_free": whole_gpu_room(len(g.devices)) if g.rule == "whole" else None,
         "domains": domains,
     }
 
@@ -441,4 +409,5 @@ def _summary(
         "framebuffer_used_mib": used,
         "framebuffer_free_mib": total - used,
         "framebuffer_locked_free_mib": locked_free,
+        "framebuffer_stranded_mib": sum(g["framebuffer_stranded_mib"] or 0 for g in gpus),
     }

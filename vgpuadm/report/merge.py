@@ -111,6 +111,8 @@ def merge(reports: Sequence[tuple[str, dict[str, Any]]], *, generated_at: str) -
                 "framebuffer_used_mib": s["framebuffer_used_mib"],
                 "framebuffer_free_mib": s["framebuffer_free_mib"],
                 "framebuffer_locked_free_mib": s["framebuffer_locked_free_mib"],
+                # what the capacity model says no type can fill; a report older than the field: its locked free
+                "framebuffer_stranded_mib": s.get("framebuffer_stranded_mib", s["framebuffer_locked_free_mib"]),
             }
         )
         for g in doc["gpus"]:

@@ -13,22 +13,22 @@ BAR_WIDTH = 420  # px of a full bar; labels and numbers sit left and right of it
 MAX_BARS = 60  # a fleet of 1,000 hosts charts its 60 fullest hosts; the table still lists every host
 
 
-def _chart(
-    title: str, unit: str, items: list[tuple[str, int, int, int]], note: str = "", stranded_is_capacity: bool = False
-) -> dict[str, Any]:
-    """A horizontal stacked bar chart: (label, used, free, stranded) per bar, scaled to the largest total.
-    The number beside a bar is used / capacity; stranded counts in the capacity when it is real memory (free
-    framebuffer on a locked GPU), not when it is instances a lock forbids."""
+Item = tuple[str, int, int, int, "int | str | None"]  # label, used, free, stranded, capacity the label names
+
+
+def _chart(title: str, unit: str, items: list[Item], note: str = "") -> dict[str, Any]:
+    """A horizontal stacked bar chart: (label, used, free, stranded, capacity) per bar, scaled to the largest bar.
+    Every number comes from the inventory's rows, so the label beside a bar — used / capacity — says what the
+    table says (a type's max, a GPU's framebuffer total)."""
     if len(items) > MAX_BARS:
         items = sorted(items, key=lambda i: -i[1])[:MAX_BARS]
         note = note or f"the {MAX_BARS} with the most in use"
-    scale = max((u + f + s for _, u, f, s in items), default=0) or 1
+    scale = max((u + f + s for _, u, f, s, _ in items), default=0) or 1
     bars = []
-    for label, used, free, stranded in items:
-        total = used + free + (stranded if stranded_is_capacity else 0)
+    for label, used, free, stranded, capacity in items:
         bars.append({
             "label": label, "used": used, "free": free, "stranded": stranded,
-            "text": f"{used} / {total}" + (f" ({stranded} stranded)" if stranded else ""),
+            "text": f"{used} / {'-' if capacity is None else capacity}" + (f" ({stranded} stranded)" if stranded else ""),
             "w_used": round(BAR_WIDTH * used / scale, 1), "w_free": round(BAR_WIDTH * free / scale, 1),
             "w_stranded": round(BAR_WIDTH * stranded / scale, 1),
         })  # fmt: skip
@@ -36,23 +36,32 @@ def _chart(
             "bar_width": BAR_WIDTH}  # fmt: skip
 
 
-def host_view(doc: dict[str, Any]) -> dict[str, Any]:
-    s = doc["summary"]
-    gpu_items = [
-        (
-            g["address"],
-            g["framebuffer_used_mib"] or 0,
-            0 if g["locked_to"] else g["framebuffer_free_mib"] or 0,
-            (g["framebuffer_free_mib"] or 0) if g["locked_to"] else 0,
-        )
-        for g in doc["gpus"]
-        if g["framebuffer_total_mib"]
-    ]
-    type_items = [
-        (f"{t['type_id']} {t['name']}", t["used"], t["free"], t["stranded"])
-        for t in doc["types"]
+def _framebuffer_items(rows: list[dict[str, Any]], key: str) -> list[Item]:
+    """GPU or host rows: used, free that a type can still fill, stranded (free that none can), of the total."""
+    items: list[Item] = []
+    for r in rows:
+        if r["framebuffer_total_mib"] is None or (
+            r.get("whole_gpu_free") is not None and not r["framebuffer_total_mib"]
+        ):
+            continue
+        stranded = r.get("framebuffer_stranded_mib") or 0
+        free = (r["framebuffer_free_mib"] or 0) - stranded
+        items.append((r[key], r["framebuffer_used_mib"] or 0, free, stranded, r["framebuffer_total_mib"]))
+    return items
+
+
+def _type_items(rows: list[dict[str, Any]]) -> list[Item]:
+    return [
+        (f"{t['type_id']} {t['name']}", t["used"], t["free"], t["stranded"], t["max"])
+        for t in rows
         if t["used"] or t["free"] or t["stranded"]
     ]
+
+
+def host_view(doc: dict[str, Any]) -> dict[str, Any]:
+    s = doc["summary"]
+    whole = [g for g in doc["gpus"] if g.get("whole_gpu_free") is not None]
+    whole_items: list[Item] = [(g["address"], 1 - g["whole_gpu_free"], g["whole_gpu_free"], 0, 1) for g in whole]
     cards = [
         ("GPUs", s["gpus"]),
         ("devices", s["devices"]),
@@ -60,19 +69,21 @@ def host_view(doc: dict[str, Any]) -> dict[str, Any]:
         ("missing", s["missing"]),
         ("framebuffer used MiB", f"{s['framebuffer_used_mib']} / {s['framebuffer_total_mib']}"),
     ]
+    charts = [
+        _chart(
+            "Framebuffer per GPU (stranded = free that no type the GPU can still take can fill)",
+            "MiB",
+            _framebuffer_items(doc["gpus"], "address"),
+        ),
+        _chart("Instances per type", "instances", _type_items(doc["types"])),
+    ]
+    if whole_items:
+        charts.append(_chart("Whole GPUs (passthrough: free or passed through)", "GPUs", whole_items))
     return {
         "title": f"vGPU inventory of {doc['host']}",
         "subtitle": f"{doc['schema']} · taken {doc['generated_at']} · ownership from {doc['ownership_source']}",
         "cards": cards,
-        "charts": [
-            _chart(
-                "Framebuffer per GPU (stranded = free on a GPU locked to a type or size)",
-                "MiB",
-                gpu_items,
-                stranded_is_capacity=True,
-            ),
-            _chart("Instances per type", "instances", type_items),
-        ],
+        "charts": charts,
         "tables": host_tables(doc),
         "warnings": doc["warnings"],
     }
@@ -80,20 +91,8 @@ def host_view(doc: dict[str, Any]) -> dict[str, Any]:
 
 def fleet_view(doc: dict[str, Any]) -> dict[str, Any]:
     t, f = doc["totals"], doc["fragmentation"]
-    host_items = [
-        (
-            h["host"],
-            h["framebuffer_used_mib"],
-            h["framebuffer_free_mib"] - h["framebuffer_locked_free_mib"],
-            h["framebuffer_locked_free_mib"],
-        )
-        for h in doc["hosts"]
-    ]
-    type_items = [
-        (f"{x['type_id']} {x['name']}", x["used"], x["free"], x["stranded"])
-        for x in doc["types"]
-        if x["used"] or x["free"] or x["stranded"]
-    ]
+    host_items = _framebuffer_items(doc["hosts"], "host")
+    type_items = _type_items(doc["types"])
     cards = [
         ("hosts", t["hosts"]),
         ("GPUs", t["gpus"]),
@@ -108,10 +107,9 @@ def fleet_view(doc: dict[str, Any]) -> dict[str, Any]:
         "cards": cards,
         "charts": [
             _chart(
-                "Framebuffer per host (stranded = free on GPUs locked to a type or size)",
+                "Framebuffer per host (stranded = free that no type its GPUs can still take can fill)",
                 "MiB",
                 host_items,
-                stranded_is_capacity=True,
             ),
             _chart("Instances per type across the fleet", "instances", type_items),
         ],
