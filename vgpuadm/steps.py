@@ -93,7 +93,9 @@ class RemoveMdev(Step):
 @step_kind("set-vgpu-params")
 @dataclass(frozen=True)
 class SetVgpuParams(Step):
-    """Write NVIDIA vgpu_params (reference §2.5) with a trailing newline; "" clears (written as a single space).
+    """Write NVIDIA vgpu_params (reference §2.5) as `k=v, k=v` with a trailing newline; "" clears (written as a
+    single space). `params` and `previous` may be in either form (commas or legacy spaces); the executor writes the
+    comma form (modes/base.py holds the grammar).
 
     device_path_kind "mdev": id is an mdev UUID (/sys/bus/mdev/devices/<id>/nvidia/vgpu_params);
     "vf": id is a layout C VF address (/sys/bus/pci/devices/<id>/nvidia/vgpu_params). Undo writes `previous`."""

@@ -47,7 +47,7 @@ def test_plan_loads_every_field(tmp_path: Path) -> None:
     assert plan.source == "plan.yaml"
     web, db, ci = plan.vms["web01"], plan.vms["db02"], plan.vms["ci"]
     assert (web.type, web.count, web.policy, web.params, web.display, web.line) == (
-        "nvidia-63", 2, "spread", "frame_rate_limiter=0 disable_vnc=1", Display(True, True), 5,
+        "nvidia-63", 2, "spread", "frame_rate_limiter=0, disable_vnc=1", Display(True, True), 5,
     )  # fmt: skip
     assert db.passthrough == ("0000:65:00.0", "0000:65:00.1") and db.type is None
     assert (ci.type, ci.count, ci.gpu, ci.numa, ci.policy, ci.params) == (
@@ -100,8 +100,9 @@ def test_unreadable_plan_names_the_file(tmp_path: Path) -> None:
 
 
 def test_params_format_and_compare() -> None:
-    assert format_params({"frame_rate_limiter": False, "disable_vnc": True}) == "frame_rate_limiter=0 disable_vnc=1"
-    assert format_params("  a=1   b=2 ") == "a=1 b=2"
+    assert format_params({"frame_rate_limiter": False, "disable_vnc": True}) == "frame_rate_limiter=0, disable_vnc=1"
+    assert format_params("  a=1   b=2 ") == "a=1, b=2"  # the legacy space form is accepted
+    assert format_params("a=1,b=2") == format_params("a=1, b=2") == "a=1, b=2"
     assert format_params(None) == ""
     assert params_equal("a=1 b=2", "b=2  a=1")
     assert params_equal(None, "")

@@ -18,7 +18,7 @@ def test_data_becomes_the_plan_a_file_with_the_same_content_does_without_lines()
                            "    params: {frame_rate_limiter: 0, vnc: true}\n", "task")  # fmt: skip
     (spec,) = plan.vms.values()
     assert (spec.line, spec.key_lines) == (0, {})
-    assert spec == dataclasses.replace(from_file.vms["web01"], line=0) and spec.params == "frame_rate_limiter=0 vnc=1"
+    assert spec == dataclasses.replace(from_file.vms["web01"], line=0) and spec.params == "frame_rate_limiter=0, vnc=1"
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,7 @@ def _force_option() -> Any:
 
 
 def _params(values: list[str] | None) -> str:
-    return " ".join(values or [])
+    return ", ".join(values or [])  # the mode checks them and writes `k=v, k=v` (modes/base.py check_params)
 
 
 def register(app: Any) -> None:

@@ -14,6 +14,7 @@ import subprocess
 
 from vgpuadm.errors import HostIOError
 from vgpuadm.executor import DRIVERS, ExecContext, atomic_write_json, register
+from vgpuadm.modes.base import join_params, same_params, split_params
 from vgpuadm.steps import (
     SRIOV_MANAGE,
     Bind,
@@ -76,8 +77,10 @@ def _params_path(s: SetVgpuParams) -> str:
 
 
 def _params_data(params: str) -> str:
-    # The driver consumes the last character (reference §2.5): end with "\n" as echo does; clear with one space.
-    return (params if params.strip() else " ") + "\n"
+    """The bytes for vgpu_params (reference §2.5): NVIDIA's comma-separated `k=v, k=v`, whichever form `params`
+    is in (a domain recorded by an earlier version holds `k=v k=v`); a single space clears. The driver keeps all
+    but the last byte it is given, so end with "\n" as echo does."""
+    return (join_params(split_params(params)) or " ") + "\n"
 
 
 def _apply_params(s: SetVgpuParams, ctx: ExecContext) -> None:
@@ -87,13 +90,13 @@ def _apply_params(s: SetVgpuParams, ctx: ExecContext) -> None:
 def _undo_params(s: SetVgpuParams, ctx: ExecContext) -> None:
     path = _params_path(s)
     current = ctx.sysfs.read_opt(path)
-    if current is not None and current.strip() != s.previous.strip():
+    if current is not None and not same_params(current, s.previous):
         ctx.sysfs.write(path, _params_data(s.previous))
 
 
 def _params_set(s: SetVgpuParams, ctx: ExecContext) -> bool:
     current = ctx.sysfs.read_opt(_params_path(s))
-    return current is None or current.strip() == s.params.strip()
+    return current is None or same_params(current, s.params)
 
 
 def _vf_type_path(vf: str) -> str:

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from vgpuadm.errors import HostIOError, UsageError
+from vgpuadm.modes.base import join_params, split_params
 
 CONFIG_DIR = "/etc/mdevctl.d"
 PARAMS_ATTR = "nvidia/vgpu_params"
@@ -44,7 +45,8 @@ class Definition:
 
 
 def definition(parent: str, uuid: str, mdev_type: str, params: str | None = None, start: str = "auto") -> Definition:
-    attrs = ((PARAMS_ATTR, params),) if params else ()
+    text = join_params(split_params(params))  # either form in, NVIDIA's `k=v, k=v` out (reference §2.5)
+    attrs = ((PARAMS_ATTR, text),) if text else ()
     return Definition(parent=parent, uuid=uuid.lower(), mdev_type=mdev_type, start=start, attrs=attrs)
 
 

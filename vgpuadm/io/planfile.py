@@ -199,6 +199,15 @@ def _fault(source: str, node: yaml.Node, path: Sequence[str], problem: str, hint
     return UsageError(f"{source}:{node.start_mark.line + 1}: {where}: {problem}", hint)
 
 
+def _params(source: str, node: yaml.Node, vm: str, value: Any) -> str:
+    try:
+        return format_params(value)
+    except UsageError as exc:
+        raise _fault(
+            source, _node_at(node, ["vms", vm, "params"]), ["vms", vm, "params"], exc.message, exc.hint
+        ) from None
+
+
 def _to_plan(data: Mapping[str, Any], node: yaml.Node, source: str) -> DesiredPlan:
     defaults = data.get("defaults") or {}
     vms: dict[str, VmSpec] = {}
@@ -234,7 +243,7 @@ def _to_plan(data: Mapping[str, Any], node: yaml.Node, source: str) -> DesiredPl
             gpu=body["gpu"].lower() if body.get("gpu") else None,
             policy=body.get("policy", defaults.get("policy", "pack")),
             numa=body.get("numa"),
-            params=format_params(body.get("params")),
+            params=_params(source, node, name, body.get("params")),
             display=Display(**display),
             line=line,
             key_lines={k: _key_node(node, ["vms", name, k]).start_mark.line + 1 for k in body},

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import uuid as uuid_mod
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from vgpuadm.errors import UsageError
@@ -44,7 +44,11 @@ class Mode(ABC):
         return False
 
 
-_PARAM = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=\S+$")
+# One vgpu_params pair (reference §2.5): keys such as `frame_rate_limiter` or `vgpu-placement-id`; a value holds
+# neither whitespace nor a comma, so the list splits unambiguously on both.
+_PARAM = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*=[^\s,]+$")
+_PARAM_SEP = re.compile(r"[\s,]+")
+PARAM_SEPARATOR = ", "  # what NVIDIA documents: `echo "frame_rate_limiter=0, disable_vnc=1" > vgpu_params`
 
 
 def check_uuid(text: str, hint: str = "or omit --uuid") -> str:
@@ -61,14 +65,39 @@ def check_uuid(text: str, hint: str = "or omit --uuid") -> str:
     return str(value)
 
 
+def split_params(text: str | None) -> list[str]:
+    """The `key=value` pairs of vgpu_params text, read in either form: comma-separated as NVIDIA documents and as
+    this tool writes (`a=1, b=2`), or space-separated as earlier versions wrote (`a=1 b=2`). Not validated."""
+    return [w for w in _PARAM_SEP.split(text or "") if w]
+
+
+def join_params(pairs: Iterable[str]) -> str:
+    """The canonical text of vgpu_params pairs: `k=v, k=v` ("" for none)."""
+    return PARAM_SEPARATOR.join(pairs)
+
+
+def same_params(a: str | None, b: str | None) -> bool:
+    """Same vgpu_params whatever the form (commas or spaces) and order: the driver reads a set of pairs."""
+    return sorted(split_params(a)) == sorted(split_params(b))
+
+
+def normalise_params(text: str) -> str:
+    """Validate vgpu_params text in either form and return the canonical `k=v, k=v`; UsageError on a bad pair."""
+    pairs = split_params(text)
+    for w in pairs:
+        if not _PARAM.match(w):
+            raise UsageError(
+                f'Malformed vgpu parameter "{w}"',
+                "write key=value, e.g. --param frame_rate_limiter=0",
+            )
+    return join_params(pairs)
+
+
 def check_params(params: str, type_id: str) -> str:
-    """Normalise `k=v k=v` vgpu_params (reference §2.5); only NVIDIA types take them."""
-    words = params.split()
-    if not words:
+    """Normalise vgpu_params (reference §2.5) given as `k=v, k=v` or `k=v k=v` to `k=v, k=v`; only NVIDIA types
+    take them."""
+    if not split_params(params):
         return ""
     if not type_id.startswith("nvidia-"):
         raise UsageError(f"{type_id} takes no vgpu_params", "vgpu_params exist only for NVIDIA vGPU types")
-    for w in words:
-        if not _PARAM.match(w):
-            raise UsageError(f'Malformed vgpu parameter "{w}"', "write key=value, e.g. --param frame_rate_limiter=0")
-    return " ".join(words)
+    return normalise_params(params)

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from vgpuadm.errors import ConflictError, NotFoundError
 from vgpuadm.model import Allocation, HostSnapshot, Layout, Mdev, VgpuType
-from vgpuadm.modes.base import HostdevSpec, Mode, check_params, check_uuid
+from vgpuadm.modes.base import HostdevSpec, Mode, check_params, check_uuid, same_params
 from vgpuadm.steps import CreateMdev, RemoveMdev, SetVgpuParams, Step
 
 
@@ -50,7 +50,7 @@ class MdevMode(Mode):
     def plan_params(self, snapshot: HostSnapshot, device_id: str, params: str) -> list[Step]:
         m = self.find(snapshot, device_id)
         params = check_params(params, m.type_id)
-        if (m.vgpu_params or "").strip() == params:
+        if same_params(m.vgpu_params, params):
             return []
         return [SetVgpuParams("mdev", m.uuid, params, previous=m.vgpu_params or "")]
 

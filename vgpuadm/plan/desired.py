@@ -8,13 +8,13 @@ and only then turned into Python values.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuadm.errors import ConflictError
 from vgpuadm.model import Allocation
+from vgpuadm.modes.base import join_params, normalise_params, same_params
 
 PCI_MODE = "pci"
 TYPED_MODES = ("mdev", "vf")
@@ -37,7 +37,7 @@ class VmSpec:
     gpu: str | None = None
     policy: str = "pack"
     numa: int | None = None
-    params: str = ""  # vgpu_params as written to sysfs ("frame_rate_limiter=0 disable_vnc=1"); "" = none
+    params: str = ""  # vgpu_params as written to sysfs ("frame_rate_limiter=0, disable_vnc=1"); "" = none
     display: Display = Display()
     force: bool = False  # pass a GPU through even when vgpuadm calls it unsafe (not in plan files: the module's force)
     line: int = 0  # where the VM is named in the plan file (for messages)
@@ -110,17 +110,19 @@ def describe_allocation(a: Allocation) -> str:
 
 
 def format_params(params: str | Mapping[str, Any] | None) -> str:
-    """vgpu_params text: a mapping becomes space-separated key=value (booleans as 1/0), a string is normalised."""
+    """vgpu_params text as written to sysfs, `k=v, k=v` (reference §2.5): a mapping's pairs (booleans as 1/0), or a
+    string in either form (comma- or space-separated). UsageError on a malformed key or value."""
     if params is None:
         return ""
     if isinstance(params, str):
-        return " ".join(params.split())
-    return " ".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in params.items())
+        return normalise_params(params)
+    return normalise_params(join_params(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in params.items()))
 
 
 def params_equal(a: str | None, b: str | None) -> bool:
-    """Same vgpu_params regardless of order and spacing (the driver reads key=value pairs)."""
-    return sorted(shlex.split(a or "")) == sorted(shlex.split(b or ""))
+    """Same vgpu_params regardless of order and form: `a=1, b=2` (written now) equals `a=1 b=2` (written by earlier
+    versions, and still recorded in older domains' metadata)."""
+    return same_params(a, b)
 
 
 # -- diff --------------------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import ConflictError, NotFoundError, UsageError
 from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.modes import passthrough as passthrough_mode
+from vgpuadm.modes.base import join_params, normalise_params
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.domains import Domains
 from vgpuadm.plan.ids import device_uuid
@@ -58,10 +59,12 @@ def _what(a: Allocation) -> str:
 
 
 def _params(params: Sequence[str]) -> str:
+    """--param values (each `k=v`, or a whole list in either form) as the canonical `k=v, k=v` that is written to
+    vgpu_params and recorded in the domain's metadata."""
     for p in params:
         if "=" not in p or not p.split("=", 1)[0]:
             raise UsageError(f"--param {p!r} is not key=value", "write --param frame_rate_limiter=0")
-    return " ".join(params)
+    return normalise_params(join_params(params))
 
 
 # -- create ----------------------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponenti
 from vgpuadm.errors import VgpuadmError
 from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.modes import mdev, passthrough, sriov
+from vgpuadm.modes.base import join_params, split_params
 from vgpuadm.plan.desired import params_equal
 from vgpuadm.steps import (
     DriversProbe,
@@ -206,11 +207,11 @@ def _params(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
         if a.mode == "mdev" and a.uuid in snap.mdevs:
             current = snap.mdevs[a.uuid].vgpu_params
             if not params_equal(current, a.params):
-                steps.append(SetVgpuParams("mdev", a.uuid, a.params, current or ""))
+                steps.append(SetVgpuParams("mdev", a.uuid, join_params(split_params(a.params)), current or ""))
         elif a.mode == "vf":
             vf = snap.vendor_vfs.get(a.address or a.parent or "")
             if vf is not None and vf.in_use and not params_equal(vf.vgpu_params, a.params):
-                steps.append(SetVgpuParams("vf", vf.address, a.params, vf.vgpu_params or ""))
+                steps.append(SetVgpuParams("vf", vf.address, join_params(split_params(a.params)), vf.vgpu_params or ""))
     return PhasePlan("params", _units(steps, "write vgpu_params"))
 
 

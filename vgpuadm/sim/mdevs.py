@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from vgpuadm.catalog.naming import describe_nvidia_name
+from vgpuadm.sim import usage as vgpu_usage
 from vgpuadm.sim.state import MdevRecord, SimHost, fail, kstrtoul
 from vgpuadm.sim.tree import IOMMU_GROUPS, MDEV_BUS, MDEV_DEVICES
 
@@ -187,7 +188,9 @@ def drop(host: SimHost, uuid: str, path: str) -> None:
         tree.unlink(f"{IOMMU_GROUPS}/{group}/devices/{uuid}")
         tree.rmdir(f"{IOMMU_GROUPS}/{group}/devices")
         tree.rmdir(f"{IOMMU_GROUPS}/{group}")
+    canonical = host.resolve(path)
     tree.rmtree(path)
+    vgpu_usage.forget(host, [canonical])  # a removed vGPU is held by nobody
 
 
 def unregister_parent(host: SimHost, name: str, dev: str) -> None:

@@ -7,7 +7,7 @@ Injected faults are test instructions, not kernel state: they stay.
 
 from __future__ import annotations
 
-from vgpuadm.sim import mdevs, pci
+from vgpuadm.sim import mdevs, pci, usage
 from vgpuadm.sim.state import SimHost, load_model, require_simulated, root_lock
 from vgpuadm.sim.tree import PCI_DEVICES
 
@@ -36,4 +36,5 @@ def reboot(root: str) -> None:
                     pci.attach(host, bdf, dev, native)
         for node in host.listdir("/dev/vfio"):
             host.tree.unlink(f"/dev/vfio/{node}")
+        usage.forget(host)  # no guest survives a reboot
         mdevs.recompute(host, host.parent_names())

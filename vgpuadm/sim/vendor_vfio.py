@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno as errno_mod
 from typing import Any
 
+from vgpuadm.sim import usage
 from vgpuadm.sim.mdevs import size_key
 from vgpuadm.sim.state import SimHost, fail, kstrtol
 
@@ -69,9 +70,22 @@ def set_current_type(host: SimHost, path: str, data: bytes) -> None:
     host.tree.attr(path, value)
     if value == 0:
         host.set_attr(f"{vf_dir}/nvidia/vgpu_params", "", 0o644)  # the vGPU's parameters go with it [I]
+        usage.forget(host, [vf_dir])
     recompute(host, pf)
 
 
+# nvidia-vgpu-vfio.c vgpu_params_store: `if (count > VGPU_CONFIG_PARAMS_MAX_LENGTH) return -E2BIG;` with
+# `#define VGPU_CONFIG_PARAMS_MAX_LENGTH 1024` (nvidia-vgpu-vfio.h of the vGPU host driver; the same 1024 in the
+# open RM's vgpu_mgr.h and in the upstream nvidia-vgpu-vfio RFC): a write of up to 1024 bytes is taken.
+PARAMS_MAX_WRITE = 1024
+
+
 def set_params(host: SimHost, path: str, data: bytes) -> None:
-    """`nvidia/vgpu_params` (VF or mdev): the text is kept exactly as written."""
+    """`nvidia/vgpu_params` (VF or mdev), as vgpu_params_store does: E2BIG for a write longer than 1024 bytes;
+    EPERM while a guest holds the vGPU open (usage_count != 0, see sim/usage.py). Otherwise the text is kept
+    exactly as written (the driver does not parse it; its snprintf dropping the last byte is not modelled)."""
+    if len(data) > PARAMS_MAX_WRITE:
+        fail(errno_mod.E2BIG)
+    if usage.is_in_use(host, path.rsplit("/nvidia/", 1)[0]):
+        fail(errno_mod.EPERM)
     host.tree.raw(path, data, 0o644)
