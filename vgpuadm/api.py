@@ -4,7 +4,7 @@ the pure planners they share). No logic lives here; where each behaviour lives i
 from __future__ import annotations
 
 from vgpuadm.host.root import resolve_root
-from vgpuadm.ops import declarative, guest, mdevctl
+from vgpuadm.ops import declarative, guest, mdevctl, unit
 from vgpuadm.ops.declarative import (
     ApplyResult,
     ReconcileResult,
@@ -50,6 +50,10 @@ from vgpuadm.ops.host import (
 from vgpuadm.ops.inventory import domain_allocations, inventory, merge_inventories
 from vgpuadm.ops.mdevctl import export as mdevctl_export
 from vgpuadm.ops.mdevctl import import_ as mdevctl_import
+from vgpuadm.ops.unit import UnitResult
+from vgpuadm.ops.unit import install as unit_install
+from vgpuadm.ops.unit import status as unit_status
+from vgpuadm.ops.unit import uninstall as unit_uninstall
 from vgpuadm.plan.devices import (
     explain_placement,
     plan_create,
@@ -61,11 +65,49 @@ from vgpuadm.plan.devices import (
 from vgpuadm.plan.guest import passthrough_functions
 
 __all__ = [
-    "ApplyResult", "DemoResult", "GuestResult", "ReconcileResult", "RestoreResult", "apply", "apply_desired",
-    "apply_plan_file", "declarative", "demo", "discover", "domain_allocations", "explain_placement", "guest",
-    "guest_create", "guest_create_many", "guest_destroy", "guest_passthrough", "guest_release", "host_lock",
-    "inventory", "mdevctl", "mdevctl_export", "mdevctl_import", "merge_inventories", "open_sysfs",
-    "original_drivers", "passthrough_functions", "plan_create", "plan_remove", "plan_sriov", "plan_vf_clear",
-    "plan_vf_type", "plan_vfio_bind", "plan_vfio_restore", "reconcile", "recover", "resolve_root", "restore",
+    "ApplyResult",
+    "DemoResult",
+    "GuestResult",
+    "ReconcileResult",
+    "RestoreResult",
+    "UnitResult",
+    "apply",
+    "apply_desired",
+    "apply_plan_file",
+    "declarative",
+    "demo",
+    "discover",
+    "domain_allocations",
+    "explain_placement",
+    "guest",
+    "guest_create",
+    "guest_create_many",
+    "guest_destroy",
+    "guest_passthrough",
+    "guest_release",
+    "host_lock",
+    "inventory",
+    "mdevctl",
+    "mdevctl_export",
+    "mdevctl_import",
+    "merge_inventories",
+    "open_sysfs",
+    "original_drivers",
+    "passthrough_functions",
+    "plan_create",
+    "plan_remove",
+    "plan_sriov",
+    "plan_vf_clear",
+    "plan_vf_type",
+    "plan_vfio_bind",
+    "plan_vfio_restore",
+    "reconcile",
+    "recover",
+    "resolve_root",
+    "restore",
     "run_host_verb",
+    "unit",
+    "unit_install",
+    "unit_status",
+    "unit_uninstall",
 ]  # fmt: skip

@@ -279,6 +279,35 @@ class RemoveMdevctlDefinition(Step):
         return f"remove mdevctl definition /etc/mdevctl.d/{self.parent}/{self.uuid}"
 
 
+# --- files: systemd units ----------------------------------------------------------------------------------------
+
+
+@step_kind("write-unit-file")
+@dataclass(frozen=True)
+class WriteUnitFile(Step):
+    """Write `text` to <root>/etc/systemd/system/<name> (atomically, 0644). `previous` is the file's text before
+    (None: there was none). Undo: write previous back, or remove the file."""
+
+    name: str
+    text: str
+    previous: str | None = None
+
+    def describe(self) -> str:
+        return f"write systemd unit /etc/systemd/system/{self.name}"
+
+
+@step_kind("remove-unit-file")
+@dataclass(frozen=True)
+class RemoveUnitFile(Step):
+    """Remove <root>/etc/systemd/system/<name>. `previous` is its text (for undo: written back)."""
+
+    name: str
+    previous: str = ""
+
+    def describe(self) -> str:
+        return f"remove systemd unit /etc/systemd/system/{self.name}"
+
+
 @dataclass(frozen=True)
 class Plan:
     """An ordered list of steps and a one-line summary. An empty plan means "nothing to do"."""

@@ -23,8 +23,9 @@ _DEFINE = """
 import json, sys
 from vgpuadm.virt.conn import VirtConn, embed_uri
 from vgpuadm.virt.xml import domain_definition
+vnc = sys.argv[2] == "vnc"
 with VirtConn(embed_uri(sys.argv[1])) as c:
-    print(json.dumps({n: c.uuid(c.define(domain_definition(n, memory_mib=64))) for n in sys.argv[2:]}))
+    print(json.dumps({n: c.uuid(c.define(domain_definition(n, memory_mib=64, vnc=vnc))) for n in sys.argv[3:]}))
 """
 
 
@@ -48,10 +49,11 @@ def vgpuadm(root: Path, *args: str, env: dict[str, str] | None = None) -> Result
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
-def define(root: Path, *names: str) -> dict[str, str]:
-    """Define diskless domains in the root's embedded driver; returns name → domain UUID."""
-    proc = subprocess.run([sys.executable, "-c", _DEFINE, str(root), *names], capture_output=True, text=True,
-                          env=_env(), timeout=300, check=True)  # fmt: skip
+def define(root: Path, *names: str, vnc: bool = True) -> dict[str, str]:
+    """Define diskless domains in the root's embedded driver (with a VNC <graphics> device unless `vnc=False`);
+    returns name → domain UUID."""
+    proc = subprocess.run([sys.executable, "-c", _DEFINE, str(root), "vnc" if vnc else "-", *names],
+                          capture_output=True, text=True, env=_env(), timeout=300, check=True)  # fmt: skip
     return dict(json.loads(proc.stdout))
 
 

@@ -173,19 +173,18 @@ def test_destroy_refuses_a_device_another_domain_uses(sim_host, cli, conn, domai
     assert (mdevs(root), inactive_xml(conn, vm)) == ([u], before)
 
 
-def test_failed_attach_rolls_back_the_new_mdev(sim_host, cli, conn, domain, libvirtd):
-    """display=on needs a <graphics> device and the domain has none: libvirt refuses the attach, so the mdev
-    created one step earlier must be removed again and the domain left as it was."""
+def test_display_on_without_graphics_is_refused_before_any_change(sim_host, cli, conn, domain, libvirtd):
+    """display=on needs a <graphics> device and the domain has none: libvirt would refuse the attach after the mdev
+    was created, so the planner refuses first and nothing runs. (A failed attach rolling back the new mdev is
+    test_running_domain_refuses_hotplug_and_leaves_nothing.)"""
     root, vm = sim_host("p4"), domain()
-    u = expected_uuid(root, conn, vm, 0)
     before = inactive_xml(conn, vm)
     r = cli("--root", str(root), "-c", libvirtd, "create", "--type", "nvidia-63", "--vm", vm, "--display", "on")
-    assert r.code == 8
+    assert r.code == 2
     assert r.err.splitlines() == [
-        f"error: step 2/3 attach mdev {u} (nvidia-63) to domain {vm} failed: attaching a device to '{vm}': "
-        "unsupported configuration: graphics device is needed for attribute value 'display=on' in <hostdev>",
-        f"hint: check with `virsh -c {libvirtd} dumpxml {vm}`; nothing was changed (the earlier steps were rolled "
-        "back)",
+        f"error: domain {vm} has no <graphics> device, which a vGPU with display on needs",
+        f"hint: add one (virsh edit {vm}, then <graphics type='vnc'/> or <graphics type='spice'/> under <devices>), "
+        "or use --display off",
     ]
     assert (mdevs(root), inactive_xml(conn, vm), metadata(conn, vm)) == ([], before, None)
     assert not (root / "var/lib/vgpuadm/journal.json").exists()

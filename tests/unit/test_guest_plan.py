@@ -20,10 +20,13 @@ from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
 DOM_UUID = "6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a01"
 
 
-def domain(name: str = "web01", allocations: Sequence[Allocation] = (), hostdevs: Sequence[str] = ()) -> str:
+def domain(
+    name: str = "web01", allocations: Sequence[Allocation] = (), hostdevs: Sequence[str] = (), graphics: bool = True
+) -> str:
     meta = f"<metadata>{xml.metadata_xml(allocations)}</metadata>" if allocations else ""
-    return (f"<domain type='kvm'><name>{name}</name><uuid>{DOM_UUID}</uuid>{meta}<devices>{''.join(hostdevs)}"
-            "</devices></domain>")  # fmt: skip
+    screen = "<graphics type='vnc'/>" if graphics else ""
+    return (f"<domain type='kvm'><name>{name}</name><uuid>{DOM_UUID}</uuid>{meta}<devices>{screen}"
+            f"{''.join(hostdevs)}</devices></domain>")  # fmt: skip
 
 
 def test_create_plan_is_create_attach_record(sim_host):
@@ -49,6 +52,24 @@ def test_create_plan_is_create_attach_record(sim_host):
         "</vgpuadm>\n"
     )
     assert added == after and [a.uuid for a in added] == [u]
+
+
+def test_display_on_needs_a_graphics_device_and_is_refused_while_planning(sim_host):
+    """libvirt refuses a display='on' hostdev in a domain with no <graphics> only at the attach, after the kernel
+    steps: the planner refuses it first, naming the domain and the fix. Display off, or a VF, needs none."""
+    snap = api.discover(str(sim_host("p4")))
+    with pytest.raises(UsageError) as caught:
+        guest.plan_create(snap, domain(graphics=False), "nvidia-63", display=True)
+    assert caught.value.message == "domain web01 has no <graphics> device, which a vGPU with display on needs"
+    assert caught.value.hint == (
+        "add one (virsh edit web01, then <graphics type='vnc'/> or <graphics type='spice'/> under <devices>), "
+        "or use --display off"
+    )
+    plan, added, _ = guest.plan_create(snap, domain(graphics=False), "nvidia-63")
+    assert len(added) == 1 and not plan.empty
+    owned = [Allocation("web01", "mdev", "nvidia-63", "0000:01:00.0", uuid="c2177883-f1bb-47f0-914d-32a22e3a8804")]
+    plan, added, _ = guest.plan_create(snap, domain(allocations=owned, graphics=False), "nvidia-63", display=True)
+    assert (plan.empty, added) == (True, [])  # nothing to attach: nothing to refuse
 
 
 def test_create_counts_what_the_domain_already_owns(sim_host):

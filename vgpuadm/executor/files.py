@@ -1,4 +1,5 @@
-"""Apply / undo / is-applied handlers for the file steps (mdevctl definitions under <root>/etc/mdevctl.d),
+"""Apply / undo / is-applied handlers for the file steps (mdevctl definitions under <root>/etc/mdevctl.d, vgpuadm's
+systemd units under <root>/etc/systemd/system),
 registered with the executor like executor/kernel.py. Every path goes through io.mdevctl.definition_file, which
 checks the parent and UUID grammars and keeps the path under <root>/etc/mdevctl.d; every undo checks first."""
 
@@ -6,7 +7,8 @@ from __future__ import annotations
 
 from vgpuadm.executor import ExecContext, register
 from vgpuadm.io.mdevctl import read_file, remove_file, write_file
-from vgpuadm.steps import RemoveMdevctlDefinition, WriteMdevctlDefinition
+from vgpuadm.io.unitfile import read_unit, remove_unit, write_unit
+from vgpuadm.steps import RemoveMdevctlDefinition, RemoveUnitFile, WriteMdevctlDefinition, WriteUnitFile
 
 
 def _apply_write(s: WriteMdevctlDefinition, ctx: ExecContext) -> None:
@@ -39,4 +41,37 @@ def _undo_remove(s: RemoveMdevctlDefinition, ctx: ExecContext) -> None:
 register(WriteMdevctlDefinition, _apply_write, _undo_write, _written)
 register(
     RemoveMdevctlDefinition, _apply_remove, _undo_remove, lambda s, ctx: read_file(ctx.root, s.parent, s.uuid) is None
+)
+
+
+def _undo_write_unit(s: WriteUnitFile, ctx: ExecContext) -> None:
+    current = read_unit(ctx.root, s.name)
+    if current == s.previous:
+        return
+    if s.previous is None:
+        remove_unit(ctx.root, s.name)
+    else:
+        write_unit(ctx.root, s.name, s.previous)
+
+
+def _apply_remove_unit(s: RemoveUnitFile, ctx: ExecContext) -> None:
+    remove_unit(ctx.root, s.name)
+
+
+def _undo_remove_unit(s: RemoveUnitFile, ctx: ExecContext) -> None:
+    if read_unit(ctx.root, s.name) is None:
+        write_unit(ctx.root, s.name, s.previous)
+
+
+register(
+    WriteUnitFile,
+    lambda s, ctx: write_unit(ctx.root, s.name, s.text),
+    _undo_write_unit,
+    lambda s, ctx: read_unit(ctx.root, s.name) == s.text,
+)
+register(
+    RemoveUnitFile,
+    _apply_remove_unit,
+    _undo_remove_unit,
+    lambda s, ctx: read_unit(ctx.root, s.name) is None,
 )

@@ -18,7 +18,7 @@ from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.desired import DesiredPlan, Diff, describe_allocation
 from vgpuadm.plan.domains import Domains, device_keys
-from vgpuadm.plan.guest import free_slots, passthrough_allocations, passthrough_functions, remove_steps
+from vgpuadm.plan.guest import check_display, free_slots, passthrough_allocations, passthrough_functions, remove_steps
 from vgpuadm.plan.ids import device_uuid
 from vgpuadm.steps import CreateMdev, Plan, SetVfVgpuType, SetVgpuParams, Step
 from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
@@ -112,6 +112,10 @@ def build_apply_plan(
             key = "count" if "count" in spec.key_lines else "type"
             raise _located(plan_doc, vm, key, exc) from None
         created = _allocations_of(sub.steps, vm, domain_uuid, slots, spec)
+        try:
+            check_display(doms.xml.get(vm, "<domain/>"), created, turn_off="set display: {enabled: false}")
+        except VgpuadmError as exc:
+            raise _located(plan_doc, vm, "display", exc) from None
         steps.extend(sub.steps)
         for alloc in created:
             steps.append(AttachHostdev(vm, hostdev_for(alloc), describe_allocation(alloc)))

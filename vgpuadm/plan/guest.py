@@ -67,6 +67,22 @@ def _params(params: Sequence[str]) -> str:
     return normalise_params(join_params(params))
 
 
+def check_display(domain_xml: str, added: Sequence[Allocation], *, turn_off: str) -> None:
+    """Refuse, while planning, to attach an mdev with display on to a domain whose persistent XML has no <graphics>
+    element: libvirt would refuse the attach only after the kernel steps ran. The one check `create` and
+    `apply -f` share; `turn_off` is how the user's own verb turns the display off."""
+    if not any(a.mode == xml.MODE_MDEV and a.extra.get("display") == "on" for a in added):
+        return
+    if xml.has_graphics(domain_xml):
+        return
+    name = xml.domain_identity(domain_xml)[0]
+    raise UsageError(
+        f"domain {name} has no <graphics> device, which a vGPU with display on needs",
+        f"add one (virsh edit {name}, then <graphics type='vnc'/> or <graphics type='spice'/> under <devices>), "
+        f"or {turn_off}",
+    )
+
+
 # -- create ----------------------------------------------------------------------------------------------------------
 
 
@@ -155,7 +171,7 @@ def plan_create_many(
     extra = {"display": "on" if display else "off", **({"ramfb": "on"} if ramfb else {})}
     devices = iter(ids)
     out = []
-    for w in wants:
+    for w, (domain_xml, _count) in zip(wants, requests, strict=True):
         kernel_steps: list[Step] = []
         attach: list[Step] = []
         for slot in w.slots:
@@ -169,6 +185,7 @@ def plan_create_many(
                                domain_uuid=w.duuid, slot=slot)  # fmt: skip
             w.added.append(a)
             attach.append(AttachHostdev(w.name, xml.hostdev_for(a), _what(a)))
+        check_display(domain_xml, w.added, turn_off="use --display off")
         after = sorted([*w.owned, *w.added], key=lambda a: a.slot)
         meta = _metadata_step(w.name, w.owned, after, snap.host_key, w.prev_host)
         steps = [*kernel_steps, *attach, meta] if w.added else []

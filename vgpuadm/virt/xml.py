@@ -338,6 +338,12 @@ def free_guest_slot(domain_xml: str, *, first: int = 0x10, last: int = 0x1E) -> 
     )
 
 
+def has_graphics(domain_xml: str) -> bool:
+    """Whether the domain defines a <graphics> device (vnc, spice, egl-headless, …): libvirt refuses a hostdev with
+    display='on' without one ("graphics device is needed for attribute value 'display=on' in <hostdev>")."""
+    return parse_domain(domain_xml).find("devices/graphics") is not None
+
+
 def domain_identity(domain_xml: str) -> tuple[str, str]:
     doc = parse_domain(domain_xml)
     return doc.findtext("name") or "", doc.findtext("uuid") or ""

@@ -1,0 +1,105 @@
+"""`vgpuadm unit install`: the restore unit written to <root>/etc/systemd/system with ExecStart naming the vgpuadm
+being run (a pip/pipx install has no /usr/bin/vgpuadm), through the executor; idempotent; --dry-run and --json;
+`systemd-analyze verify` accepts the file. The verify tests skip when /usr/bin/systemd-analyze is absent."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vgpuadm.cli.app import run
+from vgpuadm.cli.console import Console
+from vgpuadm.io import unitfile
+from vgpuadm.ops.unit import vgpuadm_command
+
+ANALYZE = "/usr/bin/systemd-analyze"
+needs_analyze = pytest.mark.skipif(not os.access(ANALYZE, os.X_OK), reason="systemd-analyze is not installed")
+UNIT = "etc/systemd/system/vgpuadm-restore.service"
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    code = run(list(argv), Console(out=out, err=err))
+    return code, out.getvalue(), err.getvalue()
+
+
+def verify(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ANALYZE, "verify", str(path)], capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_install_writes_the_unit_once_then_nothing_to_do(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    code, out, err = cli("--root", str(root), "unit", "install", "--dry-run")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        "would install vgpuadm-restore.service:",
+        "  step 1/1 write systemd unit /etc/systemd/system/vgpuadm-restore.service",
+    ]
+    assert not (root / UNIT).exists()
+    code, out, err = cli("--root", str(root), "unit", "install")
+    assert code == 0, err
+    assert out.splitlines()[0] == "wrote /etc/systemd/system/vgpuadm-restore.service"
+    assert out.splitlines()[-1] == "next: systemctl daemon-reload && systemctl enable vgpuadm-restore.service"
+    path = root / UNIT
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o755
+    command = vgpuadm_command()
+    assert os.path.isabs(command[0]) and os.access(command[0], os.X_OK)
+    exec_start = [line for line in path.read_text().splitlines() if line.startswith("ExecStart=")]
+    assert exec_start == [f"ExecStart={' '.join(command)} restore --domain-xml-dir /etc/libvirt/qemu --timeout 120"]
+    assert "ExecStart=/usr/bin/vgpuadm" not in path.read_text()
+    assert not (root / "var/lib/vgpuadm/journal.json").exists()
+    text = path.read_text()
+    code, out, _ = cli("--root", str(root), "unit", "install", "--json")
+    doc = json.loads(out)
+    assert (code, doc["changed"], doc["installed"], doc["current"], doc["steps"]) == (0, False, True, True, [])
+    assert path.read_text() == text
+    code, out, _ = cli("--root", str(root), "unit", "status")
+    assert (code, out) == (
+        0,
+        f"/etc/systemd/system/vgpuadm-restore.service: installed, ExecStart runs {' '.join(command)}\n",
+    )
+    assert cli("--root", str(root), "unit", "uninstall")[0] == 0
+    assert not path.exists()
+    code, out, _ = cli("--root", str(root), "unit", "uninstall")
+    assert out.splitlines()[0] == "nothing to do: /etc/systemd/system/vgpuadm-restore.service is not installed"
+
+
+def test_command_is_the_console_script_or_this_interpreter(tmp_path: Path) -> None:
+    script = tmp_path / "bin" / "vgpuadm"
+    script.parent.mkdir()
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    assert vgpuadm_command(str(script)) == [str(script)]
+    assert vgpuadm_command(str(tmp_path / "vgpuadm" / "__main__.py")) == [os.path.abspath(sys.executable), "-m",
+                                                                           "vgpuadm"]  # fmt: skip
+    assert unitfile.render(["/opt/my tools/vgpuadm"]).count('ExecStart="/opt/my tools/vgpuadm" restore') == 1
+
+
+@needs_analyze
+def test_installed_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+    """After= on units this machine lacks (nvidia-vgpud…) is fine for verify: it only refuses a missing command."""
+    assert cli("--root", str(tmp_path), "unit", "install")[0] == 0
+    r = verify(tmp_path / UNIT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "is not executable" not in r.stderr
+
+
+@needs_analyze
+@pytest.mark.skipif(os.path.exists("/usr/bin/vgpuadm"), reason="this machine has a /usr/bin/vgpuadm")
+def test_the_old_fixed_usr_bin_unit_fails_verify_without_usr_bin_vgpuadm(tmp_path: Path) -> None:
+    """The unit as shipped before (ExecStart=/usr/bin/vgpuadm), on a pip/pipx install: verify refuses it."""
+    path = tmp_path / "vgpuadm-restore.service"
+    path.write_text(unitfile.render(["/usr/bin/vgpuadm"]))
+    r = verify(path)
+    assert r.returncode != 0
+    assert "Command /usr/bin/vgpuadm is not executable" in r.stderr

@@ -1,0 +1,113 @@
+"""The systemd unit that runs `vgpuadm restore` at boot: its text (templates/systemd/, the one source, ExecStart
+filled in with the vgpuadm command that installs it) and its file under <root>/etc/systemd/system. Commands write
+and remove it through the WriteUnitFile/RemoveUnitFile steps (lock, journal, undo); reads never follow a symlink."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Sequence
+
+from vgpuadm.errors import HostIOError, UsageError
+from vgpuadm.virt.templating import template_dir
+
+UNIT_DIR = "/etc/systemd/system"
+RESTORE_UNIT = "vgpuadm-restore.service"
+UNITS = (RESTORE_UNIT,)
+_MARK = "ExecStart=@VGPUADM@"
+_PLAIN = re.compile(r"^[A-Za-z0-9/._+:@=,-]+$")
+
+
+def _word(arg: str) -> str:
+    """One ExecStart word: systemd specifiers (%) and variables ($) doubled; quoted when it needs quoting."""
+    text = arg.replace("%", "%%").replace("$", "$$")
+    if _PLAIN.match(text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render(command: Sequence[str], name: str = RESTORE_UNIT) -> str:
+    """The unit's text with ExecStart running `command` (e.g. ["/root/.local/bin/vgpuadm"]) + `restore …`."""
+    if not command or not os.path.isabs(command[0]):
+        raise UsageError(f"{' '.join(command) or 'the command'} is not an absolute path", "systemd needs one")
+    with open(os.path.join(template_dir(), "systemd", name), encoding="utf-8") as f:
+        text = f.read()
+    if text.count(_MARK) != 1:
+        raise UsageError(f"the unit template {name} has no single {_MARK} line", "this is a bug in vgpuadm; report it")
+    return text.replace(_MARK, "ExecStart=" + " ".join(_word(a) for a in command))
+
+
+def host_path(name: str) -> str:
+    return f"{UNIT_DIR}/{name}"
+
+
+def unit_file(root: str, name: str) -> str:
+    """<root>/etc/systemd/system/<name>, for one of vgpuadm's own units only."""
+    if name not in UNITS:
+        raise UsageError(f"{name!r} is not a vgpuadm unit", f"vgpuadm installs {', '.join(UNITS)}")
+    return os.path.join(root, UNIT_DIR.lstrip("/"), name)
+
+
+def read_unit(root: str, name: str) -> str | None:
+    """The unit file's current text, None when there is none."""
+    path = unit_file(root, name)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise HostIOError(f"reading {host_path(name)} failed: {exc.strerror}", path=host_path(name),
+                          errno=exc.errno) from None  # fmt: skip
+    with os.fdopen(fd, encoding="utf-8") as f:
+        return f.read()
+
+
+def write_unit(root: str, name: str, text: str) -> None:
+    """Write the unit atomically (temp file O_EXCL|O_NOFOLLOW, fsync, rename, directory fsync), mode 0644 whatever
+    the umask; <root>/etc/systemd/system is created 0755 when absent."""
+    path = unit_file(root, name)
+    directory = os.path.dirname(path)
+    try:
+        if not os.path.isdir(directory):
+            os.makedirs(directory, exist_ok=True)
+            os.chmod(directory, 0o755)
+        if os.path.islink(directory):
+            raise UsageError(f"{UNIT_DIR} is a symlink", "vgpuadm does not write through symlinks")
+        tmp = os.path.join(directory, f".{name}.vgpuadm.{os.getpid()}.tmp")
+        with contextlib.suppress(FileNotFoundError):
+            if not os.path.islink(tmp):
+                os.unlink(tmp)  # a stale one of a crashed run
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fchmod(f.fileno(), 0o644)
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as exc:
+        raise HostIOError(f"writing {host_path(name)} failed: {exc.strerror}",
+                          "run as root, or point --root at a writable host root", path=host_path(name),
+                          errno=exc.errno) from None  # fmt: skip
+
+
+def remove_unit(root: str, name: str) -> bool:
+    """Remove the unit file; False when there was none."""
+    try:
+        os.unlink(unit_file(root, name))
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise HostIOError(f"removing {host_path(name)} failed: {exc.strerror}", path=host_path(name),
+                          errno=exc.errno) from None  # fmt: skip
+    return True
