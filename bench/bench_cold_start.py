@@ -19,7 +19,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from timing import compare, ratios
 
-HEAVY = ("typer", "rich", "click", "jinja2", "lxml", "jsonschema", "yaml", "libvirt", "filelock", "tenacity", "typing")
+HEAVY = (
+    "typer",
+    "rich",
+    "click",
+    "jinja2",
+    "lxml",
+    "jsonschema",
+    "yaml",
+    "ruamel",
+    "prometheus_client",
+    "orjson",
+    "libvirt",
+    "filelock",
+    "tenacity",
+    "typing",
+)
 
 
 def imported_modules(cmd: list[str], env: dict[str, str]) -> list[str]:

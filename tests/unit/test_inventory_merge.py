@@ -79,7 +79,7 @@ def test_fleet_prometheus_passes_promtool(reports, cli):
     text = _merge(cli, *reports, "--format", "prometheus").out
     check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, check=False)
     assert (check.returncode, check.stdout + check.stderr) == (0, "")
-    assert 'vgpuadm_unowned_devices{host="p4-a"} 1' in text.splitlines()
+    assert 'vgpuadm_unowned_devices{host="p4-a"} 1.0' in text.splitlines()  # prometheus_client writes floats
     assert "vgpuadm_fleet_locked_free_ratio 0.2308" in text.splitlines()
 
 

@@ -40,6 +40,18 @@ def render(doc: dict[str, Any], fmt: str, fleet: bool) -> str | None:
     return None
 
 
+def write_prometheus(path: str, doc: dict[str, Any], fleet: bool) -> None:
+    """prometheus_client's write_to_textfile: temp file beside the target + rename, like write_atomic."""
+    from vgpuadm.report import render_prometheus
+
+    families = render_prometheus.fleet_families(doc) if fleet else render_prometheus.host_families(doc)
+    try:
+        render_prometheus.write_textfile(path, families)
+    except OSError as exc:
+        raise HostIOError(f"cannot write {path}: {exc.strerror}", "check the directory exists and is writable",
+                          path=path, errno=exc.errno) from None  # fmt: skip
+
+
 def write_atomic(path: str, text: str) -> None:
     """Temp file + rename in the target directory: node_exporter and web servers never read half a file."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -59,6 +71,10 @@ def emit(console: Console, doc: dict[str, Any], fmt: str, output: str | None, fl
 
     for w in doc["warnings"]:
         console.warn(w)
+    if fmt == "prometheus" and output:
+        write_prometheus(output, doc, fleet)
+        console.line(f"wrote {output}")
+        return
     text = render(doc, fmt, fleet)
     if text is None:
         if output:

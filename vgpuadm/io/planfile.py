@@ -1,7 +1,9 @@
 """Plan files (`vgpuadm apply -f plan.yaml`): load, check against vgpuadm/schemas/plan-v1.schema.json, convert.
 
-Every error names the place: `plan.yaml:7: vms.web01.count: must be ≥ 1`. Locations come from PyYAML's node marks,
-so the plan is composed into nodes once, checked, and only then turned into Python values.
+Every error names the place: `plan.yaml:7: vms.web01.count: must be ≥ 1`. ruamel.yaml reads the plan as YAML 1.2
+(core schema: unquoted `0000:01:00.0` is a string, not a YAML 1.1 base-60 number; only true/false are booleans) and
+refuses duplicate keys itself. The plan is loaded twice from the same text: as plain Python values (the safe
+loader) to validate and convert, and round-trip, whose maps and lists know the line of every key and value (`.lc`).
 """
 
 from __future__ import annotations
@@ -13,33 +15,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import yaml
-
 from vgpuadm.errors import UsageError
 from vgpuadm.plan.desired import DesiredPlan, Display, VmSpec, format_params
 from vgpuadm.schemas import load
 
 # -- loading ------------------------------------------------------------------------------------------------------
-
-
-class PlanLoader(yaml.SafeLoader):
-    """SafeLoader without YAML 1.1's base-60 numbers: unquoted `0000:01:00.0` would otherwise load as 60.0."""
-
-
-PlanLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-PlanLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789")
-)
-PlanLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-    ),
-    list("-+.0123456789"),
-)
 
 
 def plan_schema() -> dict[str, Any]:
@@ -58,72 +38,96 @@ def load_plan(path: str) -> DesiredPlan:
 
 
 def parse_plan(text: str, source: str = "plan.yaml") -> DesiredPlan:
+    from ruamel.yaml import YAML  # lazily: ~30 ms of imports only `apply -f` needs
+    from ruamel.yaml.constructor import DuplicateKeyError
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
     try:
-        node = yaml.compose(text, Loader=PlanLoader)
-    except yaml.MarkedYAMLError as exc:
+        marks = YAML(typ="rt").load(text)  # CommentedMap / CommentedSeq: .lc holds every key's and value's line
+        data = YAML(typ="safe", pure=True).load(text)  # pure: the C parser would read YAML 1.1
+    except DuplicateKeyError as exc:
+        raise _duplicate_key(text, exc, source) from None
+    except MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark is not None else 0
         raise UsageError(f"{source}:{line}: not valid YAML: {exc.problem}", "fix the YAML syntax") from None
-    except yaml.YAMLError as exc:
+    except YAMLError as exc:
         raise UsageError(f"{source}: not valid YAML: {exc}", "fix the YAML syntax") from None
-    if node is None:
+    if data is None:
         raise UsageError(f"{source}:1: the plan is empty", "write at least `vms: {web01: {type: nvidia-63}}`")
-    _check_duplicate_keys(node, source, ())
-    data = yaml.load(text, Loader=PlanLoader)  # PlanLoader is a SafeLoader
-    _validate(data, node, source)
-    return _to_plan(data, node, source)
+    _validate(data, marks, source)
+    return _to_plan(data, marks, source)
 
 
 def plan_from_data(data: Mapping[str, Any], source: str = "plan") -> DesiredPlan:
     """A plan given as data (the Ansible module's options) rather than as a file: checked against the same schema
     and converted the same way. It has no lines, so faults name only the key path (`source: vms.web01.count: must
     be ≥ 1`) and its VMs carry line 0, which the apply planner takes as "no place to name"."""
-    node = yaml.compose(json.dumps(data, default=str), Loader=PlanLoader)  # JSON is YAML: the nodes _validate reads
-    assert node is not None  # a JSON document is never empty
+    from ruamel.yaml import YAML
+
+    marks = YAML(typ="rt").load(json.dumps(data, default=str))  # JSON is YAML: the positions _validate reads
     try:
-        _validate(data, node, source)
-        plan = _to_plan(data, node, source)
+        _validate(data, marks, source)
+        plan = _to_plan(data, marks, source)
     except UsageError as exc:
         raise UsageError(re.sub(rf"^{re.escape(source)}:\d+: ", f"{source}: ", exc.message), exc.hint) from None
     vms = {name: dataclasses.replace(spec, line=0, key_lines={}) for name, spec in plan.vms.items()}
     return DesiredPlan(source=source, vms=vms)
 
 
-def _check_duplicate_keys(node: yaml.Node, source: str, path: tuple[str, ...]) -> None:
-    # PyYAML keeps the last of two equal keys silently; a plan naming a VM twice is a mistake worth stopping.
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key, value in node.value:
-            name = str(key.value)
-            if name in seen:
-                raise _fault(source, key, (*path, name), "duplicate key", "name each key once")
-            seen.add(name)
-            _check_duplicate_keys(value, source, (*path, name))
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _check_duplicate_keys(item, source, (*path, str(i)))
+def _duplicate_key(text: str, exc: Any, source: str) -> UsageError:
+    """ruamel's DuplicateKeyError as `plan.yaml:4: vms.a: duplicate key`: its marks give the mapping and the second
+    key; the key path comes from the same text loaded with duplicates allowed (each mapping keeps the first)."""
+    from ruamel.yaml import YAML
+
+    line = exc.problem_mark.line + 1
+    loose = YAML(typ="rt")
+    loose.allow_duplicate_keys = True
+    found = _path_to(loose.load(text), (exc.context_mark.line, exc.context_mark.column), ())
+    path, mapping = found if found is not None else ((), {})
+    # ruamel names the key only in its message; the closing quote tells `a` from `ab`
+    key = next((str(k) for k in mapping if exc.problem.startswith(f'found duplicate key "{k}" with value')), None)
+    if key is None:
+        return UsageError(f"{source}:{line}: not valid YAML: {exc.problem}", "name each key once")
+    return UsageError(f"{source}:{line}: {'.'.join((*path, key))}: duplicate key", "name each key once")
 
 
-def _validate(data: Any, node: yaml.Node, source: str) -> None:
+def _path_to(tree: Any, start: tuple[int, int], path: tuple[str, ...]) -> tuple[tuple[str, ...], Any] | None:
+    """(key path, mapping or list) of the one that starts at (line, column), 0-based."""
+    lc = getattr(tree, "lc", None)  # CommentedMap and CommentedSeq have one
+    if lc is None:
+        return None
+    if (lc.line, lc.col) == start:
+        return path, tree
+    for key, value in tree.items() if isinstance(tree, dict) else enumerate(tree):
+        found = _path_to(value, start, (*path, str(key)))
+        if found is not None:
+            return found
+    return None
+
+
+def _validate(data: Any, marks: Any, source: str) -> None:
     from jsonschema import Draft202012Validator
 
     validator = Draft202012Validator(plan_schema())
-    errors = sorted(validator.iter_errors(data), key=lambda e: (_line_of(node, list(e.absolute_path)), e.path))
+    errors = sorted(
+        validator.iter_errors(data), key=lambda e: (_at(marks, [str(p) for p in e.absolute_path])[1], e.path)
+    )
     if errors:
         err = errors[0]
         path = [str(p) for p in err.absolute_path]
-        target = _node_at(node, path)
+        target, line = _at(marks, path)
         problem, hint = _explain(err)
-        if err.validator == "additionalProperties" and isinstance(target, yaml.MappingNode):
+        if err.validator == "additionalProperties" and isinstance(target, dict):
             extra = _unknown_keys(err)
-            key_node = next((k for k, _ in target.value if str(k.value) in extra), None)
-            if key_node is not None:
-                raise _fault(source, key_node, [*path, str(key_node.value)], problem, hint)
-        if err.validator == "propertyNames" and isinstance(target, yaml.MappingNode):
-            key_node = next((k for k, _ in target.value if str(k.value) == str(err.instance)), None)
-            if key_node is not None:
-                raise _fault(source, key_node, [*path, str(err.instance)], problem, hint)
-        raise _fault(source, target, path, problem, hint)
+            key = next((str(k) for k in target if str(k) in extra), None)
+            if key is not None:
+                raise _fault(source, _key_line(marks, [*path, key]), [*path, key], problem, hint)
+        if err.validator == "propertyNames" and isinstance(target, dict):
+            key = str(err.instance)
+            if any(str(k) == key for k in target):
+                raise _fault(source, _key_line(marks, [*path, key]), [*path, key], problem, hint)
+        raise _fault(source, line, path, problem, hint)
 
 
 def _explain(err: Any) -> tuple[str, str]:
@@ -135,6 +139,11 @@ def _explain(err: Any) -> tuple[str, str]:
         return f"must be ≤ {arg}", f"use a whole number of at most {arg}"
     if v == "type":
         kinds = " or ".join(arg) if isinstance(arg, list) else arg
+        if kinds == "boolean":  # YAML 1.2: yes/no/on/off are strings now
+            return (
+                f"must be a boolean, not {err.instance!r}",
+                "write true or false (yes/no/on/off are text in YAML 1.2)",
+            )
         return f"must be {'an' if kinds[0] in 'aeiou' else 'a'} {kinds}, not {err.instance!r}", f"write a {kinds}"
     if v == "enum":
         return f"must be one of {', '.join(map(str, arg))}, not {err.instance!r}", "pick one of the listed values"
@@ -166,67 +175,71 @@ def _unknown_keys(err: Any) -> list[str]:
     return sorted(str(k) for k in err.instance if k not in known)
 
 
-def _node_at(node: yaml.Node, path: Sequence[str]) -> yaml.Node:
+_NONE = object()
+
+
+def _lines(tree: Any, key: Any) -> list[int]:
+    """[key line, key column, value line, value column] (0-based) of a mapping's key or a list's index; keys a merge
+    (`<<: *anchor`) brought in have none of their own and take the mapping's line."""
+    return tree.lc.data.get(key) or [tree.lc.line, tree.lc.col] * 2
+
+
+def _at(marks: Any, path: Sequence[str]) -> tuple[Any, int]:
+    """The value at the key path, as far down as the path exists, and its (1-based) line."""
+    tree, line = marks, marks.lc.line if hasattr(marks, "lc") else 0
     for part in path:
-        if isinstance(node, yaml.MappingNode):
-            nxt = next((v for k, v in node.value if str(k.value) == part), None)
-        elif isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
-            nxt = node.value[int(part)]
+        if isinstance(tree, dict):
+            key = next((k for k in tree if str(k) == part), _NONE)
+            if key is _NONE:
+                break
+        elif isinstance(tree, list) and part.isdigit() and int(part) < len(tree):
+            key = int(part)
         else:
-            nxt = None
-        if nxt is None:
             break
-        node = nxt
-    return node
+        line, tree = _lines(tree, key)[2], tree[key]
+    return tree, line + 1
 
 
-def _key_node(node: yaml.Node, path: Sequence[str]) -> yaml.Node:
-    """The key node naming path[-1] (where a person looks for "vms.web01"), else the value node."""
-    parent = _node_at(node, path[:-1])
-    if isinstance(parent, yaml.MappingNode):
-        for key, _value in parent.value:
-            if str(key.value) == path[-1]:
-                return key
-    return _node_at(node, path)
+def _key_line(marks: Any, path: Sequence[str]) -> int:
+    """The line of the key naming path[-1] (where a person looks for "vms.web01"), else of the value."""
+    parent, _ = _at(marks, path[:-1])
+    if isinstance(parent, dict):
+        for key in parent:
+            if str(key) == path[-1]:
+                return _lines(parent, key)[0] + 1
+    return _at(marks, path)[1]
 
 
-def _line_of(node: yaml.Node, path: Sequence[Any]) -> int:
-    return _node_at(node, [str(p) for p in path]).start_mark.line + 1
-
-
-def _fault(source: str, node: yaml.Node, path: Sequence[str], problem: str, hint: str) -> UsageError:
+def _fault(source: str, line: int, path: Sequence[str], problem: str, hint: str) -> UsageError:
     where = ".".join(path) or "(top level)"
-    return UsageError(f"{source}:{node.start_mark.line + 1}: {where}: {problem}", hint)
+    return UsageError(f"{source}:{line}: {where}: {problem}", hint)
 
 
-def _params(source: str, node: yaml.Node, vm: str, value: Any) -> str:
+def _params(source: str, marks: Any, vm: str, value: Any) -> str:
     try:
         return format_params(value)
     except UsageError as exc:
-        raise _fault(
-            source, _node_at(node, ["vms", vm, "params"]), ["vms", vm, "params"], exc.message, exc.hint
-        ) from None
+        path = ["vms", vm, "params"]
+        raise _fault(source, _at(marks, path)[1], path, exc.message, exc.hint) from None
 
 
-def _to_plan(data: Mapping[str, Any], node: yaml.Node, source: str) -> DesiredPlan:
+def _to_plan(data: Mapping[str, Any], marks: Any, source: str) -> DesiredPlan:
     defaults = data.get("defaults") or {}
     vms: dict[str, VmSpec] = {}
     for name, body in (data.get("vms") or {}).items():
         name = str(name)
         body = body or {}
-        vm_node = _key_node(node, ["vms", name])
-        line = vm_node.start_mark.line + 1
+        line = _key_line(marks, ["vms", name])
         has_type, has_pt = "type" in body, "passthrough" in body
         if has_type == has_pt:
             problem = "names both type and passthrough" if has_type else "needs a type or passthrough"
             raise _fault(
-                source, vm_node, ["vms", name], problem, "give a VM either `type: …` (+ count) or `passthrough: BDF`"
+                source, line, ["vms", name], problem, "give a VM either `type: …` (+ count) or `passthrough: BDF`"
             )
         if has_pt and "count" in body:
-            count_node = _node_at(node, ["vms", name, "count"])
             raise _fault(
                 source,
-                count_node,
+                _at(marks, ["vms", name, "count"])[1],
                 ["vms", name, "count"],
                 "does not apply to passthrough",
                 "list each function under passthrough instead",
@@ -243,9 +256,9 @@ def _to_plan(data: Mapping[str, Any], node: yaml.Node, source: str) -> DesiredPl
             gpu=body["gpu"].lower() if body.get("gpu") else None,
             policy=body.get("policy", defaults.get("policy", "pack")),
             numa=body.get("numa"),
-            params=_params(source, node, name, body.get("params")),
+            params=_params(source, marks, name, body.get("params")),
             display=Display(**display),
             line=line,
-            key_lines={k: _key_node(node, ["vms", name, k]).start_mark.line + 1 for k in body},
+            key_lines={k: _key_line(marks, ["vms", name, str(k)]) for k in body},
         )
     return DesiredPlan(source=source, vms=vms)

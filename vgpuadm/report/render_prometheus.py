@@ -5,6 +5,7 @@ prefixed `vgpuadm_`, with base units in the name (`_bytes`, `_seconds`) and one 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -12,37 +13,46 @@ MIB = 1024 * 1024
 
 
 class _Families:
+    """The document's gauge families, in the order they are first added, as a prometheus_client collector: the
+    library writes the exposition text (escaping, number format, HELP/TYPE lines) and the atomic textfile."""
+
     def __init__(self) -> None:
-        self._order: list[str] = []
-        self._help: dict[str, str] = {}
-        self._samples: dict[str, list[str]] = {}
+        from prometheus_client.core import GaugeMetricFamily  # lazily: ~200 ms of imports only this format needs
+
+        self._gauge = GaugeMetricFamily
+        self._families: dict[str, Any] = {}
 
     def add(self, name: str, help_text: str, labels: dict[str, Any], value: float | int | None) -> None:
         if value is None:
             return
-        if name not in self._help:
-            self._order.append(name)
-            self._help[name] = help_text
-            self._samples[name] = []
-        pairs = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-        self._samples[name].append(f"{name}{{{pairs}}} {_number(value)}" if pairs else f"{name} {_number(value)}")
+        family = self._families.get(name)
+        if family is None:
+            family = self._families[name] = self._gauge(name, help_text, labels=list(labels))
+        family.add_metric(["" if v is None else str(v) for v in labels.values()], value)
 
-    def text(self) -> str:
-        lines: list[str] = []
-        for name in self._order:
-            lines.append(f"# HELP {name} {self._help[name]}")
-            lines.append(f"# TYPE {name} gauge")
-            lines.extend(self._samples[name])
-        return "\n".join(lines) + "\n"
+    def collect(self) -> Iterator[Any]:
+        yield from self._families.values()
 
+    def registry(self) -> Any:
+        from prometheus_client import CollectorRegistry
 
-def _escape(value: Any) -> str:
-    text = "" if value is None else str(value)
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)
+        return registry
 
 
-def _number(value: float | int) -> str:
-    return str(int(value)) if isinstance(value, bool) or float(value).is_integer() else repr(float(value))
+def text(families: _Families) -> str:
+    """The exposition text (stdout)."""
+    from prometheus_client import generate_latest
+
+    return generate_latest(families.registry()).decode("utf-8")
+
+
+def write_textfile(path: str, families: _Families) -> None:
+    """The textfile for node_exporter, written to a temporary file beside it and renamed over it (OSError as is)."""
+    from prometheus_client import write_to_textfile
+
+    write_to_textfile(path, families.registry())
 
 
 def _bytes(mib: int | None) -> int | None:
@@ -57,6 +67,10 @@ def _unix(iso: str) -> float | None:
 
 
 def host_metrics(doc: dict[str, Any]) -> str:
+    return text(host_families(doc))
+
+
+def host_families(doc: dict[str, Any]) -> _Families:
     m = _Families()
     h = {"host": doc["host"]}
     m.add(
@@ -135,7 +149,7 @@ def host_metrics(doc: dict[str, Any]) -> str:
         h,
         _bytes(s["framebuffer_locked_free_mib"]),
     )
-    return m.text()
+    return m
 
 
 def _type_families(m: _Families, types: list[dict[str, Any]], base: dict[str, Any]) -> None:
@@ -150,6 +164,10 @@ def _type_families(m: _Families, types: list[dict[str, Any]], base: dict[str, An
 
 
 def fleet_metrics(doc: dict[str, Any]) -> str:
+    return text(fleet_families(doc))
+
+
+def fleet_families(doc: dict[str, Any]) -> _Families:
     m = _Families()
     m.add("vgpuadm_fleet_hosts", "Hosts in the fleet report.", {}, doc["totals"]["hosts"])
     for h in doc["hosts"]:
@@ -187,4 +205,4 @@ def fleet_metrics(doc: dict[str, Any]) -> str:
         {},
         f["locked_share"],
     )
-    return m.text()
+    return m
