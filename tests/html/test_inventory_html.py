@@ -113,7 +113,7 @@ def h200_page(tmp_path_factory):
     build("h200-vendor-vfio", str(base / "h200"))
     for vf in ("0000:18:00.4", "0000:18:00.5", "0000:18:00.6"):
         set_vf_type(base / "h200", vf, 1414)  # three H200X-1-18C (MIG, max 7)
-    doc = api.inventory(str(base / "h200"), host="h200")
+    doc = api.inventory(str(base / "h200"), host="h200", use_libvirt=False)
     page = base / "h200.html"
     page.write_text(host_html(doc))
     return base, page, doc
@@ -151,7 +151,7 @@ def test_h200_chart_labels_are_the_table_numbers(h200_page):
 def test_full_gpu_and_passthrough_gpus_are_charted(tmp_path):
     build("h200-vendor-vfio", str(tmp_path / "h200"))
     set_vf_type(tmp_path / "h200", "0000:18:00.4", 1428)  # H200X-141C: the whole GPU
-    view = host_view(api.inventory(str(tmp_path / "h200"), host="h"))
+    view = host_view(api.inventory(str(tmp_path / "h200"), host="h", use_libvirt=False))
     assert [(b["label"], b["used"], b["free"], b["stranded"], b["text"]) for b in view["charts"][0]["bars"]] == [
         ("0000:18:00.0", 144384, 0, 0, "144384 / 144384")
     ]
