@@ -43,6 +43,14 @@ class Layout(StrEnum):
 MDEV_LAYOUTS = (Layout.MDEV_PF, Layout.MDEV_VF)
 
 
+class DeviceMode(StrEnum):
+    """What a device a domain owns is, as Allocation.mode and the metadata's `mode` attribute record it."""
+
+    MDEV = "mdev"  # layouts A/B: <hostdev type='mdev'> by UUID
+    VF = "vf"  # layout C: the vendor-VFIO VF, <hostdev type='pci' managed='no'>
+    PCI = "pci"  # layout D: whole-function passthrough, <hostdev type='pci'> with <driver name='vfio'/>
+
+
 class _DataclassFields:
     """`dataclasses.replace/fields/asdict` know a dataclass by its `__dataclass_fields__`. A record builds its own
     on first use, from a throwaway dataclass with the same field names: dataclasses is imported only then."""
@@ -373,7 +381,7 @@ class Allocation(_Record):
     ownership, restore and the inventory's "owned by" column)."""
 
     domain: str
-    mode: str  # "mdev" (layouts A/B), "vf" (layout C), "pci" (layout D passthrough)
+    mode: DeviceMode
     type_id: str | None  # nvidia-63, nvidia-1414; None for passthrough
     parent: str | None  # mdev parent, or the VF itself for layout C
     uuid: str | None  # mdev UUID
@@ -387,7 +395,7 @@ class Allocation(_Record):
     def __init__(
         self,
         domain: str,
-        mode: str,
+        mode: DeviceMode | str,
         type_id: str | None = None,
         parent: str | None = None,
         uuid: str | None = None,
@@ -399,7 +407,7 @@ class Allocation(_Record):
     ) -> None:
         self.__dict__.update(
             domain=domain,
-            mode=mode,
+            mode=DeviceMode(mode),
             type_id=type_id,
             parent=parent,
             uuid=uuid,

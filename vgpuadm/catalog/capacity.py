@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from vgpuadm.catalog.naming import describe_nvidia_name
-from vgpuadm.model import Allocation, HostSnapshot, Layout, Mdev, MdevParent, VendorVf, VgpuType
+from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, Layout, Mdev, MdevParent, VendorVf, VgpuType
 
 SR_IOV_LAYOUTS = (Layout.MDEV_VF, Layout.VENDOR_VFIO)
 
@@ -221,12 +221,12 @@ def consume(snap: HostSnapshot, created: Sequence[Allocation]) -> HostSnapshot:
     vfs = dict(snap.vendor_vfs)
     parents = dict(snap.mdev_parents)
     for a in created:
-        if a.mode == "mdev" and a.uuid and a.parent and a.type_id:
+        if a.mode == DeviceMode.MDEV and a.uuid and a.parent and a.type_id:
             mdevs[a.uuid] = Mdev(a.uuid, a.type_id, a.parent)
             p = parents.get(a.parent)
             if p is not None:
                 parents[a.parent] = dataclasses.replace(p, types=_after(p, mdevs, a.type_id, -1))
-        elif a.mode == "vf" and a.address and a.type_id:
+        elif a.mode == DeviceMode.VF and a.address and a.type_id:
             vf = vfs.get(a.address)
             if vf is not None:
                 vfs[a.address] = dataclasses.replace(vf, current_type=int(a.type_id.rsplit("-", 1)[-1]))
@@ -240,11 +240,11 @@ def release(snap: HostSnapshot, gone: Sequence[Allocation]) -> HostSnapshot:
     vfs = dict(snap.vendor_vfs)
     parents = dict(snap.mdev_parents)
     for a in gone:
-        m = mdevs.pop(a.uuid or "", None) if a.mode == "mdev" else None
+        m = mdevs.pop(a.uuid or "", None) if a.mode == DeviceMode.MDEV else None
         if m is not None and m.parent in parents:
             p = parents[m.parent]
             parents[m.parent] = dataclasses.replace(p, types=_after(p, mdevs, m.type_id, +1))
-        if a.mode == "vf" and a.address in vfs:
+        if a.mode == DeviceMode.VF and a.address in vfs:
             vfs[a.address] = dataclasses.replace(vfs[a.address], current_type=0)
     return _one_size(snap, gone, mdevs, vfs, parents)
 

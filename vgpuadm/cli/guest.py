@@ -6,6 +6,7 @@ from typing import Any
 from vgpuadm import api
 from vgpuadm.cli.console import Console
 from vgpuadm.cli.host import plan_options
+from vgpuadm.model import DeviceMode
 
 
 def _report(console: Console, result: Any, as_json: bool, verb: str) -> None:
@@ -22,7 +23,7 @@ def _report(console: Console, result: Any, as_json: bool, verb: str) -> None:
         return
     devices = result.added if verb == "attached" else result.removed
     for a in devices:
-        what = a.uuid if a.mode == "mdev" else a.address
+        what = a.uuid if a.mode == DeviceMode.MDEV else a.address
         kind = f"{a.type_id} " if a.type_id else ""
         where = f" on {a.parent}" if a.parent and a.parent != what else ""
         console.line(f"{verb} {a.mode} {kind}{what}{where} ({'to' if verb == 'attached' else 'from'} {result.domain})")

@@ -66,7 +66,7 @@ def apply_desired(
 ) -> ApplyResult:
     """Make the host match a desired state (a plan file's, or the Ansible module's), as ONE journaled plan.
     `check` computes the diff and the steps and changes nothing."""
-    with Session.open(root, connect, verb="apply") as s:
+    with Session.open(root, connect) as s:
         snap, doms = s.snap, s.domains()
         for name, spec in plan_doc.vms.items():
             if name not in doms.by_name:

@@ -94,7 +94,7 @@ def create_many(
     """Provision several domains (name, total count) with one type under one lock, one discovery and one libvirt
     connection. Placement is joint; each domain's plan is applied (or rolled back) as a unit, in order. When one
     fails, the domains before it keep their devices and the error says which they are."""
-    with Session.open(root, connect, verb="create") as s:
+    with Session.open(root, connect) as s:
         snap = s.snap
         xmls = [(s.domain_xml(vm), count) for vm, count in requests]
         plans = planner.plan_create_many(snap, xmls, type_name, taken=s.domains().users(), **options)
@@ -131,7 +131,7 @@ def destroy(
     dry_run: bool = False,
     progress: Progress | None = None,
 ) -> GuestResult:
-    with Session.open(root, connect, verb="destroy") as s:
+    with Session.open(root, connect) as s:
         dom = s.domain_xml(vm)
         plan, gone, after = planner.plan_destroy(s.snap, dom, s.domains().users(besides=vm), uuid=uuid, all_=all_,
                                                  drivers=load_drivers(s.root.path))  # fmt: skip
@@ -156,7 +156,7 @@ def passthrough(
     dry_run: bool = False,
     progress: Progress | None = None,
 ) -> GuestResult:
-    with Session.open(root, connect, verb="passthrough") as s:
+    with Session.open(root, connect) as s:
         dom = s.domain_xml(vm)
         plan, added, after = planner.plan_passthrough(s.snap, dom, gpu, s.domains().users(besides=vm), force=force,
                                                       rom_file=rom_file)  # fmt: skip
@@ -176,7 +176,7 @@ def release(
     """Take a passed-through GPU back from whichever domain has it (per vgpuadm metadata) and give it back to its
     host drivers. With no domain holding it, only the drivers are restored."""
     gpu = str(xml.PciAddress.parse(gpu))
-    with Session.open(root, connect, verb="release") as s:
+    with Session.open(root, connect) as s:
         if gpu not in s.snap.functions:
             raise NotFoundError(f"No PCI function {gpu} on this host", "run `vgpuadm gpus` to list GPUs")
         plan, holders, gone = planner.plan_release(s.snap, s.domains(), gpu, load_drivers(s.root.path))

@@ -93,7 +93,7 @@ def run(
         with Session.read(root, connect) as s:
             plan, ids = _plan(s, planner, frees, force)
             return plan, ids, s.execute(plan, dry_run=True)
-    with Session.open(root, connect, verb="the command") as s:
+    with Session.open(root, connect) as s:
         plan, ids = _plan(s, planner, frees, force)
         return plan, ids, s.execute(plan)
 

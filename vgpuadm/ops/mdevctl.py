@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from vgpuadm.catalog.capacity import consume
 from vgpuadm.io import mdevctl
 from vgpuadm.io.domainxml import read_domain_dir
-from vgpuadm.model import Allocation
+from vgpuadm.model import Allocation, DeviceMode
 from vgpuadm.modes.mdev import MODE as MDEV
 from vgpuadm.ops.session import Session
 from vgpuadm.steps import Plan, Step, WriteMdevctlDefinition
@@ -21,7 +21,7 @@ def export(
 ) -> list[tuple[mdevctl.Definition, bool]]:
     """Write an mdevctl definition (start=auto) for every mdev the domains own, or with `from_host` for every
     mdev that exists now. Returns each definition and whether its file changed."""
-    with Session.open(root, connect, verb="mdevctl export") as s:
+    with Session.open(root, connect) as s:
         snap = s.snap
         if from_host:
             defs = [mdevctl.definition(m.parent, m.uuid, m.type_id, (m.vgpu_params or "").strip() or None)
@@ -29,7 +29,7 @@ def export(
         else:
             doms = read_domain_dir(domain_xml_dir, snap.host_key) if domain_xml_dir else s.domains()
             defs = [mdevctl.definition(a.parent, a.uuid, a.type_id, a.params)
-                    for a in doms.allocations if a.mode == "mdev" and a.parent and a.uuid and a.type_id]  # fmt: skip
+                    for a in doms.allocations if a.mode == DeviceMode.MDEV and a.parent and a.uuid and a.type_id]  # fmt: skip
         defs.sort(key=lambda d: (d.parent, d.uuid))
         out: list[tuple[mdevctl.Definition, bool]] = []
         steps: list[Step] = []
@@ -52,7 +52,7 @@ class ImportResult:
 
 def import_(root: str | None, *, check: bool = False, include_manual: bool = False) -> ImportResult:
     """Create the mdevs that mdevctl definitions describe and that do not exist yet (start=auto ones, or all)."""
-    with Session.open(root, verb="mdevctl import") as s:
+    with Session.open(root) as s:
         snap = s.snap
         steps: list[Step] = []
         problems: list[str] = []
@@ -74,7 +74,7 @@ def import_(root: str | None, *, check: bool = False, include_manual: bool = Fal
             if other:
                 problems.append(f"{d.host_path}: attributes {', '.join(other)} are not supported; created without them")
             steps.extend(MDEV.plan_create(vsnap, t, d.uuid, d.params or ""))
-            vsnap = consume(vsnap, [Allocation("", "mdev", d.mdev_type, d.parent, d.uuid)])
+            vsnap = consume(vsnap, [Allocation("", DeviceMode.MDEV, d.mdev_type, d.parent, d.uuid)])
         plan = Plan.of(steps, "create mdevs from mdevctl definitions")
         if check or plan.empty:
             return ImportResult(plan, tuple(plan.describe()), tuple(problems))

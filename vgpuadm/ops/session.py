@@ -70,7 +70,7 @@ class Session:
     @classmethod
     @contextmanager
     def open(
-        cls, root: str | None, connect: str | None = None, *, verb: str = "the command", allow_pending: bool = False,
+        cls, root: str | None, connect: str | None = None, *, allow_pending: bool = False,
         timeout: float = DEFAULT_LOCK_TIMEOUT,
     ) -> Iterator[Session]:  # fmt: skip
         """Hold the host lock for the whole verb; refuse while a journal is pending (unless `allow_pending`, for

@@ -58,8 +58,8 @@ class UnitResult:
         }
 
 
-def _run(root: str | None, verb: str, dry_run: bool, make: Any) -> UnitResult:
-    with Session.open(root, verb=verb) as s:
+def _run(root: str | None, dry_run: bool, make: Any) -> UnitResult:
+    with Session.open(root) as s:
         previous = unitfile.read_unit(s.root.path, unitfile.RESTORE_UNIT)
         plan, command, text = make(previous)
         result = s.execute(plan, dry_run=dry_run) if not plan.empty else None
@@ -81,7 +81,7 @@ def install(root: str | None, *, dry_run: bool = False, command: list[str] | Non
         steps: list[Step] = [] if previous == text else [WriteUnitFile(unitfile.RESTORE_UNIT, text, previous)]
         return Plan.of(steps, f"install {unitfile.RESTORE_UNIT}"), cmd, text
 
-    return _run(root, "unit install", dry_run, make)
+    return _run(root, dry_run, make)
 
 
 def uninstall(root: str | None, *, dry_run: bool = False) -> UnitResult:
@@ -91,7 +91,7 @@ def uninstall(root: str | None, *, dry_run: bool = False) -> UnitResult:
         steps: list[Step] = [] if previous is None else [RemoveUnitFile(unitfile.RESTORE_UNIT, previous)]
         return Plan.of(steps, f"remove {unitfile.RESTORE_UNIT}"), [], None
 
-    return _run(root, "unit uninstall", dry_run, make)
+    return _run(root, dry_run, make)
 
 
 def status(root: str | None, *, command: list[str] | None = None) -> UnitResult:

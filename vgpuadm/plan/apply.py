@@ -14,7 +14,7 @@ from typing import Any
 from vgpuadm.catalog.capacity import consume, release
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, VgpuadmError
-from vgpuadm.model import Allocation, HostSnapshot
+from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.desired import DesiredPlan, Diff, describe_allocation
 from vgpuadm.plan.domains import Domains, device_keys
@@ -74,9 +74,9 @@ def build_apply_plan(
         changed.add(a.domain)
     for p in d.set_params:
         a = p.allocation
-        kind, ident = ("mdev", a.uuid) if a.mode == "mdev" else ("vf", a.address)
-        current = snap.mdevs[a.uuid].vgpu_params if a.mode == "mdev" and a.uuid in snap.mdevs else None
-        if a.mode == "vf" and a.address in snap.vendor_vfs:
+        kind, ident = ("mdev", a.uuid) if a.mode == DeviceMode.MDEV else ("vf", a.address)
+        current = snap.mdevs[a.uuid].vgpu_params if a.mode == DeviceMode.MDEV and a.uuid in snap.mdevs else None
+        if a.mode == DeviceMode.VF and a.address in snap.vendor_vfs:
             current = snap.vendor_vfs[a.address].vgpu_params
         steps.append(SetVgpuParams(kind, ident or "", p.params, previous=current or ""))
         owned[a.domain] = [dataclasses.replace(x, params=p.params or None) if x is a else x for x in owned[a.domain]]
@@ -164,9 +164,9 @@ def _allocations_of(steps: Sequence[Step], vm: str, domain_uuid: str, slots: lis
     for step in steps:
         slot = slots[len(out)] if len(out) < len(slots) else len(out)
         if isinstance(step, CreateMdev):
-            out.append(Allocation(vm, "mdev", step.type_id, step.parent, step.uuid, params=spec.params or None,
+            out.append(Allocation(vm, DeviceMode.MDEV, step.type_id, step.parent, step.uuid, params=spec.params or None,
                                   domain_uuid=domain_uuid, slot=slot, extra=dict(extra)))  # fmt: skip
         elif isinstance(step, SetVfVgpuType):
-            out.append(Allocation(vm, "vf", f"nvidia-{step.type_num}", step.vf, address=step.vf,
+            out.append(Allocation(vm, DeviceMode.VF, f"nvidia-{step.type_num}", step.vf, address=step.vf,
                                   params=spec.params or None, domain_uuid=domain_uuid, slot=slot))  # fmt: skip
     return out

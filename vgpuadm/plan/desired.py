@@ -13,11 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuadm.errors import ConflictError
-from vgpuadm.model import Allocation
+from vgpuadm.model import Allocation, DeviceMode
 from vgpuadm.modes.base import join_params, normalise_params, same_params
-
-PCI_MODE = "pci"
-TYPED_MODES = ("mdev", "vf")
 
 
 @dataclass(frozen=True)
@@ -103,7 +100,7 @@ class Diff:
 
 
 def describe_allocation(a: Allocation) -> str:
-    if a.mode == PCI_MODE:
+    if a.mode == DeviceMode.PCI:
         return f"passthrough {a.address}"
     ident = a.uuid or a.address
     return f"{a.type_id} {ident} on {a.parent}" if a.parent and a.parent != ident else f"{a.type_id} {ident}"
@@ -156,7 +153,7 @@ def diff(desired: DesiredPlan, current: Current, resolved_types: Mapping[str, st
             want = set(spec.passthrough)
             covered: set[str] = set()
             for a in owned:
-                if a.mode == PCI_MODE and ({a.address, a.parent} & want):
+                if a.mode == DeviceMode.PCI and ({a.address, a.parent} & want):
                     covered.update(k for k in (a.address, a.parent) if k and k in want)
                     kept.append(a)
                 else:
@@ -164,7 +161,7 @@ def diff(desired: DesiredPlan, current: Current, resolved_types: Mapping[str, st
             adds.extend(Add(vm=name, spec=spec, address=addr) for addr in spec.passthrough if addr not in covered)
             continue
         type_id = resolved_types.get(spec.type or "", spec.type or "")
-        matching = [a for a in owned if a.mode in TYPED_MODES and a.type_id == type_id]
+        matching = [a for a in owned if a.mode in (DeviceMode.MDEV, DeviceMode.VF) and a.type_id == type_id]
         removes.extend(a for a in owned if a not in matching)
         removes.extend(matching[spec.count :])
         for a in matching[: spec.count]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from vgpuadm.model import Allocation
+from vgpuadm.model import Allocation, DeviceMode
 from vgpuadm.virt import xml as domxml
 
 
@@ -98,6 +98,6 @@ class Domains:
 
 def device_keys(a: Allocation) -> list[tuple[str, str]]:
     """The (kind, key) references an allocation stands for, as parse_hostdevs names them."""
-    if a.mode == domxml.MODE_MDEV:
+    if a.mode == DeviceMode.MDEV:
         return [("mdev", a.uuid.lower())] if a.uuid else []
     return [("pci", a.address)] if a.address else []

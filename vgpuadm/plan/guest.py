@@ -15,7 +15,7 @@ from typing import Any
 from vgpuadm import modes
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import ConflictError, NotFoundError, UsageError
-from vgpuadm.model import Allocation, HostSnapshot
+from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
 from vgpuadm.modes import passthrough as passthrough_mode
 from vgpuadm.modes.base import join_params, normalise_params
 from vgpuadm.plan import devices as device_plans
@@ -51,9 +51,9 @@ def free_slots(used: Collection[int], n: int) -> list[int]:
 
 
 def _what(a: Allocation) -> str:
-    if a.mode == xml.MODE_MDEV:
+    if a.mode == DeviceMode.MDEV:
         return f"mdev {a.uuid} ({a.type_id})"
-    if a.mode == xml.MODE_VF:
+    if a.mode == DeviceMode.VF:
         return f"VF {a.address} ({a.type_id})"
     return f"PCI function {a.address}"
 
@@ -71,7 +71,7 @@ def check_display(domain_xml: str, added: Sequence[Allocation], *, turn_off: str
     """Refuse, while planning, to attach an mdev with display on to a domain whose persistent XML has no <graphics>
     element: libvirt would refuse the attach only after the kernel steps ran. The one check `create` and
     `apply -f` share; `turn_off` is how the user's own verb turns the display off."""
-    if not any(a.mode == xml.MODE_MDEV and a.extra.get("display") == "on" for a in added):
+    if not any(a.mode == DeviceMode.MDEV and a.extra.get("display") == "on" for a in added):
         return
     if xml.has_graphics(domain_xml):
         return
@@ -178,10 +178,10 @@ def plan_create_many(
             dev = next(devices)
             kernel_steps += by_device.pop(dev, [])
             if dev in parents:
-                a = Allocation(w.name, xml.MODE_MDEV, type_id, parents[dev], uuid=dev, params=joined or None,
+                a = Allocation(w.name, DeviceMode.MDEV, type_id, parents[dev], uuid=dev, params=joined or None,
                                domain_uuid=w.duuid, slot=slot, extra=dict(extra))  # fmt: skip
             else:  # layout C: the device is the VF itself
-                a = Allocation(w.name, xml.MODE_VF, type_id, dev, address=dev, params=joined or None,
+                a = Allocation(w.name, DeviceMode.VF, type_id, dev, address=dev, params=joined or None,
                                domain_uuid=w.duuid, slot=slot)  # fmt: skip
             w.added.append(a)
             attach.append(AttachHostdev(w.name, xml.hostdev_for(a), _what(a)))
@@ -247,11 +247,11 @@ def plan_destroy(
                 f"domain {name} owns no vgpuadm device {uuid}",
                 f"list what it owns with `vgpuadm devices` or `virsh metadata {name} {xml.NS}`",
             )
-        if gone[0].mode == xml.MODE_PCI:  # a passed-through GPU goes as a whole (GPU + audio …)
+        if gone[0].mode == DeviceMode.PCI:  # a passed-through GPU goes as a whole (GPU + audio …)
             gpu = gone[0].parent or gone[0].address
-            gone = [a for a in owned if a.mode == xml.MODE_PCI and (a.parent or a.address) == gpu]
+            gone = [a for a in owned if a.mode == DeviceMode.PCI and (a.parent or a.address) == gpu]
     for a in gone:
-        ref = ("mdev", (a.uuid or "").lower()) if a.mode == xml.MODE_MDEV else ("pci", a.address or "")
+        ref = ("mdev", (a.uuid or "").lower()) if a.mode == DeviceMode.MDEV else ("pci", a.address or "")
         if ref in others:
             raise ConflictError(
                 f"{_what(a)} is also used by domain {others[ref]}",
@@ -261,7 +261,7 @@ def plan_destroy(
     steps: list[Step] = []
     for a in gone:
         hostdev = xml.hostdev_for(a)
-        ref = ("mdev", (a.uuid or "").lower()) if a.mode == xml.MODE_MDEV else ("pci", a.address or "")
+        ref = ("mdev", (a.uuid or "").lower()) if a.mode == DeviceMode.MDEV else ("pci", a.address or "")
         if ref in present:
             steps.append(DetachHostdev(name, hostdev, _what(a)))
     steps += remove_steps(snap, gone, drivers or {})
@@ -303,7 +303,9 @@ def passthrough_allocations(
             extra["multifunction"] = "on"
         if rom_file and i == 0:
             extra["rom_file"] = rom_file
-        out.append(Allocation(vm, xml.MODE_PCI, None, gpu, address=f, domain_uuid=domain_uuid, slot=slot, extra=extra))
+        out.append(
+            Allocation(vm, DeviceMode.PCI, None, gpu, address=f, domain_uuid=domain_uuid, slot=slot, extra=extra)
+        )
     return out
 
 
@@ -322,7 +324,7 @@ def plan_passthrough(
     name, duuid = xml.domain_identity(domain_xml)
     owned = xml.parse_allocations(domain_xml)
     functions = passthrough_functions(snap, gpu)
-    mine = {a.address for a in owned if a.mode == xml.MODE_PCI}
+    mine = {a.address for a in owned if a.mode == DeviceMode.PCI}
     if set(functions) <= mine:
         return Plan.of([], f"domain {name} already has {gpu}"), [], owned
     for f in functions:
@@ -349,7 +351,7 @@ def plan_release(snap: HostSnapshot, domains: Domains, gpu: str, drivers: dict[s
     gone: list[Allocation] = []
     for name, d in sorted(domains.by_name.items()):
         owned = list(d.allocations)
-        mine = [a for a in owned if a.mode == xml.MODE_PCI and (a.parent or a.address) == gpu]
+        mine = [a for a in owned if a.mode == DeviceMode.PCI and (a.parent or a.address) == gpu]
         if not mine:
             continue
         holders.append(name)

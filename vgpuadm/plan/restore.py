@@ -22,7 +22,7 @@ from typing import TypeVar
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
 
 from vgpuadm.errors import VgpuadmError
-from vgpuadm.model import Allocation, HostSnapshot
+from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
 from vgpuadm.modes import mdev, passthrough, sriov
 from vgpuadm.modes.base import join_params, split_params
 from vgpuadm.plan.desired import params_equal
@@ -63,7 +63,7 @@ def _units(steps: Iterable[Step], summary: str) -> tuple[Plan, ...]:
 
 def needed_device(a: Allocation) -> str | None:
     """The host device an allocation lives on: the mdev parent, the layout C VF, or the passed-through function."""
-    if a.mode == "mdev":
+    if a.mode == DeviceMode.MDEV:
         return a.parent
     return a.address or a.parent
 
@@ -109,7 +109,7 @@ def _driver(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
 
 def _pfs_needed(allocs: Sequence[Allocation], snap: HostSnapshot) -> list[str]:
     pfs: set[str] = set()
-    for dev in {needed_device(a) for a in allocs if a.mode in ("mdev", "vf")}:
+    for dev in {needed_device(a) for a in allocs if a.mode in (DeviceMode.MDEV, DeviceMode.VF)}:
         if dev is None:
             continue
         if dev in snap.functions:
@@ -167,7 +167,7 @@ def _vgpu(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
     steps: list[Step] = []
     problems: list[str] = []
     for a in sorted(allocs, key=lambda a: (a.domain, a.slot)):
-        if a.mode == "mdev" and a.uuid and a.parent and a.type_id:
+        if a.mode == DeviceMode.MDEV and a.uuid and a.parent and a.type_id:
             have = snap.mdevs.get(a.uuid)
             if have is None:
                 parent = snap.mdev_parents.get(a.parent)
@@ -186,7 +186,7 @@ def _vgpu(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
                     f"{a.domain}: mdev {a.uuid} exists as {have.type_id} on {have.parent}, "
                     f"the domain wants {a.type_id} on {a.parent}"
                 )
-        elif a.mode == "vf" and a.type_id:
+        elif a.mode == DeviceMode.VF and a.type_id:
             vf_addr = a.address or a.parent or ""
             vf = snap.vendor_vfs.get(vf_addr)
             want = int(a.type_id.rsplit("-", 1)[-1])
@@ -204,11 +204,11 @@ def _params(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
     for a in allocs:
         if not a.params:
             continue
-        if a.mode == "mdev" and a.uuid in snap.mdevs:
+        if a.mode == DeviceMode.MDEV and a.uuid in snap.mdevs:
             current = snap.mdevs[a.uuid].vgpu_params
             if not params_equal(current, a.params):
                 steps.append(SetVgpuParams("mdev", a.uuid, join_params(split_params(a.params)), current or ""))
-        elif a.mode == "vf":
+        elif a.mode == DeviceMode.VF:
             vf = snap.vendor_vfs.get(a.address or a.parent or "")
             if vf is not None and vf.in_use and not params_equal(vf.vgpu_params, a.params):
                 steps.append(SetVgpuParams("vf", vf.address, join_params(split_params(a.params)), vf.vgpu_params or ""))
@@ -223,7 +223,7 @@ def _vfio(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
     covered: set[str] = set()
     for a in sorted(allocs, key=lambda a: (a.domain, a.slot)):
         gpu = a.parent or a.address
-        if a.mode != "pci" or not gpu or gpu in covered:
+        if a.mode != DeviceMode.PCI or not gpu or gpu in covered:
             continue
         if gpu not in snap.functions:
             problems.append(f"{a.domain}: PCI function {gpu} does not exist")

@@ -27,7 +27,7 @@ from typing import Any
 from vgpuadm.catalog.boards import board_framebuffer_mib
 from vgpuadm.catalog.capacity import Room, Running, sharing_rule, stranded_framebuffer, type_room, whole_gpu_room
 from vgpuadm.catalog.naming import describe_nvidia_name
-from vgpuadm.model import Allocation, HostSnapshot, Layout, VgpuType
+from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, Layout, VgpuType
 
 SCHEMA = "vgpuadm-inventory/1"
 
@@ -65,7 +65,7 @@ def inventory(
     """The inventory document of one host (schema vgpuadm-inventory/1)."""
     warnings = list(snap.warnings)
     gpus = _physical_gpus(snap)
-    devices = _devices(snap, gpus, {a.address for a in allocations or [] if a.mode == "pci" and a.address})
+    devices = _devices(snap, gpus, {a.address for a in allocations or [] if a.mode == DeviceMode.PCI and a.address})
     owners, missing = _owners(devices, allocations, warnings)
     type_rows = _type_rows(gpus)
     gpu_rows = [_gpu_row(snap, g, owners) for g in gpus.values()]
@@ -193,7 +193,7 @@ def _owners(
     missing: list[dict[str, Any]] = []
     ids = {d.id for d in devices}
     for a in allocations or []:
-        key = a.uuid if a.mode == "mdev" else a.address
+        key = a.uuid if a.mode == DeviceMode.MDEV else a.address
         if key is None or key not in ids:
             missing.append(
                 {

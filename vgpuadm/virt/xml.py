@@ -16,17 +16,14 @@ from typing import Any
 from lxml import etree
 
 from vgpuadm.errors import ConflictError, UsageError
-from vgpuadm.model import Allocation
+from vgpuadm.model import Allocation, DeviceMode
 from vgpuadm.virt.templating import environment
 
 NS = "https://vgpuadm.dev/xmlns/vgpuadm/1"
 PREFIX = "vgpuadm"
 METADATA_VERSION = "1"
 
-MODE_MDEV = "mdev"  # layouts A/B: <hostdev type='mdev'> by UUID
-MODE_VF = "vf"  # layout C: the vendor-VFIO VF, <hostdev type='pci' managed='no'>
-MODE_PCI = "pci"  # layout D: whole-function passthrough, <hostdev type='pci'> with <driver name='vfio'/>
-MODES = (MODE_MDEV, MODE_VF, MODE_PCI)
+MODES = tuple(m.value for m in DeviceMode)
 
 _PCI_ADDR = re.compile(r"^(?:([0-9a-fA-F]{1,4}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -152,7 +149,7 @@ def hostdev_for(alloc: Allocation) -> str:
     guest = None
     if extra.get("guest_address"):
         guest = PciAddress.parse(extra["guest_address"], multifunction=extra.get("multifunction") == "on")
-    if alloc.mode == MODE_MDEV:
+    if alloc.mode == DeviceMode.MDEV:
         if not alloc.uuid:
             raise UsageError(f"domain {alloc.domain}: mdev device #{alloc.slot} has no UUID", _META_HINT)
         return mdev_hostdev(
@@ -160,9 +157,9 @@ def hostdev_for(alloc: Allocation) -> str:
         )
     if not alloc.address:
         raise UsageError(f"domain {alloc.domain}: {alloc.mode} device #{alloc.slot} has no address", _META_HINT)
-    if alloc.mode == MODE_VF:
+    if alloc.mode == DeviceMode.VF:
         return vf_hostdev(alloc.address, guest_address=guest)
-    if alloc.mode == MODE_PCI:
+    if alloc.mode == DeviceMode.PCI:
         return pci_hostdev(
             alloc.address,
             managed=extra.get("managed", "yes") == "yes",
@@ -180,7 +177,7 @@ def hostdev_as_attached(alloc: Allocation, domain_xml: str) -> str:
     in one plan would come back in swapped places)."""
     if alloc.extra.get("guest_address") or not domain_xml:
         return hostdev_for(alloc)
-    want = ("mdev", (alloc.uuid or "").lower()) if alloc.mode == MODE_MDEV else ("pci", alloc.address or "")
+    want = ("mdev", (alloc.uuid or "").lower()) if alloc.mode == DeviceMode.MDEV else ("pci", alloc.address or "")
     for ref in parse_hostdevs(domain_xml):
         if (ref.kind, ref.key) == want and ref.guest_address is not None:
             extra = {**alloc.extra, "guest_address": str(ref.guest_address)}
