@@ -30,7 +30,7 @@ def test_allocation_counts_params_and_absent(ansible_lab: Any) -> None:
     three = alloc(type="nvidia-63", count=3, params={"frame_rate_limiter": 0, "disable_vnc": 1})
     assert three["changed"] is True
     assert [(d["slot"], d["params"]) for d in three["devices"]] == [
-        (i, "frame_rate_limiter=0 disable_vnc=1") for i in range(3)
+        (i, "frame_rate_limiter=0, disable_vnc=1") for i in range(3)
     ]
     uuids = [d["uuid"] for d in three["devices"]]
     assert _mdevs(root) == sorted(uuids)
@@ -57,7 +57,7 @@ def test_allocation_counts_params_and_absent(ansible_lab: Any) -> None:
     other = alloc(type="nvidia-63", count=1, params="frame_rate_limiter=1")
     assert other["status"] == "failed" and other["error"] == "ConflictError"
     assert other["msg"] == (
-        f"VM {vm} has 1 device of type nvidia-63 with vgpu_params 'frame_rate_limiter=0 disable_vnc=1', "
+        f"VM {vm} has 1 device of type nvidia-63 with vgpu_params 'frame_rate_limiter=0, disable_vnc=1', "
         "not 'frame_rate_limiter=1'"
     )
     assert "state: absent" in other["hint"]
