@@ -91,3 +91,18 @@ def libvirtd(tmp_path_factory: pytest.TempPathFactory) -> str:
                     pytest.fail("started libvirtd but qemu:///system did not answer within 30 s")
                 time.sleep(0.1)  # polling interval, not a wait for a guessed duration
     return SYSTEM_URI
+
+
+_CAMPAIGN_LINES: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Collect the campaign's count lines (tests/campaign) from the reports, which pytest-xdist relays from its
+    workers (a worker's own stdout never reaches the terminal)."""
+    if report.when == "call":
+        _CAMPAIGN_LINES.extend(str(v) for k, v in report.user_properties if k == "campaign")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in _CAMPAIGN_LINES:
+        terminalreporter.write_line(line)

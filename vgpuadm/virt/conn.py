@@ -87,6 +87,37 @@ def _save_caps_cache(embed_root: str) -> None:
         pass
 
 
+EMBED_PIDFILE = os.path.join("run", "qemu", "driver.pid")  # under the embedded root; libvirt holds it for life
+EMBED_WAIT = 30.0  # seconds; the host lock's default timeout
+
+
+def _wait_for_embedded_driver(embed_root: str, timeout: float = EMBED_WAIT) -> None:
+    """Wait until no other process runs the embedded driver of this root. libvirt keeps the driver (and the fcntl
+    lock on its pid file) until the process EXITS, so a vgpuadm that has released the host lock may still hold it
+    for a moment; an open then fails ("Failed to acquire pid file") and cannot be retried in this process. Only
+    called before this process's first embedded open: closing our descriptor would drop libvirt's own lock."""
+    import fcntl
+    import time
+
+    path = os.path.join(embed_root, EMBED_PIDFILE)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            return  # never started here: nothing to wait for
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        except OSError:
+            if time.monotonic() >= deadline:
+                return  # libvirt's own error names the pid file
+            time.sleep(0.02)  # polling interval for a lock libvirt offers no way to wait on
+            continue
+        finally:
+            os.close(fd)  # also releases our probe lock
+        return
+
+
 def _embed_root_of(uri: str) -> str | None:
     if not uri.startswith("qemu:///embed"):
         return None
@@ -130,6 +161,7 @@ class VirtConn:
                 if _embedded_root is None:
                     # The embedded driver needs an event loop implementation registered before the first open.
                     libvirt.virEventRegisterDefaultImpl()
+                    _wait_for_embedded_driver(self.embed_root)
                 os.makedirs(self.embed_root, exist_ok=True)
                 _seed_caps_cache(self.embed_root)
                 _embedded_root = self.embed_root
