@@ -13,6 +13,7 @@ from vgpuadm.executor import load_drivers
 from vgpuadm.model import Allocation
 from vgpuadm.ops.session import Session
 from vgpuadm.plan import guest as planner
+from vgpuadm.plan.domains import with_recorded
 from vgpuadm.steps import Plan
 from vgpuadm.virt import xml
 
@@ -97,7 +98,8 @@ def create_many(
     with Session.open(root, connect) as s:
         snap = s.snap
         xmls = [(s.domain_xml(vm), count) for vm, count in requests]
-        plans = planner.plan_create_many(snap, xmls, type_name, taken=s.domains().users(), **options)
+        planning = with_recorded(snap, s.domains())  # what restore will bring back is taken
+        plans = planner.plan_create_many(planning, xmls, type_name, taken=s.domains().users(), **options)
         done: list[str] = []
         for p in plans:
             try:

@@ -17,7 +17,7 @@ from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, VgpuadmE
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.desired import DesiredPlan, Diff, describe_allocation
-from vgpuadm.plan.domains import Domains, device_keys
+from vgpuadm.plan.domains import Domains, device_keys, with_recorded
 from vgpuadm.plan.guest import check_display, free_slots, passthrough_allocations, passthrough_functions, remove_steps
 from vgpuadm.plan.ids import device_uuid
 from vgpuadm.steps import CreateMdev, Plan, SetVfVgpuType, SetVgpuParams, Step
@@ -81,7 +81,7 @@ def build_apply_plan(
         steps.append(SetVgpuParams(kind, ident or "", p.params, previous=current or ""))
         owned[a.domain] = [dataclasses.replace(x, params=p.params or None) if x is a else x for x in owned[a.domain]]
         changed.add(a.domain)
-    vsnap = release(snap, d.removes)
+    vsnap = with_recorded(release(snap, d.removes), doms, besides=d.removes)
     taken = doms.owned() - {k for a in d.removes for k in (a.uuid, a.address) if k}
     users = doms.users()
     gone_keys = {k for a in d.removes for k in device_keys(a)}

@@ -8,10 +8,12 @@ for the devices its bare `<hostdev>` elements reference: placement never hands t
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
-from vgpuadm.model import Allocation, DeviceMode
+from vgpuadm import modes
+from vgpuadm.catalog.capacity import consume
+from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
 from vgpuadm.virt import xml as domxml
 
 
@@ -94,6 +96,14 @@ class Domains:
             if k == key:
                 return name
         return None
+
+
+def with_recorded(snap: HostSnapshot, domains: Domains, *, besides: Collection[Allocation] = ()) -> HostSnapshot:
+    """`snap` with every device the domains record but the kernel lacks now (after a reboot, before `restore`)
+    counted as existing, so that placement never hands out what `restore` will bring back; `besides` are left
+    out (allocations a plan removes)."""
+    missing = [a for a in domains.allocations if a not in besides and modes.for_name(a.mode).missing(snap, a)]
+    return consume(snap, missing) if missing else snap
 
 
 def device_keys(a: Allocation) -> list[tuple[str, str]]:
