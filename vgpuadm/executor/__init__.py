@@ -38,6 +38,7 @@ from filelock import FileLock, Timeout
 
 from vgpuadm.errors import ConflictError, HostIOError, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor.hints import errno_hint
+from vgpuadm.host.files import fsync_dir
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.steps import Plan, Step
 
@@ -238,16 +239,8 @@ def atomic_write_json(path: str, doc: Any, *, root: str, sync_dir: bool = True) 
         os.fsync(f.fileno())
     os.replace(tmp, path)
     if sync_dir:
-        _fsync_dir(directory)
+        fsync_dir(directory)
         _DEFERRED_DIR_SYNCS.discard(directory)  # that fsync made an earlier deferred removal durable too
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 _DEFERRED_DIR_SYNCS: set[str] = set()  # directories whose journal removal is not durable yet (see _Journal.remove)
@@ -259,14 +252,14 @@ def _remove(path: str, *, defer_sync: bool = False) -> None:
         if defer_sync:
             _DEFERRED_DIR_SYNCS.add(os.path.dirname(path))
         else:
-            _fsync_dir(os.path.dirname(path))
+            fsync_dir(os.path.dirname(path))
 
 
 def _sync_deferred() -> None:
     while _DEFERRED_DIR_SYNCS:
         directory = _DEFERRED_DIR_SYNCS.pop()
         with contextlib.suppress(OSError):  # gone (a test root removed) or an I/O error the next write will report
-            _fsync_dir(directory)
+            fsync_dir(directory)
 
 
 # --- journal ------------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from vgpuadm.errors import HostIOError, UsageError
+from vgpuadm.host.files import read_nofollow, write_atomic
 from vgpuadm.modes.base import join_params, split_params
 
 CONFIG_DIR = "/etc/mdevctl.d"
@@ -100,16 +101,11 @@ def definition_file(root: str, parent: str, uuid: str) -> str:
 
 def read_file(root: str, parent: str, uuid: str) -> str | None:
     """The current text of a definition file, None when there is none."""
-    path = definition_file(root, parent, uuid)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
+        return read_nofollow(definition_file(root, parent, uuid))
     except OSError as exc:
         where = f"{CONFIG_DIR}/{parent}/{uuid}"
         raise HostIOError(f"reading {where} failed: {exc.strerror}", path=where, errno=exc.errno) from None
-    with os.fdopen(fd, encoding="utf-8") as f:
-        return f.read()
 
 
 def write_file(root: str, parent: str, uuid: str, text: str) -> None:
@@ -117,29 +113,12 @@ def write_file(root: str, parent: str, uuid: str, text: str) -> None:
     rename, directory fsync. 0644 like mdevctl's own files; a created parent directory is 0755."""
     path = definition_file(root, parent, uuid)
     where = f"{CONFIG_DIR}/{parent}/{uuid}"
-    directory = os.path.dirname(path)
     try:
-        if not os.path.isdir(directory):
-            os.makedirs(directory, exist_ok=True)
-            os.chmod(directory, 0o755)
+        if not os.path.isdir(os.path.dirname(path)):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.chmod(os.path.dirname(path), 0o755)
             definition_file(root, parent, uuid)  # re-check: nothing was swapped in while creating it
-        tmp = os.path.join(directory, f".vgpuadm-{uuid}.{os.getpid()}.tmp")
-        with contextlib.suppress(FileNotFoundError):
-            if not os.path.islink(tmp):
-                os.unlink(tmp)  # a stale one of a crashed run
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fchmod(f.fileno(), 0o644)
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        _fsync_dir(directory)
+        write_atomic(path, text)
     except OSError as exc:
         raise HostIOError(
             f"writing {where} failed: {exc.strerror}",
@@ -162,14 +141,6 @@ def remove_file(root: str, parent: str, uuid: str) -> bool:
     with contextlib.suppress(OSError):  # tidy the parent dir only when it is empty
         os.rmdir(os.path.dirname(path))
     return True
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_definitions(root: str) -> list[Definition]:

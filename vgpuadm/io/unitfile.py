@@ -4,12 +4,12 @@ and remove it through the WriteUnitFile/RemoveUnitFile steps (lock, journal, und
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Sequence
 
 from vgpuadm.errors import HostIOError, UsageError
+from vgpuadm.host.files import read_nofollow, write_atomic
 from vgpuadm.virt.templating import template_dir
 
 UNIT_DIR = "/etc/systemd/system"
@@ -51,50 +51,21 @@ def unit_file(root: str, name: str) -> str:
 
 def read_unit(root: str, name: str) -> str | None:
     """The unit file's current text, None when there is none."""
-    path = unit_file(root, name)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
+        return read_nofollow(unit_file(root, name))
     except OSError as exc:
         raise HostIOError(f"reading {host_path(name)} failed: {exc.strerror}", path=host_path(name),
                           errno=exc.errno) from None  # fmt: skip
-    with os.fdopen(fd, encoding="utf-8") as f:
-        return f.read()
 
 
 def write_unit(root: str, name: str, text: str) -> None:
     """Write the unit atomically (temp file O_EXCL|O_NOFOLLOW, fsync, rename, directory fsync), mode 0644 whatever
     the umask; <root>/etc/systemd/system is created 0755 when absent."""
     path = unit_file(root, name)
-    directory = os.path.dirname(path)
     try:
-        if not os.path.isdir(directory):
-            os.makedirs(directory, exist_ok=True)
-            os.chmod(directory, 0o755)
-        if os.path.islink(directory):
+        if os.path.islink(os.path.dirname(path)):
             raise UsageError(f"{UNIT_DIR} is a symlink", "vgpuadm does not write through symlinks")
-        tmp = os.path.join(directory, f".{name}.vgpuadm.{os.getpid()}.tmp")
-        with contextlib.suppress(FileNotFoundError):
-            if not os.path.islink(tmp):
-                os.unlink(tmp)  # a stale one of a crashed run
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fchmod(f.fileno(), 0o644)
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        write_atomic(path, text)
     except OSError as exc:
         raise HostIOError(f"writing {host_path(name)} failed: {exc.strerror}",
                           "run as root, or point --root at a writable host root", path=host_path(name),

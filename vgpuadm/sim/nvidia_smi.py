@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import sys
 from collections.abc import Sequence
 
 from vgpuadm.host.sysfs import SIM_MARKER
+from vgpuadm.sim.tools import install_tool
 
 WRAPPER = "/usr/bin/nvidia-smi"
 
@@ -54,21 +54,9 @@ def main(argv: Sequence[str]) -> int:
 
 
 def install(root: str) -> None:
-    """Put the wrapper at <root>/usr/bin/nvidia-smi (executable, running this interpreter). It finds its host root
-    from its own location, so a copied root keeps working."""
-    path = os.path.join(root, WRAPPER.lstrip("/"))
-    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(
-            "#!/bin/sh\n"
-            "# nvidia-smi on a simulated host (installed by `vgpuadm sim build`): answers `vgpu -s -v`.\n"
-            'root=$(cd "$(dirname "$0")/../.." && pwd)\n'
-            f"PYTHONPATH={shlex.quote(package_parent)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-            "export PYTHONPATH\n"
-            f'exec {shlex.quote(sys.executable)} -m vgpuadm.sim.nvidia_smi "$root" "$@"\n'
-        )
-    os.chmod(path, 0o755)
+    """Put the wrapper at <root>/usr/bin/nvidia-smi."""
+    install_tool(root, WRAPPER, "vgpuadm.sim.nvidia_smi",
+                 "nvidia-smi on a simulated host (installed by `vgpuadm sim build`): answers `vgpu -s -v`.")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -24,8 +24,6 @@ number at or above it is used, so a removed device's group number is reused.
 from __future__ import annotations
 
 import os
-import shlex
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +31,7 @@ from vgpuadm.catalog.boards import equal_size_max
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.errors import UsageError
 from vgpuadm.sim import nvidia_smi
+from vgpuadm.sim.tools import install_tool
 from vgpuadm.sim.tree import MdevTypeSpec, PciSpec, TreeBuilder
 
 Model = dict[str, Any]
@@ -516,20 +515,7 @@ SRIOV_MANAGE_PATH = "usr/lib/nvidia/sriov-manage"  # under the root, where the v
 
 def install_sriov_manage(root: str) -> str:
     """Install the simulated NVIDIA sriov-manage (vgpuadm/sim/sriov_manage.py) at <root>/usr/lib/nvidia/, as the
-    driver package does on a host whose PFs are bound to nvidia with SR-IOV. The shim finds its host root from
-    its own location, so a copied root keeps working."""
-    script = os.path.join(root, SRIOV_MANAGE_PATH)
-    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    os.makedirs(os.path.dirname(script), exist_ok=True)
-    with open(script, "w") as f:
-        f.write(
-            "#!/bin/sh\n"
-            "# NVIDIA's sriov-manage on a simulated host (installed by `vgpuadm sim build`): reference §3.1's\n"
-            "# sequence through the simulated kernel. Usage: sriov-manage -e|-d BDF|ALL\n"
-            'root=$(cd "$(dirname "$0")/../../.." && pwd)\n'
-            f"PYTHONPATH={shlex.quote(package_parent)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-            "export PYTHONPATH\n"
-            f'exec {shlex.quote(sys.executable)} -m vgpuadm.sim.sriov_manage "$root" "$@"\n'
-        )
-    os.chmod(script, 0o755)
-    return script
+    driver package does on a host whose PFs are bound to nvidia with SR-IOV."""
+    return install_tool(root, SRIOV_MANAGE_PATH, "vgpuadm.sim.sriov_manage",
+                        "NVIDIA's sriov-manage on a simulated host (installed by `vgpuadm sim build`): reference "
+                        "§3.1's sequence through the simulated kernel. Usage: sriov-manage -e|-d BDF|ALL")  # fmt: skip

@@ -1,0 +1,28 @@
+"""The driver package's tools on a simulated host (NVIDIA's sriov-manage, nvidia-smi): each is a small shell
+wrapper under the root running `python -m vgpuadm.sim.<module> ROOT ARGS…`, as `vgpuadm sim build` installs them.
+A wrapper finds its host root from its own location, so a copied root keeps working."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+
+def install_tool(root: str, host_path: str, module: str, comment: str) -> str:
+    """Write the wrapper for `module` at <root>/<host_path> (mode 0755); returns its real path."""
+    script = os.path.join(root, host_path.lstrip("/"))
+    up = "/".join([".."] * (host_path.strip("/").count("/")))
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    os.makedirs(os.path.dirname(script), exist_ok=True)
+    with open(script, "w") as f:
+        f.write(
+            "#!/bin/sh\n"
+            f"# {comment}\n"
+            f'root=$(cd "$(dirname "$0")/{up}" && pwd)\n'
+            f"PYTHONPATH={shlex.quote(package_parent)}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+            "export PYTHONPATH\n"
+            f'exec {shlex.quote(sys.executable)} -m {module} "$root" "$@"\n'
+        )
+    os.chmod(script, 0o755)
+    return script
