@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from vgpuadm.errors import UsageError
-
-SRIOV_MANAGE = "/usr/lib/nvidia/sriov-manage"  # NVIDIA's VF enable script (reference §3.1), under the root
+from vgpuadm.host.paths import SRIOV_MANAGE
 
 STEP_KINDS: dict[str, type[Step]] = {}
 S = TypeVar("S", bound="type[Step]")

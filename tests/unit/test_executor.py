@@ -98,11 +98,11 @@ def test_journal_holds_the_plan_once_then_one_progress_line_per_step(tmp_path: P
 
 def test_journal_directory_fsyncs_per_plan_and_per_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Durability cannot be observed without pulling the plug, so the directory fsyncs are recorded (a stand-in
-    for _fsync_dir) and their order checked: alone, a plan syncs the journal's creation and its removal; in a
+    for fsync_dir) and their order checked: alone, a plan syncs the journal's creation and its removal; in a
     batch under an outer lock hold, each removal is made durable by the next plan's creation or by the release."""
     synced: list[str] = []
-    real = executor_mod._fsync_dir
-    monkeypatch.setattr(executor_mod, "_fsync_dir", lambda d: (synced.append(os.path.basename(d)), real(d)))
+    real = executor_mod.fsync_dir
+    monkeypatch.setattr(executor_mod, "fsync_dir", lambda d: (synced.append(os.path.basename(d)), real(d)))
     ctx = _ctx(tmp_path)
     execute(Plan.of([Note("a"), Note("b")], ""), ctx)
     assert synced == ["vgpuadm", "vgpuadm"]

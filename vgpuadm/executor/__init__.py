@@ -38,14 +38,16 @@ from filelock import FileLock, Timeout
 
 from vgpuadm.errors import ConflictError, HostIOError, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor.hints import errno_hint
+from vgpuadm.host import root as host_root
 from vgpuadm.host.files import fsync_dir
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.steps import Plan, Step
 
-LOCK_PATH = "run/vgpuadm.lock"
-STATE_DIR = "var/lib/vgpuadm"
-JOURNAL = f"{STATE_DIR}/journal.json"
-DRIVERS = f"{STATE_DIR}/drivers.json"
+# Relative to the root (host/root.py holds the host paths).
+LOCK_PATH = host_root.LOCK.lstrip("/")
+STATE_DIR = host_root.STATE_DIR.lstrip("/")
+JOURNAL = host_root.JOURNAL.lstrip("/")
+DRIVERS = host_root.DRIVERS.lstrip("/")
 DEFAULT_LOCK_TIMEOUT = 30.0
 CRASH_HOOK = "VGPUADM_TEST_CRASH_AFTER_STEP"  # tests only: os._exit right after step N (1-based) is applied
 

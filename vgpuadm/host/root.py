@@ -9,26 +9,31 @@ from __future__ import annotations
 
 import os
 
+from vgpuadm.host.paths import (
+    DEFAULT_ROOT,
+    DRIVERS,
+    EMBED_LIBVIRT,
+    HOSTNAME,
+    JOURNAL,
+    LOCK,
+    MACHINE_ID,
+    MDEVCTL_DIR,
+    NVIDIA_SMI,
+    SRIOV_MANAGE,
+    STATE_DIR,
+)
 from vgpuadm.host.sysfs import SIM_MARKER, Sysfs
+
+__all__ = [
+    "DEFAULT_ROOT", "DRIVERS", "EMBED_LIBVIRT", "HOSTNAME", "JOURNAL", "LOCK", "MACHINE_ID", "MDEVCTL_DIR",
+    "NVIDIA_SMI", "SRIOV_MANAGE", "STATE_DIR", "HostRoot", "resolve_root",
+]  # fmt: skip
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from vgpuadm.host.sysfs import Writer
-
-DEFAULT_ROOT = "/"
-# Host paths (absolute, as shown to users) of everything vgpuadm keeps or reads besides sysfs.
-LOCK = "/run/vgpuadm.lock"
-STATE_DIR = "/var/lib/vgpuadm"
-JOURNAL = f"{STATE_DIR}/journal.json"
-DRIVERS = f"{STATE_DIR}/drivers.json"
-EMBED_LIBVIRT = f"{STATE_DIR}/libvirt"  # libvirt's embedded driver root on a simulated host
-MACHINE_ID = "/etc/machine-id"
-HOSTNAME = "/etc/hostname"
-MDEVCTL_DIR = "/etc/mdevctl.d"
-SRIOV_MANAGE = "/usr/lib/nvidia/sriov-manage"  # NVIDIA's VF enable script (reference §3.1)
-NVIDIA_SMI = "/usr/bin/nvidia-smi"
 
 
 def resolve_root(root: str | None) -> str:

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 from vgpuadm.errors import HostIOError, UsageError
 from vgpuadm.host.files import read_nofollow, write_atomic
+from vgpuadm.host.root import MDEVCTL_DIR
 from vgpuadm.modes.base import join_params, split_params
 
-CONFIG_DIR = "/etc/mdevctl.d"
+CONFIG_DIR = MDEVCTL_DIR
 PARAMS_ATTR = "nvidia/vgpu_params"
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _PCI = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")

@@ -23,13 +23,12 @@ from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponenti
 
 from vgpuadm.errors import VgpuadmError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
-from vgpuadm.modes import mdev, passthrough, sriov
+from vgpuadm.modes import mdev, passthrough, sriov, vf_vgpu
 from vgpuadm.modes.base import join_params, split_params
 from vgpuadm.plan.desired import params_equal
 from vgpuadm.steps import (
     DriversProbe,
     Plan,
-    SetVfVgpuType,
     SetVgpuParams,
     Step,
 )
@@ -193,7 +192,11 @@ def _vgpu(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
             if vf is None:
                 problems.append(f"{a.domain}: VF {vf_addr} does not exist (SR-IOV not enabled on its GPU)")
             elif vf.current_type == 0:
-                steps.append(SetVfVgpuType(vf_addr, want))
+                t = next((t for t in vf.offered if t.numeric_id == want), None)
+                if t is None:
+                    problems.append(f"{a.domain}: VF {vf_addr} does not offer {a.type_id} (creatable_vgpu_types)")
+                else:  # the VF mode's own planner; parameters follow in their phase
+                    steps += vf_vgpu.MODE.plan_create(snap, t)
             elif vf.current_type != want:
                 problems.append(f"{a.domain}: VF {vf_addr} runs nvidia-{vf.current_type}, the domain wants {a.type_id}")
     return PhasePlan("vgpu", _units(steps, "re-create vGPUs"), tuple(problems))

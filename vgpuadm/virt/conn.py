@@ -17,9 +17,10 @@ import threading
 from typing import Any
 
 from vgpuadm.errors import ConflictError, LibvirtError, NotFoundError
+from vgpuadm.host.root import EMBED_LIBVIRT
 
 DEFAULT_URI = "qemu:///system"
-EMBED_SUBDIR = "var/lib/vgpuadm/libvirt"  # under a simulated root
+EMBED_SUBDIR = EMBED_LIBVIRT.lstrip("/")  # under a simulated root
 
 # libvirt error codes (virterror.h) that mean something to the user beyond "libvirt failed".
 _ERR_NO_DOMAIN = 42

@@ -1,0 +1,14 @@
+"""The host paths (as shown to users) of everything vgpuadm keeps or reads besides sysfs. Constants only, no I/O:
+the pure core names them in messages and steps; host/root.py joins them to a root."""
+
+DEFAULT_ROOT = "/"
+LOCK = "/run/vgpuadm.lock"
+STATE_DIR = "/var/lib/vgpuadm"
+JOURNAL = f"{STATE_DIR}/journal.json"
+DRIVERS = f"{STATE_DIR}/drivers.json"
+EMBED_LIBVIRT = f"{STATE_DIR}/libvirt"  # libvirt's embedded driver root on a simulated host
+MACHINE_ID = "/etc/machine-id"
+HOSTNAME = "/etc/hostname"
+MDEVCTL_DIR = "/etc/mdevctl.d"
+SRIOV_MANAGE = "/usr/lib/nvidia/sriov-manage"  # NVIDIA's VF enable script (reference §3.1)
+NVIDIA_SMI = "/usr/bin/nvidia-smi"
