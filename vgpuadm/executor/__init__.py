@@ -38,6 +38,7 @@ from filelock import FileLock, Timeout
 
 from vgpuadm.errors import ConflictError, HostIOError, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor.hints import errno_hint
+from vgpuadm.host.root import check_exists, check_writable
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.steps import Plan, Step
 
@@ -109,7 +110,11 @@ _LOCKS_GUARD = threading.Lock()
 
 @contextlib.contextmanager
 def host_lock(root: str, timeout: float = DEFAULT_LOCK_TIMEOUT) -> Iterator[None]:
-    """Hold the host-wide lock. Re-entrant within a process, so callers can plan and execute under one hold."""
+    """Hold the host-wide lock. Re-entrant within a process, so callers can plan and execute under one hold.
+    The root must exist (nothing is created on a mistyped --root) and be writable (NeedsRootError, not a
+    PermissionError on the lock)."""
+    check_exists(root)
+    check_writable(root)
     path = os.path.join(root, LOCK_PATH)
     private_dirs(os.path.dirname(path))
     _refuse_link(root, path)

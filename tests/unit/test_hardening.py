@@ -1,0 +1,123 @@
+"""Hardening: every hostile or mistaken input ends in one `error: …` line plus a `hint: …` line with a non-zero
+exit, never a traceback or an internal error; nothing is created or written outside what the command owns."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from vgpuadm.cli.app import run
+from vgpuadm.cli.console import Console
+from vgpuadm.sim.profiles import build
+
+NOBODY = 65534
+
+
+def one_error(r, code: int | None = None) -> str:
+    """The error line of a failed run (asserting the shape: error + optional hint, nothing else)."""
+    assert r.code != 0, (r.out, r.err)
+    if code is not None:
+        assert r.code == code, r.err
+    lines = r.err.splitlines()
+    assert lines and lines[0].startswith("error: "), r.err
+    assert len(lines) <= 2 and all(line.startswith("hint: ") for line in lines[1:]), r.err
+    assert "internal error" not in r.err and "Traceback" not in r.err
+    return lines[0]
+
+
+# --- 1. a changing command run without root -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def public_root() -> Iterator[Path]:
+    """A simulated host owned by root in a directory every user can traverse (tmp_path is 0700)."""
+    top = tempfile.mkdtemp(prefix="vgpuadm-nobody-", dir="/tmp")
+    os.chmod(top, 0o755)
+    try:
+        build("p4", f"{top}/h")
+        yield Path(top) / "h"
+    finally:
+        shutil.rmtree(top)
+
+
+def run_as_nobody(*args: str) -> tuple[int, str, str]:
+    """Run the CLI in a forked child that dropped to uid/gid nobody; returns (code, out, err). The same command is
+    run first as root on a throwaway copy of the host, so that every module it imports is loaded (nobody cannot
+    read this interpreter's library directory)."""
+    i = args.index("--root")
+    with tempfile.TemporaryDirectory() as warm:
+        build("p4", f"{warm}/h")
+        run([*args[: i + 1], f"{warm}/h", *args[i + 2 :]], Console(io.StringIO(), io.StringIO()))
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(rfd)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            out, err = io.StringIO(), io.StringIO()
+            code = run(list(args), Console(out, err))
+            os.write(wfd, json.dumps([code, out.getvalue(), err.getvalue()]).encode())
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    with os.fdopen(rfd) as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    code, out, err = json.loads(data)
+    return code, out, err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody: needs root")
+def test_changing_command_without_root_needs_root(public_root):
+    code, _out, err = run_as_nobody("--root", str(public_root), "mdev", "create", "--type", "P4-1Q")
+    assert code == 77, err
+    assert err.splitlines() == [
+        f"error: changing the host needs root (or write access to /) (host root {public_root})",
+        "hint: rerun as root, e.g. with sudo; read-only commands and --dry-run need no root",
+    ]
+    assert not (public_root / "run").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody: needs root")
+def test_read_command_and_dry_run_without_root_work(public_root):
+    assert run_as_nobody("--root", str(public_root), "gpus", "--json")[0] == 0
+    code, _out, err = run_as_nobody("--root", str(public_root), "mdev", "create", "--type", "P4-1Q", "--dry-run")
+    assert code == 0, err
+
+
+# --- 2. --root validated before anything is created under it ------------------------------------------------------
+
+
+def test_missing_root_of_a_changing_command_creates_nothing(cli, tmp_path):
+    missing = tmp_path / "no" / "such" / "root"
+    r = cli("--root", str(missing), "mdev", "create", "--type", "P4-1Q")
+    assert one_error(r, 3) == f"error: host root {missing} does not exist"
+    assert not (tmp_path / "no").exists()
+
+
+def test_root_without_sys_of_a_changing_command_creates_no_lock(cli, tmp_path):
+    r = cli("--root", str(tmp_path), "mdev", "create", "--type", "P4-1Q")
+    assert one_error(r, 3) == f"error: host root {tmp_path} has no sys/ directory"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [("mdev", "create", "--type", "P4-1Q"), ("recover",), ("gpus",)])
+def test_root_is_a_file(cli, tmp_path, command):
+    (tmp_path / "file").write_text("")
+    r = cli("--root", str(tmp_path / "file"), *command)
+    assert one_error(r, 3) == f"error: host root {tmp_path / 'file'} is not a directory"
+
+
+@pytest.mark.parametrize("command", [("mdev", "create", "--type", "P4-1Q"), ("gpus",), ("gpus", "--json")])
+def test_empty_root_is_refused(cli, command):
+    r = cli("--root", "", *command)
+    assert one_error(r, 2) == "error: --root is empty"
