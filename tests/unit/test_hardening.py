@@ -121,3 +121,66 @@ def test_root_is_a_file(cli, tmp_path, command):
 def test_empty_root_is_refused(cli, command):
     r = cli("--root", "", *command)
     assert one_error(r, 2) == "error: --root is empty"
+
+
+# --- 3. limits: counts, input files, timeouts ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command", [("mdev", "create", "--type", "P4-1Q"), ("create", "--vm", "web01", "--type", "P4-1Q")]
+)
+def test_huge_count_is_refused_at_once(cli, sim_host, command):
+    r = cli("--root", str(sim_host("p4")), *command, "--count", "10000000", "--dry-run")
+    assert one_error(r, 2) == "error: --count 10000000 is more than vgpuadm places in one command (4096)"
+
+
+def big_file(path: Path) -> str:
+    with open(path, "wb") as f:
+        f.truncate(200 * 1024 * 1024)  # sparse: 200 MB that costs no disk
+    return str(path)
+
+
+def fifo(path: Path) -> str:
+    os.mkfifo(path)
+    return str(path)
+
+
+INPUTS = {
+    "dev-zero": lambda _tmp: "/dev/zero",
+    "fifo": lambda tmp: fifo(tmp / "in.fifo"),
+    "directory": lambda tmp: str(tmp),
+    "200MB": lambda tmp: big_file(tmp / "big.in"),
+}
+
+
+def refused(path: str) -> tuple[str, ...]:
+    return (f"{path} is not a regular file", f"{path} is 209715200 bytes, over the")
+
+
+@pytest.mark.parametrize("kind", INPUTS)
+def test_apply_refuses_odd_plan_files(cli, sim_host, tmp_path, kind):
+    path = INPUTS[kind](tmp_path)
+    r = cli("--root", str(sim_host("p4")), "apply", "-f", path, "--check")
+    line = one_error(r, 2)
+    assert line.startswith(tuple(f"error: plan {m}" for m in refused(path))), line
+
+
+@pytest.mark.parametrize("kind", INPUTS)
+def test_inventory_merge_refuses_odd_inputs(cli, tmp_path, kind):
+    path = INPUTS[kind](tmp_path)
+    line = one_error(cli("inventory", "merge", path, "--format", "json"), 2)
+    assert line.startswith(tuple(f"error: {m}" for m in refused(path))), line
+
+
+@pytest.mark.parametrize("kind", INPUTS)
+def test_import_umockdev_refuses_odd_recordings(cli, tmp_path, kind):
+    path = INPUTS[kind](tmp_path)
+    line = one_error(cli("sim", "import-umockdev", path, str(tmp_path / "root")), 2)
+    assert line.startswith(tuple(f"error: {m}" for m in refused(path))), line
+    assert not (tmp_path / "root").exists()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "0", "3601"])
+def test_restore_refuses_odd_timeouts(cli, sim_host, value):
+    r = cli("--root", str(sim_host("p4")), "restore", "--timeout", value)
+    assert one_error(r, 2).startswith(f"error: --timeout {float(value):g} is not a number of seconds in (0, 3600]")

@@ -30,6 +30,7 @@ import shutil
 from dataclasses import dataclass, field
 
 from vgpuadm.errors import NotFoundError, UsageError
+from vgpuadm.host.inputs import read_input
 
 # Subsystems that are buses (/sys/bus/<name>); every other subsystem is a class (/sys/class/<name>).
 BUS_SUBSYSTEMS = frozenset(
@@ -62,6 +63,9 @@ BUS_SUBSYSTEMS = frozenset(
 _ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|[0-7]{1,3}|.)")
 _SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "a": "\a", "b": "\b", "f": "\f",
            "v": "\v", "e": "\x1b"}  # fmt: skip
+
+
+MAX_RECORDING = 16 * 1024 * 1024  # bytes of a whole host's umockdev-record output; larger files are refused
 
 
 @dataclass
@@ -149,13 +153,10 @@ def parse(text: str, source: str = "recording") -> list[Device]:
 
 def load(recording: str, root: str, types_from: str | None = None, subsystems: set[str] | None = None) -> Loaded:
     """Lay the devices of `recording` (only `subsystems` when given) under `root`/sys; see the module doc."""
-    try:
-        with open(recording, encoding="utf-8", errors="surrogateescape") as f:
-            text = f.read()
-    except OSError as exc:
-        raise NotFoundError(
-            f"cannot read {recording}: {exc.strerror}", "give the path of a umockdev-record file"
-        ) from None
+    raw = read_input(
+        recording, "", "give the path of a umockdev-record file", limit=MAX_RECORDING, unreadable=NotFoundError
+    )
+    text = raw.decode("utf-8", errors="surrogateescape")
     devices = parse(text, os.path.basename(recording))
     if subsystems is not None:
         devices = [d for d in devices if d.subsystem in subsystems]

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vgpuadm.errors import UsageError
+from vgpuadm.host.inputs import read_input
 from vgpuadm.plan.desired import DesiredPlan, Display, VmSpec, format_params
 from vgpuadm.schemas import load
 
@@ -29,12 +30,15 @@ def plan_schema() -> dict[str, Any]:
 
 def load_plan(path: str) -> DesiredPlan:
     """Read, validate and convert a plan file; UsageError `file:line: key.path: problem` on the first fault."""
+    data = read_input(path, "plan", "pass an existing YAML file to -f")
+    source = os.path.basename(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read plan {path}: {exc.strerror}", "pass an existing YAML file to -f") from None
-    return parse_plan(text, os.path.basename(path))
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{source}: not UTF-8 (invalid byte at offset {exc.start})", "save the plan as UTF-8 text"
+        ) from None
+    return parse_plan(text, source)
 
 
 def parse_plan(text: str, source: str = "plan.yaml") -> DesiredPlan:
