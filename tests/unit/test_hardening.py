@@ -184,3 +184,31 @@ def test_import_umockdev_refuses_odd_recordings(cli, tmp_path, kind):
 def test_restore_refuses_odd_timeouts(cli, sim_host, value):
     r = cli("--root", str(sim_host("p4")), "restore", "--timeout", value)
     assert one_error(r, 2).startswith(f"error: --timeout {float(value):g} is not a number of seconds in (0, 3600]")
+
+
+# --- 4. hostile plan files ----------------------------------------------------------------------------------------
+
+BAD_PLANS = {
+    "deep": ("vms: " + "[" * 5000 + "]" * 5000 + "\n", "deep.yaml:1: nested more than 32 levels deep"),
+    "self-map": ("vms: &a\n  web01: *a\n", "self-map.yaml:2: alias *a refers to a node that contains it"),
+    "self-seq": ("vms: &a [*a]\n", "self-seq.yaml:1: alias *a refers to a node that contains it"),
+    "aliases": (
+        "x: &x [1]\n" + "".join(f"y{i}: *x\n" for i in range(100)) + "vms: {}\n",
+        "aliases.yaml:66: more than 64 aliases",
+    ),
+    "python-tag": (
+        "vms:\n  web01: !!python/object/apply:os.system [id]\n",
+        "python-tag.yaml:2: YAML tag !!python/object/apply:os.system is not allowed in a plan",
+    ),
+    "local-tag": ("vms: !mine {}\n", "local-tag.yaml:1: YAML tag !mine is not allowed in a plan"),
+    "latin-1": ("vms:\n  caf\xe9: {type: nvidia-63}\n", "latin-1.yaml:2: not UTF-8 (byte 0xe9 at offset 10)"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_PLANS)
+def test_hostile_plan_is_one_error_naming_the_file(cli, sim_host, tmp_path, name):
+    text, message = BAD_PLANS[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_bytes(text.encode("latin-1"))
+    r = cli("--root", str(sim_host("p4")), "apply", "-f", str(path), "--check")
+    assert one_error(r, 2).startswith(f"error: {message}"), r.err
