@@ -212,3 +212,21 @@ def test_hostile_plan_is_one_error_naming_the_file(cli, sim_host, tmp_path, name
     path.write_bytes(text.encode("latin-1"))
     r = cli("--root", str(sim_host("p4")), "apply", "-f", str(path), "--check")
     assert one_error(r, 2).startswith(f"error: {message}"), r.err
+
+
+# --- 5. user data in tables is text, never rich markup ------------------------------------------------------------
+
+
+def test_host_name_with_markup_prints_as_text(cli, sim_host):
+    r = cli("--root", str(sim_host("p4")), "inventory", "--host", "[/x] [bold]b :smile:")
+    assert r.code == 0, r.err
+    assert "GPUs on [/x] [bold]b :smile:" in r.out
+
+
+def test_vgpu_param_with_markup_prints_as_text(cli, sim_host):
+    root = str(sim_host("p4"))
+    r = cli("--root", root, "mdev", "create", "--type", "P4-1Q", "--param", "frame_rate_limiter=[/x]")
+    assert r.code == 0, r.err
+    r = cli("--root", root, "devices")
+    assert r.code == 0, r.err
+    assert "frame_rate_limiter=[/x]" in r.out, r.out
