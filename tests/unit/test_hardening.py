@@ -230,3 +230,43 @@ def test_vgpu_param_with_markup_prints_as_text(cli, sim_host):
     r = cli("--root", root, "devices")
     assert r.code == 0, r.err
     assert "frame_rate_limiter=[/x]" in r.out, r.out
+
+
+# --- 6. sim import-umockdev stays inside the target ---------------------------------------------------------------
+
+DEV = "P: /devices/pci0000:00/0000:00:03.0/0000:08:00.0\nA: vendor=0x10de\\n\n"
+
+
+def escapes(outside: Path) -> dict[str, tuple[str, str]]:
+    dev = "/sys/devices/pci0000:00/0000:00:03.0/0000:08:00.0"
+    return {
+        "absolute-link": (
+            f"L: esc={outside}\nA: esc/x=owned\n",
+            f"link {dev}/esc -> {str(outside)!r} points outside /sys",
+        ),
+        "climbing-link": (
+            "L: esc=../../../../../../../../../../../../..\nA: esc/x=owned\n",
+            f"link {dev}/esc -> '../../../../../../../../../../../../..' points outside /sys",
+        ),
+        "subsystem": (
+            "E: SUBSYSTEM=../../../outside\n",  # /sys/class/<it>/<name>: <target>/../outside/0000:08:00.0
+            f"device {dev} has SUBSYSTEM '../../../outside', not a subsystem name",
+        ),
+        "driver-link": (
+            "L: driver=../../../../../../../../../..\n",
+            f"link {dev}/driver -> '../../../../../../../../../..' points outside /sys",
+        ),
+    }
+
+
+@pytest.mark.parametrize("kind", ["absolute-link", "climbing-link", "subsystem", "driver-link"])
+def test_import_umockdev_refuses_paths_leaving_the_target(cli, tmp_path, kind):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    lines, message = escapes(outside)[kind]
+    recording = tmp_path / "rec.umockdev"
+    recording.write_text(DEV.rstrip("\n") + "\n" + lines)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    r = cli("sim", "import-umockdev", str(recording), str(tmp_path / "root"))
+    assert one_error(r, 2) == f"error: rec.umockdev: {message}"
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written anywhere
