@@ -270,3 +270,59 @@ def test_import_umockdev_refuses_paths_leaving_the_target(cli, tmp_path, kind):
     r = cli("sim", "import-umockdev", str(recording), str(tmp_path / "root"))
     assert one_error(r, 2) == f"error: rec.umockdev: {message}"
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written anywhere
+
+
+# --- 7. the journal is untrusted input ----------------------------------------------------------------------------
+
+DETACH = {"kind": "detach-hostdev", "domain": "web01", "device_xml": "<hostdev/>", "what": "x"}
+JOURNAL_ERROR = "error: refusing the journal /var/lib/vgpuadm/journal.json: "
+
+
+def plant(root: Path, doc: dict, *, uid: int = 0, mode: int = 0o600) -> Path:
+    path = root / "var/lib/vgpuadm/journal.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc) + "\n")
+    os.chown(path, uid, -1)
+    os.chmod(path, mode)
+    return path
+
+
+def journal(*steps: dict) -> dict:
+    return {"version": 1, "pid": 1, "state": "applying", "current": 0, "done": 0,
+            "plan": {"summary": "x", "steps": list(steps)}}  # fmt: skip
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chowns the journal: needs root")
+@pytest.mark.parametrize("command", [("recover",), ("reconcile",)])
+def test_journal_of_another_user_is_refused(cli, sim_host, command):
+    root = sim_host("p4")
+    path = plant(root, journal(DETACH), uid=NOBODY)
+    r = cli("--root", str(root), *command)
+    assert one_error(r, 6) == JOURNAL_ERROR + f"it is owned by uid {NOBODY}, not root or this user"
+    assert path.exists()
+
+
+@pytest.mark.parametrize(
+    ("doc", "problem"),
+    [
+        (journal(DETACH | {"domain": "../x"}), "step detach-hostdev field domain holds '../x', not a valid value"),
+        (
+            journal({"kind": "create-mdev", "parent": "/etc", "type_id": "nvidia-63", "uuid": "x"}),
+            "step create-mdev field parent holds '/etc', not a valid value",
+        ),
+        (journal({"kind": "rm-rf", "path": "/"}), "unknown step kind 'rm-rf'"),
+        (journal(DETACH | {"extra": 1}), "step detach-hostdev has unknown fields extra"),
+        ({"version": 2, "plan": {"steps": []}}, "it is not a version 1 vgpuadm journal"),
+    ],
+)
+def test_malformed_journal_is_refused_before_recover_acts(cli, sim_host, doc, problem):
+    root = sim_host("p4")
+    plant(root, doc)
+    r = cli("--root", str(root), "recover")
+    assert one_error(r, 6) == JOURNAL_ERROR + problem
+
+
+def test_world_writable_journal_is_refused(cli, sim_host):
+    root = sim_host("p4")
+    plant(root, journal(DETACH), mode=0o666)
+    assert one_error(cli("--root", str(root), "recover"), 6) == JOURNAL_ERROR + "it is writable by others"
