@@ -67,6 +67,13 @@ class HostIOError(VgpuadmError):
         return _errno.errorcode.get(self.errno or 0, "") if self.errno else ""
 
 
+class NeedsRootError(VgpuadmError):
+    """A changing command run without the rights it needs: not root and no write access to the host root's state
+    directories (checked before anything is touched). Exit 77 = EX_NOPERM (sysexits.h)."""
+
+    exit_code = 77
+
+
 class LibvirtError(VgpuadmError):
     """libvirt refused an operation; the message carries libvirt's own text."""
 

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from vgpuadm.cli.console import Console
-from vgpuadm.errors import UsageError, VgpuadmError
+from vgpuadm.errors import NeedsRootError, UsageError, VgpuadmError
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
@@ -129,6 +129,13 @@ def run(argv: Sequence[str], console: Console | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 141
+    except PermissionError as exc:  # an access check we missed: still the needs-root answer, not a bug report
+        err = NeedsRootError(
+            f"permission denied: {exc.filename or exc.strerror}",
+            "rerun as root, e.g. with sudo, or fix the file's owner",
+        )
+        console.error(err)
+        return err.exit_code
     except Exception as exc:  # a bug of ours: still one line, with the way to get the traceback
         if os.environ.get("VGPUADM_DEBUG"):
             raise

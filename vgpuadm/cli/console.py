@@ -30,13 +30,18 @@ class Console:
     def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         from rich.console import Console as RichConsole
         from rich.table import Table
+        from rich.text import Text
 
-        table = Table(title=title, title_justify="left", header_style="bold")
+        # Every cell, title and header is rich Text, never markup: cells hold user data (VM names, --param values,
+        # --host names), and `[/x]` in one must print as is, not raise rich's MarkupError or restyle the table.
+        table = Table(title=Text(title), title_justify="left", header_style="bold")
         for col in columns:
-            table.add_column(col, overflow="fold")
+            table.add_column(Text(col), overflow="fold")
         for row in rows:
-            table.add_row(*("-" if v is None else str(v) for v in row))
-        RichConsole(file=self.out, width=max(100, _width(self.out))).print(table)
+            table.add_row(*(Text("-" if v is None else str(v)) for v in row))
+        RichConsole(file=self.out, width=max(100, _width(self.out)), markup=False, emoji=False, highlight=False).print(
+            table
+        )
 
     @contextlib.contextmanager
     def progress(self, label: str) -> Iterator[Callable[[int, int, str], None]]:

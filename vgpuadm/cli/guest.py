@@ -7,6 +7,7 @@ from vgpuadm import api
 from vgpuadm.cli.console import Console
 from vgpuadm.cli.host import plan_options
 from vgpuadm.model import DeviceMode
+from vgpuadm.plan.placement import check_count
 
 
 def _report(console: Console, result: Any, as_json: bool, verb: str) -> None:
@@ -63,6 +64,7 @@ def register(app: Any) -> None:
 
         if display not in ("on", "off"):
             raise UsageError(f"--display {display!r} is not on or off", "write --display on or --display off")
+        check_count(count, "devices")  # before the host or libvirt is read
         result = api.guest_create(
             ctx.obj["root"], vm, type_name, count, connect=ctx.obj.get("connect"), gpu=gpu, policy=policy, numa=numa,
             display=display == "on", ramfb=ramfb, params=param or (), dry_run=dry_run,

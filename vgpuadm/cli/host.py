@@ -8,6 +8,7 @@ from typing import Any
 from vgpuadm import api
 from vgpuadm.cli.console import Console
 from vgpuadm.model import HostSnapshot
+from vgpuadm.plan.placement import check_count
 from vgpuadm.steps import Plan
 
 Planner = Callable[[HostSnapshot], tuple[Plan, list[str]]]
@@ -94,6 +95,7 @@ def _mdev_app() -> Any:
         """Create COUNT mdevs of a type, placed by policy."""
         console: Console = ctx.obj["console"]
         root = ctx.obj["root"]
+        check_count(count)  # before the host is read
 
         def planner(snap: HostSnapshot) -> tuple[Plan, list[str]]:
             if explain and not as_json:

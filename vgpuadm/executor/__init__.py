@@ -38,8 +38,10 @@ from filelock import FileLock, Timeout
 
 from vgpuadm.errors import ConflictError, HostIOError, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor.hints import errno_hint
+from vgpuadm.executor.journalcheck import check_document, check_owner
 from vgpuadm.host import root as host_root
 from vgpuadm.host.files import fsync_dir
+from vgpuadm.host.root import check_exists, check_writable
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.steps import Plan, Step
 
@@ -112,7 +114,11 @@ _LOCKS_GUARD = threading.Lock()
 
 @contextlib.contextmanager
 def host_lock(root: str, timeout: float = DEFAULT_LOCK_TIMEOUT) -> Iterator[None]:
-    """Hold the host-wide lock. Re-entrant within a process, so callers can plan and execute under one hold."""
+    """Hold the host-wide lock. Re-entrant within a process, so callers can plan and execute under one hold.
+    The root must exist (nothing is created on a mistyped --root) and be writable (NeedsRootError, not a
+    PermissionError on the lock)."""
+    check_exists(root)
+    check_writable(root)
     path = os.path.join(root, LOCK_PATH)
     private_dirs(os.path.dirname(path))
     _refuse_link(root, path)
@@ -276,17 +282,25 @@ def read_journal(root: str) -> dict[str, Any] | None:
     last complete progress line after it."""
     path = journal_path(root)
     try:
-        with open(path) as f:
-            text = f.read()
-        doc, end = json.JSONDecoder().raw_decode(text)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        if exc.errno == errno_mod.ELOOP:
+            raise _unsafe(root, path) from None
+        raise HostIOError(
+            f"journal /{JOURNAL} is unreadable: {exc.strerror}", "inspect and remove it by hand", path="/" + JOURNAL
+        ) from None
+    try:
+        with os.fdopen(fd) as f:
+            check_owner(os.fstat(f.fileno()))  # untrusted until checked: a planted journal is refused, never run
+            text = f.read()
+        doc, end = json.JSONDecoder().raw_decode(text)
     except (OSError, ValueError) as exc:
         raise HostIOError(
             f"journal /{JOURNAL} is unreadable: {exc}", "inspect and remove it by hand", path="/" + JOURNAL
         ) from None
-    if not isinstance(doc, dict):
-        return None
+    check_document(doc)
     for line in text[end:].splitlines():
         # A crash mid-append leaves a torn last line: ignore it, the previous index is a safe answer (see recover).
         with contextlib.suppress(ValueError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from vgpuadm.errors import NeedsRootError, NotFoundError, UsageError
 from vgpuadm.host.paths import (
     DEFAULT_ROOT,
     DRIVERS,
@@ -37,8 +38,42 @@ if TYPE_CHECKING:
 
 
 def resolve_root(root: str | None) -> str:
-    """--root, else $VGPUADM_ROOT, else /."""
+    """--root, else $VGPUADM_ROOT, else /. An empty `--root ""` is refused (it must not silently mean /)."""
+    if root is not None and not root.strip():
+        raise UsageError("--root is empty", "pass --root DIR (a host root), or leave --root out for this host (/)")
     return os.path.abspath(root or os.environ.get("VGPUADM_ROOT") or DEFAULT_ROOT)
+
+
+def check_exists(root: str) -> None:
+    """The root is an existing directory (checked before a lock or a state file is created under it)."""
+    if not os.path.isdir(root):
+        what = "is not a directory" if os.path.exists(root) else "does not exist"
+        raise NotFoundError(f"host root {root} {what}", "pass --root DIR or set VGPUADM_ROOT to a host root")
+
+
+def _nearest_existing(path: str) -> str:
+    while not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def check_writable(root: str, host_dirs: tuple[str, ...] = ("/run", STATE_DIR)) -> None:
+    """A changing command can create its lock and journal: each host directory in `host_dirs` (or, when missing,
+    its nearest existing parent, where it would be created) is writable by this process. NeedsRootError else."""
+    eff = os.access in os.supports_effective_ids
+    for host_dir in host_dirs:
+        real = _nearest_existing(os.path.join(root, host_dir.lstrip("/")))
+        if not os.access(real, os.W_OK | os.X_OK, effective_ids=eff):
+            rel = os.path.relpath(real, root)
+            shown = "/" if rel == "." else "/" + rel
+            where = "" if root == "/" else f" (host root {root})"
+            raise NeedsRootError(
+                f"changing the host needs root (or write access to {shown}){where}",
+                "rerun as root, e.g. with sudo; read-only commands and --dry-run need no root",
+            )
 
 
 class HostRoot:

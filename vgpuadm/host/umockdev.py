@@ -30,6 +30,7 @@ import shutil
 from dataclasses import dataclass, field
 
 from vgpuadm.errors import NotFoundError, UsageError
+from vgpuadm.host.inputs import read_input
 
 # Subsystems that are buses (/sys/bus/<name>); every other subsystem is a class (/sys/class/<name>).
 BUS_SUBSYSTEMS = frozenset(
@@ -62,6 +63,9 @@ BUS_SUBSYSTEMS = frozenset(
 _ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|[0-7]{1,3}|.)")
 _SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "a": "\a", "b": "\b", "f": "\f",
            "v": "\v", "e": "\x1b"}  # fmt: skip
+
+
+MAX_RECORDING = 16 * 1024 * 1024  # bytes of a whole host's umockdev-record output; larger files are refused
 
 
 @dataclass
@@ -149,19 +153,18 @@ def parse(text: str, source: str = "recording") -> list[Device]:
 
 def load(recording: str, root: str, types_from: str | None = None, subsystems: set[str] | None = None) -> Loaded:
     """Lay the devices of `recording` (only `subsystems` when given) under `root`/sys; see the module doc."""
-    try:
-        with open(recording, encoding="utf-8", errors="surrogateescape") as f:
-            text = f.read()
-    except OSError as exc:
-        raise NotFoundError(
-            f"cannot read {recording}: {exc.strerror}", "give the path of a umockdev-record file"
-        ) from None
+    raw = read_input(
+        recording, "", "give the path of a umockdev-record file", limit=MAX_RECORDING, unreadable=NotFoundError
+    )
+    text = raw.decode("utf-8", errors="surrogateescape")
     devices = parse(text, os.path.basename(recording))
+    for d in devices:
+        _confine(d, os.path.basename(recording))
     if subsystems is not None:
         devices = [d for d in devices if d.subsystem in subsystems]
     if os.path.exists(root) and (not os.path.isdir(root) or os.listdir(root)):
         raise UsageError(f"{root} is not empty", "give a new or empty directory for the imported host")
-    tree = _Tree(os.path.abspath(root))
+    tree = _Tree(os.path.realpath(root))
     for d in devices:
         tree.device(d)
     by_path = {d.path: d for d in devices}
@@ -206,12 +209,42 @@ def _overlay_types(
             shutil.copytree(os.path.join(nvidia, name, "nvidia"), tree.real(f"{dev.path}/nvidia"), dirs_exist_ok=True)
 
 
+_NAME = re.compile(r"[A-Za-z0-9_.:+-]+")
+_RECORD_HINT = "give a file written by `umockdev-record` (every path stays under /sys)"
+
+
+def _in_sys(host_path: str) -> bool:
+    return host_path == "/sys" or host_path.startswith("/sys/")
+
+
+def _confine(d: Device, source: str) -> None:
+    """Every path the device would create stays under /sys: its subsystem and driver are plain names, and each
+    recorded link is relative and resolves (from the directory holding it) to a path under /sys."""
+    sub = d.subsystem
+    if sub is not None and (not _NAME.fullmatch(sub) or sub in (".", "..")):
+        raise UsageError(f"{source}: device {d.path} has SUBSYSTEM {sub!r}, not a subsystem name", _RECORD_HINT)
+    for name, target in d.links.items():
+        resolved = os.path.normpath(os.path.join(os.path.dirname(f"{d.path}/{name}"), target))
+        if os.path.isabs(target) or not _in_sys(resolved):
+            raise UsageError(f"{source}: link {d.path}/{name} -> {target!r} points outside /sys", _RECORD_HINT)
+
+
 class _Tree:
+    """The host root being laid down. Every real path goes through `real`, which refuses a host path outside
+    /sys or one whose existing directories resolve (through a symlink laid earlier) outside the root."""
+
     def __init__(self, root: str) -> None:
         self.root = root
 
     def real(self, host_path: str) -> str:
-        return self.root + host_path
+        norm = os.path.normpath(host_path)
+        if not host_path.startswith("/") or not _in_sys(norm):
+            raise UsageError(f"refusing to write {host_path}: it is outside /sys", _RECORD_HINT)
+        path = self.root + norm
+        parent = os.path.realpath(os.path.dirname(path))
+        if parent != self.root and not parent.startswith(self.root + os.sep):
+            raise UsageError(f"refusing to write {norm}: a recorded link leads it outside the root", _RECORD_HINT)
+        return path
 
     def write(self, host_path: str, data: bytes) -> None:
         path = self.real(host_path)

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vgpuadm.errors import UsageError
+from vgpuadm.host.inputs import read_input
 from vgpuadm.plan.desired import DesiredPlan, Display, VmSpec, format_params
 from vgpuadm.schemas import load
 
@@ -29,12 +30,17 @@ def plan_schema() -> dict[str, Any]:
 
 def load_plan(path: str) -> DesiredPlan:
     """Read, validate and convert a plan file; UsageError `file:line: key.path: problem` on the first fault."""
+    data = read_input(path, "plan", "pass an existing YAML file to -f")
+    source = os.path.basename(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read plan {path}: {exc.strerror}", "pass an existing YAML file to -f") from None
-    return parse_plan(text, os.path.basename(path))
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UsageError(
+            f"{source}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})",
+            "save the plan as UTF-8 text",
+        ) from None
+    return parse_plan(text, source)
 
 
 def parse_plan(text: str, source: str = "plan.yaml") -> DesiredPlan:
@@ -43,6 +49,7 @@ def parse_plan(text: str, source: str = "plan.yaml") -> DesiredPlan:
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
     try:
+        _screen(YAML(typ="safe", pure=True).parse(text), source)
         marks = YAML(typ="rt").load(text)  # CommentedMap / CommentedSeq: .lc holds every key's and value's line
         data = YAML(typ="safe", pure=True).load(text)  # pure: the C parser would read YAML 1.1
     except DuplicateKeyError as exc:
@@ -57,6 +64,42 @@ def parse_plan(text: str, source: str = "plan.yaml") -> DesiredPlan:
         raise UsageError(f"{source}:1: the plan is empty", "write at least `vms: {web01: {type: nvidia-63}}`")
     _validate(data, marks, source)
     return _to_plan(data, marks, source)
+
+
+MAX_DEPTH = 32  # nesting a plan needs: vms → name → params is 3; the composer recurses per level
+MAX_ALIASES = 64  # aliases (*name) a plan may use; each may copy a whole subtree (the "billion laughs")
+
+
+def _screen(events: Any, source: str) -> None:
+    """Refuse, from the parser's events (iterative: no recursion, nothing built yet), what a plan never needs and
+    an attacker would use: nesting deeper than MAX_DEPTH, more than MAX_ALIASES aliases, an alias to a node that
+    is still open (a self-referencing structure) and any explicit tag (`!!python/object`, `!custom`)."""
+    from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, NodeEvent
+
+    open_anchors: list[str | None] = []
+    aliases = 0
+    for ev in events:
+        line = ev.start_mark.line + 1 if ev.start_mark is not None else 0
+        if isinstance(ev, AliasEvent):
+            aliases += 1
+            if ev.anchor in open_anchors:
+                raise UsageError(
+                    f"{source}:{line}: alias *{ev.anchor} refers to a node that contains it (a recursive structure)",
+                    "write the value out instead of the alias",
+                )
+            if aliases > MAX_ALIASES:
+                raise UsageError(f"{source}:{line}: more than {MAX_ALIASES} aliases", "write the values out")
+        elif isinstance(ev, NodeEvent) and getattr(ev, "tag", None) is not None:
+            tag = str(getattr(ev, "tag", "")).replace("tag:yaml.org,2002:", "!!")
+            raise UsageError(f"{source}:{line}: YAML tag {tag} is not allowed in a plan", "remove the tag")
+        if isinstance(ev, CollectionStartEvent):
+            open_anchors.append(ev.anchor)
+            if len(open_anchors) > MAX_DEPTH:
+                raise UsageError(
+                    f"{source}:{line}: nested more than {MAX_DEPTH} levels deep", "a plan is vms → name → settings"
+                )
+        elif isinstance(ev, CollectionEndEvent):
+            open_anchors.pop()
 
 
 def plan_from_data(data: Mapping[str, Any], source: str = "plan") -> DesiredPlan:

@@ -4,12 +4,13 @@ lock — and asks the pure planners (plan/apply.py, plan/restore.py, plan/reconc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from vgpuadm.errors import ConflictError, NotFoundError, UnsafeError, VgpuadmError
+from vgpuadm.errors import ConflictError, NotFoundError, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor import execute, load_drivers, recover
 from vgpuadm.host.root import EMBED_LIBVIRT, SRIOV_MANAGE
 from vgpuadm.io.domainxml import read_domain_dir
@@ -99,6 +100,18 @@ class RestoreResult:
         return {"devices": self.devices, "done": self.done, "skipped": self.skipped, "problems": self.problems}
 
 
+MAX_TIMEOUT = 3600.0  # seconds restore waits for GPUs at most (an hour: far beyond any driver's registration)
+
+
+def check_timeout(timeout: float) -> None:
+    """0 < timeout ≤ MAX_TIMEOUT and finite (nan, inf and negatives are refused before anything runs)."""
+    if not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT):
+        raise UsageError(
+            f"--timeout {timeout:g} is not a number of seconds in (0, {MAX_TIMEOUT:g}]",
+            "give the seconds to wait for GPUs to register, e.g. --timeout 120",
+        )
+
+
 def restore(
     root: str | None,
     *,
@@ -110,6 +123,7 @@ def restore(
     """Rebuild this host's domains' devices after a reboot, phase by phase (plan/restore.PHASES), under the host
     lock. Each device is its own unit: one that fails is rolled back and named in `problems`, the others still
     happen."""
+    check_timeout(timeout)
     say = report or (lambda _line: None)
     out = RestoreResult()
     with Session.open(root, connect, allow_pending=True) as s:

@@ -14,8 +14,8 @@ from vgpuadm.executor import DEFAULT_LOCK_TIMEOUT, ExecContext, ExecResult, exec
 from vgpuadm.executor import host_lock as _host_lock
 from vgpuadm.executor import recover as _recover
 from vgpuadm.host.discover import snapshot
-from vgpuadm.host.root import EMBED_LIBVIRT, SRIOV_MANAGE, HostRoot
-from vgpuadm.host.sysfs import Sysfs
+from vgpuadm.host.root import EMBED_LIBVIRT, SRIOV_MANAGE, HostRoot, check_writable
+from vgpuadm.host.sysfs import Sysfs, check_root
 from vgpuadm.model import HostSnapshot
 from vgpuadm.ops.session import LIBVIRT_STEP_KINDS, Session
 from vgpuadm.ops.session import open_sysfs as _open_sysfs
@@ -151,6 +151,8 @@ def recover(
     """Roll back (default) or finish a change a crashed run left in the journal; [] when there was none. When the
     journal holds libvirt steps and no `virt` is given, a connection is opened (`connect`, else this root's)."""
     sysfs = open_sysfs(root)
+    check_root(sysfs.root)
+    check_writable(sysfs.root)
     ctx = ExecContext(sysfs=sysfs, root=sysfs.root, virt=virt)
     doc = read_journal(ctx.root) or {}
     kinds = {s.get("kind") for s in doc.get("plan", {}).get("steps", [])}

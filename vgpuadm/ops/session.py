@@ -24,8 +24,8 @@ from vgpuadm.executor import (
     register,
 )
 from vgpuadm.host.discover import snapshot
-from vgpuadm.host.root import HostRoot
-from vgpuadm.host.sysfs import Sysfs, Writer
+from vgpuadm.host.root import HostRoot, check_exists, check_writable
+from vgpuadm.host.sysfs import Sysfs, Writer, check_root
 from vgpuadm.model import HostSnapshot
 from vgpuadm.plan.domains import Domains
 from vgpuadm.sim.kernel import SimKernel
@@ -71,11 +71,15 @@ class Session:
     @contextmanager
     def open(
         cls, root: str | None, connect: str | None = None, *, allow_pending: bool = False,
-        timeout: float = DEFAULT_LOCK_TIMEOUT,
+        timeout: float = DEFAULT_LOCK_TIMEOUT, needs_sys: bool = True,
     ) -> Iterator[Session]:  # fmt: skip
         """Hold the host lock for the whole verb; refuse while a journal is pending (unless `allow_pending`, for
-        the verbs that deal with it: recover, reconcile, restore)."""
+        the verbs that deal with it: recover, reconcile, restore). The root is checked before the lock is taken
+        (a mistyped --root gets no run/ or lock created under it): it exists, has a sys/ tree (unless not
+        `needs_sys`: `unit install` writes only under etc/) and this process can write its state directories."""
         s = cls(root, connect, locked=True)
+        (check_root if needs_sys else check_exists)(s.root.path)
+        check_writable(s.root.path)
         with host_lock(s.root.path, timeout), s._stack:
             if not allow_pending and read_journal(s.root.path) is not None:
                 raise pending_error()

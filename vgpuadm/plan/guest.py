@@ -21,6 +21,7 @@ from vgpuadm.modes.base import join_params, normalise_params
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.domains import Domains
 from vgpuadm.plan.ids import device_uuid
+from vgpuadm.plan.placement import check_count
 from vgpuadm.steps import CreateMdev, Plan, Step
 from vgpuadm.virt import xml
 from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
@@ -133,8 +134,7 @@ def plan_create_many(
     wants: list[_Want] = []
     seen: set[str] = set()
     for domain_xml, count in requests:
-        if count < 1:
-            raise UsageError(f"--count must be at least 1, not {count}", "ask for one or more devices")
+        check_count(count, "devices")
         name, duuid = xml.domain_identity(domain_xml)
         if name in seen:
             raise UsageError(f"domain {name} is named twice", "give each domain once, with the total it should own")

@@ -36,6 +36,20 @@ class Placement:
         return "\n".join(lines)
 
 
+MAX_COUNT = 4096  # devices one command may ask for: far above what any host holds (a GPU has at most 32 vGPUs)
+
+
+def check_count(count: int, unit: str = "instances") -> None:
+    """1 ≤ count ≤ MAX_COUNT, checked before any planning (a huge --count must not be placed one by one)."""
+    if count < 1:
+        raise UsageError(f"--count must be at least 1, not {count}", f"ask for one or more {unit}")
+    if count > MAX_COUNT:
+        raise UsageError(
+            f"--count {count} is more than vgpuadm places in one command ({MAX_COUNT})",
+            "ask for what the host can hold: `vgpuadm types --available` lists the free instances",
+        )
+
+
 def place(
     snapshot: HostSnapshot,
     type_name: str,
@@ -51,8 +65,7 @@ def place(
     type or GPU), UsageError (bad policy/count) or CapacityError listing why each candidate was rejected."""
     if policy not in POLICIES:
         raise UsageError(f'Unknown placement policy "{policy}"', "use --policy pack or --policy spread")
-    if count < 1:
-        raise UsageError(f"--count must be at least 1, not {count}", "ask for one or more instances")
+    check_count(count)
     types = snapshot.types()
     if gpu is not None:
         on_gpu = [t for t in types if gpu in (t.parent, snapshot.physical_gpu(t.parent))]

@@ -15,10 +15,12 @@ from typing import Any
 import orjson
 
 from vgpuadm.errors import UsageError
+from vgpuadm.host.inputs import read_input
 from vgpuadm.report.inventory import SCHEMA as HOST_SCHEMA
 from vgpuadm.report.inventory import type_order
 
 SCHEMA = "vgpuadm-fleet/1"
+MAX_REPORT = 16 * 1024 * 1024  # bytes of one host's inventory; larger files are refused before reading
 _HINT = "pass files written by `vgpuadm inventory --format json` (schema vgpuadm-inventory/1)"
 # What the merge reads from each host document; checked by hand because full JSON-schema validation of 1,000
 # documents would cost seconds (the published schema is vgpuadm/schemas/inventory-v1.schema.json).
@@ -46,11 +48,7 @@ _TYPE = frozenset(("type_id", "name", "framebuffer_mib", "used", "free", "strand
 
 def load_report(path: str) -> dict[str, Any]:
     """Read and check one host inventory; any problem is a UsageError naming the file."""
-    try:
-        with open(path, "rb") as f:
-            text = f.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}", _HINT) from None
+    text = read_input(path, "", _HINT, limit=MAX_REPORT)
     try:
         doc = orjson.loads(text)  # its JSONDecodeError subclasses json's, with lineno/colno
     except (ValueError, UnicodeDecodeError) as exc:

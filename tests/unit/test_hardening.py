@@ -1,0 +1,328 @@
+"""Hardening: every hostile or mistaken input ends in one `error: …` line plus a `hint: …` line with a non-zero
+exit, never a traceback or an internal error; nothing is created or written outside what the command owns."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from vgpuadm.cli.app import run
+from vgpuadm.cli.console import Console
+from vgpuadm.sim.profiles import build
+
+NOBODY = 65534
+
+
+def one_error(r, code: int | None = None) -> str:
+    """The error line of a failed run (asserting the shape: error + optional hint, nothing else)."""
+    assert r.code != 0, (r.out, r.err)
+    if code is not None:
+        assert r.code == code, r.err
+    lines = r.err.splitlines()
+    assert lines and lines[0].startswith("error: "), r.err
+    assert len(lines) <= 2 and all(line.startswith("hint: ") for line in lines[1:]), r.err
+    assert "internal error" not in r.err and "Traceback" not in r.err
+    return lines[0]
+
+
+# --- 1. a changing command run without root -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def public_root() -> Iterator[Path]:
+    """A simulated host owned by root in a directory every user can traverse (tmp_path is 0700)."""
+    top = tempfile.mkdtemp(prefix="vgpuadm-nobody-", dir="/tmp")
+    os.chmod(top, 0o755)
+    try:
+        build("p4", f"{top}/h")
+        yield Path(top) / "h"
+    finally:
+        shutil.rmtree(top)
+
+
+def run_as_nobody(*args: str) -> tuple[int, str, str]:
+    """Run the CLI in a forked child that dropped to uid/gid nobody; returns (code, out, err). The same command is
+    run first as root on a throwaway copy of the host, so that every module it imports is loaded (nobody cannot
+    read this interpreter's library directory)."""
+    i = args.index("--root")
+    with tempfile.TemporaryDirectory() as warm:
+        build("p4", f"{warm}/h")
+        run([*args[: i + 1], f"{warm}/h", *args[i + 2 :]], Console(io.StringIO(), io.StringIO()))
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(rfd)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            out, err = io.StringIO(), io.StringIO()
+            code = run(list(args), Console(out, err))
+            os.write(wfd, json.dumps([code, out.getvalue(), err.getvalue()]).encode())
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    with os.fdopen(rfd) as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    code, out, err = json.loads(data)
+    return code, out, err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody: needs root")
+def test_changing_command_without_root_needs_root(public_root):
+    code, _out, err = run_as_nobody("--root", str(public_root), "mdev", "create", "--type", "P4-1Q")
+    assert code == 77, err
+    assert err.splitlines() == [
+        f"error: changing the host needs root (or write access to /) (host root {public_root})",
+        "hint: rerun as root, e.g. with sudo; read-only commands and --dry-run need no root",
+    ]
+    assert not (public_root / "run").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody: needs root")
+def test_read_command_and_dry_run_without_root_work(public_root):
+    assert run_as_nobody("--root", str(public_root), "gpus", "--json")[0] == 0
+    code, _out, err = run_as_nobody("--root", str(public_root), "mdev", "create", "--type", "P4-1Q", "--dry-run")
+    assert code == 0, err
+
+
+# --- 2. --root validated before anything is created under it ------------------------------------------------------
+
+
+def test_missing_root_of_a_changing_command_creates_nothing(cli, tmp_path):
+    missing = tmp_path / "no" / "such" / "root"
+    r = cli("--root", str(missing), "mdev", "create", "--type", "P4-1Q")
+    assert one_error(r, 3) == f"error: host root {missing} does not exist"
+    assert not (tmp_path / "no").exists()
+
+
+def test_root_without_sys_of_a_changing_command_creates_no_lock(cli, tmp_path):
+    r = cli("--root", str(tmp_path), "mdev", "create", "--type", "P4-1Q")
+    assert one_error(r, 3) == f"error: host root {tmp_path} has no sys/ directory"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [("mdev", "create", "--type", "P4-1Q"), ("recover",), ("gpus",)])
+def test_root_is_a_file(cli, tmp_path, command):
+    (tmp_path / "file").write_text("")
+    r = cli("--root", str(tmp_path / "file"), *command)
+    assert one_error(r, 3) == f"error: host root {tmp_path / 'file'} is not a directory"
+
+
+@pytest.mark.parametrize("command", [("mdev", "create", "--type", "P4-1Q"), ("gpus",), ("gpus", "--json")])
+def test_empty_root_is_refused(cli, command):
+    r = cli("--root", "", *command)
+    assert one_error(r, 2) == "error: --root is empty"
+
+
+# --- 3. limits: counts, input files, timeouts ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command", [("mdev", "create", "--type", "P4-1Q"), ("create", "--vm", "web01", "--type", "P4-1Q")]
+)
+def test_huge_count_is_refused_at_once(cli, sim_host, command):
+    r = cli("--root", str(sim_host("p4")), *command, "--count", "10000000", "--dry-run")
+    assert one_error(r, 2) == "error: --count 10000000 is more than vgpuadm places in one command (4096)"
+
+
+def big_file(path: Path) -> str:
+    with open(path, "wb") as f:
+        f.truncate(200 * 1024 * 1024)  # sparse: 200 MB that costs no disk
+    return str(path)
+
+
+def fifo(path: Path) -> str:
+    os.mkfifo(path)
+    return str(path)
+
+
+INPUTS = {
+    "dev-zero": lambda _tmp: "/dev/zero",
+    "fifo": lambda tmp: fifo(tmp / "in.fifo"),
+    "directory": lambda tmp: str(tmp),
+    "200MB": lambda tmp: big_file(tmp / "big.in"),
+}
+
+
+def refused(path: str) -> tuple[str, ...]:
+    return (f"{path} is not a regular file", f"{path} is 209715200 bytes, over the")
+
+
+@pytest.mark.parametrize("kind", INPUTS)
+def test_apply_refuses_odd_plan_files(cli, sim_host, tmp_path, kind):
+    path = INPUTS[kind](tmp_path)
+    r = cli("--root", str(sim_host("p4")), "apply", "-f", path, "--check")
+    line = one_error(r, 2)
+    assert line.startswith(tuple(f"error: plan {m}" for m in refused(path))), line
+
+
+@pytest.mark.parametrize("kind", INPUTS)
+def test_inventory_merge_refuses_odd_inputs(cli, tmp_path, kind):
+    path = INPUTS[kind](tmp_path)
+    line = one_error(cli("inventory", "merge", path, "--format", "json"), 2)
+    assert line.startswith(tuple(f"error: {m}" for m in refused(path))), line
+
+
+@pytest.mark.parametrize("kind", INPUTS)
+def test_import_umockdev_refuses_odd_recordings(cli, tmp_path, kind):
+    path = INPUTS[kind](tmp_path)
+    line = one_error(cli("sim", "import-umockdev", path, str(tmp_path / "root")), 2)
+    assert line.startswith(tuple(f"error: {m}" for m in refused(path))), line
+    assert not (tmp_path / "root").exists()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "0", "3601"])
+def test_restore_refuses_odd_timeouts(cli, sim_host, value):
+    r = cli("--root", str(sim_host("p4")), "restore", "--timeout", value)
+    assert one_error(r, 2).startswith(f"error: --timeout {float(value):g} is not a number of seconds in (0, 3600]")
+
+
+# --- 4. hostile plan files ----------------------------------------------------------------------------------------
+
+BAD_PLANS = {
+    "deep": ("vms: " + "[" * 5000 + "]" * 5000 + "\n", "deep.yaml:1: nested more than 32 levels deep"),
+    "self-map": ("vms: &a\n  web01: *a\n", "self-map.yaml:2: alias *a refers to a node that contains it"),
+    "self-seq": ("vms: &a [*a]\n", "self-seq.yaml:1: alias *a refers to a node that contains it"),
+    "aliases": (
+        "x: &x [1]\n" + "".join(f"y{i}: *x\n" for i in range(100)) + "vms: {}\n",
+        "aliases.yaml:66: more than 64 aliases",
+    ),
+    "python-tag": (
+        "vms:\n  web01: !!python/object/apply:os.system [id]\n",
+        "python-tag.yaml:2: YAML tag !!python/object/apply:os.system is not allowed in a plan",
+    ),
+    "local-tag": ("vms: !mine {}\n", "local-tag.yaml:1: YAML tag !mine is not allowed in a plan"),
+    "latin-1": ("vms:\n  caf\xe9: {type: nvidia-63}\n", "latin-1.yaml:2: not UTF-8 (byte 0xe9 at offset 10)"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_PLANS)
+def test_hostile_plan_is_one_error_naming_the_file(cli, sim_host, tmp_path, name):
+    text, message = BAD_PLANS[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_bytes(text.encode("latin-1"))
+    r = cli("--root", str(sim_host("p4")), "apply", "-f", str(path), "--check")
+    assert one_error(r, 2).startswith(f"error: {message}"), r.err
+
+
+# --- 5. user data in tables is text, never rich markup ------------------------------------------------------------
+
+
+def test_host_name_with_markup_prints_as_text(cli, sim_host):
+    r = cli("--root", str(sim_host("p4")), "inventory", "--host", "[/x] [bold]b :smile:")
+    assert r.code == 0, r.err
+    assert "GPUs on [/x] [bold]b :smile:" in r.out
+
+
+def test_vgpu_param_with_markup_prints_as_text(cli, sim_host):
+    root = str(sim_host("p4"))
+    r = cli("--root", root, "mdev", "create", "--type", "P4-1Q", "--param", "frame_rate_limiter=[/x]")
+    assert r.code == 0, r.err
+    r = cli("--root", root, "devices")
+    assert r.code == 0, r.err
+    assert "frame_rate_limiter=[/x]" in r.out, r.out
+
+
+# --- 6. sim import-umockdev stays inside the target ---------------------------------------------------------------
+
+DEV = "P: /devices/pci0000:00/0000:00:03.0/0000:08:00.0\nA: vendor=0x10de\\n\n"
+
+
+def escapes(outside: Path) -> dict[str, tuple[str, str]]:
+    dev = "/sys/devices/pci0000:00/0000:00:03.0/0000:08:00.0"
+    return {
+        "absolute-link": (
+            f"L: esc={outside}\nA: esc/x=owned\n",
+            f"link {dev}/esc -> {str(outside)!r} points outside /sys",
+        ),
+        "climbing-link": (
+            "L: esc=../../../../../../../../../../../../..\nA: esc/x=owned\n",
+            f"link {dev}/esc -> '../../../../../../../../../../../../..' points outside /sys",
+        ),
+        "subsystem": (
+            "E: SUBSYSTEM=../../../outside\n",  # /sys/class/<it>/<name>: <target>/../outside/0000:08:00.0
+            f"device {dev} has SUBSYSTEM '../../../outside', not a subsystem name",
+        ),
+        "driver-link": (
+            "L: driver=../../../../../../../../../..\n",
+            f"link {dev}/driver -> '../../../../../../../../../..' points outside /sys",
+        ),
+    }
+
+
+@pytest.mark.parametrize("kind", ["absolute-link", "climbing-link", "subsystem", "driver-link"])
+def test_import_umockdev_refuses_paths_leaving_the_target(cli, tmp_path, kind):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    lines, message = escapes(outside)[kind]
+    recording = tmp_path / "rec.umockdev"
+    recording.write_text(DEV.rstrip("\n") + "\n" + lines)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    r = cli("sim", "import-umockdev", str(recording), str(tmp_path / "root"))
+    assert one_error(r, 2) == f"error: rec.umockdev: {message}"
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written anywhere
+
+
+# --- 7. the journal is untrusted input ----------------------------------------------------------------------------
+
+DETACH = {"kind": "detach-hostdev", "domain": "web01", "device_xml": "<hostdev/>", "what": "x"}
+JOURNAL_ERROR = "error: refusing the journal /var/lib/vgpuadm/journal.json: "
+
+
+def plant(root: Path, doc: dict, *, uid: int = 0, mode: int = 0o600) -> Path:
+    path = root / "var/lib/vgpuadm/journal.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc) + "\n")
+    os.chown(path, uid, -1)
+    os.chmod(path, mode)
+    return path
+
+
+def journal(*steps: dict) -> dict:
+    return {"version": 1, "pid": 1, "state": "applying", "current": 0, "done": 0,
+            "plan": {"summary": "x", "steps": list(steps)}}  # fmt: skip
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chowns the journal: needs root")
+@pytest.mark.parametrize("command", [("recover",), ("reconcile",)])
+def test_journal_of_another_user_is_refused(cli, sim_host, command):
+    root = sim_host("p4")
+    path = plant(root, journal(DETACH), uid=NOBODY)
+    r = cli("--root", str(root), *command)
+    assert one_error(r, 6) == JOURNAL_ERROR + f"it is owned by uid {NOBODY}, not root or this user"
+    assert path.exists()
+
+
+@pytest.mark.parametrize(
+    ("doc", "problem"),
+    [
+        (journal(DETACH | {"domain": "../x"}), "step detach-hostdev field domain holds '../x', not a valid value"),
+        (
+            journal({"kind": "create-mdev", "parent": "/etc", "type_id": "nvidia-63", "uuid": "x"}),
+            "step create-mdev field parent holds '/etc', not a valid value",
+        ),
+        (journal({"kind": "rm-rf", "path": "/"}), "unknown step kind 'rm-rf'"),
+        (journal(DETACH | {"extra": 1}), "step detach-hostdev has unknown fields extra"),
+        ({"version": 2, "plan": {"steps": []}}, "it is not a version 1 vgpuadm journal"),
+    ],
+)
+def test_malformed_journal_is_refused_before_recover_acts(cli, sim_host, doc, problem):
+    root = sim_host("p4")
+    plant(root, doc)
+    r = cli("--root", str(root), "recover")
+    assert one_error(r, 6) == JOURNAL_ERROR + problem
+
+
+def test_world_writable_journal_is_refused(cli, sim_host):
+    root = sim_host("p4")
+    plant(root, journal(DETACH), mode=0o666)
+    assert one_error(cli("--root", str(root), "recover"), 6) == JOURNAL_ERROR + "it is writable by others"

@@ -1,0 +1,99 @@
+"""The journal is untrusted input: `recover` and `reconcile` act on it as root. Before anything reads its steps,
+the file must be owned by root or by the caller and not writable by group or others, and its document must match
+the journal's schema: the structure `execute` writes, known step kinds with exactly their fields, and every value
+matching its grammar (PCI addresses, UUIDs, type ids, driver, domain and unit names). Anything else is one
+UnsafeError naming /var/lib/vgpuadm/journal.json."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import stat
+from typing import Any
+
+from vgpuadm.errors import UnsafeError
+from vgpuadm.steps import STEP_KINDS
+
+JOURNAL_HOST = "/var/lib/vgpuadm/journal.json"
+HINT = f"inspect {JOURNAL_HOST} and remove it by hand if no vgpuadm change was interrupted"
+MAX_TEXT = 1024 * 1024
+
+PCI = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+TYPE_ID = re.compile(r"[A-Za-z0-9_.-]{0,64}")
+DRIVER = re.compile(r"[A-Za-z0-9_-]{0,64}")
+DOMAIN = re.compile(r"[^/\x00-\x1f\x7f]{1,255}")
+UNIT = re.compile(r"[A-Za-z0-9_@:-][A-Za-z0-9_.@:-]{0,254}")
+GRAMMAR: dict[str, re.Pattern[str]] = {
+    "parent": PCI, "address": PCI, "pf": PCI, "vf": PCI, "uuid": UUID, "type_id": TYPE_ID, "driver": DRIVER,
+    "expect": DRIVER, "domain": DOMAIN, "name": UNIT, "device_path_kind": re.compile(r"mdev|vf"),
+}  # fmt: skip
+
+
+def _bad(problem: str) -> UnsafeError:
+    return UnsafeError(f"refusing the journal {JOURNAL_HOST}: {problem}", HINT)
+
+
+def check_owner(st: os.stat_result) -> None:
+    """Owned by root or the caller, a regular file, writable by its owner only."""
+    if not stat.S_ISREG(st.st_mode):
+        raise _bad("it is not a regular file")
+    if st.st_uid not in (0, os.geteuid()):
+        raise _bad(f"it is owned by uid {st.st_uid}, not root or this user")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise _bad(f"it is writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'}")
+
+
+def _value(kind: str, name: str, annotation: str, value: Any) -> None:
+    where = f"step {kind} field {name}"
+    if annotation == "bool":
+        ok = isinstance(value, bool)
+    elif annotation == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool) and -1 <= value <= 4096
+    elif annotation.startswith("tuple["):
+        ok = isinstance(value, list) and all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) and PCI.fullmatch(p[0])
+            and DRIVER.fullmatch(p[1]) for p in value
+        )  # fmt: skip
+    else:
+        ok = isinstance(value, str) or (value is None and "None" in annotation)
+        if ok and isinstance(value, str):
+            ok = len(value) <= MAX_TEXT
+            pattern = GRAMMAR.get(name)
+            if name == "id":
+                pattern = PCI if PCI.fullmatch(value) else UUID
+            if pattern is not None and not (value == "" and name in ("type_id", "driver", "expect")):
+                ok = ok and pattern.fullmatch(value) is not None and ".." not in value.split("/")
+    if not ok:
+        raise _bad(f"{where} holds {str(value)[:60]!r}, not a valid value")
+
+
+def check_document(doc: Any) -> None:
+    """The journal's plan document: {"version": 1, "plan": {"summary": str, "steps": [step…]}, …}."""
+    if not isinstance(doc, dict) or doc.get("version") != 1:
+        raise _bad("it is not a version 1 vgpuadm journal")
+    plan = doc.get("plan")
+    if not isinstance(plan, dict) or not isinstance(plan.get("steps"), list):
+        raise _bad("it holds no plan steps")
+    if not isinstance(plan.get("summary", ""), str):
+        raise _bad("its plan summary is not text")
+    for key in ("current", "done", "pid"):
+        if key in doc and (not isinstance(doc[key], int) or isinstance(doc[key], bool) or doc[key] < 0):
+            raise _bad(f"{key} is not a non-negative integer")
+    for step in plan["steps"]:
+        if not isinstance(step, dict):
+            raise _bad("a step is not an object")
+        cls = STEP_KINDS.get(str(step.get("kind")))
+        if cls is None:
+            raise _bad(f"unknown step kind {str(step.get('kind'))[:60]!r}")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        extra = sorted(set(step) - set(fields) - {"kind"})
+        if extra:
+            raise _bad(f"step {cls.kind} has unknown fields {', '.join(extra)}")
+        for name, f in fields.items():
+            if name not in step:
+                if f.default is dataclasses.MISSING:
+                    raise _bad(f"step {cls.kind} lacks field {name}")
+                continue
+            _value(cls.kind, name, str(f.type), step[name])

@@ -1,0 +1,46 @@
+"""Reading a user-given input file (a plan, an inventory report, a umockdev recording) with bounds: only a regular
+file, at most a size limit, checked on the open descriptor before anything is read (so `/dev/zero`, a FIFO or a
+200 MB file is one refusal, never a hang or a memory blow-up)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from vgpuadm.errors import UsageError, VgpuadmError
+
+MAX_INPUT = 4 * 1024 * 1024  # 4 MiB: a plan for thousands of VMs, or a whole host's umockdev recording, is far less
+
+
+def read_input(
+    path: str, what: str, hint: str, limit: int = MAX_INPUT, unreadable: type[VgpuadmError] = UsageError
+) -> bytes:
+    """The bytes of the regular file `path` (`what`, e.g. "plan", names it in messages before the path; "" for
+    none); `unreadable` (UsageError by default) for a missing or unreadable file, UsageError for a non-regular or
+    oversized one."""
+    name = f"{what} {path}" if what else path
+    try:
+        # O_NONBLOCK: opening a FIFO with no writer must not hang (it is refused right after, by fstat).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise unreadable(f"cannot read {name}: {exc.strerror}", hint) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"{name} is not a regular file", hint)
+        if st.st_size > limit:
+            raise UsageError(f"{name} is {st.st_size} bytes, over the {_mib(limit)} limit", hint)
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as f:  # the file may grow between fstat and read: read one byte more
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read {name}: {exc.strerror}", hint) from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise UsageError(f"{name} is over the {_mib(limit)} limit", hint)
+    return data
+
+
+def _mib(n: int) -> str:
+    return f"{n // (1024 * 1024)} MiB" if n % (1024 * 1024) == 0 else f"{n} bytes"
