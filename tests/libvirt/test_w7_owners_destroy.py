@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tests.libvirt.embedded_host import define, mdevs, vgpuadm
@@ -34,3 +35,32 @@ def test_destroy_vm_alone_with_several_devices_lists_them_and_names_the_vm(tmp_p
     assert r.code != 0 and len(mdevs(root)) == 2
     assert all(u in r.err for u in uuids), r.err
     assert "hint: vgpuadm destroy --vm ux-web02 --uuid " in r.err and "web01" not in r.err.replace("ux-web0", "")
+
+
+def test_devices_shows_each_owner_and_filters_by_vm_gpu_uuid_and_type(tmp_path: Path) -> None:
+    root = _host(tmp_path, "ux-own01", "ux-own02")
+    assert vgpuadm(root, "create", "--type", "nvidia-63", "--vm", "ux-own01").code == 0
+    [mine] = mdevs(root)
+    spare = "aaaaaaaa-0000-4000-8000-000000000001"
+    assert vgpuadm(root, "mdev", "create", "--gpu", "0000:01:00.0", "--type", "nvidia-63", "--uuid", spare).code == 0
+
+    table = vgpuadm(root, "devices", env={"COLUMNS": "200"})
+    assert table.code == 0, table.err
+    assert "owner" in table.out
+    [own_line] = [line for line in table.out.splitlines() if mine in line]
+    [spare_line] = [line for line in table.out.splitlines() if spare in line]
+    assert "ux-own01" in own_line and "*unassigned*" in spare_line
+
+    plain = vgpuadm(root, "devices", "--json")  # the fast path: no owner read
+    assert plain.code == 0 and all("owner" not in r for r in json.loads(plain.out))
+    owned = json.loads(vgpuadm(root, "devices", "--json", "--owners").out)
+    assert {(r["id"], r["owner"], r["owned"]) for r in owned} == {(mine, "ux-own01", True), (spare, None, False)}
+    by_vm = json.loads(vgpuadm(root, "devices", "--vm", "ux-own01", "--json").out)
+    assert [r["id"] for r in by_vm] == [mine]
+    assert vgpuadm(root, "devices", "--vm", "ux-own02", "--json").out == "[]\n"
+    by_uuid = json.loads(vgpuadm(root, "devices", "--uuid", spare.upper(), "--json").out)
+    assert [r["id"] for r in by_uuid] == [spare]
+    assert len(json.loads(vgpuadm(root, "devices", "--gpu", "01:00.0", "--json").out)) == 2
+    assert json.loads(vgpuadm(root, "devices", "--parent", "0000:02:00.0", "--json").out) == []
+    assert len(json.loads(vgpuadm(root, "devices", "--type", "GRID P4-1Q", "--json").out)) == 2
+    assert json.loads(vgpuadm(root, "devices", "--type", "nvidia-64", "--json").out) == []

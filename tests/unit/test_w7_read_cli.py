@@ -1,0 +1,70 @@
+"""The read commands as an operator types them (in-process): owners when libvirt is unreachable, filters, widths,
+pipes and --json everywhere."""
+
+from __future__ import annotations
+
+import json
+
+from tests.unit.inventory_setup import P4_UUIDS as U
+from tests.unit.inventory_setup import create_mdev
+
+NO_LIBVIRT = "qemu+unix:///system?socket=/nonexistent/vgpuadm-w7.sock"
+
+
+def test_devices_owner_is_unknown_when_libvirt_cannot_be_reached(cli, sim_host):
+    root = sim_host("p4")
+    create_mdev(root, "0000:01:00.0", "nvidia-63", U[0])
+    r = cli("--root", str(root), "--connect", NO_LIBVIRT, "devices")
+    assert r.code == 0, r.err
+    [line] = [x for x in r.out.splitlines() if U[0] in x]
+    assert "unknown" in line and "owner" in r.out
+    assert r.err.startswith("warning: owners unknown: cannot connect to qemu+unix")
+    doc = json.loads(cli("--root", str(root), "--connect", NO_LIBVIRT, "devices", "--json", "--owners").out)
+    assert [(d["id"], d["owner"], d["owned"]) for d in doc] == [(U[0], None, None)]
+    refused = cli("--root", str(root), "--connect", NO_LIBVIRT, "devices", "--vm", "web01")
+    assert refused.code == 8 and refused.err.startswith("error: cannot tell which devices web01 owns: ")
+
+
+def test_types_filters_by_type_and_parent(cli, sim_host):
+    root = sim_host("p4")
+    rows = json.loads(cli("--root", str(root), "types", "--type", "GRID P4-1Q", "--json").out)
+    assert {(r["type_id"], r["parent"]) for r in rows} == {("nvidia-63", "0000:01:00.0"), ("nvidia-63", "0000:02:00.0")}
+    one = json.loads(cli("--root", str(root), "types", "--parent", "01:00.0", "--type", "p4-1q", "--json").out)
+    assert one == [r for r in rows if r["parent"] == "0000:01:00.0"]
+
+
+def test_devices_fit_80_columns_with_ids_whole(cli, sim_host, monkeypatch):
+    root = sim_host("p4")
+    create_mdev(root, "0000:01:00.0", "nvidia-63", U[0])
+    create_mdev(root, "0000:02:00.0", "nvidia-63", U[1])
+    monkeypatch.setenv("COLUMNS", "80")
+    r = cli("--root", str(root), "--connect", "test:///default", "devices")  # libvirt's test driver: no owners
+    assert r.code == 0, r.err
+    assert max(len(line) for line in r.out.splitlines()) <= 80, r.out
+    for uuid, parent in ((U[0], "0000:01:00.0"), (U[1], "0000:02:00.0")):
+        [line] = [x for x in r.out.splitlines() if uuid in x]
+        assert parent in line and "*unassigned*" in line and "nvidia-63" in line
+
+
+def _piped_then_closed(root, *args: str) -> tuple[int, bytes]:
+    """`vgpuadm ARGS | head -0`: the reader is gone before the first write."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "vgpuadm", "--root", str(root), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read()
+    return proc.wait(timeout=60), err
+
+
+def test_a_closed_pipe_is_exit_0_without_a_word(sim_host):
+    root = sim_host("p4")
+    create_mdev(root, "0000:01:00.0", "nvidia-63", U[0])
+    for args in (("inventory", "--no-libvirt"), ("types",), ("devices", "--json")):
+        assert _piped_then_closed(root, *args) == (0, b""), args
