@@ -64,3 +64,21 @@ def test_devices_shows_each_owner_and_filters_by_vm_gpu_uuid_and_type(tmp_path: 
     assert json.loads(vgpuadm(root, "devices", "--parent", "0000:02:00.0", "--json").out) == []
     assert len(json.loads(vgpuadm(root, "devices", "--type", "GRID P4-1Q", "--json").out)) == 2
     assert json.loads(vgpuadm(root, "devices", "--type", "nvidia-64", "--json").out) == []
+
+
+def test_create_type_typo_suggests_by_edit_distance(tmp_path: Path) -> None:
+    root = _host(tmp_path, "ux-typo01")
+    r = vgpuadm(root, "create", "--type", "nvidia-36", "--vm", "ux-typo01")
+    assert r.code == 3
+    assert r.err.startswith('error: Unknown type "nvidia-36" on this host; did you mean nvidia-63 (GRID P4-1Q)'), r.err
+
+
+def test_create_a_known_type_without_room_says_no_room(tmp_path: Path) -> None:
+    root = tmp_path / "h200"
+    build("h200-vendor-vfio", str(root))
+    define(root, "ux-room01")
+    assert vgpuadm(root, "vf", "set-type", "--type", "nvidia-1428", "--vf", "0000:18:00.4").code == 0
+    r = vgpuadm(root, "create", "--type", "nvidia-1420", "--vm", "ux-room01")
+    assert r.code != 0
+    assert r.err.startswith("error: No room for 1 × nvidia-1420"), r.err
+    assert "Unknown type" not in r.err
