@@ -68,3 +68,17 @@ def test_a_closed_pipe_is_exit_0_without_a_word(sim_host):
     create_mdev(root, "0000:01:00.0", "nvidia-63", U[0])
     for args in (("inventory", "--no-libvirt"), ("types",), ("devices", "--json")):
         assert _piped_then_closed(root, *args) == (0, b""), args
+
+
+def test_json_on_every_read_command(cli, sim_host):
+    root = sim_host("p4")
+    create_mdev(root, "0000:01:00.0", "nvidia-63", U[0])
+    r = cli("--root", str(root), "inventory", "--json", "--no-libvirt", "--host", "p4-w7")
+    assert r.code == 0, r.err
+    assert r.out == cli("--root", str(root), "inventory", "--format", "json", "--no-libvirt", "--host", "p4-w7").out
+    assert json.loads(r.out)["schema"] == "vgpuadm-inventory/1"
+    refused = cli("--root", str(root), "inventory", "--json", "--format", "csv", "--no-libvirt")
+    assert (refused.code, refused.err) == (2, "error: --json and --format csv disagree\nhint: give one of them\n")
+    profiles = cli("sim", "list", "--json")
+    assert profiles.code == 0, profiles.err
+    assert {"profile": "p4"}.items() <= json.loads(profiles.out)[0].items()
