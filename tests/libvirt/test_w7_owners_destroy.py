@@ -82,3 +82,10 @@ def test_create_a_known_type_without_room_says_no_room(tmp_path: Path) -> None:
     assert r.code != 0
     assert r.err.startswith("error: No room for 1 × nvidia-1420"), r.err
     assert "Unknown type" not in r.err
+
+
+def test_create_accepts_a_pci_address_without_its_domain(tmp_path: Path) -> None:
+    root = _host(tmp_path, "ux-bdf01")
+    r = vgpuadm(root, "create", "--type", "nvidia-63", "--vm", "ux-bdf01", "--gpu", "01:00.0")
+    assert (r.code, r.err) == (0, ""), r.err
+    assert r.out.startswith("attached mdev nvidia-63 ") and "on 0000:01:00.0 (to ux-bdf01)" in r.out

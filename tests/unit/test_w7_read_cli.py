@@ -7,6 +7,7 @@ import json
 
 from tests.unit.inventory_setup import P4_UUIDS as U
 from tests.unit.inventory_setup import create_mdev
+from vgpuadm.io.planfile import load_plan
 
 NO_LIBVIRT = "qemu+unix:///system?socket=/nonexistent/vgpuadm-w7.sock"
 
@@ -75,10 +76,34 @@ def test_json_on_every_read_command(cli, sim_host):
     create_mdev(root, "0000:01:00.0", "nvidia-63", U[0])
     r = cli("--root", str(root), "inventory", "--json", "--no-libvirt", "--host", "p4-w7")
     assert r.code == 0, r.err
-    assert r.out == cli("--root", str(root), "inventory", "--format", "json", "--no-libvirt", "--host", "p4-w7").out
-    assert json.loads(r.out)["schema"] == "vgpuadm-inventory/1"
+    same = json.loads(cli("--root", str(root), "inventory", "--format", "json", "--no-libvirt", "--host", "p4-w7").out)
+    doc = json.loads(r.out)
+    assert doc["schema"] == "vgpuadm-inventory/1"
+    assert {**doc, "generated_at": None} == {**same, "generated_at": None}
     refused = cli("--root", str(root), "inventory", "--json", "--format", "csv", "--no-libvirt")
     assert (refused.code, refused.err) == (2, "error: --json and --format csv disagree\nhint: give one of them\n")
     profiles = cli("sim", "list", "--json")
     assert profiles.code == 0, profiles.err
     assert {"profile": "p4"}.items() <= json.loads(profiles.out)[0].items()
+
+
+def test_short_pci_addresses_are_accepted_everywhere(cli, sim_host, tmp_path):
+    p4 = str(sim_host("p4"))
+    made = cli("--root", p4, "mdev", "create", "--gpu", "01:00.0", "--type", "nvidia-63", "--json")
+    assert made.code == 0, made.err
+    assert cli("--root", p4, "mdev", "create", "--gpu", "0000:01:00.0", "--type", "nvidia-63", "--dry-run").code == 0
+    h200 = str(sim_host("h200-vendor-vfio"))
+    r = cli("--root", h200, "vf", "set-type", "--vf", "18:00.4", "--type", "nvidia-1428")
+    assert r.code == 0, r.err
+    r = cli("--root", h200, "vf", "clear", "18:00.4")
+    assert r.code == 0, r.err
+    pt = str(sim_host("passthrough"))
+    r = cli("--root", pt, "vfio", "bind", "65:00.0", "--dry-run")
+    assert r.code == 0 and "0000:65:00.1" in r.out, r.err
+    a100 = str(sim_host("a100-mdev-vf"))
+    assert cli("--root", a100, "sriov", "disable", "41:00.0", "--dry-run").code == 0
+    bad = cli("--root", p4, "mdev", "create", "--gpu", "01:00", "--type", "nvidia-63")
+    assert (bad.code, bad.err.splitlines()[0]) == (2, "error: '01:00' is not a PCI address")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("version: 1\nvms:\n  web01:\n    type: nvidia-63\n    gpu: 01:00.0\n")
+    assert load_plan(str(plan)).vms["web01"].gpu == "0000:01:00.0"

@@ -15,7 +15,7 @@ from typing import Any
 from vgpuadm import modes
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import ConflictError, NotFoundError, UsageError
-from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
+from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, device_key
 from vgpuadm.modes import passthrough as passthrough_mode
 from vgpuadm.modes.base import join_params, normalise_params
 from vgpuadm.plan import devices as device_plans
@@ -247,7 +247,7 @@ def plan_destroy(
             f"vgpuadm destroy --vm {name} --uuid {groups[0][0]}, or vgpuadm destroy --vm {name} --all",
         )
     else:
-        key = (uuid or "").lower()
+        key = device_key(uuid or "")
         gone = [a for a in owned if key in ((a.uuid or "").lower(), (a.address or "").lower())]
         if not gone:
             raise NotFoundError(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vgpuadm.errors import NotFoundError
-from vgpuadm.model import HostSnapshot, Layout, VgpuType
+from vgpuadm.model import HostSnapshot, Layout, VgpuType, device_key, pci_address
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
@@ -109,9 +109,7 @@ def filter_device_rows(
         address = normalize_address(gpu)
         rows = [r for r in rows if address in (r["parent"], r["physical_gpu"])]
     if uuid is not None:
-        key = uuid.strip().lower()
-        if key.count(":") == 1 and "." in key:
-            key = normalize_address(key)
+        key = device_key(uuid)
         rows = [r for r in rows if key in (r["id"], r["uuid"])]
     if type_ is not None:
         wanted = type_.strip().lower()
@@ -177,8 +175,5 @@ def _vf_type_name(snap: HostSnapshot, physfn: str | None, type_num: int) -> str 
 
 
 def normalize_address(addr: str) -> str:
-    """Accept 01:00.0 as 0000:01:00.0; lower-case hex."""
-    addr = addr.strip().lower()
-    if addr.count(":") == 1 and "." in addr:
-        addr = "0000:" + addr
-    return addr
+    """Accept 01:00.0 as 0000:01:00.0; lower-case hex (the one grammar: vgpuadm.model.pci_address)."""
+    return pci_address(addr)
