@@ -37,8 +37,10 @@ def sim_host(tmp_path: Path) -> Callable[[str], Path]:
 
 
 @pytest.fixture
-def cli() -> Callable[..., Result]:
-    """Run `vgpuadm ARGS…` in-process; returns exit code, stdout and stderr."""
+def cli(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Result]:
+    """Run `vgpuadm ARGS…` in-process; returns exit code, stdout and stderr. Tables are as wide as on a pipe
+    (160 columns) whatever $COLUMNS the runner has; a test sets COLUMNS itself to see a narrow terminal."""
+    monkeypatch.delenv("COLUMNS", raising=False)
 
     def invoke(*args: str) -> Result:
         out, err = io.StringIO(), io.StringIO()

@@ -47,7 +47,7 @@ from vgpuadm.ops.host import (
 from vgpuadm.ops.host import (
     run as run_host_verb,
 )
-from vgpuadm.ops.inventory import domain_allocations, inventory, merge_inventories
+from vgpuadm.ops.inventory import device_users, domain_allocations, inventory, merge_inventories
 from vgpuadm.ops.mdevctl import export as mdevctl_export
 from vgpuadm.ops.mdevctl import import_ as mdevctl_import
 from vgpuadm.ops.unit import UnitResult
@@ -76,6 +76,7 @@ __all__ = [
     "apply_plan_file",
     "declarative",
     "demo",
+    "device_users",
     "discover",
     "domain_allocations",
     "explain_placement",

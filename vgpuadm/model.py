@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from vgpuadm.errors import UsageError
+
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
     from typing import Any, ClassVar, TypeVar, dataclass_transform
@@ -417,3 +419,45 @@ class Allocation(_Record):
             slot=slot,
             extra={} if extra is None else extra,
         )
+
+
+# -- id grammars, parsed once here ------------------------------------------------------------------------------------
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+PCI_HINT = "write it as DDDD:BB:SS.F, e.g. 0000:65:00.0 (lspci -D shows them; the 0000: may be left out)"
+
+
+def parse_pci_address(text: str) -> tuple[int, int, int, int]:
+    """`[DDDD:]BB:SS.F` (hex, any case; the domain defaults to 0000) → (domain, bus, slot, function); UsageError
+    naming the text otherwise."""
+    head, dot, fn = text.strip().rpartition(".")
+    parts = head.split(":")
+    if len(parts) == 2:
+        parts.insert(0, "0")
+    widths = (4, 2, 2)
+    if (not dot or len(parts) != 3 or len(fn) != 1 or fn not in "01234567"
+            or any(not p or len(p) > w or not set(p) <= _HEX for p, w in zip(parts, widths, strict=True))):  # fmt: skip
+        raise UsageError(f"{text!r} is not a PCI address", PCI_HINT)
+    dom, bus, slot = (int(p, 16) for p in parts)
+    if slot > 0x1F:
+        raise UsageError(f"{text!r} is not a PCI address: slot {parts[2]} > 1f", "PCI slots are 00…1f")
+    return dom, bus, slot, int(fn)
+
+
+def pci_address(text: str) -> str:
+    """The canonical form of a PCI address as sysfs names it: 01:00.0 → 0000:01:00.0, lower-case hex."""
+    dom, bus, slot, fn = parse_pci_address(text)
+    return f"{dom:04x}:{bus:02x}:{slot:02x}.{fn:x}"
+
+
+def is_pci_address(text: str) -> bool:
+    try:
+        parse_pci_address(text)
+    except UsageError:
+        return False
+    return True
+
+
+def device_key(text: str) -> str:
+    """A device id as the user typed it (an mdev UUID or a PCI address) in the form the host names it."""
+    return pci_address(text) if is_pci_address(text) else text.strip().lower()

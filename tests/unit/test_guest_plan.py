@@ -128,8 +128,11 @@ def test_destroy_plan_and_its_refusals(sim_host):
     assert [(a.uuid, a.domain_uuid) for a in gone] == [(owned[0].uuid, DOM_UUID)]
     with pytest.raises(ConflictError, match="is also used by domain db01"):
         guest.plan_destroy(snap, dom, {("mdev", owned[0].uuid): "db01"}, uuid=None, all_=True)
-    with pytest.raises(UsageError, match="exactly one of --uuid U or --all"):
-        guest.plan_destroy(snap, dom, {}, uuid=None, all_=False)
+    # one device: neither --uuid nor --all is needed
+    assert guest.plan_destroy(snap, dom, {}, uuid=None, all_=False)[1] == gone
+    with pytest.raises(UsageError, match="not both") as refused:
+        guest.plan_destroy(snap, dom, {}, uuid=owned[0].uuid, all_=True)
+    assert refused.value.hint == "vgpuadm destroy --vm web01 --all"
     with pytest.raises(NotFoundError, match=r"owns no vgpuadm device 0000:65:00\.0"):
         guest.plan_destroy(snap, dom, {}, uuid="0000:65:00.0", all_=False)
 

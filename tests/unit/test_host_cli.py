@@ -63,7 +63,7 @@ def test_mdev_create_explain(sim_host: Callable[[str], Path], cli) -> None:  # t
     ("args", "code", "err"),
     [
         (["mdev", "create", "--type", "P4-1Qx"], 3,
-         'error: Unknown type "P4-1Qx" on this host; did you mean nvidia-63 (GRID P4-1Q) or nvidia-66 (GRID P4-8Q) '
+         'error: Unknown type "P4-1Qx" on this host; did you mean nvidia-63 (GRID P4-1Q) or nvidia-64 (GRID P4-2Q) '
          "or nvidia-65 (GRID P4-4Q)?\nhint: run `vgpuadm types` to list the types this host offers\n"),
         (["mdev", "create", "--type", "P4-1Q", "--uuid", "not-a-uuid"], 2,
          'error: Malformed UUID "not-a-uuid"\n'

@@ -41,9 +41,15 @@ def test_unknown_name_suggests_closest():
         resolve_type(P4, "nvidia-999", "0000:01:00.0")
     assert exc.value.message == (
         'Unknown type "nvidia-999" on 0000:01:00.0; did you mean nvidia-69 (GRID P4-4A) or nvidia-289 (GRID P4-8C) '
-        "or nvidia-71 (GRID P4-1B)?"
+        "or nvidia-63 (GRID P4-1Q)?"
     )
     assert exc.value.hint == "run `vgpuadm types` to list the types this host offers"
+
+
+def test_a_swap_of_two_digits_is_one_edit():
+    with pytest.raises(NotFoundError) as exc:
+        resolve_type(P4, "nvidia-36")
+    assert exc.value.message.startswith('Unknown type "nvidia-36" on this host; did you mean nvidia-63 (GRID P4-1Q) ')
 
 
 def test_unknown_name_without_close_match_and_empty_host():

@@ -26,7 +26,7 @@ def test_data_becomes_the_plan_a_file_with_the_same_content_does_without_lines()
     [
         ({"type": "nvidia-63", "count": 0}, "task: vms.web01.count: must be ≥ 1"),
         ({"type": "nvidia-63", "colour": 1}, "task: vms.web01.colour: unknown key colour"),
-        ({"passthrough": "65:00.0"}, "task: vms.web01.passthrough: '65:00.0' is not a PCI address"),
+        ({"passthrough": "65:00"}, "task: vms.web01.passthrough: '65:00' is not a PCI address"),
         ({}, "task: vms.web01: needs a type or passthrough"),
     ],
 )

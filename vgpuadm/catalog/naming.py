@@ -178,20 +178,36 @@ def resolve_type(types: Sequence[VgpuType], wanted: str, where: str = "this host
 
 
 def _suggest(types: Iterable[VgpuType], key: str) -> str:
-    import difflib  # only on the error path: keeps the read commands' start-up light
-
-    by_spelling: dict[str, VgpuType] = {}
-    for t in types:
+    """Up to three types whose id, name or profile is within a few edits of `key` (a swap of two neighbouring
+    characters is one edit: nvidia-36 → nvidia-63), closest first; among equals, the same characters reordered
+    first, then the host's order."""
+    limit = max(1, len(key) // 3)
+    best: dict[str, tuple[int, bool, int, VgpuType]] = {}
+    for order, t in enumerate(types):
         for s in _spellings(t):
-            by_spelling.setdefault(s, t)
-    close = difflib.get_close_matches(key, list(by_spelling), n=3, cutoff=0.6)
-    seen: list[str] = []
-    for s in close:
-        t = by_spelling[s]
-        label = f"{t.type_id} ({t.name})" if t.name != t.type_id else t.type_id
-        if label not in seen:
-            seen.append(label)
+            d = edit_distance(key, s)
+            if d <= limit:
+                rank = (d, sorted(s) != sorted(key), order, t)
+                if t.type_id not in best or rank[:3] < best[t.type_id][:3]:
+                    best[t.type_id] = rank
+    seen = []
+    for *_, t in sorted(best.values(), key=lambda r: r[:3])[:3]:
+        seen.append(f"{t.type_id} ({t.name})" if t.name != t.type_id else t.type_id)
     return f"; did you mean {' or '.join(seen)}?" if seen else ""
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Optimal string alignment distance: insertions, deletions, substitutions and adjacent swaps cost 1."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        prev2, prev = prev, cur
+    return prev[-1]
 
 
 def _list_hint(types: Sequence[VgpuType]) -> str:

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from vgpuadm.cli.console import Console
+from vgpuadm.cli.console import Console, OutputClosed
 from vgpuadm.errors import NeedsRootError, UsageError, VgpuadmError
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
@@ -69,17 +69,30 @@ def build_app() -> "Any":
     @app.command("types", epilog="Example: vgpuadm types --gpu 0000:01:00.0 --available")
     def types_cmd(
         ctx: typer.Context,
-        gpu: str = typer.Option(None, "--gpu", help="Only this GPU (a PF also lists its VFs).", metavar="BDF"),
+        gpu: str = typer.Option(None, "--gpu", "--parent", help="Only this GPU (a PF also lists its VFs).",
+                                metavar="BDF"),
         available: bool = typer.Option(False, "--available", help="Only types with free instances."),
+        type_name: str = typer.Option(None, "--type", help="Only this type (id, name or profile).", metavar="T"),
         as_json: bool = json_opt,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """List vGPU types per parent (mdev types and NVIDIA vendor-VFIO types)."""
-        read.types(ctx.obj["console"], ctx.obj["root"], gpu, available, as_json)
+        read.types(ctx.obj["console"], ctx.obj["root"], gpu, available, as_json, type_name)
 
-    @app.command("devices", epilog="Example: vgpuadm devices --json")
-    def devices_cmd(ctx: typer.Context, as_json: bool = json_opt) -> None:
-        """List existing vGPUs: mdevs and typed vendor-VFIO VFs."""
-        read.devices(ctx.obj["console"], ctx.obj["root"], as_json)
+    @app.command("devices", epilog="Example: vgpuadm devices --vm web01 · vgpuadm devices --json --owners")
+    def devices_cmd(
+        ctx: typer.Context,
+        vm: str = typer.Option(None, "--vm", help="Only the devices this libvirt domain owns.", metavar="NAME"),
+        gpu: str = typer.Option(None, "--gpu", "--parent", help="Only devices on this GPU or parent (a PF includes "
+                                "its VFs).", metavar="BDF"),
+        uuid: str = typer.Option(None, "--uuid", help="Only this device (mdev UUID or VF address).", metavar="U"),
+        type_name: str = typer.Option(None, "--type", help="Only this type (id, name or profile).", metavar="T"),
+        owners: bool = typer.Option(False, "--owners", help="With --json: add each device's owner (read from "
+                                    "libvirt; the table always shows it)."),
+        as_json: bool = json_opt,
+    ) -> None:  # fmt: skip
+        """List existing vGPUs (mdevs and typed vendor-VFIO VFs) and the VM owning each, or *unassigned*."""
+        read.devices(ctx.obj["console"], ctx.obj["root"], as_json, connect=ctx.obj.get("connect"),
+                     owners=owners or not as_json, vm=vm, gpu=gpu, uuid=uuid, type_=type_name)  # fmt: skip
 
     app.add_typer(sim.build_app(), name="sim")
     __import__("vgpuadm.cli.host", fromlist=["register"]).register(app)
@@ -93,8 +106,32 @@ def build_app() -> "Any":
 
 
 def run(argv: Sequence[str], console: Console | None = None) -> int:
-    """Run the CLI on argv; returns the exit code. Tests call this in-process."""
+    """Run the CLI on argv; returns the exit code. Tests call this in-process.
+
+    A reader that goes away (`vgpuadm inventory | head -1`) is not an error: exit 0, no traceback, no message;
+    stdout is flushed here so that this holds for the last buffered write too."""
     console = console or Console()
+    try:
+        code = _run(argv, console)
+        console.out.flush()
+        return code
+    except (BrokenPipeError, OutputClosed):
+        _discard(console.out)
+        return 0
+
+
+def _discard(stream: "Any") -> None:
+    """Point a closed pipe's fd at /dev/null: the interpreter's last flush at exit then has nowhere to fail."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
+
+
+def _run(argv: Sequence[str], console: Console) -> int:
     try:
         from vgpuadm.cli import fast
 
@@ -127,8 +164,8 @@ def run(argv: Sequence[str], console: Console | None = None) -> int:
     except KeyboardInterrupt:
         console.err.write("interrupted\n")
         return 130
-    except BrokenPipeError:
-        return 141
+    except (BrokenPipeError, OutputClosed):
+        raise
     except PermissionError as exc:  # an access check we missed: still the needs-root answer, not a bug report
         err = NeedsRootError(
             f"permission denied: {exc.filename or exc.strerror}",

@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     from typing import Any, TextIO
 
 
+class OutputClosed(Exception):
+    """stdout's reader closed the pipe (`| head -1`). Not an OSError, so click does not turn it into exit 1."""
+
+
 class Console:
     def __init__(self, out: TextIO | None = None, err: TextIO | None = None) -> None:
         self.out = out or sys.stdout
@@ -22,26 +26,52 @@ class Console:
     def json(self, doc: Any) -> None:
         from vgpuadm.cli.jsontext import dumps  # exactly json.dumps(doc, indent=2), faster on big documents
 
-        self.out.write(dumps(doc) + "\n")
+        self._write(dumps(doc) + "\n")
 
     def line(self, text: str = "") -> None:
-        self.out.write(text + "\n")
+        self._write(text + "\n")
 
-    def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        from rich.console import Console as RichConsole
+    def _write(self, text: str) -> None:
+        try:
+            self.out.write(text)
+        except BrokenPipeError:
+            raise OutputClosed from None
+
+    def table(
+        self,
+        title: str,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        keep: Sequence[str] = (),
+        optional: Sequence[str] = (),
+    ) -> None:
+        """`keep`: the columns that never break (ids people copy: UUIDs, PCI addresses); the others wrap when the
+        terminal is narrow. `optional`: columns left out, in this order, while the table is wider than the
+        terminal; then the outer border goes."""
         from rich.table import Table
         from rich.text import Text
 
+        width = _width(self.out)
+        cells = [["-" if v is None else str(v) for v in row] for row in rows]
+        shown = list(range(len(columns)))
+        widths = [max([len(columns[i]), *(len(r[i]) for r in cells)]) for i in shown]
+        for name in optional:
+            if sum(widths[i] + 3 for i in shown) + 1 <= width:
+                break
+            if name in columns:
+                shown.remove(columns.index(name))
+        edge = sum(widths[i] + 3 for i in shown) + 1 <= width
         # Every cell, title and header is rich Text, never markup: cells hold user data (VM names, --param values,
         # --host names), and `[/x]` in one must print as is, not raise rich's MarkupError or restyle the table.
-        table = Table(title=Text(title), title_justify="left", header_style="bold")
-        for col in columns:
-            table.add_column(Text(col), overflow="fold")
-        for row in rows:
-            table.add_row(*(Text("-" if v is None else str(v)) for v in row))
-        RichConsole(file=self.out, width=max(100, _width(self.out)), markup=False, emoji=False, highlight=False).print(
-            table
-        )
+        table = Table(title=Text(title), title_justify="left", header_style="bold", show_edge=edge)
+        for i in shown:
+            if columns[i] in keep:
+                table.add_column(Text(columns[i]), no_wrap=True, overflow="ignore", min_width=widths[i])
+            else:
+                table.add_column(Text(columns[i]), overflow="fold")
+        for row in cells:
+            table.add_row(*(Text(row[i]) for i in shown))
+        _rich_console(self.out, width).print(table)
 
     @contextlib.contextmanager
     def progress(self, label: str) -> Iterator[Callable[[int, int, str], None]]:
@@ -50,11 +80,10 @@ class Console:
         if not self.out.isatty():
             yield lambda i, n, text: self.line(f"[{i}/{n}] {text}")
             return
-        from rich.console import Console as RichConsole
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
         with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                      console=RichConsole(file=self.out), transient=False) as bar:  # fmt: skip
+                      console=_rich_console(self.out), transient=False) as bar:  # fmt: skip
             task = bar.add_task("", total=None)
 
             def step(i: int, n: int, text: str) -> None:
@@ -72,7 +101,24 @@ class Console:
             self.err.write(f"hint: {exc.hint}\n")
 
 
+def _rich_console(stream: TextIO, width: int | None = None) -> Any:
+    """A rich Console on `stream` whose broken pipe is an exception (OutputClosed: cli/app.py exits 0), not rich's
+    own SystemExit(1)."""
+    from rich.console import Console as RichConsole
+
+    class PipeConsole(RichConsole):
+        def on_broken_pipe(self) -> None:
+            raise OutputClosed
+
+    return PipeConsole(file=stream, width=width, markup=False, emoji=False, highlight=False)
+
+
 def _width(stream: TextIO) -> int:
+    """$COLUMNS when set (`COLUMNS=80 vgpuadm devices`), else the terminal's width, else 160 (pipes, files)."""
+    import os
     import shutil
 
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
     return shutil.get_terminal_size((120, 24)).columns if stream.isatty() else 160

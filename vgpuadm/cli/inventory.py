@@ -25,6 +25,16 @@ def _check_format(fmt: str) -> str:
     return fmt
 
 
+def _json_alias(fmt: str, as_json: bool) -> str:
+    """`--json` is `--format json` (every read command takes --json); refused beside another --format."""
+    _check_format(fmt)
+    if not as_json:
+        return fmt
+    if fmt not in ("table", "json"):
+        raise UsageError(f"--json and --format {fmt} disagree", "give one of them")
+    return "json"
+
+
 def render(doc: dict[str, Any], fmt: str, fleet: bool) -> str | None:
     """The document in `fmt` as text; None for table (printed through the Console's tables)."""
     from vgpuadm.report import render_csv, render_html, render_json, render_prometheus
@@ -113,12 +123,13 @@ def build_app() -> Any:
         no_libvirt: bool = typer.Option(False, "--no-libvirt",
                                         help="Do not read domains: ownership is reported as unknown."),
         host: str = typer.Option(None, "--host", metavar="NAME", help="Host name to put in the report."),
+        as_json: bool = typer.Option(False, "--json", help="The same as --format json."),
     ) -> None:  # fmt: skip
         """Inventory of this host: GPUs and VFs (layout, driver, NUMA, IOMMU group), per type used/free/max and
         framebuffer, every device with its owning domain (or *unowned*), and how many more of each type fit where."""
         if ctx.invoked_subcommand is not None:
             return
-        _check_format(fmt)
+        fmt = _json_alias(fmt, as_json)
         connect = connect or ctx.obj.get("connect")  # `vgpuadm --connect URI inventory` works too
         doc = api.inventory(ctx.obj["root"], connect=connect, domains_xml=domains_xml, use_libvirt=not no_libvirt,
                             host=host)  # fmt: skip
@@ -131,10 +142,11 @@ def build_app() -> Any:
         fmt: str = typer.Option("table", "--format", "-f", help=fmt_help, metavar="FORMAT"),
         output: str = typer.Option(None, "--output", "-o", help="Write to FILE (atomically) instead of stdout.",
                                    metavar="FILE"),
+        as_json: bool = typer.Option(False, "--json", help="The same as --format json."),
     ) -> None:  # fmt: skip
         """Fleet report: totals per type and host, free capacity, fragmentation (instances stranded on GPUs locked
         to another type or size) and leaks. Refuses other schema versions, broken JSON and duplicate hosts."""
-        _check_format(fmt)
+        fmt = _json_alias(fmt, as_json)
         emit(ctx.obj["console"], api.merge_inventories(files), fmt, output, fleet=True)
 
     return app

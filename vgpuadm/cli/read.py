@@ -8,7 +8,10 @@ from vgpuadm.cli.console import Console
 from vgpuadm.host.discover import snapshot
 from vgpuadm.host.root import HostRoot
 from vgpuadm.model import HostSnapshot
-from vgpuadm.report.listing import device_rows, gpu_rows, type_rows
+from vgpuadm.report.listing import add_owners, device_rows, filter_device_rows, gpu_rows, type_rows
+
+UNKNOWN_OWNER = "unknown"
+UNASSIGNED = "*unassigned*"
 
 
 def _snapshot(console: Console, root: str | None, types: bool = True) -> HostSnapshot:
@@ -42,8 +45,10 @@ def gpus(console: Console, root: str | None, as_json: bool) -> None:
     )
 
 
-def types(console: Console, root: str | None, gpu: str | None, available: bool, as_json: bool) -> None:
-    rows = type_rows(_snapshot(console, root), gpu, available)
+def types(
+    console: Console, root: str | None, gpu: str | None, available: bool, as_json: bool, type_: str | None = None
+) -> None:
+    rows = type_rows(_snapshot(console, root), gpu, available, type_)
     if as_json:
         console.json(rows)
         return
@@ -58,13 +63,56 @@ def types(console: Console, root: str | None, gpu: str | None, available: bool, 
     )  # fmt: skip
 
 
-def devices(console: Console, root: str | None, as_json: bool) -> None:
-    rows = device_rows(_snapshot(console, root))
+def devices(
+    console: Console,
+    root: str | None,
+    as_json: bool,
+    *,
+    connect: str | None = None,
+    owners: bool | None = None,
+    vm: str | None = None,
+    gpu: str | None = None,
+    uuid: str | None = None,
+    type_: str | None = None,
+) -> None:
+    """`owners` (default: for the table, not for JSON) reads who owns each device from libvirt; when libvirt cannot
+    be reached the owner is "unknown" (a warning says why), and only `--vm` fails."""
+    if owners is None:
+        owners = not as_json
+    owners = owners or vm is not None
+    if owners:
+        from vgpuadm import api  # libvirt and the Session stay off the fast path of plain `devices --json`
+
+        snap, users, why = api.device_users(root, connect=connect)
+        for w in snap.warnings:
+            console.warn(w)
+        if users is None:
+            if vm is not None:
+                from vgpuadm.errors import LibvirtError
+
+                raise LibvirtError(f"cannot tell which devices {vm} owns: {why}",
+                                   "check libvirt answers (virsh list --all) or pick the URI with --connect")  # fmt: skip
+            console.warn(f"owners unknown: {why}")
+        rows = add_owners(device_rows(snap), users)
+    else:
+        rows = device_rows(_snapshot(console, root))
+    rows = filter_device_rows(rows, vm=vm, gpu=gpu, uuid=uuid, type_=type_)
     if as_json:
         console.json(rows)
         return
     console.table(
         "vGPU devices",
-        ["kind", "id", "parent", "type", "name", "IOMMU group", "vgpu_params"],
-        [(r["kind"], r["id"], r["parent"], r["type_id"], r["name"], r["iommu_group"], r["vgpu_params"]) for r in rows],
+        ["id", "parent", "type", "owner", "name", "kind", "IOMMU group", "vgpu_params"],
+        [
+            (r["id"], r["parent"], r["type_id"], _owner(r), r["name"], r["kind"], r["iommu_group"], r["vgpu_params"])
+            for r in rows
+        ],
+        keep=("id", "parent"),
+        optional=("vgpu_params", "IOMMU group", "kind", "name"),
     )
+
+
+def _owner(row: dict[str, object]) -> str:
+    if row["owned"] is None:
+        return UNKNOWN_OWNER
+    return str(row["owner"]) if row["owner"] else UNASSIGNED

@@ -83,9 +83,15 @@ def build_app() -> Any:
             f" ({'every time' if times == 0 else f'{times} time(s)'}, after {after} success(es))"
         )
 
-    @app.command("list", epilog="Example: vgpuadm sim list")
-    def list_cmd(ctx: typer.Context) -> None:
+    @app.command("list", epilog="Example: vgpuadm sim list --json")
+    def list_cmd(
+        ctx: typer.Context,
+        as_json: bool = typer.Option(False, "--json", help="Print JSON: [{profile, description}, …]."),
+    ) -> None:
         """List the simulated host profiles."""
+        if as_json:
+            ctx.obj["console"].json([{"profile": k, "description": v[0]} for k, v in PROFILES.items()])
+            return
         ctx.obj["console"].table("profiles", ["profile", "what it is"], [(k, v[0]) for k, v in PROFILES.items()])
 
     return app

@@ -17,6 +17,7 @@ from typing import Any
 
 from vgpuadm.errors import UsageError
 from vgpuadm.host.inputs import read_input
+from vgpuadm.model import PCI_HINT, pci_address
 from vgpuadm.plan.desired import DesiredPlan, Display, VmSpec, format_params
 from vgpuadm.schemas import load
 
@@ -199,7 +200,7 @@ def _explain(err: Any) -> tuple[str, str]:
         known = ", ".join(sorted(err.schema.get("properties", {})))
         return f"unknown key {', '.join(_unknown_keys(err))}", f"known keys here: {known}"
     if v == "pattern" or (v == "oneOf" and isinstance(err.instance, str)):
-        return f"{err.instance!r} is not a PCI address", "write the full address, e.g. 0000:65:00.0"
+        return f"{err.instance!r} is not a PCI address", PCI_HINT
     if v == "propertyNames":
         return f"{err.instance!r} is not a valid VM name", "use the libvirt domain name (letters, digits, _.+:-)"
     if v == "oneOf":
@@ -266,6 +267,14 @@ def _params(source: str, marks: Any, vm: str, value: Any) -> str:
         raise _fault(source, _at(marks, path)[1], path, exc.message, exc.hint) from None
 
 
+def _address(source: str, line: int, vm: str, key: str, value: Any) -> str:
+    """A plan file's `gpu:` / `passthrough:` address in canonical form (01:00.0 means 0000:01:00.0)."""
+    try:
+        return pci_address(str(value))
+    except UsageError as exc:
+        raise _fault(source, line, ["vms", vm, key], exc.message, exc.hint) from None
+
+
 def _to_plan(data: Mapping[str, Any], marks: Any, source: str) -> DesiredPlan:
     defaults = data.get("defaults") or {}
     vms: dict[str, VmSpec] = {}
@@ -295,8 +304,8 @@ def _to_plan(data: Mapping[str, Any], marks: Any, source: str) -> DesiredPlan:
             name=name,
             type=body.get("type"),
             count=int(body.get("count", 1)),
-            passthrough=tuple(a.lower() for a in passthrough),
-            gpu=body["gpu"].lower() if body.get("gpu") else None,
+            passthrough=tuple(_address(source, line, name, "passthrough", a) for a in passthrough),
+            gpu=_address(source, line, name, "gpu", body["gpu"]) if body.get("gpu") else None,
             policy=body.get("policy", defaults.get("policy", "pack")),
             numa=body.get("numa"),
             params=_params(source, marks, name, body.get("params")),

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from vgpuadm.errors import ConflictError, LibvirtError
 from vgpuadm.io.domainxml import read_domain_dir
-from vgpuadm.model import Allocation
+from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.ops.session import Session
 from vgpuadm.report.inventory import inventory as build_inventory
 from vgpuadm.report.merge import load_report, merge
@@ -43,6 +44,21 @@ def inventory(
             allocations = [a for a in s.domains().allocations if wanted is None or a.domain in wanted]
             source = f"libvirt:{s.uri}"
         return build_inventory(snap, allocations, host=host or s.root.hostname(), generated_at=_now(), source=source)
+
+
+def device_users(
+    root: str | None, *, connect: str | None = None
+) -> tuple[HostSnapshot, dict[tuple[str, str], str] | None, str | None]:
+    """The snapshot and who references each device ((kind, key) → domain, the Session's one domain scan), or None
+    and the reason when libvirt cannot be reached (no daemon, no permission, no libvirt-python)."""
+    with Session.read(root, connect) as s:
+        snap = s.snap
+        try:
+            return snap, s.domains().users(), None
+        except (LibvirtError, ConflictError) as exc:
+            return snap, None, exc.message
+        except ImportError:
+            return snap, None, "libvirt-python is not installed"
 
 
 def domain_allocations(root: str | None, vm: str, *, connect: str | None = None) -> list[Allocation]:

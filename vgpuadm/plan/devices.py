@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
-from vgpuadm.model import HostSnapshot, Layout
+from vgpuadm.model import HostSnapshot, Layout, device_key, pci_address
 from vgpuadm.modes import mdev, passthrough, sriov, vf_vgpu
 from vgpuadm.modes.base import check_uuid
 from vgpuadm.plan.placement import place
@@ -39,6 +39,7 @@ def plan_create(
         existing = [snap.mdevs[check_uuid(u)] for u in uuids]
         if all(m.type_id in wanted for m in existing):
             return Plan.of([], f"mdevs {', '.join(m.uuid for m in existing)} already exist"), [m.uuid for m in existing]
+    gpu = pci_address(gpu) if gpu is not None else None
     placement = place(snap, type_name, count, gpu=gpu, policy=policy, numa=numa, taken=taken)
     steps: list[Step] = []
     ids: list[str] = []
@@ -67,6 +68,7 @@ def explain_placement(
 ) -> str:
     """Why each candidate parent was chosen or rejected (the CapacityError, when nothing fits, says the same)."""
 
+    gpu = pci_address(gpu) if gpu is not None else None
     try:
         return place(snap, type_name, count, gpu=gpu, policy=policy, numa=numa).explain()
     except CapacityError as exc:
@@ -75,6 +77,7 @@ def explain_placement(
 
 def plan_remove(snap: HostSnapshot, device_id: str) -> Plan:
     """Remove a vGPU: an mdev by UUID, or clear a layout C VF by address."""
+    device_id = device_key(device_id)
 
     if device_id in snap.vendor_vfs:
         return Plan.of(vf_vgpu.MODE.plan_clear(snap, device_id), f"clear VF {device_id}")
@@ -88,6 +91,7 @@ def plan_vf_type(
     snap: HostSnapshot, type_name: str, vf: str | None = None, *, params: str = "", policy: str = "pack"
 ) -> tuple[Plan, str]:
     """Layout C: set a vGPU type on `vf` (or on a VF placement picks); returns the plan and the VF address."""
+    vf = pci_address(vf) if vf is not None else None
 
     if vf is not None:
         found = vf_vgpu.MODE.find(snap, vf)
@@ -116,12 +120,14 @@ def _type_number(snap: HostSnapshot, type_name: str) -> int | None:
 
 
 def plan_vf_clear(snap: HostSnapshot, vf: str) -> Plan:
+    vf = pci_address(vf)
 
     return Plan.of(vf_vgpu.MODE.plan_clear(snap, vf), f"clear VF {vf}")
 
 
 def plan_sriov(snap: HostSnapshot, pf: str, enable: bool, num: int | None = None, *, present: bool = False) -> Plan:
     """Enable (`num` VFs, default all) or disable a PF's VFs; `present`: NVIDIA's sriov-manage is installed."""
+    pf = pci_address(pf)
 
     if enable:
         return Plan.of(sriov.MODE.plan_enable(snap, pf, num, sriov_manage=present), f"enable VFs of {pf}")
@@ -130,11 +136,13 @@ def plan_sriov(snap: HostSnapshot, pf: str, enable: bool, num: int | None = None
 
 def plan_vfio_bind(snap: HostSnapshot, gpu: str, force: bool = False) -> Plan:
     """Bind the whole IOMMU group of `gpu` to vfio-pci (empty when already bound)."""
+    gpu = pci_address(gpu)
 
     return Plan.of(passthrough.MODE.plan_bind(snap, gpu, force), f"bind the IOMMU group of {gpu} to vfio-pci")
 
 
 def plan_vfio_restore(snap: HostSnapshot, gpu: str, original: dict[str, str]) -> Plan:
     """Give the group of `gpu` back to its original drivers (`original`: those `vfio bind` remembered)."""
+    gpu = pci_address(gpu)
 
     return Plan.of(passthrough.MODE.plan_restore(snap, gpu, original), f"give {gpu} back to its drivers")

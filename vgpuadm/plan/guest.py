@@ -15,7 +15,7 @@ from typing import Any
 from vgpuadm import modes
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import ConflictError, NotFoundError, UsageError
-from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
+from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, device_key
 from vgpuadm.modes import passthrough as passthrough_mode
 from vgpuadm.modes.base import join_params, normalise_params
 from vgpuadm.plan import devices as device_plans
@@ -235,12 +235,19 @@ def plan_destroy(
     """Detach and free the selected devices of the domain; refuses devices another domain references. Pure."""
     name, _ = xml.domain_identity(domain_xml)
     owned = xml.parse_allocations(domain_xml)
-    if all_ == (uuid is not None):
-        raise UsageError("give exactly one of --uuid U or --all", "vgpuadm destroy --vm web01 --all")
-    if all_:
+    if all_ and uuid is not None:
+        raise UsageError("give one of --uuid U or --all, not both", f"vgpuadm destroy --vm {name} --all")
+    groups = _device_groups(owned)
+    if all_ or (uuid is None and len(groups) <= 1):  # one device (or a whole passed-through GPU) needs no --uuid
         gone = list(owned)
+    elif uuid is None:
+        listed = ", ".join(key for key, _ in groups)
+        raise UsageError(
+            f"domain {name} owns {len(groups)} vgpuadm devices ({listed}); say which one",
+            f"vgpuadm destroy --vm {name} --uuid {groups[0][0]}, or vgpuadm destroy --vm {name} --all",
+        )
     else:
-        key = (uuid or "").lower()
+        key = device_key(uuid or "")
         gone = [a for a in owned if key in ((a.uuid or "").lower(), (a.address or "").lower())]
         if not gone:
             raise NotFoundError(
@@ -269,6 +276,21 @@ def plan_destroy(
     if gone:
         steps.append(_metadata_step(name, owned, after, snap.host_key, xml.metadata_host(domain_xml)))
     return Plan.of(steps, f"take {len(gone)} device(s) from domain {name}"), gone, after
+
+
+def _device_groups(owned: Sequence[Allocation]) -> list[tuple[str, list[Allocation]]]:
+    """The domain's devices as `destroy --uuid` names them: an mdev by UUID, a VF by address, a passed-through GPU
+    (with the rest of its IOMMU group) by the GPU's address."""
+    groups: dict[str, list[Allocation]] = {}
+    for a in owned:
+        if a.mode == DeviceMode.MDEV:
+            key = a.uuid or ""
+        elif a.mode == DeviceMode.PCI:
+            key = a.parent or a.address or ""
+        else:
+            key = a.address or ""
+        groups.setdefault(key, []).append(a)
+    return list(groups.items())
 
 
 def passthrough_functions(snap: HostSnapshot, gpu: str) -> list[str]:

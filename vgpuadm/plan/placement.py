@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from vgpuadm.catalog.capacity import NO_USAGE, gpu_room, gpu_usage, per_parent_room, why_not
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, NotFoundError, UsageError
-from vgpuadm.model import HostSnapshot, Layout, VgpuType
+from vgpuadm.model import HostSnapshot, Layout, VgpuType, pci_address
 
 POLICIES = ("pack", "spread")
 
@@ -68,6 +68,7 @@ def place(
     check_count(count)
     types = snapshot.types()
     if gpu is not None:
+        gpu = pci_address(gpu)
         on_gpu = [t for t in types if gpu in (t.parent, snapshot.physical_gpu(t.parent))]
         if not on_gpu:
             raise NotFoundError(f"GPU {gpu} offers no vGPU types", "run `vgpuadm types` to list GPUs and types")

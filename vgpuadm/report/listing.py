@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vgpuadm.errors import NotFoundError
-from vgpuadm.model import HostSnapshot, Layout, VgpuType
+from vgpuadm.model import HostSnapshot, Layout, VgpuType, device_key, pci_address
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
@@ -53,7 +53,9 @@ def type_row(t: VgpuType) -> dict[str, Any]:
     }
 
 
-def type_rows(snap: HostSnapshot, gpu: str | None = None, available: bool = False) -> list[dict[str, Any]]:
+def type_rows(
+    snap: HostSnapshot, gpu: str | None = None, available: bool = False, type_: str | None = None
+) -> list[dict[str, Any]]:
     types = snap.types()
     if gpu is not None:
         gpu = normalize_address(gpu)
@@ -64,7 +66,55 @@ def type_rows(snap: HostSnapshot, gpu: str | None = None, available: bool = Fals
         types = [t for t in types if t.parent == gpu or snap.physical_gpu(t.parent) == gpu]
     if available:
         types = [t for t in types if t.available_instances > 0]
+    if type_ is not None:
+        wanted = type_.strip().lower()
+        types = [t for t in types if wanted in _type_names(t.type_id, t.name, t.profile)]
     return [type_row(t) for t in types]
+
+
+def _type_names(type_id: str, name: str | None, profile: str | None = None) -> set[str]:
+    """What `--type` may say for a type: its id, its name or its profile (the name's last word), any case."""
+    names = {type_id.lower()}
+    if name:
+        names |= {name.lower(), name.split()[-1].lower()}
+    if profile:
+        names.add(profile.lower())
+    return names
+
+
+def add_owners(rows: list[dict[str, Any]], users: dict[tuple[str, str], str] | None) -> list[dict[str, Any]]:
+    """Give each device row its `owner` (the domain referencing it, else None) and `owned` (None: unknown, when
+    `users` — Domains.users() of this host — could not be read)."""
+    for r in rows:
+        key = ("mdev", r["uuid"].lower()) if r["kind"] == "mdev" else ("pci", r["id"])
+        owner = users.get(key) if users is not None else None
+        r["owner"] = owner
+        r["owned"] = None if users is None else owner is not None
+    return rows
+
+
+def filter_device_rows(
+    rows: list[dict[str, Any]],
+    *,
+    vm: str | None = None,
+    gpu: str | None = None,
+    uuid: str | None = None,
+    type_: str | None = None,
+) -> list[dict[str, Any]]:
+    """The rows matching every filter given: owning domain (rows need add_owners), GPU (the parent or the physical
+    GPU), device id (mdev UUID or VF address) and type (id, name or profile)."""
+    if vm is not None:
+        rows = [r for r in rows if r.get("owner") == vm]
+    if gpu is not None:
+        address = normalize_address(gpu)
+        rows = [r for r in rows if address in (r["parent"], r["physical_gpu"])]
+    if uuid is not None:
+        key = device_key(uuid)
+        rows = [r for r in rows if key in (r["id"], r["uuid"])]
+    if type_ is not None:
+        wanted = type_.strip().lower()
+        rows = [r for r in rows if wanted in _type_names(r["type_id"], r["name"])]
+    return rows
 
 
 def device_rows(snap: HostSnapshot) -> list[dict[str, Any]]:
@@ -125,8 +175,5 @@ def _vf_type_name(snap: HostSnapshot, physfn: str | None, type_num: int) -> str 
 
 
 def normalize_address(addr: str) -> str:
-    """Accept 01:00.0 as 0000:01:00.0; lower-case hex."""
-    addr = addr.strip().lower()
-    if addr.count(":") == 1 and "." in addr:
-        addr = "0000:" + addr
-    return addr
+    """Accept 01:00.0 as 0000:01:00.0; lower-case hex (the one grammar: vgpuadm.model.pci_address)."""
+    return pci_address(addr)

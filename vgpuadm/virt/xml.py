@@ -16,7 +16,7 @@ from typing import Any
 from lxml import etree
 
 from vgpuadm.errors import ConflictError, UsageError
-from vgpuadm.model import Allocation, DeviceMode
+from vgpuadm.model import Allocation, DeviceMode, parse_pci_address
 from vgpuadm.virt.templating import environment
 
 NS = "https://vgpuadm.dev/xmlns/vgpuadm/1"
@@ -25,7 +25,6 @@ METADATA_VERSION = "1"
 
 MODES = tuple(m.value for m in DeviceMode)
 
-_PCI_ADDR = re.compile(r"^(?:([0-9a-fA-F]{1,4}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 # What metadata values may be before they become part of a sysfs path, an mdevctl file name or a command: anyone
 # allowed to edit a domain's metadata (libvirt per-domain ACLs) must not be able to steer root's writes.
@@ -54,16 +53,7 @@ class PciAddress:
 
     @classmethod
     def parse(cls, text: str, *, multifunction: bool = False) -> PciAddress:
-        m = _PCI_ADDR.match(text.strip())
-        if not m:
-            raise UsageError(
-                f"{text!r} is not a PCI address", "write it as DDDD:BB:SS.F, e.g. 0000:65:00.0 (lspci -D shows them)"
-            )
-        dom, bus, slot, fn = m.groups()
-        slot_n = int(slot, 16)
-        if slot_n > 0x1F:
-            raise UsageError(f"{text!r} is not a PCI address: slot {slot} > 1f", "PCI slots are 00…1f")
-        return cls(int(dom or "0", 16), int(bus, 16), slot_n, int(fn), multifunction)
+        return cls(*parse_pci_address(text), multifunction)
 
     def __str__(self) -> str:
         return f"{self.domain:04x}:{self.bus:02x}:{self.slot:02x}.{self.function:x}"
