@@ -144,8 +144,8 @@ def restore(
         sriov_manage = s.root.has_executable(SRIOV_MANAGE)
         for phase in restore_plan.PHASES:
             snap = s.refresh()
-            if phase == "vgpu" and restore_plan.missing_devices(allocs, snap) and not out.problems:
-                missing = restore_plan.missing_devices(allocs, snap)
+            missing = restore_plan.missing_devices(allocs, snap) if phase == "vgpu" and not out.problems else []
+            if missing:
                 say(f"waiting up to {timeout:g}s for {', '.join(missing)} to register")
                 snap = restore_plan.wait_until(s.refresh, lambda sn: not restore_plan.missing_devices(allocs, sn),
                                                timeout)  # fmt: skip

@@ -57,10 +57,9 @@ def open_sysfs(root: HostRoot) -> Sysfs:
 class Session:
     """A verb's view of one host. Create with `Session.open` (locked) or `Session.read` (no lock)."""
 
-    def __init__(self, root: str | None, connect: str | None = None, *, locked: bool = False) -> None:
+    def __init__(self, root: str | None, connect: str | None = None) -> None:
         self.root = HostRoot(root)
         self.connect = connect
-        self.locked = locked
         self.sysfs = open_sysfs(self.root)
         self._snap: HostSnapshot | None = None
         self._virt: VirtConn | None = None
@@ -77,7 +76,7 @@ class Session:
         the verbs that deal with it: recover, reconcile, restore). The root is checked before the lock is taken
         (a mistyped --root gets no run/ or lock created under it): it exists, has a sys/ tree (unless not
         `needs_sys`: `unit install` writes only under etc/) and this process can write its state directories."""
-        s = cls(root, connect, locked=True)
+        s = cls(root, connect)
         (check_root if needs_sys else check_exists)(s.root.path)
         check_writable(s.root.path)
         with host_lock(s.root.path, timeout), s._stack:
@@ -125,19 +124,11 @@ class Session:
             self._virt = self._stack.enter_context(VirtConn(self.uri))
         return self._virt
 
-    @property
-    def has_virt(self) -> bool:
-        return self._virt is not None
-
     def domains(self) -> Domains:
         """Every domain of this host, read once (names that vanish while listing are skipped: a shared libvirtd)."""
         if self._domains is None:
             self._domains = Domains.of(self.host_key, self._scan())
         return self._domains
-
-    def rescan(self) -> Domains:
-        self._domains = None
-        return self.domains()
 
     def _scan(self) -> Iterator[tuple[str, str, str, bool, str]]:
         virt = self.virt

@@ -30,8 +30,9 @@ class Domain:
 
     @classmethod
     def read(cls, name: str, uuid: str, text: str, running: bool, metadata: str) -> Domain:
-        return cls(name, uuid, text, running, metadata, tuple(domxml.parse_allocations(text)),
-                   tuple(domxml.parse_hostdevs(text)), domxml.metadata_host(text))  # fmt: skip
+        doc = domxml.parse_domain(text)  # once, for the three readings
+        return cls(name, uuid, text, running, metadata, tuple(domxml.parse_allocations(doc)),
+                   tuple(domxml.parse_hostdevs(doc)), domxml.metadata_host(doc))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

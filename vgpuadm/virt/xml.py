@@ -219,12 +219,17 @@ def parse_domain(domain_xml: str) -> Any:
         raise UsageError(f"domain XML is not well-formed: {exc}", "check the XML libvirt returned") from None
 
 
+def _document(domain_xml: str | Any) -> Any:
+    """A domain's XML text, or the element parse_domain already made of it (a reader of several facts parses once)."""
+    return parse_domain(domain_xml) if isinstance(domain_xml, str) else domain_xml
+
+
 def parse_allocations(
-    domain_xml: str, *, domain: str | None = None, domain_uuid: str | None = None
+    domain_xml: str | Any, *, domain: str | None = None, domain_uuid: str | None = None
 ) -> list[Allocation]:
     """Every device the domain's vgpuadm metadata records, sorted by slot. Accepts a whole domain XML or the bare
-    element virDomainGetMetadata returns (then pass domain/domain_uuid)."""
-    doc = parse_domain(domain_xml)
+    element virDomainGetMetadata returns (then pass domain/domain_uuid), as text or as parse_domain's element."""
+    doc = _document(domain_xml)
     name = domain or doc.findtext("name") or ""
     duuid = domain_uuid or doc.findtext("uuid")
     root = _metadata_root(doc)
@@ -264,10 +269,10 @@ def parse_allocations(
     return sorted(out, key=lambda a: a.slot)
 
 
-def metadata_host(domain_xml: str) -> str | None:
+def metadata_host(domain_xml: str | Any) -> str | None:
     """The host recorded in the domain's vgpuadm metadata (machine-id, or sim:<root> for a simulated root), None
     when there is no metadata or it names no host."""
-    root = _metadata_root(parse_domain(domain_xml))
+    root = _metadata_root(_document(domain_xml))
     return None if root is None else root.get("host")
 
 
@@ -282,9 +287,9 @@ def _address(el: Any, *, multifunction: bool = False) -> PciAddress:
     return PciAddress(num("domain"), num("bus"), num("slot"), num("function"), multifunction)
 
 
-def parse_hostdevs(domain_xml: str) -> list[HostdevRef]:
+def parse_hostdevs(domain_xml: str | Any) -> list[HostdevRef]:
     """The domain's mdev and PCI hostdevs (any, not only vgpuadm's), in document order."""
-    doc = parse_domain(domain_xml)
+    doc = _document(domain_xml)
     out = []
     for hd in doc.findall("devices/hostdev"):
         guest_el = hd.find("address")
