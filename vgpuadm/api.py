@@ -16,6 +16,7 @@ from vgpuadm.ops.declarative import (
 )
 from vgpuadm.ops.demo import DemoResult
 from vgpuadm.ops.demo import run as demo
+from vgpuadm.ops.doctor import doctor
 from vgpuadm.ops.guest import (
     GuestResult,
 )
@@ -63,6 +64,7 @@ from vgpuadm.plan.devices import (
     plan_vfio_bind,
 )
 from vgpuadm.plan.guest import passthrough_functions
+from vgpuadm.report.doctor import to_json as doctor_json
 
 __all__ = [
     "ApplyResult",
@@ -78,6 +80,8 @@ __all__ = [
     "demo",
     "device_users",
     "discover",
+    "doctor",
+    "doctor_json",
     "domain_allocations",
     "explain_placement",
     "guest",
