@@ -51,6 +51,8 @@ from vgpuadm.ops.host import (
 from vgpuadm.ops.inventory import device_users, domain_allocations, inventory, merge_inventories
 from vgpuadm.ops.mdevctl import export as mdevctl_export
 from vgpuadm.ops.mdevctl import import_ as mdevctl_import
+from vgpuadm.ops.snapshot import import_ as snapshot_import
+from vgpuadm.ops.snapshot import take as snapshot
 from vgpuadm.ops.unit import UnitResult
 from vgpuadm.ops.unit import install as unit_install
 from vgpuadm.ops.unit import status as unit_status
@@ -111,6 +113,8 @@ __all__ = [
     "resolve_root",
     "restore",
     "run_host_verb",
+    "snapshot",
+    "snapshot_import",
     "unit",
     "unit_install",
     "unit_status",

@@ -100,6 +100,7 @@ def build_app() -> "Any":
     __import__("vgpuadm.cli.declarative", fromlist=["register"]).register(app)
     __import__("vgpuadm.cli.unit", fromlist=["register"]).register(app)
     __import__("vgpuadm.cli.doctor", fromlist=["register"]).register(app)
+    __import__("vgpuadm.cli.snapshot", fromlist=["register"]).register(app)
     from vgpuadm.cli import inventory
 
     app.add_typer(inventory.build_app(), name="inventory")
