@@ -133,3 +133,20 @@ def test_doctor_on_a_missing_root_is_one_error(tmp_path: Path) -> None:
     r = _doctor(tmp_path / "nope")
     assert (r.returncode, r.stdout) == (3, "")
     assert r.stderr.startswith(f"error: host root {tmp_path / 'nope'} does not exist\n")
+
+
+def test_a_host_without_gpus_says_so(tmp_path: Path) -> None:
+    """The pure check on the snapshot of an empty sys/ tree (no libvirt involved)."""
+    from vgpuadm.host.discover import snapshot
+    from vgpuadm.host.sysfs import Sysfs
+    from vgpuadm.report.doctor import HostFacts, check_vendor_drivers
+
+    (tmp_path / "sys").mkdir()
+    facts = HostFacts(snap=snapshot(Sysfs(str(tmp_path))), iommu_group_count=0, cmdline=None, modules=None,
+                      pci_drivers=frozenset(), tools={}, libvirt_uri="test:///default", libvirt_version=None,
+                      libvirt_error="x", uses_ramfb=False, journal=None, journal_error=None, leaks=None)  # fmt: skip
+    assert [c.to_json() for c in check_vendor_drivers(facts)] == [{
+        "check": "gpus", "status": "warn",
+        "detail": "no GPU found (no display-class PCI function under /sys/bus/pci/devices)",
+        "hint": "check the card is seated and seen: lspci -nn | grep -i -e vga -e 3d -e display",
+    }]  # fmt: skip

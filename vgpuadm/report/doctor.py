@@ -93,6 +93,9 @@ def check_vfio(f: HostFacts) -> Check:
 
 def check_vendor_drivers(f: HostFacts) -> list[Check]:
     """Per GPU: is the driver its layout needs bound, and does NVIDIA's vGPU manager publish types?"""
+    if not _gpus(f.snap):
+        return [Check("gpus", WARN, "no GPU found (no display-class PCI function under /sys/bus/pci/devices)",
+                      "check the card is seated and seen: lspci -nn | grep -i -e vga -e 3d -e display")]  # fmt: skip
     out = []
     for fn in _gpus(f.snap):
         layout = f.snap.layouts.get(fn.address, Layout.PASSTHROUGH)
