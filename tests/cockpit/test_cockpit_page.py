@@ -24,13 +24,13 @@ from pathlib import Path
 import libvirt
 import pytest
 from lxml import etree
+from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Page as BrowserPage
 
 from vgpuadm.executor import CRASH_HOOK
 from vgpuadm.host.root import HostRoot
 from vgpuadm.plan.ids import device_uuid
 from vgpuadm.virt import xml
-
-playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[test]' installs playwright")
 
 pytestmark = pytest.mark.libvirt
 
@@ -48,36 +48,36 @@ def _free_port() -> int:
 class Page:
     """One cockpit-ws serving the plugin for one simulated host, and a browser page on it."""
 
-    def __init__(self, browser: object, base: str, root: Path) -> None:
+    def __init__(self, browser: Browser, base: str, root: Path) -> None:
         self.browser, self.base, self.root = browser, base, root
-        self.page = None
+        self.page: BrowserPage = None  # set by open()
 
-    def open(self, width: int = 1280, scheme: str = "light") -> object:
-        ctx = self.browser.new_context(viewport={"width": width, "height": 900}, color_scheme=scheme)  # type: ignore[attr-defined]
+    def open(self, width: int = 1280, scheme: str = "light") -> BrowserPage:
+        ctx = self.browser.new_context(viewport={"width": width, "height": 900}, color_scheme=scheme)
         self.page = ctx.new_page()
         self.page.goto(f"{self.base}/cockpit/@localhost/vgpuadm/index.html")
         self.wait_loaded()
         return self.page
 
     def wait_loaded(self) -> None:
-        self.page.wait_for_selector("body[data-loaded]", timeout=60_000)  # type: ignore[union-attr]
+        self.page.wait_for_selector("body[data-loaded]", timeout=60_000)
 
     def rows(self, table: str, keep: Callable[[list[str]], bool] = lambda r: True) -> list[list[str]]:
-        cells = self.page.eval_on_selector_all(  # type: ignore[union-attr]
+        cells = self.page.eval_on_selector_all(
             f"#{table} tbody tr", "trs => trs.map(tr => Array.from(tr.cells).map(td => td.textContent))"
         )
         return [r for r in cells if keep(r)]
 
     def shot(self, name: str) -> None:
         SHOTS.mkdir(parents=True, exist_ok=True)
-        self.page.screenshot(path=str(SHOTS / f"cockpit-{name}.png"), full_page=True)  # type: ignore[union-attr]
+        self.page.screenshot(path=str(SHOTS / f"cockpit-{name}.png"), full_page=True)
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
+def browser() -> Iterator[Browser]:
     chromium = shutil.which("chromium")
     assert chromium, "Debian's chromium is installed by scripts/install.sh"
-    with playwright_api.sync_playwright() as p:
+    with sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         yield b
         b.close()
@@ -109,7 +109,7 @@ def vms(conn: libvirt.virConnect) -> Iterator[Callable[[str], str]]:
 
 @pytest.fixture
 def cockpit(
-    browser: object, sim_host: Callable[[str], Path], libvirtd: str, tmp_path: Path
+    browser: Browser, sim_host: Callable[[str], Path], libvirtd: str, tmp_path: Path
 ) -> Iterator[Callable[[str], Page]]:
     """Start cockpit-ws for a fresh simulated host of `profile`, with the plugin installed the README's way."""
     procs: list[subprocess.Popen[bytes]] = []
