@@ -47,7 +47,7 @@ from vgpuadm.ops.host import (
 from vgpuadm.ops.host import (
     run as run_host_verb,
 )
-from vgpuadm.ops.inventory import device_users, domain_allocations, inventory, merge_inventories
+from vgpuadm.ops.inventory import device_users, domain_allocations, inventory, merge_inventories, vms
 from vgpuadm.ops.mdevctl import export as mdevctl_export
 from vgpuadm.ops.mdevctl import import_ as mdevctl_import
 from vgpuadm.ops.unit import UnitResult
@@ -111,4 +111,5 @@ __all__ = [
     "unit_install",
     "unit_status",
     "unit_uninstall",
+    "vms",
 ]  # fmt: skip
