@@ -3,6 +3,7 @@ the pure planners they share). No logic lives here; where each behaviour lives i
 
 from __future__ import annotations
 
+from vgpuadm.executor import set_lock_policy
 from vgpuadm.host.root import resolve_root
 from vgpuadm.ops import declarative, guest, mdevctl, unit
 from vgpuadm.ops.declarative import (
@@ -107,6 +108,7 @@ __all__ = [
     "resolve_root",
     "restore",
     "run_host_verb",
+    "set_lock_policy",
     "unit",
     "unit_install",
     "unit_status",

@@ -82,7 +82,8 @@ def _mdev_app() -> Any:
         ctx: typer.Context,
         type_name: str = typer.Option(..., "--type", help="Type id, name or profile (nvidia-63, P4-1Q).", metavar="T"),
         gpu: str = typer.Option(None, "--gpu", help="Only this GPU (a PF includes its VFs).", metavar="BDF"),
-        count: int = typer.Option(1, "--count", help="How many devices.", metavar="N"),
+        count: int = typer.Option(1, "--count", help="How many new devices to make (those that exist do not "
+                                  "count; `vgpuadm create --total` sets a VM's total).", metavar="N"),
         policy: str = typer.Option("pack", "--policy", help="pack (fill the busiest GPU) or spread.", metavar="P"),
         numa: int = typer.Option(None, "--numa", help="Only GPUs on this NUMA node.", metavar="N"),
         uuid: list[str] = typer.Option(None, "--uuid", help="The mdev UUID (repeat per device).", metavar="U"),

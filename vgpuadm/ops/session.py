@@ -14,7 +14,6 @@ from typing import Any
 
 from vgpuadm.errors import NotFoundError
 from vgpuadm.executor import (
-    DEFAULT_LOCK_TIMEOUT,
     ExecContext,
     ExecResult,
     execute,
@@ -70,7 +69,7 @@ class Session:
     @contextmanager
     def open(
         cls, root: str | None, connect: str | None = None, *, allow_pending: bool = False,
-        timeout: float = DEFAULT_LOCK_TIMEOUT, needs_sys: bool = True,
+        timeout: float | None = None, needs_sys: bool = True,
     ) -> Iterator[Session]:  # fmt: skip
         """Hold the host lock for the whole verb; refuse while a journal is pending (unless `allow_pending`, for
         the verbs that deal with it: recover, reconcile, restore). The root is checked before the lock is taken
