@@ -90,7 +90,10 @@ def test_lock_held_by_another_process_is_a_clear_conflict(sim_host: Callable[[st
         sysfs = api.open_sysfs(str(root))
         with pytest.raises(ConflictError) as info:
             execute(plan, ExecContext(sysfs, sysfs.root, lock_timeout=0.2))
-        assert info.value.message == f"another vgpuadm is changing this host: pid {holder.pid} (vgpuadm), still after 0.2 s"
+        assert (
+            info.value.message
+            == f"another vgpuadm is changing this host: pid {holder.pid} (vgpuadm), still after 0.2 s"
+        )
     finally:
         holder.kill()
         holder.wait()
