@@ -110,7 +110,7 @@ def test_bad_requests(sim_host: Callable[[str], Path]) -> None:
         place(snap, "P4-1Q", policy="fill")
     with pytest.raises(UsageError, match=r"^--count must be at least 1, not 0$"):
         place(snap, "P4-1Q", 0)
-    with pytest.raises(NotFoundError, match=r"^GPU 0000:09:00.0 offers no vGPU types$"):
+    with pytest.raises(NotFoundError, match=r"^No GPU or mdev parent 0000:09:00.0 on this host$"):
         place(snap, "P4-1Q", gpu="0000:09:00.0")
 
 

@@ -8,32 +8,41 @@ from vgpuadm.cli.console import Console
 from vgpuadm.host.discover import snapshot
 from vgpuadm.host.root import HostRoot
 from vgpuadm.model import HostSnapshot
-from vgpuadm.report.listing import add_owners, device_rows, filter_device_rows, gpu_rows, type_rows
+from vgpuadm.report.listing import (
+    add_owners,
+    device_rows,
+    filter_device_rows,
+    gpu_rows,
+    normalize_address,
+    type_rows,
+)
 
 UNKNOWN_OWNER = "unknown"
 UNASSIGNED = "*unassigned*"
 
 
-def _snapshot(console: Console, root: str | None, types: bool = True) -> HostSnapshot:
+def _snapshot(console: Console, root: str | None, types: bool = True, names: bool = False) -> HostSnapshot:
     # Read-only: the plain Sysfs of the root, without the simulated kernel (only writes need it).
-    snap = snapshot(HostRoot(root).sysfs(), types=types)
+    snap = snapshot(HostRoot(root).sysfs(), types=types, names=names)
     for w in snap.warnings:
         console.warn(w)
     return snap
 
 
 def gpus(console: Console, root: str | None, as_json: bool) -> None:
-    rows = gpu_rows(_snapshot(console, root, types=False))
+    snap = _snapshot(console, root, types=False, names=not as_json)
+    rows = gpu_rows(snap)
     if as_json:
         console.json(rows)
         return
     console.table(
         "GPUs",
-        ["address", "vendor:device", "driver", "layout", "IOMMU group", "NUMA", "VFs"],
+        ["address", "vendor:device", "model", "driver", "layout", "IOMMU group", "NUMA", "VFs"],
         [
             (
                 r["address"],
                 f"{r['vendor_id'][2:]}:{r['device_id'][2:]}",
+                snap.models.get(r["address"]),
                 r["driver"],
                 r["layout"],
                 r["iommu_group"],
@@ -42,24 +51,37 @@ def gpus(console: Console, root: str | None, as_json: bool) -> None:
             )
             for r in rows
         ],
+        keep=("address",),
+        optional=("model",),
     )
 
 
 def types(
     console: Console, root: str | None, gpu: str | None, available: bool, as_json: bool, type_: str | None = None
 ) -> None:
-    rows = type_rows(_snapshot(console, root), gpu, available, type_)
+    snap = _snapshot(console, root, names=not as_json)
+    rows = type_rows(snap, gpu, available, type_)
+    if gpu is not None and not rows and not type_rows(snap, gpu):
+        address = normalize_address(gpu)
+        if address in snap.functions:  # a GPU that lists nothing: say why (vfio-pci, no driver, no VFs …)
+            from vgpuadm.catalog.capacity import why_no_types  # dataclasses & co. stay off the fast path
+
+            reason, hint = why_no_types(snap, address)
+            console.warn(f"GPU {snap.label(address)} offers no vGPU types: {reason}; {hint}")
     if as_json:
         console.json(rows)
         return
     console.table(
         "vGPU types",
-        ["parent", "layout", "type", "name", "available", "max", "framebuffer MiB"],
+        ["parent", "model", "layout", "type", "name", "available", "max", "framebuffer MiB"],
         [
-            (r["parent"], r["layout"], r["type_id"], r["name"], r["available_instances"], r["max_instances"],
+            (r["parent"], snap.models.get(r["parent"]) or snap.models.get(snap.physical_gpu(r["parent"])),
+             r["layout"], r["type_id"], r["name"], r["available_instances"], r["max_instances"],
              r["framebuffer_mib"])
             for r in rows
         ],
+        keep=("parent",),
+        optional=("model",),
     )  # fmt: skip
 
 

@@ -95,12 +95,12 @@ class Session:
     @property
     def snap(self) -> HostSnapshot:
         if self._snap is None:
-            self._snap = snapshot(self.sysfs)
+            self._snap = snapshot(self.sysfs, names=True)
         return self._snap
 
     def refresh(self) -> HostSnapshot:
         """Read the host again (after a phase of changes)."""
-        self._snap = snapshot(self.sysfs)
+        self._snap = snapshot(self.sysfs, names=True)
         return self._snap
 
     @property

@@ -9,10 +9,18 @@ pack fills the most-used compatible physical GPU first; spread the least-used. T
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from vgpuadm.catalog.capacity import NO_USAGE, gpu_room, gpu_usage, per_parent_room, why_not
+from vgpuadm.catalog.capacity import (
+    NO_USAGE,
+    gpu_room,
+    gpu_usage,
+    idle_for_vgpu,
+    per_parent_room,
+    why_no_types,
+    why_not,
+)
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, NotFoundError, UsageError
 from vgpuadm.model import HostSnapshot, Layout, VgpuType, pci_address
@@ -71,13 +79,17 @@ def place(
         gpu = pci_address(gpu)
         on_gpu = [t for t in types if gpu in (t.parent, snapshot.physical_gpu(t.parent))]
         if not on_gpu:
-            raise NotFoundError(f"GPU {gpu} offers no vGPU types", "run `vgpuadm types` to list GPUs and types")
-        candidates = resolve_type(on_gpu, type_name, gpu)
+            if gpu not in snapshot.functions and gpu not in snapshot.mdev_parents:
+                raise NotFoundError(f"No GPU or mdev parent {gpu} on this host", "run `vgpuadm gpus` to list them")
+            why, hint = why_no_types(snapshot, gpu)
+            raise NotFoundError(f"GPU {snapshot.label(gpu)} offers no vGPU types: {why}", hint)
+        candidates = resolve_on_host(snapshot, on_gpu, type_name, gpu)
     else:
         try:
-            candidates = resolve_type(types, type_name)
+            candidates = resolve_on_host(snapshot, types, type_name)
         except NotFoundError:
-            _vendor_vfs_full(snapshot, type_name, count)
+            if not any(vf.offered for vf in snapshot.vendor_vfs.values()):  # no list from the driver either
+                _vendor_vfs_full(snapshot, type_name, count)
             raise
     if all(t.layout == Layout.VENDOR_VFIO and not t.available_instances for t in candidates):
         _vendor_vfs_full(snapshot, type_name, count)  # known from the driver's list, creatable on no VF
@@ -141,6 +153,27 @@ def place(
             "`vgpuadm types --available` lists what fits now",
         )
     return placement
+
+
+def resolve_on_host(
+    snapshot: HostSnapshot, types: Sequence[VgpuType], wanted: str, where: str = "this host"
+) -> list[VgpuType]:
+    """resolve_type, and when nothing matches, also the GPUs whose types are not listed now because they are bound
+    to vfio-pci (so "Unknown type" says why a type the host had is gone)."""
+    try:
+        return resolve_type(types, wanted, where)
+    except NotFoundError as exc:
+        idle = [a for a in idle_for_vgpu(snapshot) if where == "this host" or a == where]
+        if not idle:
+            raise
+        labels = ", ".join(snapshot.label(a) for a in idle)
+        verb = "is" if len(idle) == 1 else "are"
+        raise NotFoundError(
+            f"{exc.message} ({labels} {verb} bound to vfio-pci, so {'its' if len(idle) == 1 else 'their'} types are "
+            "not offered now)",
+            f"`vgpuadm release --gpu {idle[0]}` or `vgpuadm vfio unbind {idle[0]}` gives it back to its driver; "
+            f"{exc.hint}",
+        ) from None
 
 
 def _summary(snapshot: HostSnapshot, rejected: list[tuple[str, str]]) -> str:
