@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from vgpuadm.cli.console import Console
 from vgpuadm.host.discover import snapshot
+from vgpuadm.host.pciids import model_names
 from vgpuadm.host.root import HostRoot
 from vgpuadm.model import HostSnapshot
 from vgpuadm.report.listing import (
@@ -66,8 +67,13 @@ def types(
         if address in snap.functions:  # a GPU that lists nothing: say why (vfio-pci, no driver, no VFs …)
             from vgpuadm.catalog.capacity import why_no_types  # dataclasses & co. stay off the fast path
 
+            fn = snap.functions[address]
+            model = snap.models.get(address) or model_names(snap.root, {(fn.vendor_id, fn.device_id)}).get(
+                (fn.vendor_id, fn.device_id)
+            )
             reason, hint = why_no_types(snap, address)
-            console.warn(f"GPU {snap.label(address)} offers no vGPU types: {reason}; {hint}")
+            label = f"{address} ({model})" if model else address
+            console.warn(f"GPU {label} offers no vGPU types: {reason}; {hint}")
     if as_json:
         console.json(rows)
         return
