@@ -51,3 +51,42 @@ def test_gpu_models_from_the_roots_pci_ids_in_tables(cli, sim_host):
     own.write_text("10de  NVIDIA Corporation\n\t1bb3  GP104GL [Tesla P4 (this root)]\n\t\t10de 11d8  a subsystem\n")
     types = cli("--root", str(root), "types", "--gpu", P4).out
     assert all("Tesla P4 (this root)" in line for line in types.splitlines() if "nvidia-" in line)
+
+
+def test_mdev_create_explain_lists_every_gpu_with_why(cli, sim_host):
+    root = sim_host("mixed")
+    assert cli("--root", str(root), "vfio", "bind", "0000:65:00.0").code == 0
+    r = cli("--root", str(root), "mdev", "create", "--type", "nvidia-468", "--count", "2", "--explain", "--dry-run")
+    assert r.code == 0, r.err
+    no_vgpu = "the nvidia driver lists none on it (a board without vGPU support, or the vGPU manager is not running)"
+    assert r.out.splitlines()[:6] == [
+        "placement of 2 × nvidia-468, policy pack (fill the busiest GPU first):",
+        "  0000:41:00.0 (A100 PCIe 40GB): chosen for 2 on 0000:41:00.4, 0000:41:00.5 (0 vGPU(s) ran on it)",
+        f"  0000:01:00.0 (GeForce RTX 2080 Ti): not chosen: it offers no vGPU types: {no_vgpu}",
+        f"  {P4} (Tesla P4): not chosen: it does not offer nvidia-468",
+        "  0000:18:00.0 (H200 SXM 141GB): not chosen: it does not offer nvidia-468",
+        "  0000:65:00.0 (GeForce RTX 3090): not chosen: it offers no vGPU types: it is bound to vfio-pci (whole-GPU "
+        "passthrough)",
+    ]
+
+
+def test_explain_says_why_an_open_gpu_was_passed_over(cli, sim_host):
+    root = sim_host("p4")
+    assert cli("--root", str(root), "mdev", "create", "--type", "P4-1Q", "--gpu", "02:00.0").code == 0
+    r = cli("--root", str(root), "mdev", "create", "--type", "P4-1Q", "--explain", "--dry-run")
+    assert r.out.splitlines()[:3] == [
+        "placement of 1 × nvidia-63, policy pack (fill the busiest GPU first):",
+        "  0000:02:00.0 (Tesla P4): chosen for 1 (1 vGPU(s) ran on it)",
+        "  0000:01:00.0 (Tesla P4): not chosen: it has room, but pack fills the busiest GPU first (0 vGPU(s) run on it)",
+    ]
+
+
+def test_sriov_enable_as_its_help_example_says(cli, sim_host, capsys):
+    root = sim_host("a100-mdev-vf")
+    assert cli("--root", str(root), "sriov", "disable", "0000:41:00.0").code == 0
+    capsys.readouterr()
+    cli("sriov", "enable", "--help")
+    example = " ".join(capsys.readouterr().out.split()).split("Example: vgpuadm ", 1)[1].split("   (")[0].split(" (")[0]
+    assert example == "sriov enable 0000:41:00.0"
+    r = cli("--root", str(root), *example.split())
+    assert (r.code, r.out) == (0, "done: step 1/1 run /usr/lib/nvidia/sriov-manage -e 0000:41:00.0\n")

@@ -167,11 +167,20 @@ def _sriov_app() -> Any:
     dry_opt, json_opt = plan_options()
     app = typer.Typer(help="Enable or disable a PF's SR-IOV VFs.", no_args_is_help=True)
 
-    @app.command("enable", epilog="Example: vgpuadm sriov enable 0000:41:00.0 --num 8")
+    @app.command(
+        "enable",
+        epilog="Example: vgpuadm sriov enable 0000:41:00.0   (an NVIDIA PF: all its VFs, through "
+        "sriov-manage; --num N is for other PFs, through sriov_numvfs)",
+    )
     def enable_cmd(
         ctx: typer.Context,
         pf: str = typer.Argument(..., help="The PF address."),
-        num: int = typer.Option(None, "--num", help="How many VFs (default all; NVIDIA PFs: all).", metavar="N"),
+        num: int = typer.Option(
+            None,
+            "--num",
+            help="How many VFs (default all); not for NVIDIA PFs, whose sriov-manage enables all.",
+            metavar="N",
+        ),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
     ) -> None:
