@@ -48,7 +48,7 @@ from vgpuadm.ops.host import (
 from vgpuadm.ops.host import (
     run as run_host_verb,
 )
-from vgpuadm.ops.inventory import device_users, domain_allocations, inventory, merge_inventories
+from vgpuadm.ops.inventory import device_users, domain_allocations, inventory, merge_inventories, show_vm
 from vgpuadm.ops.mdevctl import export as mdevctl_export
 from vgpuadm.ops.mdevctl import import_ as mdevctl_import
 from vgpuadm.ops.unit import UnitResult
@@ -109,6 +109,7 @@ __all__ = [
     "restore",
     "run_host_verb",
     "set_lock_policy",
+    "show_vm",
     "unit",
     "unit_install",
     "unit_status",

@@ -112,6 +112,16 @@ def build_app() -> "Any":
         read.devices(ctx.obj["console"], ctx.obj["root"], as_json, connect=ctx.obj.get("connect"),
                      owners=owners or not as_json, vm=vm, gpu=gpu, uuid=uuid, type_=type_name)  # fmt: skip
 
+    @app.command("show", epilog="Example: vgpuadm show --vm web01 · vgpuadm show --vm web01 --json")
+    def show_cmd(
+        ctx: typer.Context,
+        vm: str = typer.Option(..., "--vm", help="The libvirt domain.", metavar="NAME"),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON (vgpuadm/schemas/show.schema.json)."),
+    ) -> None:
+        """One VM's view: the devices vgpuadm gave it, where they are (GPU and model), params and options,
+        made on demand or kept, and whether each exists on the host now."""
+        read.show(ctx.obj["console"], ctx.obj["root"], vm, as_json, connect=ctx.obj.get("connect"))
+
     app.add_typer(sim.build_app(), name="sim")
     __import__("vgpuadm.cli.host", fromlist=["register"]).register(app)
     __import__("vgpuadm.cli.guest", fromlist=["register"]).register(app)

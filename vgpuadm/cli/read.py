@@ -144,3 +144,34 @@ def _owner(row: dict[str, object]) -> str:
     if row["owned"] is None:
         return UNKNOWN_OWNER
     return str(row["owner"]) if row["owner"] else UNASSIGNED
+
+
+def show(console: Console, root: str | None, vm: str, as_json: bool, connect: str | None = None) -> None:
+    """`vgpuadm show --vm NAME`: one VM's devices, where they are, their params, and whether they exist now."""
+    from vgpuadm import api  # libvirt and the Session stay off the fast path
+
+    view = api.show_vm(root, vm, connect=connect)
+    if as_json:
+        console.json(view)
+        return
+    state = {True: "running", False: "shut off", None: "unknown"}[view["running"]]
+    devices = view["devices"]
+    console.line(f"domain {view['domain']} ({state}), uuid {view['uuid'] or '-'}: {len(devices)} vgpuadm device(s)")
+    if not devices:
+        console.line(f"it owns nothing vgpuadm made; give it one: vgpuadm create --type T --vm {vm}")
+        return
+    console.table(
+        f"devices of {view['domain']}",
+        ["slot", "id", "mode", "type", "name", "GPU", "model", "params", "on demand", "present"],
+        [
+            (d["slot"], d["id"], d["mode"], d["type_id"], d["name"], d["physical_gpu"], d["model"], d["params"],
+             "yes" if d["on_demand"] else "no", "yes" if d["present"] else "MISSING (vgpuadm restore)")
+            for d in devices
+        ],
+        keep=("id", "GPU"),
+        optional=("params", "model", "name", "on demand", "mode"),
+    )  # fmt: skip
+    options = [f"slot {d['slot']}: " + ", ".join(f"{k}={v}" for k, v in d["options"].items())
+               for d in devices if d["options"]]  # fmt: skip
+    for line in options:
+        console.line(f"options {line}")

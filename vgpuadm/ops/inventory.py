@@ -13,6 +13,7 @@ from vgpuadm.io.domainxml import read_domain_dir
 from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.ops.session import Session
 from vgpuadm.report.inventory import inventory as build_inventory
+from vgpuadm.report.listing import vm_view
 from vgpuadm.report.merge import load_report, merge
 
 
@@ -69,6 +70,17 @@ def domain_allocations(root: str | None, vm: str, *, connect: str | None = None)
             s.virt.xml(vm)  # raises NotFoundError naming the domain
             return []
         return list(d.allocations)
+
+
+def show_vm(root: str | None, vm: str, *, connect: str | None = None) -> dict[str, Any]:
+    """`vgpuadm show --vm NAME`: the domain's devices and where they are (report/listing.vm_view); NotFoundError
+    when libvirt has no such domain."""
+    with Session.read(root, connect) as s:
+        d = s.domains().by_name.get(vm)
+        if d is None:
+            s.virt.xml(vm)  # raises NotFoundError naming the domain
+            return vm_view(s.snap, vm, None, None, ())
+        return vm_view(s.snap, d.name, d.uuid, d.running, d.allocations)
 
 
 def merge_inventories(paths: list[str]) -> dict[str, Any]:
