@@ -127,26 +127,38 @@ def register(app: Any) -> None:
         result = api.guest_release(ctx.obj["root"], gpu, connect=ctx.obj.get("connect"), dry_run=dry_run)
         _report(ctx.obj["console"], result, as_json, "detached")
 
-    @app.command("demo", epilog="Example: vgpuadm demo --dir /tmp/vgpuadm-demo")
+    @app.command("demo", epilog="Example: vgpuadm demo · vgpuadm demo --dir /tmp/vgpuadm-demo   (kept; re-runnable)")
     def demo_cmd(
         ctx: typer.Context,
         directory: str = typer.Option(
-            None, "--dir", help="A new or empty directory (default: a temp dir).", metavar="DIR"
+            None, "--dir", help="Build the host here (new, empty, or a previous demo's: replaced); it is kept.",
+            metavar="DIR",
         ),
+        keep: bool = typer.Option(False, "--keep", help="Keep the temp host at the end (without --dir)."),
         as_json: bool = json_opt,
-    ) -> None:
-        """Build a simulated P4 host and demo VMs (libvirt's embedded driver, no daemon) and give web01 a vGPU."""
+    ) -> None:  # fmt: skip
+        """A guided tour on a simulated mixed host (libvirt's embedded driver, no GPU, no daemon): discover, a
+        vGPU on a Tesla P4, a layout C VF, a passthrough GPU, a VM's view, the inventory, reboot + restore,
+        destroy; each step prints the command it runs and what changed."""
         console: Console = ctx.obj["console"]
-        result = api.demo(directory)
+
+        def show(step: Any) -> None:
+            if as_json:
+                return
+            console.line(f"$ {step.command}")
+            for line in step.changes:
+                console.line(f"  {line}")
+            console.line("")
+
+        result = api.demo(directory, keep=keep, report=show)
         if as_json:
-            console.json({"root": result.root, "uri": result.uri, "domains": result.domains,
-                          "create": result.created.to_json()})  # fmt: skip
+            console.json({"root": result.root, "uri": result.uri, "domains": result.domains, "kept": result.kept,
+                          "steps": [{"command": s.command, "changes": list(s.changes)} for s in result.steps]})  # fmt: skip
             return
-        console.line(f"simulated host: {result.root}")
-        console.line(f"libvirt:        {result.uri}")
-        console.line(f"domains:        {', '.join(result.domains)}")
-        console.line("")
-        console.line("$ vgpuadm create --type nvidia-63 --vm web01")
-        _report(console, result.created, False, "attached")
-        console.line("")
-        console.line(f"next: vgpuadm --root {result.root} devices")
+        if not result.kept:
+            console.line(f"removed the demo host {result.root} (--keep or --dir keeps it)")
+            return
+        console.line(f"the demo host is {result.root}; look around:")
+        console.line(f"  vgpuadm --root {result.root} devices")
+        console.line(f"  vgpuadm --root {result.root} show --vm train01")
+        console.line(f"  virsh -c '{result.uri}' dumpxml db01")
