@@ -116,6 +116,7 @@ def _tour(root: str, kept: bool, report: Report) -> DemoResult:
         f"{summary['devices']} device(s), {summary['owned']} owned (by {', '.join(owners)}), {summary['unowned']} "
         f"leaked; {summary['framebuffer_free_mib']} of {summary['framebuffer_total_mib']} MiB framebuffer free",
     ])  # fmt: skip
+    before = set(_snapshot(root).mdevs)
     reboot(root)
     after = _snapshot(root)
     step(f"vgpuadm sim reboot {root}", [
@@ -128,7 +129,8 @@ def _tour(root: str, kept: bool, report: Report) -> DemoResult:
     step(f"{here} restore", [
         f"{len(restored.done)} step(s) for {restored.devices} recorded device(s): {len(back.mdevs)} mdev(s), "
         f"{sum(vf.in_use for vf in back.vendor_vfs.values())} typed VF(s), {PASSTHROUGH_GPU} on "
-        f"{back.functions[PASSTHROUGH_GPU].driver} again, with the same UUIDs",
+        f"{back.functions[PASSTHROUGH_GPU].driver} again, "
+        + ("with the same mdev UUIDs" if set(back.mdevs) == before else "with NEW mdev UUIDs"),
     ])  # fmt: skip
     gone = destroy(root, "web01", all_=True, connect=uri)
     step(f"{here} destroy --vm web01 --all", [f"web01 gave back {_what(a)}" for a in gone.removed])
