@@ -14,8 +14,8 @@ from vgpuadm.io.domainxml import read_domain_dir
 from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.ops.session import Session
 from vgpuadm.report.inventory import inventory as build_inventory
+from vgpuadm.report.listing import vm_rows, vm_view
 from vgpuadm.report.merge import load_report, merge
-from vgpuadm.report.vms import vm_rows
 
 
 def _now() -> str:
@@ -81,6 +81,17 @@ def vms(root: str | None, *, connect: str | None = None) -> list[dict[str, Any]]
     """This host's domains, their state and the devices each records (`vgpuadm vms`)."""
     with Session.read(root, connect) as s:
         return vm_rows(s.domains())
+
+
+def show_vm(root: str | None, vm: str, *, connect: str | None = None) -> dict[str, Any]:
+    """`vgpuadm show --vm NAME`: the domain's devices and where they are (report/listing.vm_view); NotFoundError
+    when libvirt has no such domain."""
+    with Session.read(root, connect) as s:
+        d = s.domains().by_name.get(vm)
+        if d is None:
+            s.virt.xml(vm)  # raises NotFoundError naming the domain
+            return vm_view(s.snap, vm, None, None, ())
+        return vm_view(s.snap, d.name, d.uuid, d.running, d.allocations)
 
 
 def merge_inventories(paths: list[str]) -> dict[str, Any]:
