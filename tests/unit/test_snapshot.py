@@ -59,6 +59,7 @@ def test_round_trip_on_every_profile(cli, tmp_path: Path, profile: str) -> None:
     assert (r.code, r.err) == (0, "")
     assert r.out.startswith("imported a snapshot (") and r.out.endswith(f"as a simulated host (use --root {copy})\n")
     assert _reads(cli, copy) == _reads(cli, root)
+    assert cli("--root", str(copy), "gpus").out == cli("--root", str(root), "gpus").out  # model names too
 
 
 def test_imported_simulated_host_reacts_like_the_kernel(cli, tmp_path: Path) -> None:
@@ -109,7 +110,7 @@ def test_captured_real_host_round_trips_with_serials_and_uuids_redacted(cli, tmp
         "    GPU UUID                              : GPU-00000000-0000-0000-0000-000000000002",
     ]  # fmt: skip
     assert b"1324321000" not in everything and b"3a6b2f0c" not in everything
-    assert all(n.split("/")[0] in ("sys", "proc", "etc", "vgpuadm-snapshot") for n in names)
+    assert all(n.split("/")[0] in ("sys", "proc", "etc", "vgpuadm-snapshot", "usr") for n in names)
     # Exactly what discovery reads: a PCI function's config space and BARs are never opened (placeholders only).
     with tarfile.open(archive) as tf:
         config = [m for m in tf if m.name.endswith("/config")]
@@ -145,6 +146,7 @@ HOSTILE = {
     "absolute": ([(_info("/etc/passwd"), b"x")], "member '/etc/passwd' is not a plain relative path"),
     "climbing": ([(_info("sys/../../x"), b"x")], "member 'sys/../../x' is not a plain relative path"),
     "outside": ([(_info("home/x"), b"x")], "member 'home/x' is not part of a host snapshot"),
+    "usr": ([(_info("usr/bin/nvidia-smi"), b"x")], "member 'usr/bin/nvidia-smi' is not part of a host snapshot"),
     "link out": ([(_info("sys/l", tarfile.SYMTYPE, "../../etc"), b"")],
                  "link 'sys/l' points out of the host root ('../../etc')"),
     "absolute link": ([(_info("sys/l", tarfile.SYMTYPE, "/etc"), b"")],

@@ -23,7 +23,8 @@ from vgpuadm.host.sysfs import SIM_MARKER
 MAX_ARCHIVE = 64 << 20  # bytes of the compressed archive
 MAX_TOTAL = 128 << 20  # bytes of all files once extracted
 MAX_NAME = 4096
-TOP_LEVEL = frozenset({"sys", "proc", "etc", "vgpuadm-snapshot", SIM_MARKER})
+TOP_LEVEL = frozenset({"sys", "proc", "etc", "vgpuadm-snapshot", "usr", SIM_MARKER})
+USR = "usr/share/misc/pci.ids"  # the one file a snapshot holds under usr/ (and the directories above it)
 HINT = "give an archive written by `vgpuadm snapshot OUT.tar.gz`"
 
 
@@ -77,7 +78,8 @@ def _check_name(source: str, name: str) -> str:
     if (not clean or clean.startswith("/") or len(clean) > MAX_NAME or "\0" in clean
             or any(p in ("", ".", "..") or len(p) > 255 for p in parts)):  # fmt: skip
         raise _refuse(source, f"member {name[:80]!r} is not a plain relative path")
-    if parts[0] not in TOP_LEVEL or (parts[0] == SIM_MARKER and len(parts) > 1):
+    if (parts[0] not in TOP_LEVEL or (parts[0] == SIM_MARKER and len(parts) > 1)
+            or (parts[0] == "usr" and parts != USR.split("/")[: len(parts)])):  # fmt: skip
         raise _refuse(source, f"member {name[:80]!r} is not part of a host snapshot")
     return clean
 

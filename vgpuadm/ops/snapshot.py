@@ -2,7 +2,8 @@
 
 The snapshot runs discovery on a recording Sysfs (host/capture.py) and archives exactly what it read, plus what
 `doctor` looks at (the kernel command line, the module, driver and IOMMU group lists), the redacted machine-id,
-nvidia-smi's outputs where it is present (UUIDs and serials redacted), and — from a simulated host — its marker,
+nvidia-smi's outputs where it is present (UUIDs and serials redacted), the pci.ids entries of the GPUs' model
+names, and — from a simulated host — its marker,
 so the import is a simulated host again. `sim import` extracts such an archive safely (io/snapshot_archive.py) or
 turns a `umockdev-record` file into a root (host/umockdev.py).
 
@@ -20,6 +21,7 @@ from vgpuadm.errors import UsageError
 from vgpuadm.host import nvidia_smi
 from vgpuadm.host.capture import RecordingSysfs, Redactor, record, redact_machine_id
 from vgpuadm.host.discover import snapshot
+from vgpuadm.host.paths import PCI_IDS
 from vgpuadm.host.root import MACHINE_ID, NVIDIA_SMI, HostRoot
 from vgpuadm.host.sysfs import SIM_MARKER, check_root
 from vgpuadm.host.umockdev import load as load_umockdev
@@ -56,7 +58,7 @@ def take(root: str | None, out: str) -> SnapshotResult:
     if not out.endswith((".tar.gz", ".tgz")):
         raise UsageError(f"{out}: a snapshot is a .tar.gz", "name the output like host.tar.gz")
     rec = RecordingSysfs(host.path)
-    snapshot(rec)
+    snap = snapshot(rec, names=True)
     for path, what in DOCTOR_READS.items():
         rec.touched.setdefault(path, what)
     redactor = Redactor()
@@ -68,6 +70,9 @@ def take(root: str | None, out: str) -> SnapshotResult:
         pass
     if host.simulated:
         c.add("/" + SIM_MARKER, "read")
+    models = {(fn.vendor_id, fn.device_id): snap.models[a] for a, fn in snap.functions.items() if a in snap.models}
+    if models:
+        c.add_text(PCI_IDS[0], _pci_ids(models))
     runs = []
     for name, args in SMI_RUNS.items():
         text = nvidia_smi.run(host, *args)
@@ -79,6 +84,15 @@ def take(root: str | None, out: str) -> SnapshotResult:
     c.add_text(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     count = snapshot_archive.write(out, c.members.values())
     return SnapshotResult(out, count, host.simulated, tuple(runs), len(redactor.uuids))
+
+
+def _pci_ids(models: dict[tuple[str, str], str]) -> str:
+    """The pci.ids entries discovery used (its model names), as a pci.ids of their own: not the whole database."""
+    lines = ["# the pci.ids entries of this host's GPUs, captured by vgpuadm snapshot"]
+    for vendor in sorted({v for v, _ in models}):
+        lines.append(f"{vendor.removeprefix('0x')}  -")
+        lines += [f"\t{d.removeprefix('0x')}  {name}" for (v, d), name in sorted(models.items()) if v == vendor]
+    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)

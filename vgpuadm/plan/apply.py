@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from vgpuadm.catalog.capacity import consume, release
-from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, VgpuadmError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
 from vgpuadm.plan import devices as device_plans
@@ -20,6 +19,7 @@ from vgpuadm.plan.desired import DesiredPlan, Diff, describe_allocation
 from vgpuadm.plan.domains import Domains, device_keys, with_recorded
 from vgpuadm.plan.guest import check_display, free_slots, passthrough_allocations, passthrough_functions, remove_steps
 from vgpuadm.plan.ids import device_uuid
+from vgpuadm.plan.placement import resolve_on_host
 from vgpuadm.steps import CreateMdev, Plan, SetVfVgpuType, SetVgpuParams, Step
 from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
 from vgpuadm.virt.xml import hostdev_as_attached, hostdev_for, metadata_for_libvirt, same_metadata
@@ -46,7 +46,7 @@ def resolve_types(plan_doc: DesiredPlan, snap: HostSnapshot, allocations: Sequen
             out[spec.type] = spec.type
             continue
         try:
-            out[spec.type] = resolve_type(types, spec.type)[0].type_id
+            out[spec.type] = resolve_on_host(snap, types, spec.type)[0].type_id
         except VgpuadmError as exc:
             raise _located(plan_doc, vm, "type", exc) from None
     return out
