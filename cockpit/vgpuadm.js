@@ -26,9 +26,10 @@
     darkQuery.addEventListener("change", () => applyTheme());
     applyTheme();
 
-    /* One vgpuadm run. Resolves with the parsed JSON; rejects with {message, hint, exit} taken from vgpuadm's
-     * `error: …` / `hint: …` lines on stderr (shown to the user as they are). */
-    function vgpuadm(args) {
+    /* One vgpuadm run. Resolves with the parsed JSON; rejects with {message, hint, exit}: vgpuadm's JSON error
+     * object (stdout under --json), else its `error: …` / `hint: …` lines on stderr, shown to the user as they are.
+     * `report` commands (doctor) exit non-zero when a check fails and still print their document: resolve with it. */
+    function vgpuadm(args, report) {
         return new Promise((resolve, reject) => {
             cockpit.spawn(["vgpuadm"].concat(args), { superuser: "require", err: "message" }).then(
                 (out) => {
@@ -38,7 +39,21 @@
                         reject({ message: "vgpuadm printed no JSON for: vgpuadm " + args.join(" "), hint: "", exit: 0 });
                     }
                 },
-                (ex) => reject(parseError(ex, args)));
+                (ex, out) => {
+                    let doc = null;
+                    try {
+                        doc = JSON.parse(out || "");
+                    } catch (e) {
+                        doc = null;
+                    }
+                    if (doc && typeof doc.error === "string") {
+                        reject({ message: doc.error, hint: doc.hint || "", exit: doc.exit_code });
+                    } else if (doc && report) {
+                        resolve(doc);
+                    } else {
+                        reject(parseError(ex, args));
+                    }
+                });
         });
     }
 
@@ -122,7 +137,7 @@
         ul.replaceChildren();
         for (const w of inv.warnings || []) ul.appendChild(el("li", w, "warning"));
         for (const c of (doctor && doctor.checks) || []) {
-            if (c.status !== "pass") ul.appendChild(el("li", c.status + ": " + c.message + (c.hint ? " (" + c.hint + ")" : ""), c.status));
+            if (c.status !== "pass") ul.appendChild(el("li", c.status + ": " + c.detail + (c.hint ? " (" + c.hint + ")" : ""), c.status));
         }
         $("host").textContent = inv.host + (inv.simulated ? " (simulated)" : "");
     }
@@ -259,8 +274,8 @@
     /* ---- loading ------------------------------------------------------------------------------------- */
 
     function optional(args) {
-        // Commands this vgpuadm may not have (doctor, mig): their absence is not an error of the page.
-        return vgpuadm(args).catch(() => null);
+        // Reports the page can do without (doctor, mig on a host without MIG): their failure is not the page's.
+        return vgpuadm(args, true).catch(() => null);
     }
 
     function refresh() {
@@ -274,7 +289,7 @@
                 renderForm(inv, vms);
                 renderVms(vms);
                 const pending = (inv.warnings || []).some((w) => w.includes("journal")) ||
-                    Boolean(doctor && (doctor.checks || []).some((c) => c.name === "journal" && c.status !== "pass"));
+                    Boolean(doctor && (doctor.checks || []).some((c) => c.check === "journal" && c.status !== "pass"));
                 $("journal").hidden = !pending;
                 document.body.dataset.loaded = "yes";
             }, (err) => {

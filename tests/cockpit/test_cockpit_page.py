@@ -247,6 +247,14 @@ def test_a_pending_journal_offers_reconcile(cockpit, vms, libvirtd) -> None:
     assert len(mdevs(ck.root)) == 1, "the crash left the first step's mdev behind"
     page = ck.open()
     assert page.is_visible("#journal")
+    # doctor exits 1 on its failed journal check; the page still shows its findings.
+    warnings = page.eval_on_selector_all("#warnings li", "lis => lis.map(li => li.textContent)")
+    assert "fail: an interrupted change is pending: " in "\n".join(warnings)
+    assert any(
+        w.startswith("warn: mdev ")
+        and w.endswith(" is owned by no domain (vgpuadm reconcile --fix (removes it), or give it to a VM)")
+        for w in warnings
+    ), warnings
     ck.shot("p4-pending-journal")
     page.click("#reconcile")
     page.wait_for_selector("#result.alert-success")
