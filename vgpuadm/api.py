@@ -4,7 +4,7 @@ the pure planners they share). No logic lives here; where each behaviour lives i
 from __future__ import annotations
 
 from vgpuadm.host.root import resolve_root
-from vgpuadm.ops import declarative, guest, mdevctl, unit
+from vgpuadm.ops import declarative, guest, hook, mdevctl, unit
 from vgpuadm.ops.declarative import (
     ApplyResult,
     ReconcileResult,
@@ -34,6 +34,7 @@ from vgpuadm.ops.guest import (
 from vgpuadm.ops.guest import (
     release as guest_release,
 )
+from vgpuadm.ops.hook import run as hook_run
 from vgpuadm.ops.host import (
     apply,
     discover,
@@ -86,6 +87,8 @@ __all__ = [
     "guest_destroy",
     "guest_passthrough",
     "guest_release",
+    "hook",
+    "hook_run",
     "host_lock",
     "inventory",
     "mdevctl",

@@ -139,7 +139,7 @@ def restore(
                 f"an interrupted change is pending and could not be rolled back: {exc.message}",
                 "run `vgpuadm reconcile` once libvirt runs, then `vgpuadm restore` again",
             ) from None
-        allocs = doms.allocations
+        allocs = [a for a in doms.allocations if not a.on_demand]  # the qemu hook makes those at start
         out.devices = len(allocs)
         sriov_manage = s.root.has_executable(SRIOV_MANAGE)
         for phase in restore_plan.PHASES:
@@ -228,6 +228,8 @@ def reconcile(
             fixed = s.execute(reconcile_plan.leak_plan(snap, leaks, remembered)).applied
             snap = s.refresh()
         lost = tuple(
-            f"{a.domain}: {describe_allocation(a)}" for a in doms.allocations if reconcile_plan.device_missing(a, snap)
+            f"{a.domain}: {describe_allocation(a)}"
+            for a in doms.allocations
+            if not a.on_demand and reconcile_plan.device_missing(a, snap)
         )
     return ReconcileResult(tuple(recovered), tuple(leaks), fixed, lost)
