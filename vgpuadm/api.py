@@ -34,7 +34,10 @@ from vgpuadm.ops.guest import (
 from vgpuadm.ops.guest import (
     release as guest_release,
 )
+from vgpuadm.ops.hook import install as hook_install
 from vgpuadm.ops.hook import run as hook_run
+from vgpuadm.ops.hook import status as hook_status
+from vgpuadm.ops.hook import uninstall as hook_uninstall
 from vgpuadm.ops.host import (
     apply,
     discover,
@@ -88,7 +91,10 @@ __all__ = [
     "guest_passthrough",
     "guest_release",
     "hook",
+    "hook_install",
     "hook_run",
+    "hook_status",
+    "hook_uninstall",
     "host_lock",
     "inventory",
     "mdevctl",
