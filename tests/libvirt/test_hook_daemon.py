@@ -35,7 +35,7 @@ pytestmark = [
     pytest.mark.skipif(
         os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("libvirtd"),
         reason="needs root, unshare and libvirtd",
-    ),  # fmt: skip
+    ),
 ]
 REPO = Path(__file__).resolve().parent.parent.parent
 START = """#!/bin/sh
