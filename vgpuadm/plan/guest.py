@@ -221,6 +221,44 @@ def request_options(hints: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def on_demand_allocations(
+    idle: HostSnapshot,
+    vm: str,
+    domain_uuid: str,
+    type_id: str,
+    slots: Sequence[int],
+    uuids: Sequence[str],
+    hints: dict[str, Any],
+    params: str,
+    display: dict[str, str],
+    taken: dict[str, str],
+) -> list[Allocation]:
+    """The allocations an on-demand request of one domain records: placed on the idle host (so that the request is
+    known to fit once enough others stop) by the same planner as `create`; an mdev keeps no parent (placed at
+    start), a layout C VF is chosen now and added to `taken`."""
+    kernel, ids = device_plans.plan_create(idle, type_id, len(slots), gpu=hints.get("gpu"),
+                                           policy=hints.get("policy") or "pack", numa=hints.get("numa"),
+                                           params=params, uuids=uuids, taken=taken)  # fmt: skip
+    mdevs = {s.uuid for s in kernel.steps if isinstance(s, CreateMdev)}
+    options = request_options(hints)
+    out = []
+    for slot, dev in zip(slots, ids, strict=True):
+        if dev in mdevs:
+            out.append(Allocation(vm, DeviceMode.MDEV, type_id, None, uuid=dev, params=params or None,
+                                  domain_uuid=domain_uuid, slot=slot, extra={**display, **options}))  # fmt: skip
+        else:  # layout C: the VF the hostdev names is chosen now, typed at start
+            taken[dev] = vm
+            out.append(Allocation(vm, DeviceMode.VF, type_id, dev, address=dev, params=params or None,
+                                  domain_uuid=domain_uuid, slot=slot, extra={"on_demand": "yes"}))  # fmt: skip
+    return out
+
+
+def on_demand_passthrough(added: Sequence[Allocation], force: bool) -> list[Allocation]:
+    """Passthrough allocations as an on-demand request records them: managed='no' (the hook binds the group)."""
+    wanted = {"managed": "no", "on_demand": "yes", **({"force": "yes"} if force else {})}
+    return [dataclasses.replace(a, extra={**a.extra, **wanted}) for a in added]
+
+
 def _plan_on_demand(
     snap: HostSnapshot,
     wants: Sequence[_Want],
@@ -242,19 +280,8 @@ def _plan_on_demand(
                                                       f"{sum(1 for a in w.owned if a.type_id == type_id)} × {type_id}"),
                                   [], w.owned))  # fmt: skip
             continue
-        kernel, ids = device_plans.plan_create(idle, type_id, len(w.slots), gpu=hints["gpu"], policy=hints["policy"],
-                                               numa=hints["numa"], params=params, uuids=w.uuids, taken=taken)  # fmt: skip
-        mdevs = {s.uuid for s in kernel.steps if isinstance(s, CreateMdev)}
-        options = request_options(hints)
-        for slot, dev in zip(w.slots, ids, strict=True):
-            if dev in mdevs:
-                a = Allocation(w.name, DeviceMode.MDEV, type_id, None, uuid=dev, params=params or None,
-                               domain_uuid=w.duuid, slot=slot, extra={**display, **options})  # fmt: skip
-            else:  # layout C: the VF the hostdev names is chosen now, typed at start
-                taken[dev] = w.name
-                a = Allocation(w.name, DeviceMode.VF, type_id, dev, address=dev, params=params or None,
-                               domain_uuid=w.duuid, slot=slot, extra={"on_demand": "yes"})  # fmt: skip
-            w.added.append(a)
+        w.added += on_demand_allocations(idle, w.name, w.duuid, type_id, w.slots, w.uuids, hints, params, display,
+                                         taken)  # fmt: skip
         check_display(domain_xml, w.added, turn_off="use --display off")
         after = sorted([*w.owned, *w.added], key=lambda a: a.slot)
         steps: list[Step] = [AttachHostdev(w.name, xml.hostdev_for(a), _what(a)) for a in w.added]
@@ -430,8 +457,7 @@ def plan_passthrough(
         steps = list(device_plans.plan_vfio_bind(snap, gpu, force).steps)
     added = passthrough_allocations(snap, name, duuid, domain_xml, gpu, functions, owned, rom_file=rom_file)
     if on_demand:
-        wanted = {"managed": "no", "on_demand": "yes", **({"force": "yes"} if force else {})}
-        added = [dataclasses.replace(a, extra={**a.extra, **wanted}) for a in added]
+        added = on_demand_passthrough(added, force)
     steps += [AttachHostdev(name, xml.hostdev_for(a), _what(a)) for a in added]
     after = sorted([*owned, *added], key=lambda a: a.slot)
     steps.append(_metadata_step(name, owned, after, snap.host_key, xml.metadata_host(domain_xml)))

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from vgpuadm.catalog.capacity import consume
-from vgpuadm.errors import ConflictError
+from vgpuadm import modes
+from vgpuadm.catalog.capacity import consume, release
+from vgpuadm.errors import ConflictError, VgpuadmError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.guest import remove_steps
@@ -37,6 +38,12 @@ def plan_start(snap: HostSnapshot, domain_xml: str) -> Plan:
     """Make the domain's on-demand devices that do not exist: mdevs placed by their hints (grouped, so that one
     domain's devices count against each other), layout C VFs typed, passed-through GPUs bound to vfio-pci."""
     name, wanted = requests(domain_xml, snap.host_key)
+    steps, _view = start_steps(snap, name, wanted)
+    return Plan.of(steps, f"make the on-demand devices of domain {name}")
+
+
+def start_steps(snap: HostSnapshot, name: str, wanted: Sequence[Allocation]) -> tuple[list[Step], HostSnapshot]:
+    """The steps that make `wanted` (one domain's on-demand allocations) and the snapshot as it is once they ran."""
     view = snap
     steps: list[Step] = []
     groups: dict[tuple[str, str, str, str, str], list[Allocation]] = {}
@@ -70,7 +77,32 @@ def plan_start(snap: HostSnapshot, domain_xml: str) -> Plan:
             gpus.append((owner, a.extra.get("force") == "yes"))
     for gpu, force in gpus:
         steps += device_plans.plan_vfio_bind(view, gpu, force).steps
-    return Plan.of(steps, f"make the on-demand devices of domain {name}")
+    return steps, view
+
+
+def overcommit(snap: HostSnapshot, allocations: Sequence[Allocation]) -> list[str]:
+    """One warning per domain whose on-demand request would not fit if every domain with one ran at once (in name
+    order), the devices that are not on demand staying where they are. `snap` counts those (with_recorded)."""
+    wanted = [a for a in allocations if a.on_demand]
+    made = [a for a in wanted if a.mode != DeviceMode.PCI and not modes.for_name(a.mode).missing(snap, a)]
+    view = release(snap, made) if made else snap
+    by_domain: dict[str, list[Allocation]] = {}
+    for a in wanted:
+        by_domain.setdefault(a.domain, []).append(a)
+    out: list[str] = []
+    bound: dict[str, str] = {}
+    for name, mine in sorted(by_domain.items()):
+        try:
+            for a in mine:
+                gpu = a.parent or a.address or ""
+                if a.mode == DeviceMode.PCI and bound.setdefault(gpu, name) != name:
+                    raise ConflictError(f"{gpu} is also an on-demand passthrough of domain {bound[gpu]}")
+            _steps, view = start_steps(view, name, mine)
+        except VgpuadmError as exc:
+            need = ", ".join(f"{n} × {t}" for t, n in sorted(demand(mine).items()))
+            out.append(f"domain {name}: its on-demand request ({need}) would not fit if every domain with one ran at "
+                       f"once: {exc.message}")  # fmt: skip
+    return out
 
 
 def plan_stop(snap: HostSnapshot, domain_xml: str, drivers: Mapping[str, str]) -> Plan:

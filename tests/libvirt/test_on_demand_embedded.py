@@ -1,0 +1,98 @@
+"""On-demand requests through libvirt's embedded driver on a simulated P4 host: `on_demand: true` in a plan file and
+`create --on-demand` record the request and the hostdev in the persistent XML and make nothing; `apply --check`
+warns when the requests could not all run at once; `inventory` tells them apart from devices held by running VMs
+and devices reserved by stopped ones; `restore` leaves them to the hook; and the hook, fed the XML libvirt keeps,
+makes and frees exactly those devices."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from embedded_host import REPO, allocations, define, domain_xml, hostdev_keys, mdevs, vgpuadm
+
+from vgpuadm.host.root import HostRoot
+from vgpuadm.plan.ids import device_uuid
+from vgpuadm.sim.treestate import tree_state
+
+pytestmark = pytest.mark.libvirt
+
+PLAN = """\
+vms:
+  desk1: {type: P4-8Q, on_demand: true}
+  desk2: {type: P4-8Q, on_demand: true}
+  desk3: {type: P4-8Q, on_demand: true}
+"""
+
+
+def hook(root: Path, name: str, op: str, sub: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "vgpuadm", "--root", str(root), "hook", "run", name, op, sub, "-"],
+                          input=domain_xml(root, name), capture_output=True, text=True, timeout=300, check=False,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, cwd="/")  # fmt: skip
+
+
+def test_plan_file_on_demand_requests_make_nothing_warn_and_start_through_the_hook(sim_host, tmp_path: Path) -> None:
+    root = sim_host("p4")
+    uuids = define(root, "desk1", "desk2", "desk3", "db02", vnc=False)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    clean = tree_state(root)
+    machine = HostRoot(str(root)).machine_id()
+    u = {n: device_uuid(machine, uuids[n], 0) for n in ("desk1", "desk2", "desk3")}
+
+    check = vgpuadm(root, "apply", "-f", str(plan), "--check")
+    assert check.code == 0, check.err
+    warning = ("warning: domain desk3: its on-demand request (1 × nvidia-66) would not fit if every domain with one "
+               "ran at once: No room for 1 × nvidia-66")  # fmt: skip
+    assert check.out.splitlines()[:3] == ["+ desk1: nvidia-66 ×1 on demand", "+ desk2: nvidia-66 ×1 on demand",
+                                          "+ desk3: nvidia-66 ×1 on demand"]  # fmt: skip
+    assert check.out.splitlines()[3].startswith(warning)
+    assert check.out.splitlines()[4] == "would run 6 step(s); nothing was changed (--check)"
+
+    applied = vgpuadm(root, "apply", "-f", str(plan), "--json")
+    assert applied.code == 0, applied.err
+    doc = json.loads(applied.out)
+    assert doc["changed"] and len(doc["warnings"]) == 1 and doc["warnings"][0].startswith(warning[9:])
+    assert tree_state(root) == clean  # nothing is made while the domains are off
+    for name in ("desk1", "desk2", "desk3"):
+        assert hostdev_keys(root, name) == [u[name]]
+        [a] = allocations(root, name)
+        assert (a.mode, a.type_id, a.parent, a.uuid, a.on_demand, a.extra["policy"]) == (
+            "mdev", "nvidia-66", None, u[name], True, "pack")  # fmt: skip
+    assert vgpuadm(root, "apply", "-f", str(plan)).out.splitlines()[-1] == "nothing to do: the host matches the plan"
+
+    # db02 holds a device the ordinary way (reserved while it is off); restore makes that one, never the requests
+    assert vgpuadm(root, "create", "--type", "nvidia-63", "--vm", "db02").code == 0
+    reserved = mdevs(root)
+    assert vgpuadm(root, "sim", "reboot", str(root)).code == 0
+    restored = vgpuadm(root, "restore")
+    assert restored.code == 0, restored.err
+    assert mdevs(root) == reserved
+
+    inv = json.loads(vgpuadm(root, "inventory", "--format", "json").out)
+    assert [(d["domain"], d["held"]) for d in inv["devices"]] == [("db02", "stopped")]
+    assert inv["missing"] == []
+    assert (inv["summary"]["held_running"], inv["summary"]["reserved_stopped"], inv["summary"]["on_demand_requests"]) \
+        == (0, 1, 3)  # fmt: skip
+    assert [(r["domain"], r["uuid"], r["exists"], r["running"]) for r in inv["on_demand"]["requests"]] == [
+        ("desk1", u["desk1"], False, False),
+        ("desk2", u["desk2"], False, False),
+        ("desk3", u["desk3"], False, False),
+    ]
+    # db02's nvidia-63 locks one P4 to its type (one type per GPU before Ampere): one whole-GPU type is free
+    assert inv["on_demand"]["needed"] == [{"type_id": "nvidia-66", "devices": 3, "host_max": 2, "free": 1}]
+    table = vgpuadm(root, "inventory").out
+    assert "db02 (stopped: reserved)" in table and "On-demand requests" in table
+
+    # the hook, given the XML libvirt keeps: desk1 starts on the free P4, desk2 does not fit while db02 holds the other
+    started = hook(root, "desk1", "prepare", "begin")
+    assert started.returncode == 0, started.stderr
+    assert u["desk1"] in mdevs(root)
+    refused = hook(root, "desk2", "prepare", "begin")
+    assert refused.returncode == 4 and len(refused.stderr.splitlines()) == 1
+    assert refused.stderr.startswith("vgpuadm: domain desk2: No room for 1 × nvidia-66")
+    assert hook(root, "desk1", "release", "end").returncode == 0
+    assert mdevs(root) == reserved
