@@ -96,3 +96,32 @@ def test_plan_file_on_demand_requests_make_nothing_warn_and_start_through_the_ho
     assert refused.stderr.startswith("vgpuadm: domain desk2: No room for 1 × nvidia-66")
     assert hook(root, "desk1", "release", "end").returncode == 0
     assert mdevs(root) == reserved
+
+
+def readme_block(heading: str) -> list[str]:
+    text = (REPO / "README.md").read_text()
+    section = text[text.index(heading) :]
+    block = section[section.index("```sh\n") + 6 : section.index("```\n", section.index("```sh\n") + 6)]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_the_readme_on_demand_example_runs_as_written(sim_host) -> None:
+    """Every line of the README's on-demand example, on a simulated P4 host with its embedded libvirt (`--root`
+    added); `systemctl restart libvirtd` is the one line not run: no daemon reads a simulated root's hooks."""
+    root = sim_host("p4")
+    define(root, "desk01", vnc=False)
+    lines = readme_block("## On-demand vGPUs")
+    assert lines == [
+        "vgpuadm hook install",
+        "systemctl restart libvirtd",
+        "vgpuadm create --type P4-8Q --vm desk01 --on-demand",
+        "vgpuadm inventory",
+        "vgpuadm hook status",
+    ]
+    outputs = [vgpuadm(root, *line.split()[1:]) for line in lines if line.startswith("vgpuadm ")]
+    assert [r.code for r in outputs] == [0, 0, 0, 0], [r.err for r in outputs]
+    install, create, inventory, status = (r.out for r in outputs)
+    assert install.splitlines()[0] == "wrote /etc/libvirt/hooks/qemu.d/vgpuadm"
+    assert create.splitlines()[0].endswith("(to desk01, made when it starts)")
+    assert "On-demand requests" in inventory and mdevs(root) == []
+    assert status.startswith("/etc/libvirt/hooks/qemu.d/vgpuadm: installed, runs ")
