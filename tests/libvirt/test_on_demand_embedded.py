@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from embedded_host import REPO, allocations, define, domain_xml, hostdev_keys, mdevs, vgpuadm
+from embedded_host import REPO, allocations, attr, define, domain_xml, hostdev_keys, mdevs, vgpuadm
 
 from vgpuadm.host.root import HostRoot
 from vgpuadm.plan.ids import device_uuid
@@ -125,3 +125,26 @@ def test_the_readme_on_demand_example_runs_as_written(sim_host) -> None:
     assert create.splitlines()[0].endswith("(to desk01, made when it starts)")
     assert "On-demand requests" in inventory and mdevs(root) == []
     assert status.startswith("/etc/libvirt/hooks/qemu.d/vgpuadm: installed, runs ")
+
+
+def test_passthrough_on_demand_binds_only_while_the_domain_runs(sim_host) -> None:
+    root = sim_host("passthrough")
+    define(root, "db02", vnc=False)
+    clean = tree_state(root)
+    r = vgpuadm(root, "passthrough", "--gpu", "65:00.0", "--vm", "db02", "--on-demand")
+    assert r.code == 0, r.err
+    assert r.out.splitlines()[:2] == [
+        "attached pci 0000:65:00.0 (to db02, made when it starts)",
+        "attached pci 0000:65:00.1 on 0000:65:00.0 (to db02, made when it starts)",
+    ]
+    assert tree_state(root) == clean
+    assert hostdev_keys(root, "db02") == ["0000:65:00.0", "0000:65:00.1"]
+    assert domain_xml(root, "db02").count("<hostdev mode='subsystem' type='pci' managed='no'>") == 2
+    assert {(a.address, a.extra["managed"], a.on_demand) for a in allocations(root, "db02")} == {
+        ("0000:65:00.0", "no", True), ("0000:65:00.1", "no", True)}  # fmt: skip
+    started = hook(root, "db02", "prepare", "begin")
+    assert started.returncode == 0, started.stderr
+    assert [attr(root, f"/sys/bus/pci/devices/0000:65:00.{f}/driver_override") for f in (0, 1)] == ["vfio-pci\n"] * 2
+    stopped = hook(root, "db02", "release", "end")
+    assert stopped.returncode == 0, stopped.stderr
+    assert tree_state(root) == clean

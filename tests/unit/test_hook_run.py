@@ -207,3 +207,18 @@ def test_a_domain_recorded_by_another_host_is_left_alone(sim_host, cli, monkeypa
     dom = dom.replace(f'host="sim:{root}"', f'host="sim:{other}"')
     r = hook(cli, monkeypatch, root, "web01", "prepare", "begin", dom)
     assert (r.code, r.err) == (0, "") and tree_state(root) == before
+
+
+def test_a_domain_without_on_demand_requests_is_not_even_locked(sim_host, cli, monkeypatch):
+    """Most domains of a host have none: their start takes no lock, reads no sysfs, and is not blocked by a pending
+    journal (an interrupted vgpuadm change must not stop unrelated VMs from starting)."""
+    root = sim_host("p4")
+    (root / "var/lib/vgpuadm").mkdir(parents=True, mode=0o700)
+    (root / "var/lib/vgpuadm/journal.json").write_text("{}")
+    for op, sub in (("prepare", "begin"), ("release", "end")):
+        r = hook(cli, monkeypatch, root, "web01", op, sub, bare("web01", UUIDS[0]))
+        assert (r.code, r.out, r.err) == (0, "", "")
+    assert not (root / "run" / "vgpuadm.lock").exists()
+    dom = on_demand(root, "web01", UUIDS[0], "nvidia-63")
+    r = hook(cli, monkeypatch, root, "web01", "prepare", "begin", dom)
+    assert r.code != 0 and len(r.err.splitlines()) == 1 and "interrupted" in r.err

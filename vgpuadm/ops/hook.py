@@ -69,6 +69,9 @@ def run(root: str | None, domain: str, operation: str, sub_operation: str, domai
     if name != domain:
         raise UsageError(f"the domain XML on standard input is for {name!r}, not {domain!r}",
                          "libvirt passes the domain's name as the first argument and its XML on stdin")  # fmt: skip
+    if not any(a.on_demand for a in xml.parse_allocations(text)):
+        # most domains: no lock, no discovery, and a pending journal never blocks their start
+        return HookRunResult(domain, phase, Plan.of([], f"domain {domain} has no on-demand devices"), ())
     with Session.open(root) as s:  # s.virt is never opened here
         if phase == "start":
             plan = ondemand.plan_start(s.snap, text)
