@@ -117,3 +117,35 @@ def test_a_symlinked_hooks_directory_is_refused(tmp_path: Path, cli) -> None:
     (root / HOOKS).symlink_to(tmp_path / "elsewhere")
     r = cli("--root", str(root), "hook", "install")
     assert r.code != 0 and "symlink" in r.err and os.listdir(tmp_path / "elsewhere") == []
+
+
+def test_a_journal_naming_another_hook_file_is_refused(tmp_path: Path, cli, sim_host) -> None:
+    """The journal is untrusted: a write-hook-file step may only name vgpuadm's own three hook files."""
+    root = sim_host("p4")
+    path = root / "var/lib/vgpuadm/journal.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    step = {"kind": "write-hook-file", "hook": "../../../etc/shadow", "text": "x", "previous": None}
+    path.write_text(json.dumps({"version": 1, "pid": 1, "state": "applying", "current": 0, "done": 0,
+                                "plan": {"summary": "x", "steps": [step]}}))  # fmt: skip
+    path.chmod(0o600)
+    r = cli("--root", str(root), "recover")
+    assert r.code == 6 and r.err.splitlines()[0] == (
+        "error: refusing the journal /var/lib/vgpuadm/journal.json: step write-hook-file field hook holds "
+        "'../../../etc/shadow', not a valid value")  # fmt: skip
+
+
+def test_an_install_interrupted_is_rolled_back_by_recover(cli, sim_host) -> None:
+    """--single-script over an existing qemu script is two steps (keep the old one, write ours): a crash after the
+    first leaves a journal, and `recover` puts the directory back as it was."""
+    root = sim_host("p4")
+    hooks = root / HOOKS
+    hooks.mkdir(parents=True)
+    (hooks / "qemu").write_text("#!/bin/sh\nexit 0\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "VGPUADM_TEST_CRASH_AFTER_STEP": "1"}
+    crashed = subprocess.run([sys.executable, "-m", "vgpuadm", "--root", str(root), "hook", "install",
+                              "--single-script"], env=env, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert crashed.returncode != 0
+    assert sorted(os.listdir(hooks)) == ["qemu", "qemu.vgpuadm-chained"]
+    r = cli("--root", str(root), "recover")
+    assert r.code == 0, r.err
+    assert sorted(os.listdir(hooks)) == ["qemu"] and (hooks / "qemu").read_text() == "#!/bin/sh\nexit 0\n"
