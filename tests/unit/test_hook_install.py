@@ -91,6 +91,10 @@ def test_single_script_chains_the_existing_qemu_hook_and_uninstall_puts_it_back(
                                                    "/etc/libvirt/hooks/qemu.vgpuadm-chained")  # fmt: skip
     r = cli("--root", str(root), "hook", "uninstall")
     assert r.code == 0, r.err
+    assert r.out.splitlines()[:2] == [
+        "removed /etc/libvirt/hooks/qemu",
+        "and put back the script it chained (/etc/libvirt/hooks/qemu.vgpuadm-chained) as /etc/libvirt/hooks/qemu",
+    ]
     assert sorted(os.listdir(hooks)) == ["qemu"] and (hooks / "qemu").read_text() == theirs
 
 

@@ -41,8 +41,10 @@ def _report(console: Console, result: Any, as_json: bool, done: str) -> None:
     console.line(f"{done} {result.path}")
     if result.command:
         console.line(f"it runs: {' '.join(result.command)} hook run DOMAIN OPERATION SUB-OPERATION -")
-    if result.chained:
+    if result.chained and done == "wrote":
         console.line(f"and then the script that was there before, kept as {result.chained}")
+    elif result.chained:
+        console.line(f"and put back the script it chained ({result.chained}) as {result.path}")
     console.line(f"next: {api.hook.NEXT_STEP}")
 
 

@@ -157,6 +157,7 @@ def uninstall(root: str | None, *, dry_run: bool = False) -> HookInstallResult:
     with Session.open(root, needs_sys=False) as s:
         r = s.root.path
         steps: list[Step] = []
+        chained = None
         shown = hookfile.host_path(hookfile.DIR_HOOK)
         mine = hookfile.read_hook(r, hookfile.DIR_HOOK)
         if mine is not None and hookfile.is_ours(mine):
@@ -167,11 +168,12 @@ def uninstall(root: str | None, *, dry_run: bool = False) -> HookInstallResult:
             kept = hookfile.read_hook(r, hookfile.CHAINED)
             if kept is not None:
                 steps += [WriteHookFile(hookfile.SCRIPT, kept, script), RemoveHookFile(hookfile.CHAINED, kept)]
+                chained = hookfile.host_path(hookfile.CHAINED)
             else:
                 steps.append(RemoveHookFile(hookfile.SCRIPT, script))
         plan = Plan.of(steps, "remove the vgpuadm qemu hook")
         applied = s.execute(plan, dry_run=dry_run).applied if steps else ()
-        return HookInstallResult(shown, (), plan, tuple(applied), dry_run, False, False)
+        return HookInstallResult(shown, (), plan, tuple(applied), dry_run, False, False, chained)
 
 
 def status(root: str | None, *, command: list[str] | None = None) -> HookInstallResult:
