@@ -222,3 +222,18 @@ def test_a_domain_without_on_demand_requests_is_not_even_locked(sim_host, cli, m
     dom = on_demand(root, "web01", UUIDS[0], "nvidia-63")
     r = hook(cli, monkeypatch, root, "web01", "prepare", "begin", dom)
     assert r.code != 0 and len(r.err.splitlines()) == 1 and "interrupted" in r.err
+
+
+def test_layout_b_places_each_mdev_on_its_own_vf_at_start(sim_host, cli, monkeypatch):
+    root = sim_host("a100-mdev-vf")
+    before = tree_state(root)
+    dom = on_demand(root, "train01", UUIDS[0], "nvidia-472", 2)
+    machine = HostRoot(str(root)).machine_id()
+    u0, u1 = (device_uuid(machine, UUIDS[0], slot) for slot in (0, 1))
+    r = hook(cli, monkeypatch, root, "train01", "prepare", "begin", dom)
+    assert r.code == 0 and r.err.splitlines() == [
+        f"vgpuadm: domain train01: step 1/2 create mdev {u0} of type nvidia-472 on 0000:41:00.4",
+        f"vgpuadm: domain train01: step 2/2 create mdev {u1} of type nvidia-472 on 0000:41:00.5",
+    ]
+    assert hook(cli, monkeypatch, root, "train01", "release", "end", dom).code == 0
+    assert diff(before, tree_state(root)) == {}
