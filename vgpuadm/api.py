@@ -3,6 +3,7 @@ the pure planners they share). No logic lives here; where each behaviour lives i
 
 from __future__ import annotations
 
+from vgpuadm.executor import set_lock_policy
 from vgpuadm.host.root import resolve_root
 from vgpuadm.ops import declarative, guest, hook, mdevctl, unit
 from vgpuadm.ops.declarative import (
@@ -51,7 +52,7 @@ from vgpuadm.ops.host import (
 from vgpuadm.ops.host import (
     run as run_host_verb,
 )
-from vgpuadm.ops.inventory import device_users, domain_allocations, inventory, merge_inventories
+from vgpuadm.ops.inventory import device_users, domain_allocations, inventory, merge_inventories, show_vm, vms
 from vgpuadm.ops.mdevctl import export as mdevctl_export
 from vgpuadm.ops.mdevctl import import_ as mdevctl_import
 from vgpuadm.ops.unit import UnitResult
@@ -116,8 +117,11 @@ __all__ = [
     "resolve_root",
     "restore",
     "run_host_verb",
+    "set_lock_policy",
+    "show_vm",
     "unit",
     "unit_install",
     "unit_status",
     "unit_uninstall",
+    "vms",
 ]  # fmt: skip

@@ -107,14 +107,15 @@ def readme_block(heading: str) -> list[str]:
 
 def test_the_readme_on_demand_example_runs_as_written(sim_host) -> None:
     """Every line of the README's on-demand example, on a simulated P4 host with its embedded libvirt (`--root`
-    added); `systemctl restart libvirtd` is the one line not run: no daemon reads a simulated root's hooks."""
+    added), with the exact output checked (tests/libvirt/test_readme_examples.py runs the block as written too);
+    `systemctl restart libvirtd` is the one line not run: no daemon reads a simulated root's hooks."""
     root = sim_host("p4")
-    define(root, "desk01", vnc=False)
+    define(root, "web02", vnc=False)
     lines = readme_block("## On-demand vGPUs")
     assert lines == [
         "vgpuadm hook install",
         "systemctl restart libvirtd",
-        "vgpuadm create --type P4-8Q --vm desk01 --on-demand",
+        "vgpuadm create --type P4-8Q --vm web02 --on-demand",
         "vgpuadm inventory",
         "vgpuadm hook status",
     ]
@@ -122,7 +123,7 @@ def test_the_readme_on_demand_example_runs_as_written(sim_host) -> None:
     assert [r.code for r in outputs] == [0, 0, 0, 0], [r.err for r in outputs]
     install, create, inventory, status = (r.out for r in outputs)
     assert install.splitlines()[0] == "wrote /etc/libvirt/hooks/qemu.d/vgpuadm"
-    assert create.splitlines()[0].endswith("(to desk01, made when it starts)")
+    assert create.splitlines()[0].endswith("(to web02, made when it starts)")
     assert "On-demand requests" in inventory and mdevs(root) == []
     assert status.startswith("/etc/libvirt/hooks/qemu.d/vgpuadm: installed, runs ")
 

@@ -13,7 +13,6 @@ from typing import Any
 
 from vgpuadm.catalog import capacity
 from vgpuadm.catalog.capacity import consume, release
-from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, VgpuadmError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
 from vgpuadm.modes import passthrough as passthrough_mode
@@ -30,6 +29,7 @@ from vgpuadm.plan.guest import (
     remove_steps,
 )
 from vgpuadm.plan.ids import device_uuid
+from vgpuadm.plan.placement import resolve_on_host
 from vgpuadm.steps import CreateMdev, Plan, SetVfVgpuType, SetVgpuParams, Step
 from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
 from vgpuadm.virt.xml import hostdev_as_attached, hostdev_for, metadata_for_libvirt, same_metadata
@@ -56,7 +56,7 @@ def resolve_types(plan_doc: DesiredPlan, snap: HostSnapshot, allocations: Sequen
             out[spec.type] = spec.type
             continue
         try:
-            out[spec.type] = resolve_type(types, spec.type)[0].type_id
+            out[spec.type] = resolve_on_host(snap, types, spec.type)[0].type_id
         except VgpuadmError as exc:
             raise _located(plan_doc, vm, "type", exc) from None
     return out

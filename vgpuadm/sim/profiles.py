@@ -30,7 +30,7 @@ from typing import Any
 from vgpuadm.catalog.boards import equal_size_max
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.errors import UsageError
-from vgpuadm.sim import nvidia_smi
+from vgpuadm.sim import nvidia_smi, pciids
 from vgpuadm.sim.tools import install_tool
 from vgpuadm.sim.tree import MdevTypeSpec, PciSpec, TreeBuilder
 
@@ -503,6 +503,7 @@ def build(profile: str, root: str) -> Model:
     h = HostBuilder(root, profile)
     PROFILES[profile][1](h)
     model = h.finish()
+    pciids.install(root)
     if any(h.model["drivers"].get(pf) == "nvidia" for pf in model["sriov"]):
         install_sriov_manage(root)
     if h.model["vendor_vfio"]:  # the NVIDIA driver package brings nvidia-smi
