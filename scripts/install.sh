@@ -16,6 +16,7 @@ APT_PACKAGES=(
   prometheus                                         # promtool check metrics
   linux-image-amd64 linux-headers-amd64 linux-source # the real-kernel lane (sample mdev drivers)
   busybox-static kmod util-linux iproute2 udev
+  vagrant vagrant-libvirt                            # `vagrant validate` of the lab Vagrantfile (the provider's own checks)
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -17,6 +17,7 @@ from vgpuadm.ops.declarative import (
 )
 from vgpuadm.ops.demo import DemoResult
 from vgpuadm.ops.demo import run as demo
+from vgpuadm.ops.doctor import doctor
 from vgpuadm.ops.guest import (
     GuestResult,
 )
@@ -55,6 +56,8 @@ from vgpuadm.ops.host import (
 from vgpuadm.ops.inventory import device_users, domain_allocations, inventory, merge_inventories, show_vm, vms
 from vgpuadm.ops.mdevctl import export as mdevctl_export
 from vgpuadm.ops.mdevctl import import_ as mdevctl_import
+from vgpuadm.ops.snapshot import import_ as snapshot_import
+from vgpuadm.ops.snapshot import take as snapshot
 from vgpuadm.ops.unit import UnitResult
 from vgpuadm.ops.unit import install as unit_install
 from vgpuadm.ops.unit import status as unit_status
@@ -68,6 +71,7 @@ from vgpuadm.plan.devices import (
     plan_vfio_bind,
 )
 from vgpuadm.plan.guest import passthrough_functions
+from vgpuadm.report.doctor import to_json as doctor_json
 
 __all__ = [
     "ApplyResult",
@@ -83,6 +87,8 @@ __all__ = [
     "demo",
     "device_users",
     "discover",
+    "doctor",
+    "doctor_json",
     "domain_allocations",
     "explain_placement",
     "guest",
@@ -119,6 +125,8 @@ __all__ = [
     "run_host_verb",
     "set_lock_policy",
     "show_vm",
+    "snapshot",
+    "snapshot_import",
     "unit",
     "unit_install",
     "unit_status",

@@ -59,7 +59,7 @@ def host(tmp_path: Path) -> dict[str, Path]:
     define(root, *DOMAINS)
     work = tmp_path / "work"
     work.mkdir()
-    for name in ("bench", "ansible", "inventory", "scripts"):
+    for name in ("bench", "ansible", "inventory", "scripts", "Vagrantfile"):
         (work / name).symlink_to(REPO / name)
     (work / ".venv").symlink_to(sys.prefix)
     bin_dir = tmp_path / "bin"
