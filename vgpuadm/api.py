@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from vgpuadm.executor import set_lock_policy
 from vgpuadm.host.root import resolve_root
-from vgpuadm.ops import declarative, guest, mdevctl, unit
+from vgpuadm.ops import declarative, guest, hook, mdevctl, unit
 from vgpuadm.ops.declarative import (
     ApplyResult,
     ReconcileResult,
@@ -36,6 +36,10 @@ from vgpuadm.ops.guest import (
 from vgpuadm.ops.guest import (
     release as guest_release,
 )
+from vgpuadm.ops.hook import install as hook_install
+from vgpuadm.ops.hook import run as hook_run
+from vgpuadm.ops.hook import status as hook_status
+from vgpuadm.ops.hook import uninstall as hook_uninstall
 from vgpuadm.ops.host import (
     apply,
     discover,
@@ -93,6 +97,11 @@ __all__ = [
     "guest_destroy",
     "guest_passthrough",
     "guest_release",
+    "hook",
+    "hook_install",
+    "hook_run",
+    "hook_status",
+    "hook_uninstall",
     "host_lock",
     "inventory",
     "mdevctl",

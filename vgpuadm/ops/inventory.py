@@ -37,6 +37,7 @@ def inventory(
     with Session.read(root, connect) as s:
         snap = s.snap
         allocations: list[Allocation] | None = None
+        running: frozenset[str] | None = None
         source = "none"
         if domains_xml is not None:
             found = read_domain_dir(domains_xml, snap.host_key, option="--domains-xml")
@@ -44,8 +45,10 @@ def inventory(
         elif use_libvirt:
             wanted = None if domains is None else set(domains)
             allocations = [a for a in s.domains().allocations if wanted is None or a.domain in wanted]
+            running = s.domains().running
             source = f"libvirt:{s.uri}"
-        doc = build_inventory(snap, allocations, host=host or s.root.hostname(), generated_at=_now(), source=source)
+        doc = build_inventory(snap, allocations, host=host or s.root.hostname(), generated_at=_now(), source=source,
+                              running=running)  # fmt: skip
         if os.path.lexists(journal_path(s.root.path)):
             pending = pending_error()
             doc["warnings"].append(f"{pending.message}: {pending.hint}")
