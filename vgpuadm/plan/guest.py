@@ -87,23 +87,21 @@ def check_display(domain_xml: str, added: Sequence[Allocation], *, turn_off: str
     element: libvirt would refuse the attach only after the kernel steps ran. Likewise more than one vGPU with
     ramfb on (libvirt refuses that definition: "Only one vgpu device can have 'ramfb' enabled"). The one check
     `create` and `apply -f` share; `turn_off` is how the user's own verb turns the display off."""
+    name = xml.domain_identity(domain_xml)[0]
+    if any(a.mode == DeviceMode.MDEV and a.extra.get("display") == "on" for a in added) and not xml.has_graphics(
+        domain_xml
+    ):
+        raise UsageError(
+            f"domain {name} has no <graphics> device, which a vGPU with display on needs",
+            f"add one (virsh edit {name}, then <graphics type='vnc'/> or <graphics type='spice'/> under <devices>), "
+            f"or {turn_off}",
+        )
     ramfb = sum(1 for a in added if a.mode == DeviceMode.MDEV and a.extra.get("ramfb") == "on")
     if ramfb and ramfb + xml.count_ramfb(domain_xml) > 1:
-        name = xml.domain_identity(domain_xml)[0]
         raise UsageError(
             f"domain {name} would have {ramfb + xml.count_ramfb(domain_xml)} vGPUs with ramfb on; libvirt allows one",
             "give ramfb to one vGPU of the domain (one device with ramfb, the others without)",
         )
-    if not any(a.mode == DeviceMode.MDEV and a.extra.get("display") == "on" for a in added):
-        return
-    if xml.has_graphics(domain_xml):
-        return
-    name = xml.domain_identity(domain_xml)[0]
-    raise UsageError(
-        f"domain {name} has no <graphics> device, which a vGPU with display on needs",
-        f"add one (virsh edit {name}, then <graphics type='vnc'/> or <graphics type='spice'/> under <devices>), "
-        f"or {turn_off}",
-    )
 
 
 # -- create ----------------------------------------------------------------------------------------------------------
