@@ -38,6 +38,9 @@ class Step:
     """Base of every step. Subclasses are frozen dataclasses of plain values (str, int, bool, None, tuples)."""
 
     kind: ClassVar[str] = "step"
+    # Whether the change outlives a power loss (a file, a libvirt definition). Runtime kernel state (mdevs, VFs,
+    # binds) does not, so a journal of only such steps needs no fsync: see vgpuadm.executor._Journal.
+    durable: ClassVar[bool] = True
 
     def describe(self) -> str:
         raise NotImplementedError
@@ -68,6 +71,8 @@ def step_from_dict(doc: dict[str, Any]) -> Step:
 class CreateMdev(Step):
     """Write `uuid` to <parent>/mdev_supported_types/<type_id>/create. Undo: remove the mdev."""
 
+    durable: ClassVar[bool] = False
+
     parent: str
     type_id: str
     uuid: str
@@ -80,6 +85,8 @@ class CreateMdev(Step):
 @dataclass(frozen=True)
 class RemoveMdev(Step):
     """Write 1 to /sys/bus/mdev/devices/<uuid>/remove. Undo: create it again with `type_id` (when known)."""
+
+    durable: ClassVar[bool] = False
 
     parent: str
     uuid: str
@@ -98,6 +105,8 @@ class SetVgpuParams(Step):
 
     device_path_kind "mdev": id is an mdev UUID (/sys/bus/mdev/devices/<id>/nvidia/vgpu_params);
     "vf": id is a layout C VF address (/sys/bus/pci/devices/<id>/nvidia/vgpu_params). Undo writes `previous`."""
+
+    durable: ClassVar[bool] = False
 
     device_path_kind: str
     id: str
@@ -119,6 +128,8 @@ class SetVgpuParams(Step):
 class SetVfVgpuType(Step):
     """Write type_num to <vf>/nvidia/current_vgpu_type (creates the vGPU). Undo: write 0."""
 
+    durable: ClassVar[bool] = False
+
     vf: str
     type_num: int
 
@@ -130,6 +141,8 @@ class SetVfVgpuType(Step):
 @dataclass(frozen=True)
 class ClearVfVgpuType(Step):
     """Write 0 to <vf>/nvidia/current_vgpu_type (destroys the vGPU). Undo: write previous_type again."""
+
+    durable: ClassVar[bool] = False
 
     vf: str
     previous_type: int
@@ -147,6 +160,8 @@ class SetNumVfs(Step):
     """Write count to <pf>/sriov_numvfs. The kernel refuses N→M with both non-zero (EBUSY): plans go through 0.
     Undo: write previous (through 0 when both are non-zero)."""
 
+    durable: ClassVar[bool] = False
+
     pf: str
     count: int
     previous: int
@@ -159,6 +174,8 @@ class SetNumVfs(Step):
 @dataclass(frozen=True)
 class SriovManage(Step):
     """Run <root>/usr/lib/nvidia/sriov-manage -e|-d <pf> (NVIDIA PFs bound to nvidia). Undo: the opposite."""
+
+    durable: ClassVar[bool] = False
 
     pf: str
     enable: bool
@@ -175,6 +192,8 @@ class SriovManage(Step):
 class SetDriverOverride(Step):
     """Write driver (or "\\n" to clear when driver is "") to <address>/driver_override. Undo: write previous."""
 
+    durable: ClassVar[bool] = False
+
     address: str
     driver: str
     previous: str = ""
@@ -190,6 +209,8 @@ class SetDriverOverride(Step):
 class Unbind(Step):
     """Write address to /sys/bus/pci/drivers/<driver>/unbind. Undo: bind it to driver again."""
 
+    durable: ClassVar[bool] = False
+
     address: str
     driver: str
 
@@ -201,6 +222,8 @@ class Unbind(Step):
 @dataclass(frozen=True)
 class Bind(Step):
     """Write address to /sys/bus/pci/drivers/<driver>/bind. Undo: unbind it."""
+
+    durable: ClassVar[bool] = False
 
     address: str
     driver: str
@@ -214,6 +237,8 @@ class Bind(Step):
 class DriversProbe(Step):
     """Write address to /sys/bus/pci/drivers_probe (honours driver_override). `expect` is the driver that must end
     up bound ("" = any). Undo: unbind whatever driver the probe bound."""
+
+    durable: ClassVar[bool] = False
 
     address: str
     expect: str = ""
@@ -347,6 +372,11 @@ class Plan:
     @property
     def empty(self) -> bool:
         return not self.steps
+
+    @property
+    def durable(self) -> bool:
+        """Whether any step makes a change that outlives a power loss."""
+        return any(s.durable for s in self.steps)
 
     def describe(self) -> list[str]:
         n = len(self.steps)

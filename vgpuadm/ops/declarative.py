@@ -27,7 +27,7 @@ from vgpuadm.plan.desired import Current, DesiredPlan, Diff, describe_allocation
 from vgpuadm.plan.domains import Domains, with_recorded
 from vgpuadm.plan.reconcile import Leak
 from vgpuadm.steps import Plan
-from vgpuadm.virt.steps import SetMetadata
+from vgpuadm.virt.steps import DefineDomain
 from vgpuadm.virt.xml import parse_allocations
 
 Progress = Callable[[int, int, str], None]
@@ -94,8 +94,8 @@ def apply_desired(
 
 
 def allocations_after(doms: Domains, plan: Plan) -> list[Allocation]:
-    """What every domain records once `plan` ran: its metadata step's element, else what it records now."""
-    records = {s.domain: s.element for s in plan.steps if isinstance(s, SetMetadata)}
+    """What every domain records once `plan` ran: its (last) definition step's element, else what it records now."""
+    records = {s.domain: s.element for s in plan.steps if isinstance(s, DefineDomain)}
     out: list[Allocation] = []
     for name, dom in sorted(doms.by_name.items()):
         if name in records:

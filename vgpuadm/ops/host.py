@@ -23,7 +23,7 @@ from vgpuadm.plan import devices
 from vgpuadm.plan.guest import plan_destroy
 from vgpuadm.steps import Plan, Step
 from vgpuadm.virt.conn import VirtConn, choose_uri, embed_uri
-from vgpuadm.virt.steps import DetachHostdev, SetMetadata
+from vgpuadm.virt.steps import DefineDomain
 
 Progress = Callable[[int, int, str], None]
 Planner = Callable[[HostSnapshot], tuple[Plan, list[str]]]
@@ -118,8 +118,7 @@ def _plan(s: Session, planner: Planner, frees: Frees | None, force: bool) -> tup
     if not owners:
         return plan, ids
     others = {ref: n for ref, n in domains.users().items() if n not in owners}
-    detach: list[Step] = []
-    record: list[Step] = []
+    define: list[Step] = []
     for name, dev in sorted(owners.items()):
         try:
             taken, _, _ = plan_destroy(s.snap, domains.by_name[name].xml, others, uuid=dev, all_=False,
@@ -129,11 +128,10 @@ def _plan(s: Session, planner: Planner, frees: Frees | None, force: bool) -> tup
                 f"{dev} is in a hostdev of domain {name} that its vgpuadm metadata does not record",
                 f"detach it from {name} first (virsh edit {name}); --force only takes back devices vgpuadm gave",
             ) from None
-        # the kernel steps are this verb's own; plan_destroy contributes the detach and the new record
-        detach += [st for st in taken.steps if isinstance(st, DetachHostdev)]
-        record += [st for st in taken.steps if isinstance(st, SetMetadata)]
+        # the kernel steps are this verb's own; plan_destroy contributes the domain's new definition
+        define += [st for st in taken.steps if isinstance(st, DefineDomain)]
     summary = f"{plan.summary}; take it from domain {', '.join(sorted(owners))} (--force)"
-    return Plan.of([*detach, *plan.steps, *record], summary), ids
+    return Plan.of([*define, *plan.steps], summary), ids
 
 
 def _no_domains(s: Session) -> bool:

@@ -31,11 +31,11 @@ from vgpuadm.sim.kernel import SimKernel
 from vgpuadm.steps import Plan
 from vgpuadm.virt.conn import VirtConn, choose_uri
 from vgpuadm.virt.handlers import HANDLERS
-from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
+from vgpuadm.virt.steps import AttachHostdev, DefineDomain, DetachHostdev, SetMetadata
 from vgpuadm.virt.xml import NS
 
 Progress = Callable[[int, int, str], None]
-LIBVIRT_STEPS = (AttachHostdev, DetachHostdev, SetMetadata)
+LIBVIRT_STEPS = (AttachHostdev, DetachHostdev, SetMetadata, DefineDomain)
 LIBVIRT_STEP_KINDS = frozenset(cls.kind for cls in LIBVIRT_STEPS)
 
 for _step_cls, _apply, _undo, _check in HANDLERS:  # the executor runs the libvirt steps through these

@@ -1,7 +1,8 @@
 """`apply -f`: the steps that take the domains from what they own to what a plan file says. Pure.
 
-Removals first (detach, then free the device), then parameters, then creates and attaches, then one metadata
-write per changed domain. Every VM is placed before anything runs, against a projected snapshot (capacity after the
+One persistent libvirt definition per changed domain (hostdevs plus metadata): a domain that loses devices is
+redefined before the kernel frees them, one that gains devices after the kernel made them (a domain that does both
+is redefined twice). Order: those definitions, removals, parameters, creates, the gaining domains' definitions. Every VM is placed before anything runs, against a projected snapshot (capacity after the
 removals and the earlier VMs' creates), so a plan that needs more than the host has fails with the host untouched.
 """
 
@@ -31,8 +32,8 @@ from vgpuadm.plan.guest import (
 from vgpuadm.plan.ids import device_uuid
 from vgpuadm.plan.placement import resolve_on_host
 from vgpuadm.steps import CreateMdev, Plan, SetVfVgpuType, SetVgpuParams, Step
-from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
-from vgpuadm.virt.xml import hostdev_as_attached, hostdev_for, metadata_for_libvirt, same_metadata
+from vgpuadm.virt.steps import DefineDomain
+from vgpuadm.virt.xml import hostdev_as_attached, hostdev_for, metadata_xml, same_metadata
 
 
 def _located(plan_doc: DesiredPlan, vm: str, key: str, exc: VgpuadmError) -> VgpuadmError:
@@ -65,20 +66,19 @@ def resolve_types(plan_doc: DesiredPlan, snap: HostSnapshot, allocations: Sequen
 def build_apply_plan(
     plan_doc: DesiredPlan, d: Diff, snap: HostSnapshot, doms: Domains, drivers: dict[str, str]
 ) -> Plan:
-    """Steps for a diff: detach and remove first, then parameters, then create and attach, then one metadata write
-    per changed domain. Placement runs for every VM before anything executes, so a plan that needs more instances
+    """Steps for a diff: the losing domains' definitions and the removals first, then parameters, then the creates
+    and the gaining domains' definitions. Placement runs for every VM before anything executes, so a plan that needs more instances
     than exist fails here, with the host untouched."""
 
-    steps: list[Step] = []
+    steps: list[Step] = []  # parameters, then creates (removals and the definitions are put around them below)
     owned: dict[str, list[Allocation]] = {}
     for a in doms.allocations:
         owned.setdefault(a.domain, []).append(a)
     changed: set[str] = set()
+    detach: dict[str, list[tuple[Allocation, str]]] = {}
+    attach: dict[str, list[Allocation]] = {}
     for a in d.removes:
-        steps.append(
-            DetachHostdev(a.domain, hostdev_as_attached(a, doms.xml.get(a.domain, "")), describe_allocation(a))
-        )
-    steps.extend(remove_steps(snap, list(d.removes), drivers))
+        detach.setdefault(a.domain, []).append((a, hostdev_as_attached(a, doms.xml.get(a.domain, ""))))
     for a in d.removes:
         owned[a.domain] = [x for x in owned[a.domain] if x is not a]
         changed.add(a.domain)
@@ -92,6 +92,7 @@ def build_apply_plan(
             steps.append(SetVgpuParams(kind, ident or "", p.params, previous=current or ""))
         owned[a.domain] = [dataclasses.replace(x, params=p.params or None) if x is a else x for x in owned[a.domain]]
         changed.add(a.domain)
+    between = {vm: list(owned.get(vm, [])) for vm in changed}  # what each domain records before the creates
     vsnap = with_recorded(release(snap, d.removes), doms, besides=d.removes)
     idle = capacity.idle(snap)
     taken = doms.owned() - {k for a in d.removes for k in (a.uuid, a.address) if k}
@@ -111,7 +112,7 @@ def build_apply_plan(
             except VgpuadmError as exc:
                 raise _located(plan_doc, vm, "passthrough", exc) from None
             steps.extend(bind)
-            steps.extend(AttachHostdev(vm, hostdev_for(a), describe_allocation(a)) for a in created)
+            attach.setdefault(vm, []).extend(created)
             mine.extend(created)
             taken.update(a.address or "" for a in created)
             changed.add(vm)
@@ -127,7 +128,7 @@ def build_apply_plan(
                                                 spec.params, display, taken_pci)  # fmt: skip
             except (CapacityError, NotFoundError, ConflictError) as exc:
                 raise _located(plan_doc, vm, "count" if "count" in spec.key_lines else "type", exc) from None
-            steps.extend(AttachHostdev(vm, hostdev_for(a), describe_allocation(a)) for a in created)
+            attach.setdefault(vm, []).extend(created)
             mine.extend(created)
             changed.add(vm)
             continue
@@ -145,19 +146,42 @@ def build_apply_plan(
         except VgpuadmError as exc:
             raise _located(plan_doc, vm, "display", exc) from None
         steps.extend(sub.steps)
-        for alloc in created:
-            steps.append(AttachHostdev(vm, hostdev_for(alloc), describe_allocation(alloc)))
+        attach.setdefault(vm, []).extend(created)
         mine.extend(created)
         vsnap = consume(vsnap, created)
         changed.add(vm)
+    first: list[Step] = []  # one definition per domain that loses devices, before the kernel frees them
+    last: list[Step] = []  # one per domain that gains devices, after the kernel made them
     for vm in sorted(changed):
-        devices = sorted(owned.get(vm, []), key=lambda a: a.slot)
-        element = metadata_for_libvirt(devices, doms.host_key) if devices else ""
+        final = sorted(owned.get(vm, []), key=lambda a: a.slot)
         previous = doms.metadata.get(vm, "")
-        if not same_metadata(previous or None, element or None):
-            steps.append(SetMetadata(vm, element, previous, len(devices)))
+        if vm in attach:
+            middle = sorted(between.get(vm, []), key=lambda a: a.slot)
+            if vm in detach:
+                first.append(_define(vm, detach[vm], [], previous, middle, doms.host_key))
+                previous = metadata_xml(middle, doms.host_key) if middle else ""
+            last.append(_define(vm, [], attach[vm], previous, final, doms.host_key))
+        elif vm in detach or not same_metadata(previous or None, metadata_xml(final, doms.host_key) if final else None):
+            first.append(_define(vm, detach.get(vm, []), [], previous, final, doms.host_key))
+    steps = [*first, *remove_steps(snap, list(d.removes), drivers), *steps, *last]
     summary = f"apply {plan_doc.source}: +{d.instances_needed} −{len(d.removes)} ~{len(d.set_params)}"
     return Plan.of(steps, summary)
+
+
+def _define(
+    vm: str,
+    detach: list[tuple[Allocation, str]],
+    attach: list[Allocation],
+    previous: str,
+    devices: list[Allocation],
+    host: str,
+) -> DefineDomain:
+    return DefineDomain(
+        vm, "".join(hostdev_for(a) for a in attach), "".join(h for _, h in detach),
+        metadata_xml(devices, host) if devices else "", previous, len(devices),
+        attached=", ".join(describe_allocation(a) for a in attach),
+        detached=", ".join(describe_allocation(a) for a, _ in detach),
+    )  # fmt: skip
 
 
 def _passthrough(

@@ -1,6 +1,7 @@
 """The guest planners: give a domain devices (`create`), take them back (`destroy`), pass a whole GPU through and
 release it. Pure: a snapshot, the domain's XML and the other domains' references in; one Plan out per domain —
-kernel steps, then the libvirt attach/detach, then the one metadata record — so it succeeds or rolls back whole.
+kernel steps and ONE persistent libvirt definition (hostdevs plus metadata; before the kernel frees devices, after it
+creates them) — so it succeeds or rolls back whole.
 
 What a domain owns is read from its vgpuadm <metadata> (vgpuadm.virt.xml.parse_allocations): the same create twice
 makes nothing new, and mdev UUIDs derive from (host, domain UUID, slot) so they are stable across re-creation.
@@ -25,19 +26,32 @@ from vgpuadm.plan.ids import device_uuid
 from vgpuadm.plan.placement import check_count, resolve_on_host
 from vgpuadm.steps import CreateMdev, Plan, Step
 from vgpuadm.virt import xml
-from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
+from vgpuadm.virt.steps import DefineDomain
 
 Users = dict[tuple[str, str], str]
 
 
-def _metadata_step(
-    domain: str, before: Sequence[Allocation], after: Sequence[Allocation], host: str, previous_host: str | None = None
-) -> SetMetadata:
-    return SetMetadata(
+def define_step(
+    domain: str,
+    before: Sequence[Allocation],
+    after: Sequence[Allocation],
+    host: str,
+    previous_host: str | None = None,
+    *,
+    attach: Sequence[Allocation] = (),
+    detach: Sequence[tuple[Allocation, str]] = (),
+) -> DefineDomain:
+    """The domain's whole change as one persistent definition: `attach` hot-plugged/added, `detach` (allocation,
+    its hostdev as attached now) taken out, and the metadata going from `before` to `after`."""
+    return DefineDomain(
         domain,
-        xml.metadata_for_libvirt(after, host) if after else "",
-        xml.metadata_for_libvirt(before, previous_host or host) if before else "",
+        "".join(xml.hostdev_for(a) for a in attach),
+        "".join(hostdev for _, hostdev in detach),
+        xml.metadata_xml(after, host) if after else "",
+        xml.metadata_xml(before, previous_host or host) if before else "",
         len(after),
+        attached=", ".join(_what(a) for a in attach),
+        detached=", ".join(_what(a) for a, _ in detach),
     )
 
 
@@ -71,18 +85,24 @@ def _params(params: Sequence[str]) -> str:
 
 def check_display(domain_xml: str, added: Sequence[Allocation], *, turn_off: str) -> None:
     """Refuse, while planning, to attach an mdev with display on to a domain whose persistent XML has no <graphics>
-    element: libvirt would refuse the attach only after the kernel steps ran. The one check `create` and
-    `apply -f` share; `turn_off` is how the user's own verb turns the display off."""
-    if not any(a.mode == DeviceMode.MDEV and a.extra.get("display") == "on" for a in added):
-        return
-    if xml.has_graphics(domain_xml):
-        return
+    element: libvirt would refuse the attach only after the kernel steps ran. Likewise more than one vGPU with
+    ramfb on (libvirt refuses that definition: "Only one vgpu device can have 'ramfb' enabled"). The one check
+    `create` and `apply -f` share; `turn_off` is how the user's own verb turns the display off."""
     name = xml.domain_identity(domain_xml)[0]
-    raise UsageError(
-        f"domain {name} has no <graphics> device, which a vGPU with display on needs",
-        f"add one (virsh edit {name}, then <graphics type='vnc'/> or <graphics type='spice'/> under <devices>), "
-        f"or {turn_off}",
-    )
+    if any(a.mode == DeviceMode.MDEV and a.extra.get("display") == "on" for a in added) and not xml.has_graphics(
+        domain_xml
+    ):
+        raise UsageError(
+            f"domain {name} has no <graphics> device, which a vGPU with display on needs",
+            f"add one (virsh edit {name}, then <graphics type='vnc'/> or <graphics type='spice'/> under <devices>), "
+            f"or {turn_off}",
+        )
+    ramfb = sum(1 for a in added if a.mode == DeviceMode.MDEV and a.extra.get("ramfb") == "on")
+    if ramfb and ramfb + xml.count_ramfb(domain_xml) > 1:
+        raise UsageError(
+            f"domain {name} would have {ramfb + xml.count_ramfb(domain_xml)} vGPUs with ramfb on; libvirt allows one",
+            "give ramfb to one vGPU of the domain (one device with ramfb, the others without)",
+        )
 
 
 # -- create ----------------------------------------------------------------------------------------------------------
@@ -183,7 +203,6 @@ def plan_create_many(
     out = []
     for w, (domain_xml, _count) in zip(wants, requests, strict=True):
         kernel_steps: list[Step] = []
-        attach: list[Step] = []
         for slot in w.slots:
             dev = next(devices)
             kernel_steps += by_device.pop(dev, [])
@@ -194,11 +213,10 @@ def plan_create_many(
                 a = Allocation(w.name, DeviceMode.VF, type_id, dev, address=dev, params=joined or None,
                                domain_uuid=w.duuid, slot=slot)  # fmt: skip
             w.added.append(a)
-            attach.append(AttachHostdev(w.name, xml.hostdev_for(a), _what(a)))
         check_display(domain_xml, w.added, turn_off="use --display off")
         after = sorted([*w.owned, *w.added], key=lambda a: a.slot)
-        meta = _metadata_step(w.name, w.owned, after, snap.host_key, w.prev_host)
-        steps = [*kernel_steps, *attach, meta] if w.added else []
+        define = define_step(w.name, w.owned, after, snap.host_key, w.prev_host, attach=w.added)
+        steps = [*kernel_steps, define] if w.added else []
         summary = (
             f"give domain {w.name} {len(w.added)} × {type_id}"
             if w.added
@@ -283,8 +301,7 @@ def _plan_on_demand(
                                          taken)  # fmt: skip
         check_display(domain_xml, w.added, turn_off="use --display off")
         after = sorted([*w.owned, *w.added], key=lambda a: a.slot)
-        steps: list[Step] = [AttachHostdev(w.name, xml.hostdev_for(a), _what(a)) for a in w.added]
-        steps.append(_metadata_step(w.name, w.owned, after, snap.host_key, w.prev_host))
+        steps: list[Step] = [define_step(w.name, w.owned, after, snap.host_key, w.prev_host, attach=w.added)]
         out.append(DomainPlan(w.name, Plan.of(steps, f"record {len(w.added)} × {type_id} on demand for domain "
                                                      f"{w.name}"), w.added, after))  # fmt: skip
     return out
@@ -355,16 +372,16 @@ def plan_destroy(
                 f"detach it from {others[ref]} first, e.g. `vgpuadm destroy --vm {others[ref]} --all`",
             )
     present = {(r.kind, r.key) for r in xml.parse_hostdevs(domain_xml)}
-    steps: list[Step] = []
+    detach = []
     for a in gone:
-        hostdev = xml.hostdev_for(a)
         ref = ("mdev", (a.uuid or "").lower()) if a.mode == DeviceMode.MDEV else ("pci", a.address or "")
         if ref in present:
-            steps.append(DetachHostdev(name, hostdev, _what(a)))
-    steps += remove_steps(snap, gone, drivers or {})
+            detach.append((a, xml.hostdev_as_attached(a, domain_xml)))
     after = [a for a in owned if a not in gone]
-    if gone:
-        steps.append(_metadata_step(name, owned, after, snap.host_key, xml.metadata_host(domain_xml)))
+    steps: list[Step] = []
+    if gone:  # out of the definition (and the running guest) before the kernel frees the devices
+        steps.append(define_step(name, owned, after, snap.host_key, xml.metadata_host(domain_xml), detach=detach))
+    steps += remove_steps(snap, gone, drivers or {})
     return Plan.of(steps, f"take {len(gone)} device(s) from domain {name}"), gone, after
 
 
@@ -457,9 +474,8 @@ def plan_passthrough(
     added = passthrough_allocations(snap, name, duuid, domain_xml, gpu, functions, owned, rom_file=rom_file)
     if on_demand:
         added = on_demand_passthrough(added, force)
-    steps += [AttachHostdev(name, xml.hostdev_for(a), _what(a)) for a in added]
     after = sorted([*owned, *added], key=lambda a: a.slot)
-    steps.append(_metadata_step(name, owned, after, snap.host_key, xml.metadata_host(domain_xml)))
+    steps.append(define_step(name, owned, after, snap.host_key, xml.metadata_host(domain_xml), attach=added))
     return Plan.of(steps, f"pass {gpu} ({len(functions)} function(s)) through to domain {name}"), added, after
 
 
@@ -477,9 +493,9 @@ def plan_release(snap: HostSnapshot, domains: Domains, gpu: str, drivers: dict[s
             continue
         holders.append(name)
         present = {(r.kind, r.key) for r in d.hostdevs}
-        steps += [DetachHostdev(name, xml.hostdev_for(a), _what(a)) for a in mine if ("pci", a.address) in present]
-        steps.append(_metadata_step(name, owned, [a for a in owned if a not in mine], snap.host_key,
-                                    xml.metadata_host(d.xml)))  # fmt: skip
+        detach = [(a, xml.hostdev_as_attached(a, d.xml)) for a in mine if ("pci", a.address) in present]
+        steps.append(define_step(name, owned, [a for a in owned if a not in mine], snap.host_key,
+                                 xml.metadata_host(d.xml), detach=detach))  # fmt: skip
         gone += mine
     steps += device_plans.plan_vfio_restore(snap, gpu, drivers).steps
     return Plan.of(steps, f"release {gpu} from {', '.join(holders) or 'no domain'}"), holders, gone

@@ -208,11 +208,7 @@ def metadata_xml(allocations: Iterable[Allocation], host: str | None = None) -> 
 def metadata_for_libvirt(allocations: Iterable[Allocation], host: str | None = None) -> str:
     """The same element without its namespace: virDomainSetMetadata adds the namespace itself from its uri/key
     arguments and refuses an element that already declares the prefix ("failed to create a new XML namespace")."""
-    root = etree.fromstring(metadata_xml(allocations, host).encode(), _PARSER)
-    for el in root.iter():
-        el.tag = etree.QName(el).localname
-    etree.cleanup_namespaces(root)
-    return to_string(root)
+    return for_libvirt_metadata(metadata_xml(allocations, host))
 
 
 def _metadata_root(doc: Any) -> Any:
@@ -352,6 +348,11 @@ def has_graphics(domain_xml: str) -> bool:
     return parse_domain(domain_xml).find("devices/graphics") is not None
 
 
+def count_ramfb(domain_xml: str) -> int:
+    """How many of the domain's mdev hostdevs have ramfb on (libvirt allows one)."""
+    return sum(1 for hd in parse_domain(domain_xml).findall("devices/hostdev") if hd.get("ramfb") == "on")
+
+
 def domain_identity(domain_xml: str) -> tuple[str, str]:
     doc = parse_domain(domain_xml)
     return doc.findtext("name") or "", doc.findtext("uuid") or ""
@@ -390,3 +391,94 @@ def _canonical(element: str | None) -> list[tuple[Any, ...]] | None:
 def same_metadata(a: str | None, b: str | None) -> bool:
     """Whether two vgpuadm metadata elements (namespaced or as libvirt returns them) record the same devices."""
     return _canonical(a) == _canonical(b)
+
+
+# -- one persistent definition per change --------------------------------------------------------------------------
+
+
+def hostdev_elements(text: str) -> list[Any]:
+    """The <hostdev> elements of a concatenation of hostdev elements (as a DefineDomain step carries them)."""
+    if not text.strip():
+        return []
+    try:
+        wrapper = etree.fromstring(f"<devices>{text}</devices>".encode(), _PARSER)
+    except etree.XMLSyntaxError as exc:
+        raise UsageError(f"hostdev XML is not well-formed: {exc}", "this is a bug in vgpuadm; report it") from None
+    found = wrapper.findall("hostdev")
+    if len(found) != len(wrapper):
+        raise UsageError(f"not only hostdev elements: {text[:60]!r}", "this is a bug in vgpuadm; report it")
+    return found
+
+
+def hostdev_key(element: Any) -> tuple[str, str] | None:
+    """(kind, key) of one <hostdev> element, as parse_hostdevs names it (None: neither an mdev nor a PCI hostdev)."""
+    src = element.find("source/address")
+    if src is None:
+        return None
+    if element.get("type") == "mdev" and src.get("uuid"):
+        return ("mdev", src.get("uuid").lower())
+    if element.get("type") == "pci":
+        return ("pci", str(_address(src)))
+    return None
+
+
+def _namespaced(element_xml: str) -> Any:
+    """A vgpuadm metadata element (namespaced, or bare as libvirt returns it) as a namespaced lxml element."""
+
+    def copy(src: Any, parent: Any) -> Any:
+        tag = f"{{{NS}}}{etree.QName(src).localname}"
+        if parent is None:
+            el = etree.Element(tag, dict(src.attrib), nsmap={PREFIX: NS})
+        else:
+            el = etree.SubElement(parent, tag, dict(src.attrib))
+            el.tail = src.tail
+        el.text = src.text
+        for child in src:
+            if isinstance(child.tag, str):
+                copy(child, el)
+        return el
+
+    return copy(etree.fromstring(element_xml.encode(), _PARSER), None)
+
+
+def redefine(domain_xml: str, *, add: str = "", remove: str = "", element: str | None = None) -> str:
+    """The domain's persistent XML with the hostdevs of `remove` taken out, those of `add` appended (unless
+    present) and the vgpuadm metadata element replaced by `element` ("" removes it, None leaves it): the one
+    definition a DefineDomain step writes. Everything else in the document is kept as it is."""
+    doc = parse_domain(domain_xml)
+    devices = doc.find("devices")
+    if devices is None:
+        devices = etree.SubElement(doc, "devices")
+    gone = {hostdev_key(el) for el in hostdev_elements(remove)}
+    present = set()
+    for hd in devices.findall("hostdev"):
+        key = hostdev_key(hd)
+        if key is not None and key in gone:
+            devices.remove(hd)
+        elif key is not None:
+            present.add(key)
+    for hd in hostdev_elements(add):
+        if hostdev_key(hd) not in present:
+            devices.append(hd)
+    if element is not None:
+        meta = doc.find("metadata")
+        old = meta.find(f"{{{NS}}}{PREFIX}") if meta is not None else None
+        if old is not None:
+            meta.remove(old)
+        if element.strip():
+            if meta is None:
+                meta = etree.SubElement(doc, "metadata")  # libvirt puts it in its place when it writes the XML
+            meta.append(_namespaced(element))
+        elif meta is not None and len(meta) == 0:
+            doc.remove(meta)
+    return to_string(doc)
+
+
+def for_libvirt_metadata(element_xml: str) -> str:
+    """A vgpuadm metadata element without its namespace (virDomainSetMetadata's form, see metadata_for_libvirt)."""
+    root = etree.fromstring(element_xml.encode(), _PARSER)
+    for el in root.iter():
+        if isinstance(el.tag, str):
+            el.tag = etree.QName(el).localname
+    etree.cleanup_namespaces(root)
+    return to_string(root)

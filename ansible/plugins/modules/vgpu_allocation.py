@@ -193,7 +193,7 @@ plan:
   elements: str
   sample:
     - create mdev 0b5e2bd2-3c43-5d1c-9c54-1e0b8f0f7d21 of type nvidia-63 on 0000:01:00.0
-    - attach mdev 0b5e2bd2-3c43-5d1c-9c54-1e0b8f0f7d21 (nvidia-63) to web01
+    - attach mdev 0b5e2bd2-3c43-5d1c-9c54-1e0b8f0f7d21 (nvidia-63) to domain web01, and record 1 vgpuadm device(s) in its metadata
 hint:
   description: On failure, vgpuadm's advice on what to do.
   returned: failure
@@ -369,14 +369,16 @@ class Task:
 
 
 def planned_devices(plan, vm, before):
-    """What `vm` owns once `plan` has run: the devices its metadata step records (the VM's own if it has none)."""
-    from vgpuadm.virt.steps import SetMetadata
+    """What `vm` owns once `plan` has run: the devices its last definition (or metadata) step records (the VM's
+    own if it has none)."""
+    from vgpuadm.virt.steps import DefineDomain, SetMetadata
     from vgpuadm.virt.xml import parse_allocations
 
+    owned = before
     for step in plan.steps:
-        if isinstance(step, SetMetadata) and step.domain == vm:
-            return parse_allocations(step.element, domain=vm) if step.element else []
-    return before
+        if isinstance(step, (DefineDomain, SetMetadata)) and step.domain == vm:
+            owned = parse_allocations(step.element, domain=vm) if step.element else []
+    return owned
 
 
 def passed_through(allocations):
