@@ -58,11 +58,10 @@ def test_create_on_demand_records_the_request_and_makes_nothing(sim_host):
     plan, added, _after = guest.plan_create(snap, bare("web01", UUIDS[0]), "P4-1Q", on_demand=True, policy="spread",
                                             gpu="02:00.0", params=["frame_rate_limiter=0"])  # fmt: skip
     assert plan.describe() == [
-        f"step 1/2 attach mdev {u} (nvidia-63) to domain web01",
-        "step 2/2 record 1 vgpuadm device(s) in the metadata of domain web01",
+        f"step 1/1 attach mdev {u} (nvidia-63) to domain web01, and record 1 vgpuadm device(s) in its metadata",
     ]
-    assert plan.steps[0].device_xml == xml.mdev_hostdev(u)
-    assert plan.steps[1].element == (
+    assert plan.steps[0].attach == xml.mdev_hostdev(u)
+    assert xml.for_libvirt_metadata(plan.steps[0].element) == (
         f'<vgpuadm version="1" host="sim:{root}">\n'
         f'  <device slot="0" mode="mdev" type="nvidia-63" uuid="{u}" params="frame_rate_limiter=0">\n'
         '    <option name="display" value="off"/>\n'
@@ -150,8 +149,9 @@ def test_passthrough_binds_the_group_at_start_and_gives_it_back_at_stop(sim_host
     before = tree_state(root)
     snap = api.discover(str(root))
     plan, _added, after = guest.plan_passthrough(snap, bare("db02", UUIDS[0]), "0000:65:00.0", {}, on_demand=True)
-    assert [s.kind for s in plan.steps] == ["attach-hostdev", "attach-hostdev", "set-metadata"]
-    assert all('managed="no"' in s.device_xml for s in plan.steps[:2])
+    assert [s.kind for s in plan.steps] == ["define-domain"]
+    [define] = plan.steps
+    assert define.attach.count("<hostdev ") == 2 and define.attach.count('managed="no"') == 2
     assert tree_state(root) == before
     dom = defined(snap.host_key, "db02", UUIDS[0], after)
     assert hook(cli, monkeypatch, root, "db02", "prepare", "begin", dom).code == 0
