@@ -55,8 +55,9 @@ def _parse(data: bytes, ids: set[tuple[str, str]]) -> dict[tuple[str, str], str]
         wanted.setdefault(vendor_id.lower().removeprefix("0x"), set()).add(device_id.lower().removeprefix("0x"))
     out: dict[tuple[str, str], str] = {}
     for vendor, devices in wanted.items():
-        start = data.find(f"\n{vendor}  ".encode())
-        if len(vendor) != 4 or start < 0:
+        head = f"{vendor}  ".encode()
+        start = -1 if data.startswith(head) else data.find(b"\n" + head)  # start + 1: the vendor line
+        if len(vendor) != 4 or (start < 0 and not data.startswith(head)):
             continue
         end = len(data)
         for m in _NEXT_VENDOR.finditer(data, start + 1):
