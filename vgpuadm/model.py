@@ -429,6 +429,11 @@ class Allocation(_Record):
             extra={} if extra is None else extra,
         )
 
+    @property
+    def on_demand(self) -> bool:
+        """Made when the domain starts and removed when it stops (libvirt's qemu hook, `vgpuadm hook run`)."""
+        return self.extra.get("on_demand") == "yes"
+
 
 # -- id grammars, parsed once here ------------------------------------------------------------------------------------
 

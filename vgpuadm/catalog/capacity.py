@@ -279,6 +279,15 @@ def release(snap: HostSnapshot, gone: Sequence[Allocation]) -> HostSnapshot:
     return _one_size(snap, gone, mdevs, vfs, parents)
 
 
+def idle(snap: HostSnapshot) -> HostSnapshot:
+    """The snapshot as it would be with no vGPU running: every mdev removed and every layout C VF cleared. What an
+    on-demand request is checked against when it is recorded (it can start once enough others stop)."""
+    running = [Allocation("", DeviceMode.MDEV, m.type_id, m.parent, uuid=m.uuid) for m in snap.mdevs.values()]
+    running += [Allocation("", DeviceMode.VF, f"nvidia-{vf.current_type}", vf.address, address=vf.address)
+                for vf in snap.vendor_vfs.values() if vf.current_type]  # fmt: skip
+    return release(snap, running) if running else snap
+
+
 def _after(p: MdevParent, mdevs: Mapping[str, Mdev], type_id: str, sign: int) -> tuple[VgpuType, ...]:
     """`p`'s types once one `type_id` was created (sign −1) or removed (+1); `mdevs` already reflect the change.
     Layout B parents are recomputed per GPU afterwards (_one_size)."""

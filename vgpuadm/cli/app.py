@@ -32,7 +32,7 @@ def build_app() -> "Any":
         help="Give GPUs to libvirt/KVM guests: mdev vGPUs, NVIDIA vendor-VFIO VFs and whole-GPU passthrough.",
         epilog=EPILOG,
         no_args_is_help=True,
-        add_completion=False,
+        add_completion=True,  # --install-completion / --show-completion; values: cli/completion.py
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
     )
@@ -127,6 +127,11 @@ def build_app() -> "Any":
     __import__("vgpuadm.cli.guest", fromlist=["register"]).register(app)
     __import__("vgpuadm.cli.declarative", fromlist=["register"]).register(app)
     __import__("vgpuadm.cli.unit", fromlist=["register"]).register(app)
+    __import__("vgpuadm.cli.doctor", fromlist=["register"]).register(app)
+    __import__("vgpuadm.cli.snapshot", fromlist=["register"]).register(app)
+    __import__("vgpuadm.cli.manpage", fromlist=["register"]).register(app)
+    __import__("vgpuadm.cli.vms", fromlist=["register"]).register(app)
+    __import__("vgpuadm.cli.hook", fromlist=["register"]).register(app)
     from vgpuadm.cli import inventory
 
     app.add_typer(inventory.build_app(), name="inventory")
@@ -209,7 +214,10 @@ def _run(argv: Sequence[str], console: Console) -> int:
         from typer import Abort, Exit
         from typer._click.exceptions import ClickException, NoArgsIsHelpError
 
+        from vgpuadm.cli import completion
+
         command = finish_tree(typer.main.get_command(build_app()))
+        completion.attach(command)
         try:
             result = command.main(args=list(argv), prog_name="vgpuadm", standalone_mode=False,
                                   obj={"console": console, "argv": tuple(argv)})  # fmt: skip

@@ -23,6 +23,8 @@ def apply(console: Console, root: str | None, connect: str | None, plan_file: st
             console.line(line)
     for vm in d.untouched:
         console.line(f"left alone: {vm} (not in the plan; --prune removes its devices)")
+    for warning in result.warnings:
+        console.line(f"warning: {warning}")
     if d.empty:
         console.line("nothing to do: the host matches the plan")
     elif check:

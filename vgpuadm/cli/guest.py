@@ -27,7 +27,9 @@ def _report(console: Console, result: Any, as_json: bool, verb: str) -> None:
         what = a.uuid if a.mode == DeviceMode.MDEV else a.address
         kind = f"{a.type_id} " if a.type_id else ""
         where = f" on {a.parent}" if a.parent and a.parent != what else ""
-        console.line(f"{verb} {a.mode} {kind}{what}{where} ({'to' if verb == 'attached' else 'from'} {result.domain})")
+        when = ", made when it starts" if a.on_demand and verb == "attached" else ""
+        console.line(f"{verb} {a.mode} {kind}{what}{where} ({'to' if verb == 'attached' else 'from'} "
+                     f"{result.domain}{when})")  # fmt: skip
     if verb == "attached" and result.hostdevs:
         console.line("")
         console.line(f"hostdev XML added to {result.domain} ({result.uri}):")
@@ -62,6 +64,9 @@ def register(app: Any) -> None:
         display: str = typer.Option("off", "--display", help="on|off: expose the vGPU's display.", metavar="on|off"),
         ramfb: bool = typer.Option(False, "--ramfb", help="Show firmware output on the display (needs --display on)."),
         param: list[str] = typer.Option(None, "--param", help="NVIDIA vgpu_params key=value.", metavar="K=V"),
+        on_demand: bool = typer.Option(
+            False, "--on-demand", help="Make the device(s) only while the VM runs (needs `vgpuadm hook install`)."
+        ),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
     ) -> None:
@@ -76,7 +81,7 @@ def register(app: Any) -> None:
         check_count(count, "devices")  # before the host or libvirt is read
         result = api.guest_create(
             ctx.obj["root"], vm, type_name, count, connect=ctx.obj.get("connect"), gpu=gpu, policy=policy, numa=numa,
-            display=display == "on", ramfb=ramfb, params=param or (), dry_run=dry_run,
+            display=display == "on", ramfb=ramfb, params=param or (), dry_run=dry_run, on_demand=on_demand,
         )  # fmt: skip
         _report(ctx.obj["console"], result, as_json, "attached")
 
@@ -107,12 +112,22 @@ def register(app: Any) -> None:
         vm: str = typer.Option(..., "--vm", help="The libvirt domain.", metavar="NAME"),
         force: bool = typer.Option(False, "--force", help="Allow a boot VGA GPU or a shared IOMMU group."),
         rom_file: str = typer.Option(None, "--rom-file", help="A VBIOS image for the GPU.", metavar="PATH"),
+        on_demand: bool = typer.Option(
+            False, "--on-demand", help="Bind it only while the VM runs (needs `vgpuadm hook install`)."
+        ),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
     ) -> None:
         """Bind a whole GPU (GPU + audio …) to vfio-pci and attach it to a VM as one multifunction slot."""
         result = api.guest_passthrough(
-            ctx.obj["root"], gpu, vm, connect=ctx.obj.get("connect"), force=force, rom_file=rom_file, dry_run=dry_run
+            ctx.obj["root"],
+            gpu,
+            vm,
+            connect=ctx.obj.get("connect"),
+            force=force,
+            rom_file=rom_file,
+            dry_run=dry_run,
+            on_demand=on_demand,
         )
         _report(ctx.obj["console"], result, as_json, "attached")
 

@@ -314,6 +314,7 @@ def _to_plan(data: Mapping[str, Any], marks: Any, source: str) -> DesiredPlan:
             numa=body.get("numa"),
             params=_params(source, marks, name, body.get("params")),
             display=Display(**display),
+            on_demand=bool(body.get("on_demand", False)),
             line=line,
             key_lines={k: _key_line(marks, ["vms", name, str(k)]) for k in body},
         )

@@ -1,4 +1,4 @@
-"""Rows for the read commands (`vgpuadm gpus|types|devices`), shaped as their JSON schemas in vgpuadm/schemas."""
+"""Rows for the read commands (`vgpuadm gpus|types|devices|vms|show`), shaped as their JSON schemas in vgpuadm/schemas."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
+
+    from vgpuadm.plan.domains import Domains
 
 
 def gpu_rows(snap: HostSnapshot) -> list[dict[str, Any]]:
@@ -178,6 +180,23 @@ def _vf_type_name(snap: HostSnapshot, physfn: str | None, type_num: int) -> str 
 def normalize_address(addr: str) -> str:
     """Accept 01:00.0 as 0000:01:00.0; lower-case hex (the one grammar: vgpuadm.model.pci_address)."""
     return pci_address(addr)
+
+
+def vm_rows(domains: Domains) -> list[dict[str, Any]]:
+    """`vgpuadm vms` (schemas/vms.schema.json): each of this host's domains with its state and the devices its
+    vgpuadm metadata records."""
+    return [
+        {
+            "name": name,
+            "uuid": d.uuid,
+            "state": "running" if d.running else "shut off",
+            "devices": [
+                {"mode": str(a.mode), "type_id": a.type_id, "parent": a.parent, "uuid": a.uuid, "address": a.address}
+                for a in d.allocations
+            ],
+        }
+        for name, d in sorted(domains.by_name.items())
+    ]
 
 
 def vm_view(

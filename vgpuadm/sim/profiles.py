@@ -504,11 +504,16 @@ def build(profile: str, root: str) -> Model:
     PROFILES[profile][1](h)
     model = h.finish()
     pciids.install(root)
-    if any(h.model["drivers"].get(pf) == "nvidia" for pf in model["sriov"]):
-        install_sriov_manage(root)
-    if h.model["vendor_vfio"]:  # the NVIDIA driver package brings nvidia-smi
-        nvidia_smi.install(root)
+    install_tools(root, model)
     return model
+
+
+def install_tools(root: str, model: Model) -> None:
+    """The driver package's tools a host of this model has (also for a simulated host imported from a snapshot)."""
+    if any(model["drivers"].get(pf) == "nvidia" for pf in model["sriov"]):
+        install_sriov_manage(root)
+    if model["vendor_vfio"]:  # the NVIDIA driver package brings nvidia-smi
+        nvidia_smi.install(root)
 
 
 SRIOV_MANAGE_PATH = "usr/lib/nvidia/sriov-manage"  # under the root, where the vGPU host driver package puts it
