@@ -165,7 +165,7 @@ def show(console: Console, root: str | None, vm: str, as_json: bool, connect: st
         ["slot", "id", "mode", "type", "name", "GPU", "model", "params", "on demand", "present"],
         [
             (d["slot"], d["id"], d["mode"], d["type_id"], d["name"], d["physical_gpu"], d["model"], d["params"],
-             "yes" if d["on_demand"] else "no", "yes" if d["present"] else "MISSING (vgpuadm restore)")
+             "yes" if d["on_demand"] else "no", _presence(d))
             for d in devices
         ],
         keep=("id", "GPU"),
@@ -175,3 +175,9 @@ def show(console: Console, root: str | None, vm: str, as_json: bool, connect: st
                for d in devices if d["options"]]  # fmt: skip
     for line in options:
         console.line(f"options {line}")
+
+
+def _presence(device: dict[str, object]) -> str:
+    if device["present"]:
+        return "yes"
+    return "no (made when the VM starts)" if device["on_demand"] else "MISSING (vgpuadm restore)"

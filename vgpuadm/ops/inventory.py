@@ -41,7 +41,7 @@ def inventory(
         running: frozenset[str] | None = None
         source = "none"
         if domains_xml is not None:
-            found = read_domain_dir(domains_xml, snap.host_key, option="--domains-xml")
+            found = read_domain_dir(domains_xml, snap.host_key, option="--domain-xml-dir")
             allocations, source = found.allocations, f"domains-xml:{os.path.abspath(domains_xml)}"
         elif use_libvirt:
             wanted = None if domains is None else set(domains)

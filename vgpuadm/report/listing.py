@@ -221,7 +221,7 @@ def vm_view(
                 "model": snap.models.get(gpu) if gpu else None,
                 "params": a.params,
                 "options": dict(sorted((k, v) for k, v in a.extra.items() if k != "on_demand")),
-                "on_demand": a.extra.get("on_demand") in ("yes", "on", "true", "1"),
+                "on_demand": a.on_demand,
                 "present": _present(snap, a),
             }
         )
