@@ -103,15 +103,17 @@ def build_apply_plan(
             continue
         slots = free_slots({a.slot for a in mine}, add.count)
         uuids = [device_uuid(snap.machine_id, domain_uuid, s) for s in slots]
+        pool_vfs: dict[str, str] = {}
         try:
-            sub, _ids = device_plans.plan_create(
+            sub, ids = device_plans.plan_create(
                 vsnap, add.type_id or "", add.count, gpu=spec.gpu, policy=spec.policy, numa=spec.numa,
-                params=spec.params, uuids=uuids, taken=taken_pci,
+                params=spec.params, uuids=uuids, taken=taken_pci, host_drivers=pool_vfs,
             )  # fmt: skip
         except (CapacityError, NotFoundError, ConflictError) as exc:
             key = "count" if "count" in spec.key_lines else "type"
             raise _located(plan_doc, vm, key, exc) from None
         created = _allocations_of(sub.steps, vm, domain_uuid, slots, spec)
+        created += _pool_allocations(vsnap, ids, pool_vfs, vm, domain_uuid, slots[len(created) :], add.type_id)
         try:
             check_display(doms.xml.get(vm, "<domain/>"), created, turn_off="set display: {enabled: false}")
         except VgpuadmError as exc:
@@ -151,6 +153,15 @@ def _passthrough(
             raise ConflictError(f"{f} is already given to another domain", "take it back from that domain first")
     created = passthrough_allocations(snap, vm, domain_uuid, doms.xml.get(vm, "<domain/>"), gpu, functions, mine)
     return created, list(device_plans.plan_vfio_bind(snap, gpu, force).steps)
+
+
+def _pool_allocations(snap: HostSnapshot, ids: Sequence[str], pool_vfs: dict[str, str], vm: str, domain_uuid: str,
+                      slots: list[int], type_id: str | None) -> list[Allocation]:  # fmt: skip
+    """The VF pool VFs a create plan takes, as the allocations the domain will record."""
+    vfs = [v for v in ids if v in pool_vfs]
+    pfs = {v: pf for pf, pool in snap.vf_pools.items() for v in pool.vfs}
+    return [Allocation(vm, DeviceMode.POOL, type_id, pfs.get(v), address=v, domain_uuid=domain_uuid, slot=slot,
+                       extra={"host_driver": pool_vfs[v]}) for v, slot in zip(vfs, slots, strict=False)]  # fmt: skip
 
 
 def _allocations_of(steps: Sequence[Step], vm: str, domain_uuid: str, slots: list[int], spec: Any) -> list[Allocation]:

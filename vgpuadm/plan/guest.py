@@ -56,6 +56,8 @@ def _what(a: Allocation) -> str:
         return f"mdev {a.uuid} ({a.type_id})"
     if a.mode == DeviceMode.VF:
         return f"VF {a.address} ({a.type_id})"
+    if a.mode == DeviceMode.POOL:
+        return f"VF {a.address} of {a.parent} ({a.type_id})"
     return f"PCI function {a.address}"
 
 
@@ -161,12 +163,20 @@ def plan_create_many(
             for w in wants
         ]  # fmt: skip
     joined = _params(params)
+    pool_vfs: dict[str, str] = {}  # VF pool: VF → the host driver it had
     kernel, ids = device_plans.plan_create(snap, type_id, total, gpu=gpu, policy=policy, numa=numa, params=joined,
-                                  uuids=[u for w in wants for u in w.uuids], taken=_pci_users(taken, seen))  # fmt: skip
+                                  uuids=[u for w in wants for u in w.uuids], taken=_pci_users(taken, seen),
+                                  host_drivers=pool_vfs)  # fmt: skip
     by_device: dict[str, list[Step]] = {}
+    pending: list[Step] = []  # a PF's steps (enable a VF pool) go with the first device that needs them
     for s in kernel.steps:
         key = getattr(s, "uuid", None) or getattr(s, "id", None) or getattr(s, "vf", None)
-        by_device.setdefault(str(key), []).append(s)
+        key = key or getattr(s, "address", None)
+        if key is None:
+            pending.append(s)
+            continue
+        by_device.setdefault(str(key), []).extend([*pending, s])
+        pending = []
     parents = {s.uuid: s.parent for s in kernel.steps if isinstance(s, CreateMdev)}
     extra = {"display": "on" if display else "off", **({"ramfb": "on"} if ramfb else {})}
     devices = iter(ids)
@@ -180,6 +190,10 @@ def plan_create_many(
             if dev in parents:
                 a = Allocation(w.name, DeviceMode.MDEV, type_id, parents[dev], uuid=dev, params=joined or None,
                                domain_uuid=w.duuid, slot=slot, extra=dict(extra))  # fmt: skip
+            elif dev in pool_vfs:  # a VF pool: the guest gets the VF, bound to vfio-pci for it
+                pf = next(p for p, pool in snap.vf_pools.items() if dev in pool.vfs)
+                a = Allocation(w.name, DeviceMode.POOL, type_id, pf, address=dev,
+                               domain_uuid=w.duuid, slot=slot, extra={"host_driver": pool_vfs[dev]})  # fmt: skip
             else:  # layout C: the device is the VF itself
                 a = Allocation(w.name, DeviceMode.VF, type_id, dev, address=dev, params=joined or None,
                                domain_uuid=w.duuid, slot=slot)  # fmt: skip
@@ -195,7 +209,7 @@ def plan_create_many(
             else f"domain {w.name} already has {sum(1 for a in w.owned if a.type_id == type_id)} × {type_id}"
         )
         out.append(DomainPlan(w.name, Plan.of(steps, summary), w.added, after))  # fmt: skip
-    if by_device:  # every kernel step belongs to exactly one new device
+    if by_device or pending:  # every kernel step belongs to exactly one new device
         raise UsageError(f"unassigned create steps {sorted(by_device)}", "this is a bug in vgpuadm; report it")
     return out
 

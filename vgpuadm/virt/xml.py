@@ -147,7 +147,7 @@ def hostdev_for(alloc: Allocation) -> str:
         )
     if not alloc.address:
         raise UsageError(f"domain {alloc.domain}: {alloc.mode} device #{alloc.slot} has no address", _META_HINT)
-    if alloc.mode == DeviceMode.VF:
+    if alloc.mode in (DeviceMode.VF, DeviceMode.POOL):  # vgpuadm binds a pool's VF itself: managed='no' too
         return vf_hostdev(alloc.address, guest_address=guest)
     if alloc.mode == DeviceMode.PCI:
         return pci_hostdev(
