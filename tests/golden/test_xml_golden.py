@@ -49,6 +49,10 @@ PCI_ALLOCS = [
                extra={"managed": "yes", "guest_address": "0000:00:10.1", "host_driver": "snd_hda_intel"}),
 ]  # fmt: skip
 
+# A VF of an SR-IOV VF pool (Intel Flex 170): vgpuadm binds it to vfio-pci itself, so managed='no' and no <driver>.
+POOL_ALLOC = Allocation(domain="web01", mode="pool", type_id="vf-flex170", parent="0000:4d:00.0",
+                        address="0000:4d:00.1", slot=4, extra={"host_driver": ""})  # fmt: skip
+
 # case name → a function returning the rendered hostdev(s) or element; "domain-*" cases are whole domains.
 CASES: dict[str, Callable[[], list[str]]] = {
     "mdev-basic": lambda: [xml.mdev_hostdev(UUID)],
@@ -64,6 +68,8 @@ CASES: dict[str, Callable[[], list[str]]] = {
     "vf-basic": lambda: [xml.hostdev_for(VF_ALLOC)],
     "vf-guest-address": lambda: [xml.vf_hostdev("0000:41:00.5", guest_address=PciAddress(0, 0, 0x11, 0))],
     "metadata-all-modes": lambda: [xml.metadata_xml([MDEV_ALLOC, VF_ALLOC, *PCI_ALLOCS], host="sim:/srv/lab/h1")],
+    "pool-vf": lambda: [xml.hostdev_for(POOL_ALLOC)],
+    "metadata-pool": lambda: [xml.metadata_xml([POOL_ALLOC], host="sim:/srv/lab/h1")],
     "metadata-escaped": lambda: [
         xml.metadata_xml(
             [
