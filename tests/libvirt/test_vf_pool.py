@@ -5,9 +5,10 @@ pool like any mode. Domains on the daemon are throwaway (unique names, undefined
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid as uuid_mod
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import libvirt
@@ -30,10 +31,8 @@ def conn(libvirtd: str) -> Iterator[libvirt.virConnect]:
     c.made = names  # type: ignore[attr-defined]
     yield c
     for name in names:
-        try:
+        with contextlib.suppress(libvirt.libvirtError):
             c.lookupByName(name).undefine()
-        except libvirt.libvirtError:
-            pass
     c.close()
 
 

@@ -56,7 +56,7 @@ def test_mi300x_pool_has_its_8_vfs_enabled_by_gim(sim_host: Callable[[str], Path
     s = snap(sim_host("mi300x-vf-pool"))
     pool = s.vf_pools[MI300X]
     assert (pool.total_vfs, pool.num_vfs) == (8, 8)
-    assert pool.free == tuple(f"0000:83:00.{f}" for f in range(1, 8)) + ("0000:83:01.0",)
+    assert pool.free == (*tuple(f"0000:83:00.{f}" for f in range(1, 8)), "0000:83:01.0")
     assert pool.offered[0].framebuffer_mib == 24576  # 192 GB / 8 VFs
     assert [g.address for g in s.gpus][:2] == [MI300X, "0000:83:00.1"]  # class 0x1200 accelerators are GPUs
 
@@ -116,7 +116,7 @@ def test_free_gives_the_vf_back_and_never_binds_a_driver_named_by_hostile_metada
     k = SimKernel(str(root))
     k.write(f"/sys/bus/pci/devices/{IGPU}/sriov_numvfs", "7\n")
     vf = "0000:00:02.1"
-    k.write(f"/sys/bus/pci/drivers/xe/unbind", vf)
+    k.write("/sys/bus/pci/drivers/xe/unbind", vf)
     k.write(f"/sys/bus/pci/devices/{vf}/driver_override", "vfio-pci\n")
     k.write("/sys/bus/pci/drivers_probe", vf)
     s = snap(root)
