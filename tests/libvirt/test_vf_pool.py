@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
+import subprocess
+import sys
 import uuid as uuid_mod
 from collections.abc import Iterator
 from pathlib import Path
 
 import libvirt
 import pytest
-from embedded_host import allocations, define, hostdev_keys, vgpuadm
+from embedded_host import _env, allocations, define, hostdev_keys, vgpuadm
 from lxml import etree
 
 from vgpuadm.virt import xml
@@ -100,3 +103,29 @@ def test_apply_and_restore_after_a_reboot_treat_the_pool_like_any_mode(sim_host,
     assert res.code == 0, res.err
     assert [_driver(root, f"0000:4d:00.{f}") for f in (1, 2, 3)] == ["vfio-pci"] * 3
     assert _driver(root, "0000:4d:00.4") == "i915"  # autoprobe is 1 again after a reboot: the host driver took it
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_readme_vf_pool_example_runs_as_written(tmp_path: Path) -> None:
+    """The sh block of README's "AMD and Intel SR-IOV GPUs (VF pools)" section, line by line, with /tmp/flex moved
+    under tmp_path; web01 is defined in the root's embedded driver before the create (the README assumes a VM)."""
+    text = README.read_text()
+    section = text.split("## AMD and Intel SR-IOV GPUs (VF pools)", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    root = tmp_path / "flex"
+    lines = [line.split("#", 1)[0].strip().replace("/tmp/flex", str(root)) for line in block.splitlines()]
+    outputs = []
+    for line in filter(None, lines):
+        args = shlex.split(line)
+        assert args[0] == "vgpuadm"
+        if "create" in args:
+            define(root, "web01")
+        proc = subprocess.run([sys.executable, "-m", "vgpuadm", *args[1:]], capture_output=True, text=True,
+                              env=_env(), timeout=300, check=False)  # fmt: skip
+        assert proc.returncode == 0, (line, proc.stderr)
+        outputs.append(proc.stdout)
+    assert "│ 0000:4d:00.0 │ vf-pool │ vf-flex170 │ Flex170 VF │ 31        │ 31  │ 528             │" in outputs[1]
+    assert outputs[2].splitlines()[0] == f"attached pool vf-flex170 {VF1} on {FLEX} (to web01)"
+    assert _driver(root, VF1) is None
