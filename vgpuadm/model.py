@@ -53,6 +53,7 @@ class DeviceMode(StrEnum):
     VF = "vf"  # layout C: the vendor-VFIO VF, <hostdev type='pci' managed='no'>
     PCI = "pci"  # layout D: whole-function passthrough, <hostdev type='pci'> with <driver name='vfio'/>
     POOL = "pool"  # a VF of an SR-IOV VF pool bound to vfio-pci (or a variant driver), <hostdev managed='no'>
+    VIRTIO_GL = "virtio-gl"  # a paravirtual virtio-gpu with 3D through a host render node: <video> + <graphics>
 
 
 class _DataclassFields:
@@ -368,6 +369,7 @@ class HostSnapshot(_Record):
     warnings: tuple[str, ...]
     machine_id: str  # <root>/etc/machine-id (or the host name): the host part of deterministic mdev UUIDs
     vf_pools: dict[str, VfPool]  # PF address → its SR-IOV VF pool (AMD/Intel)
+    render_nodes: dict[str, str]  # DRM render node (renderD128) → the PCI address of its GPU ("" when not PCI)
 
     def __init__(
         self,
@@ -382,6 +384,7 @@ class HostSnapshot(_Record):
         warnings: tuple[str, ...] = (),
         machine_id: str = "",
         vf_pools: dict[str, VfPool] | None = None,
+        render_nodes: dict[str, str] | None = None,
     ) -> None:
         self.__dict__.update(
             root=root,
@@ -395,6 +398,7 @@ class HostSnapshot(_Record):
             warnings=warnings,
             machine_id=machine_id,
             vf_pools={} if vf_pools is None else vf_pools,
+            render_nodes={} if render_nodes is None else render_nodes,
         )
 
     @property

@@ -16,12 +16,23 @@ from vgpuadm.errors import HostIOError
 from vgpuadm.host import nvidia_smi
 from vgpuadm.host.root import HostRoot
 from vgpuadm.host.sysfs import Sysfs, check_root
-from vgpuadm.model import HostSnapshot, Layout, Mdev, MdevParent, PciFunction, VendorVf, VfPool, VgpuType
+from vgpuadm.model import (
+    HostSnapshot,
+    Layout,
+    Mdev,
+    MdevParent,
+    PciFunction,
+    VendorVf,
+    VfPool,
+    VgpuType,
+    is_pci_address,
+)
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 MDEV_BUS = "/sys/class/mdev_bus"
 MDEV_DEVICES = "/sys/bus/mdev/devices"
 IOMMU_GROUPS = "/sys/kernel/iommu_groups"
+DRM_CLASS = "/sys/class/drm"
 
 
 def snapshot(sysfs: Sysfs, *, types: bool = True) -> HostSnapshot:
@@ -58,6 +69,7 @@ def snapshot(sysfs: Sysfs, *, types: bool = True) -> HostSnapshot:
         warnings=tuple(warnings),
         machine_id=HostRoot(sysfs.root).machine_id(),
         vf_pools=pools,
+        render_nodes=_read_render_nodes(sysfs),
     )
 
 
@@ -447,3 +459,14 @@ def _per_vf_quota(sysfs: Sysfs, fn: PciFunction) -> dict[str, int]:
                 out["framebuffer_mib"] = memory // (1024 * 1024)
             return out
     return {}
+
+
+def _read_render_nodes(sysfs: Sysfs) -> dict[str, str]:
+    """/sys/class/drm/renderD<N> → the PCI address its `device` link names (what virtio-gpu renders on)."""
+    out = {}
+    for name in sysfs.listdir(DRM_CLASS):
+        if name.startswith("renderD") and name[7:].isdecimal() and len(name) <= 12:
+            link = f"{DRM_CLASS}/{name}/device"
+            device = os.path.basename(sysfs.resolve(link)) if sysfs.exists(link) else ""
+            out[name] = device if is_pci_address(device) else ""
+    return out

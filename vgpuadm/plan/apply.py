@@ -18,7 +18,14 @@ from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.desired import DesiredPlan, Diff, describe_allocation
 from vgpuadm.plan.domains import Domains, device_keys, with_recorded
-from vgpuadm.plan.guest import check_display, free_slots, passthrough_allocations, passthrough_functions, remove_steps
+from vgpuadm.plan.guest import (
+    check_display,
+    free_slots,
+    passthrough_allocations,
+    passthrough_functions,
+    remove_steps,
+    virtio_gl_step,
+)
 from vgpuadm.plan.ids import device_uuid
 from vgpuadm.steps import CreateMdev, Plan, SetVfVgpuType, SetVgpuParams, Step
 from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
@@ -64,7 +71,10 @@ def build_apply_plan(
     for a in doms.allocations:
         owned.setdefault(a.domain, []).append(a)
     changed: set[str] = set()
+    steps.extend(virtio_gl_step(a, False) for a in d.removes if a.mode == DeviceMode.VIRTIO_GL)
     for a in d.removes:
+        if a.mode == DeviceMode.VIRTIO_GL:
+            continue
         steps.append(
             DetachHostdev(a.domain, hostdev_as_attached(a, doms.xml.get(a.domain, "")), describe_allocation(a))
         )

@@ -15,8 +15,9 @@ from typing import Any
 from vgpuadm import modes
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import ConflictError, NotFoundError, UsageError
-from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, device_key
+from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, device_key, pci_address
 from vgpuadm.modes import passthrough as passthrough_mode
+from vgpuadm.modes import virtio_gpu
 from vgpuadm.modes.base import join_params, normalise_params
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.domains import Domains
@@ -24,7 +25,7 @@ from vgpuadm.plan.ids import device_uuid
 from vgpuadm.plan.placement import check_count
 from vgpuadm.steps import CreateMdev, Plan, Step
 from vgpuadm.virt import xml
-from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
+from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata, SetVirtioGl
 
 Users = dict[tuple[str, str], str]
 
@@ -58,6 +59,8 @@ def _what(a: Allocation) -> str:
         return f"VF {a.address} ({a.type_id})"
     if a.mode == DeviceMode.POOL:
         return f"VF {a.address} of {a.parent} ({a.type_id})"
+    if a.mode == DeviceMode.VIRTIO_GL:
+        return f"virtio-gpu on {a.extra.get('rendernode', '')}"
     return f"PCI function {a.address}"
 
 
@@ -131,6 +134,8 @@ def plan_create_many(
 
     if ramfb and not display:
         raise UsageError("--ramfb needs --display on", "ramfb shows firmware output on the vGPU's display")
+    if type_name.strip().lower() == virtio_gpu.TYPE:  # no host device: a virtio <video> on a render node
+        return [_plan_virtio_gl(snap, domain_xml, count, gpu) for domain_xml, count in requests]
     type_id = resolve_type(snap.types(), type_name)[0].type_id
     host_id = snap.machine_id
     wants: list[_Want] = []
@@ -214,6 +219,34 @@ def plan_create_many(
     return out
 
 
+def virtio_gl_step(a: Allocation, enable: bool) -> SetVirtioGl:
+    """The definition edit that gives (or takes away) the virtio-gl device `a` records."""
+    return SetVirtioGl(a.domain, a.extra.get("rendernode", ""), a.extra.get("graphics", "egl-headless"), enable,
+                       a.extra.get("previous_video", ""))  # fmt: skip
+
+
+def _plan_virtio_gl(snap: HostSnapshot, domain_xml: str, count: int, gpu: str | None) -> DomainPlan:
+    """One domain's virtio-gl device: the render node of `gpu` (else the lowest), the domain's definition edited
+    (SetVirtioGl), the metadata record. Pure."""
+    check_count(count, "devices")
+    if count != 1:
+        raise UsageError(f"--count {count}: a domain has one virtio-gpu", "omit --count for --type virtio-gl")
+    name, duuid = xml.domain_identity(domain_xml)
+    owned = xml.parse_allocations(domain_xml)
+    if any(a.mode == DeviceMode.VIRTIO_GL for a in owned):
+        return DomainPlan(name, Plan.of([], f"domain {name} already has a virtio-gpu"), [], owned)
+    node, gpu_address = virtio_gpu.MODE.pick(snap, pci_address(gpu) if gpu else None)
+    path = virtio_gpu.render_path(node)
+    previous = xml.with_virtio_gl(domain_xml, path)[1]
+    [slot] = free_slots({a.slot for a in owned}, 1)
+    a = Allocation(name, DeviceMode.VIRTIO_GL, virtio_gpu.TYPE, gpu_address or None, domain_uuid=duuid, slot=slot,
+                   extra={"rendernode": path, "graphics": "egl-headless", "previous_video": previous})  # fmt: skip
+    after = sorted([*owned, a], key=lambda x: x.slot)
+    steps: list[Step] = [virtio_gl_step(a, True),
+                         _metadata_step(name, owned, after, snap.host_key, xml.metadata_host(domain_xml))]  # fmt: skip
+    return DomainPlan(name, Plan.of(steps, f"give domain {name} a virtio-gpu on {path}"), [a], after)
+
+
 def _pci_users(users: Users | None, besides: Collection[str]) -> dict[str, str]:
     """PCI address → the domain that references it, leaving out the domains being planned."""
     return {key: name for (kind, key), name in (users or {}).items() if kind == "pci" and name not in besides}
@@ -262,7 +295,8 @@ def plan_destroy(
         )
     else:
         key = device_key(uuid or "")
-        gone = [a for a in owned if key in ((a.uuid or "").lower(), (a.address or "").lower())]
+        gone = [a for a in owned if key in ((a.uuid or "").lower(), (a.address or "").lower())
+                or (a.mode == DeviceMode.VIRTIO_GL and key == virtio_gpu.TYPE)]  # fmt: skip
         if not gone:
             raise NotFoundError(
                 f"domain {name} owns no vgpuadm device {uuid}",
@@ -273,14 +307,17 @@ def plan_destroy(
             gone = [a for a in owned if a.mode == DeviceMode.PCI and (a.parent or a.address) == gpu]
     for a in gone:
         ref = ("mdev", (a.uuid or "").lower()) if a.mode == DeviceMode.MDEV else ("pci", a.address or "")
-        if ref in others:
+        if a.mode != DeviceMode.VIRTIO_GL and ref in others:
             raise ConflictError(
                 f"{_what(a)} is also used by domain {others[ref]}",
                 f"detach it from {others[ref]} first, e.g. `vgpuadm destroy --vm {others[ref]} --all`",
             )
     present = {(r.kind, r.key) for r in xml.parse_hostdevs(domain_xml)}
-    steps: list[Step] = []
+    # The definition edit first: it reads the domain as it is, so hostdevs detached later stay detached.
+    steps: list[Step] = [virtio_gl_step(a, False) for a in gone if a.mode == DeviceMode.VIRTIO_GL]
     for a in gone:
+        if a.mode == DeviceMode.VIRTIO_GL:
+            continue
         hostdev = xml.hostdev_for(a)
         ref = ("mdev", (a.uuid or "").lower()) if a.mode == DeviceMode.MDEV else ("pci", a.address or "")
         if ref in present:
@@ -301,6 +338,8 @@ def _device_groups(owned: Sequence[Allocation]) -> list[tuple[str, list[Allocati
             key = a.uuid or ""
         elif a.mode == DeviceMode.PCI:
             key = a.parent or a.address or ""
+        elif a.mode == DeviceMode.VIRTIO_GL:
+            key = virtio_gpu.TYPE
         else:
             key = a.address or ""
         groups.setdefault(key, []).append(a)

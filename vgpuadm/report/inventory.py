@@ -193,6 +193,8 @@ def _owners(
     missing: list[dict[str, Any]] = []
     ids = {d.id for d in devices}
     for a in allocations or []:
+        if a.mode == DeviceMode.VIRTIO_GL:  # a paravirtual device: nothing on the host to own or to miss
+            continue
         key = a.uuid if a.mode == DeviceMode.MDEV else a.address
         if key is None or key not in ids:
             missing.append(

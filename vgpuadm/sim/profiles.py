@@ -470,7 +470,8 @@ def add_vga_with_audio(h: HostBuilder) -> None:
 
 def _vf_pool_pf(h: HostBuilder, pf: str, parent: str, vendor: str, device: str, class_code: str, driver: str,
                 group: int, numa: int, total: int, enabled: int, vf_device: str, vf_driver: str | None,
-                boot_vga: int | None = None, provisioning: dict[str, Any] | None = None) -> None:  # fmt: skip
+                boot_vga: int | None = None, provisioning: dict[str, Any] | None = None,
+                render: int | None = None) -> None:  # fmt: skip
     """An AMD/Intel SR-IOV PF with VFs at offset 1, stride 1 (so VF n is PF + 1 + n), each VF in its own IOMMU
     group; `enabled` VFs exist already. `provisioning`: Intel i915's prelim_iov tree (auto-provisioned fair share
     of `lmem_bytes` across the enabled VFs, written when sriov_numvfs changes: sim/pci.py)."""
@@ -503,10 +504,20 @@ def _vf_pool_pf(h: HostBuilder, pf: str, parent: str, vendor: str, device: str, 
             for name in ("lmem_quota", "ggtt_quota", "contexts_quota", "doorbells_quota", "exec_quantum_ms",
                          "preempt_timeout_us"):  # fmt: skip
                 h.tree.attr(f"{iov}/vf{n}/gt/{name}", 0)
+    if render is not None:  # the PF's DRM driver registers /dev/dri/renderD<N>: /sys/class/drm/renderD<N>
+        add_render_node(h, dev, render)
     for index in range(enabled):
         add_sriov_vf(h, pf, index, probe=vf_driver is not None)
     h.tree.attr(f"{dev}/sriov_numvfs", enabled)
     provision_vfs(h, pf, enabled)
+
+
+def add_render_node(h: HostBuilder, dev: str, minor: int) -> None:
+    """drm/renderD<minor> under the GPU's device dir, its `device` link back, and the /sys/class/drm link."""
+    node = f"{dev}/drm/renderD{minor}"
+    h.tree.attr(f"{node}/dev", f"226:{minor}", 0o444)
+    h.tree.link(f"{node}/device", dev)
+    h.tree.link(f"/sys/class/drm/renderD{minor}", node)
 
 
 def provision_vfs(h: HostBuilder, pf: str, count: int) -> None:
@@ -543,7 +554,7 @@ def add_flex170(h: HostBuilder) -> None:
     port = h.root_port("0000:4c:01.0", "pci0000:4a", group=30)
     prov = {"card": 1, "lmem_bytes": 16777216000, "ggtt_bytes": 4026531840, "contexts": 1024, "doorbells": 240}
     _vf_pool_pf(h, "0000:4d:00.0", port, "0x8086", "0x56c0", "0x038000", "i915", 31, 0, 31, 0, "0x56c0", "i915",
-                provisioning=prov)  # fmt: skip
+                provisioning=prov, render=129)  # fmt: skip
 
 
 def add_uhd770(h: HostBuilder) -> None:
@@ -551,7 +562,7 @@ def add_uhd770(h: HostBuilder) -> None:
     `xe.max_vfs=7`, "up to 7 VFs on Intel UHD Graphics", VFs at 00:02.1-7); boot VGA; no local memory. VF device id
     = PF's [I]."""
     _vf_pool_pf(h, "0000:00:02.0", "/sys/devices/pci0000:00", "0x8086", "0xa780", "0x030000", "xe", 40, 0, 7, 0,
-                "0xa780", "xe", boot_vga=1)  # fmt: skip
+                "0xa780", "xe", boot_vga=1, render=128)  # fmt: skip
 
 
 def _kernel_samples(h: HostBuilder) -> None:

@@ -10,8 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 from vgpuadm.errors import UsageError
-from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
-from vgpuadm.virt.xml import NS, PREFIX, HostdevRef, parse_hostdevs, same_metadata
+from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata, SetVirtioGl
+from vgpuadm.virt.xml import (
+    NS,
+    PREFIX,
+    HostdevRef,
+    has_virtio_gl,
+    parse_hostdevs,
+    same_metadata,
+    with_virtio_gl,
+    without_virtio_gl,
+)
 
 
 def _virt(ctx: Any) -> Any:
@@ -66,8 +75,25 @@ def _metadata_applied(s: SetMetadata, ctx: Any) -> bool:
     return same_metadata(_virt(ctx).get_metadata(s.domain, NS), s.element)
 
 
+def _virtio_gl(s: SetVirtioGl, ctx: Any, enable: bool) -> None:
+    virt = _virt(ctx)
+    current = virt.xml(s.domain, inactive=True)
+    if has_virtio_gl(current, s.rendernode) == enable:
+        return
+    if enable:
+        virt.define(with_virtio_gl(current, s.rendernode, s.graphics)[0])
+    else:
+        virt.define(without_virtio_gl(current, s.rendernode, s.previous_video))
+
+
 HANDLERS: list[tuple[type, Any, Any, Any]] = [
     (AttachHostdev, _attach, _undo_attach, lambda s, ctx: has_hostdev(ctx, s.domain, s.device_xml)),
     (DetachHostdev, _detach, _undo_detach, lambda s, ctx: not has_hostdev(ctx, s.domain, s.device_xml)),
     (SetMetadata, _set_metadata, _undo_metadata, _metadata_applied),
+    (
+        SetVirtioGl,
+        lambda s, ctx: _virtio_gl(s, ctx, s.enable),
+        lambda s, ctx: _virtio_gl(s, ctx, not s.enable),
+        lambda s, ctx: has_virtio_gl(_virt(ctx).xml(s.domain, inactive=True), s.rendernode) == s.enable,
+    ),
 ]

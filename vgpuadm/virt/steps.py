@@ -54,3 +54,22 @@ class SetMetadata(Step):
         if not self.element:
             return f"remove the vgpuadm metadata of domain {self.domain}"
         return f"record {self.devices} vgpuadm device(s) in the metadata of domain {self.domain}"
+
+
+@step_kind("set-virtio-gl")
+@dataclass(frozen=True)
+class SetVirtioGl(Step):
+    """Give the domain's persistent definition a virtio-gpu with 3D on `rendernode` (`enable`) — a virtio <video>
+    with accel3d replacing its video devices, and a `graphics` (egl-headless or spice) GL element — or take it
+    away, putting back a <video> of model `previous_video` ("" for none). Undo: the opposite."""
+
+    domain: str
+    rendernode: str
+    graphics: str
+    enable: bool
+    previous_video: str
+
+    def describe(self) -> str:
+        if self.enable:
+            return f"give domain {self.domain} a virtio-gpu with 3D on {self.rendernode} ({self.graphics})"
+        return f"take the virtio-gpu on {self.rendernode} from domain {self.domain}"
