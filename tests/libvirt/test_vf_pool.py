@@ -6,6 +6,7 @@ pool like any mode. Domains on the daemon are throwaway (unique names, undefined
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 from embedded_host import _env, allocations, define, hostdev_keys, vgpuadm
 from lxml import etree
 
+from vgpuadm.schemas import validate
 from vgpuadm.virt import xml
 
 pytestmark = pytest.mark.libvirt
@@ -96,6 +98,15 @@ def test_apply_and_restore_after_a_reboot_treat_the_pool_like_any_mode(sim_host,
     again = vgpuadm(root, "apply", "-f", str(plan))
     assert again.code == 0, again.err
     assert hostdev_keys(root, "a") == ["0000:4d:00.1", "0000:4d:00.2"]  # idempotent
+    inv = vgpuadm(root, "inventory", "--json")
+    assert inv.code == 0, inv.err
+    doc = json.loads(inv.out)
+    validate("inventory-v1", doc)
+    [row] = [t for t in doc["types"] if t["type_id"] == "vf-flex170"]
+    assert (row["used"], row["free"], row["max"]) == (3, 28, 31)
+    assert sorted((d["id"], d["kind"], d["domain"]) for d in doc["devices"]) == [
+        ("0000:4d:00.1", "pool", "a"), ("0000:4d:00.2", "pool", "a"), ("0000:4d:00.3", "pool", "b")]  # fmt: skip
+    assert doc["missing"] == []
     res = vgpuadm(root, "sim", "reboot", str(root))
     assert res.code == 0, res.err
     assert not (root / "sys/bus/pci/devices/0000:4d:00.1").exists()
