@@ -370,6 +370,8 @@ class HostSnapshot(_Record):
     machine_id: str  # <root>/etc/machine-id (or the host name): the host part of deterministic mdev UUIDs
     vf_pools: dict[str, VfPool]  # PF address → its SR-IOV VF pool (AMD/Intel)
     render_nodes: dict[str, str]  # DRM render node (renderD128) → the PCI address of its GPU ("" when not PCI)
+    models: dict[str, str]  # GPU address → model name from pci.ids ("Tesla P4"); only when discovery was asked
+    _uncompared = ("models",)
 
     def __init__(
         self,
@@ -385,6 +387,7 @@ class HostSnapshot(_Record):
         machine_id: str = "",
         vf_pools: dict[str, VfPool] | None = None,
         render_nodes: dict[str, str] | None = None,
+        models: dict[str, str] | None = None,
     ) -> None:
         self.__dict__.update(
             root=root,
@@ -399,7 +402,13 @@ class HostSnapshot(_Record):
             machine_id=machine_id,
             vf_pools={} if vf_pools is None else vf_pools,
             render_nodes={} if render_nodes is None else render_nodes,
+            models={} if models is None else models,
         )
+
+    def label(self, address: str) -> str:
+        """`0000:01:00.0 (Tesla P4)` when the model is known (pci.ids), else the address (a PF's name for a VF)."""
+        model = self.models.get(address) or self.models.get(self.physical_gpu(address))
+        return f"{address} ({model})" if model else address
 
     @property
     def host_key(self) -> str:

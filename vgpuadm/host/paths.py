@@ -12,3 +12,4 @@ HOSTNAME = "/etc/hostname"
 MDEVCTL_DIR = "/etc/mdevctl.d"
 SRIOV_MANAGE = "/usr/lib/nvidia/sriov-manage"  # NVIDIA's VF enable script (reference §3.1)
 NVIDIA_SMI = "/usr/bin/nvidia-smi"
+PCI_IDS = ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids")  # the PCI ID database (Debian, then Fedora)

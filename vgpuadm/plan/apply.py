@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from vgpuadm.catalog.capacity import consume, release
-from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, VgpuadmError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
 from vgpuadm.plan import devices as device_plans
@@ -27,6 +26,7 @@ from vgpuadm.plan.guest import (
     virtio_gl_step,
 )
 from vgpuadm.plan.ids import device_uuid
+from vgpuadm.plan.placement import resolve_on_host
 from vgpuadm.steps import CreateMdev, Plan, SetVfVgpuType, SetVgpuParams, Step
 from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
 from vgpuadm.virt.xml import hostdev_as_attached, hostdev_for, metadata_for_libvirt, same_metadata
@@ -53,7 +53,7 @@ def resolve_types(plan_doc: DesiredPlan, snap: HostSnapshot, allocations: Sequen
             out[spec.type] = spec.type
             continue
         try:
-            out[spec.type] = resolve_type(types, spec.type)[0].type_id
+            out[spec.type] = resolve_on_host(snap, types, spec.type)[0].type_id
         except VgpuadmError as exc:
             raise _located(plan_doc, vm, "type", exc) from None
     return out

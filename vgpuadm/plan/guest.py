@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuadm import modes
-from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import ConflictError, NotFoundError, UsageError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, device_key, pci_address
 from vgpuadm.modes import passthrough as passthrough_mode
@@ -22,7 +21,7 @@ from vgpuadm.modes.base import join_params, normalise_params
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.domains import Domains
 from vgpuadm.plan.ids import device_uuid
-from vgpuadm.plan.placement import check_count
+from vgpuadm.plan.placement import check_count, resolve_on_host
 from vgpuadm.steps import CreateMdev, Plan, Step
 from vgpuadm.virt import xml
 from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata, SetVirtioGl
@@ -136,7 +135,7 @@ def plan_create_many(
         raise UsageError("--ramfb needs --display on", "ramfb shows firmware output on the vGPU's display")
     if type_name.strip().lower() == virtio_gpu.TYPE:  # no host device: a virtio <video> on a render node
         return [_plan_virtio_gl(snap, domain_xml, count, gpu) for domain_xml, count in requests]
-    type_id = resolve_type(snap.types(), type_name)[0].type_id
+    type_id = resolve_on_host(snap, snap.types(), type_name)[0].type_id
     host_id = snap.machine_id
     wants: list[_Want] = []
     seen: set[str] = set()

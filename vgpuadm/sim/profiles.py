@@ -30,7 +30,7 @@ from typing import Any
 from vgpuadm.catalog.boards import equal_size_max
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.errors import UsageError
-from vgpuadm.sim import nvidia_smi
+from vgpuadm.sim import nvidia_smi, pciids
 from vgpuadm.sim.tools import install_tool
 from vgpuadm.sim.tree import MdevTypeSpec, PciSpec, TreeBuilder
 
@@ -608,11 +608,17 @@ def build(profile: str, root: str) -> Model:
     h = HostBuilder(root, profile)
     PROFILES[profile][1](h)
     model = h.finish()
-    if any(h.model["drivers"].get(pf) == "nvidia" for pf in model["sriov"]):
-        install_sriov_manage(root)
-    if h.model["vendor_vfio"]:  # the NVIDIA driver package brings nvidia-smi
-        nvidia_smi.install(root)
+    pciids.install(root)
+    install_tools(root, model)
     return model
+
+
+def install_tools(root: str, model: Model) -> None:
+    """The driver package's tools a host of this model has (also for a simulated host imported from a snapshot)."""
+    if any(model["drivers"].get(pf) == "nvidia" for pf in model["sriov"]):
+        install_sriov_manage(root)
+    if model["vendor_vfio"]:  # the NVIDIA driver package brings nvidia-smi
+        nvidia_smi.install(root)
 
 
 SRIOV_MANAGE_PATH = "usr/lib/nvidia/sriov-manage"  # under the root, where the vGPU host driver package puts it
