@@ -170,6 +170,20 @@ class SetNumVfs(Step):
         return f"set sriov_numvfs of {self.pf} to {self.count} (was {self.previous})"
 
 
+@step_kind("set-sriov-autoprobe")
+@dataclass(frozen=True)
+class SetSriovAutoprobe(Step):
+    """Write 0/1 to <pf>/sriov_drivers_autoprobe: with 0, VFs enabled afterwards come up with no driver, so a VF
+    pool binds them to vfio-pci without a host driver probing them first. Undo: write previous."""
+
+    pf: str
+    enabled: bool
+    previous: bool
+
+    def describe(self) -> str:
+        return f"set sriov_drivers_autoprobe of {self.pf} to {int(self.enabled)}"
+
+
 @step_kind("sriov-manage")
 @dataclass(frozen=True)
 class SriovManage(Step):

@@ -64,6 +64,11 @@ def gpu_usage(snapshot: HostSnapshot) -> dict[str, GpuUsage]:
         if vf.in_use:
             tid = f"nvidia-{vf.current_type}"
             add(snapshot.physical_gpu(vf.address), tid, tid, vf.address)
+    for pool in snapshot.vf_pools.values():  # a VF pool's VFs in use: on vfio-pci (or a variant driver)
+        for t in pool.offered:
+            for addr in pool.vfs[: pool.num_vfs]:
+                if addr not in pool.free:
+                    add(pool.pf, t.type_id, t.name, addr)
     return {
         phys: GpuUsage(n, types.get(phys, {}), frozenset(sizes.get(phys, ())), busy.get(phys, {}))
         for phys, n in count.items()
@@ -260,7 +265,7 @@ def consume(snap: HostSnapshot, created: Sequence[Allocation]) -> HostSnapshot:
             vf = vfs.get(a.address)
             if vf is not None:
                 vfs[a.address] = dataclasses.replace(vf, current_type=int(a.type_id.rsplit("-", 1)[-1]))
-    return _one_size(snap, created, mdevs, vfs, parents)
+    return _pools_after(_one_size(snap, created, mdevs, vfs, parents), created, take=True)
 
 
 def release(snap: HostSnapshot, gone: Sequence[Allocation]) -> HostSnapshot:
@@ -276,7 +281,25 @@ def release(snap: HostSnapshot, gone: Sequence[Allocation]) -> HostSnapshot:
             parents[m.parent] = dataclasses.replace(p, types=_after(p, mdevs, m.type_id, +1))
         if a.mode == DeviceMode.VF and a.address in vfs:
             vfs[a.address] = dataclasses.replace(vfs[a.address], current_type=0)
-    return _one_size(snap, gone, mdevs, vfs, parents)
+    return _pools_after(_one_size(snap, gone, mdevs, vfs, parents), gone, take=False)
+
+
+def _pools_after(snap: HostSnapshot, allocs: Sequence[Allocation], *, take: bool) -> HostSnapshot:
+    """VF pools once the pool VFs of `allocs` are taken (a disabled pool is enabled by the first) or given back."""
+    if not any(a.mode == DeviceMode.POOL for a in allocs):
+        return snap
+    pools = dict(snap.vf_pools)
+    for a in allocs:
+        p = pools.get(a.parent or "")
+        if a.mode != DeviceMode.POOL or p is None or not a.address:
+            continue
+        if take:
+            free, num = tuple(v for v in p.free if v != a.address), p.num_vfs or p.total_vfs
+        else:
+            free, num = tuple(v for v in p.vfs if v in p.free or v == a.address), p.num_vfs
+        offered = tuple(t.with_available(len(free)) for t in p.offered)
+        pools[p.pf] = dataclasses.replace(p, free=free, num_vfs=num, offered=offered)
+    return dataclasses.replace(snap, vf_pools=pools)
 
 
 def idle(snap: HostSnapshot) -> HostSnapshot:

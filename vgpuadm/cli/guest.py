@@ -24,7 +24,7 @@ def _report(console: Console, result: Any, as_json: bool, verb: str) -> None:
         return
     devices = result.added if verb == "attached" else result.removed
     for a in devices:
-        what = a.uuid if a.mode == DeviceMode.MDEV else a.address
+        what = a.uuid if a.mode == DeviceMode.MDEV else a.address or a.extra.get("rendernode")
         kind = f"{a.type_id} " if a.type_id else ""
         where = f" on {a.parent}" if a.parent and a.parent != what else ""
         when = ", made when it starts" if a.on_demand and verb == "attached" else ""

@@ -28,6 +28,7 @@ from vgpuadm.plan.guest import (
     passthrough_allocations,
     passthrough_functions,
     remove_steps,
+    virtio_gl_step,
 )
 from vgpuadm.plan.ids import device_uuid
 from vgpuadm.plan.placement import resolve_on_host
@@ -77,8 +78,11 @@ def build_apply_plan(
     changed: set[str] = set()
     detach: dict[str, list[tuple[Allocation, str]]] = {}
     attach: dict[str, list[Allocation]] = {}
+    # a virtio-gl device is the domain's <video>/<graphics>, not a hostdev: its own step takes it out
+    virtio_off = [virtio_gl_step(a, False) for a in d.removes if a.mode == DeviceMode.VIRTIO_GL]
     for a in d.removes:
-        detach.setdefault(a.domain, []).append((a, hostdev_as_attached(a, doms.xml.get(a.domain, ""))))
+        if a.mode != DeviceMode.VIRTIO_GL:
+            detach.setdefault(a.domain, []).append((a, hostdev_as_attached(a, doms.xml.get(a.domain, ""))))
     for a in d.removes:
         owned[a.domain] = [x for x in owned[a.domain] if x is not a]
         changed.add(a.domain)
@@ -132,15 +136,17 @@ def build_apply_plan(
             mine.extend(created)
             changed.add(vm)
             continue
+        pool_vfs: dict[str, str] = {}
         try:
-            sub, _ids = device_plans.plan_create(
+            sub, ids = device_plans.plan_create(
                 vsnap, add.type_id or "", add.count, gpu=spec.gpu, policy=spec.policy, numa=spec.numa,
-                params=spec.params, uuids=uuids, taken=taken_pci,
+                params=spec.params, uuids=uuids, taken=taken_pci, host_drivers=pool_vfs,
             )  # fmt: skip
         except (CapacityError, NotFoundError, ConflictError) as exc:
             key = "count" if "count" in spec.key_lines else "type"
             raise _located(plan_doc, vm, key, exc) from None
         created = _allocations_of(sub.steps, vm, domain_uuid, slots, spec)
+        created += _pool_allocations(vsnap, ids, pool_vfs, vm, domain_uuid, slots[len(created) :], add.type_id)
         try:
             check_display(doms.xml.get(vm, "<domain/>"), created, turn_off="set display: {enabled: false}")
         except VgpuadmError as exc:
@@ -163,7 +169,7 @@ def build_apply_plan(
             last.append(_define(vm, [], attach[vm], previous, final, doms.host_key))
         elif vm in detach or not same_metadata(previous or None, metadata_xml(final, doms.host_key) if final else None):
             first.append(_define(vm, detach.get(vm, []), [], previous, final, doms.host_key))
-    steps = [*first, *remove_steps(snap, list(d.removes), drivers), *steps, *last]
+    steps = [*virtio_off, *first, *remove_steps(snap, list(d.removes), drivers), *steps, *last]
     summary = f"apply {plan_doc.source}: +{d.instances_needed} −{len(d.removes)} ~{len(d.set_params)}"
     return Plan.of(steps, summary)
 
@@ -203,6 +209,15 @@ def _passthrough(
             raise ConflictError(f"{f} is already given to another domain", "take it back from that domain first")
     created = passthrough_allocations(snap, vm, domain_uuid, doms.xml.get(vm, "<domain/>"), gpu, functions, mine)
     return created, list(device_plans.plan_vfio_bind(snap, gpu, force).steps)
+
+
+def _pool_allocations(snap: HostSnapshot, ids: Sequence[str], pool_vfs: dict[str, str], vm: str, domain_uuid: str,
+                      slots: list[int], type_id: str | None) -> list[Allocation]:  # fmt: skip
+    """The VF pool VFs a create plan takes, as the allocations the domain will record."""
+    vfs = [v for v in ids if v in pool_vfs]
+    pfs = {v: pf for pf, pool in snap.vf_pools.items() for v in pool.vfs}
+    return [Allocation(vm, DeviceMode.POOL, type_id, pfs.get(v), address=v, domain_uuid=domain_uuid, slot=slot,
+                       extra={"host_driver": pool_vfs[v]}) for v, slot in zip(vfs, slots, strict=False)]  # fmt: skip
 
 
 def _allocations_of(steps: Sequence[Step], vm: str, domain_uuid: str, slots: list[int], spec: Any) -> list[Allocation]:

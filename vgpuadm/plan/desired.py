@@ -163,8 +163,8 @@ def diff(desired: DesiredPlan, current: Current, resolved_types: Mapping[str, st
             adds.extend(Add(vm=name, spec=spec, address=addr) for addr in spec.passthrough if addr not in covered)
             continue
         type_id = resolved_types.get(spec.type or "", spec.type or "")
-        matching = [a for a in owned if a.mode in (DeviceMode.MDEV, DeviceMode.VF) and a.type_id == type_id
-                    and a.on_demand == spec.on_demand]  # fmt: skip
+        matching = [a for a in owned if a.mode in (DeviceMode.MDEV, DeviceMode.VF, DeviceMode.POOL)
+                    and a.type_id == type_id and a.on_demand == spec.on_demand]  # fmt: skip
         removes.extend(a for a in owned if a not in matching)
         removes.extend(matching[spec.count :])
         for a in matching[: spec.count]:

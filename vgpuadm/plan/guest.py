@@ -19,6 +19,7 @@ from vgpuadm.catalog import capacity
 from vgpuadm.errors import ConflictError, NotFoundError, UsageError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, device_key, pci_address
 from vgpuadm.modes import passthrough as passthrough_mode
+from vgpuadm.modes import virtio_gpu
 from vgpuadm.modes.base import join_params, normalise_params
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.domains import Domains
@@ -26,7 +27,7 @@ from vgpuadm.plan.ids import device_uuid
 from vgpuadm.plan.placement import check_count, resolve_on_host
 from vgpuadm.steps import CreateMdev, Plan, Step
 from vgpuadm.virt import xml
-from vgpuadm.virt.steps import DefineDomain
+from vgpuadm.virt.steps import DefineDomain, SetVirtioGl
 
 Users = dict[tuple[str, str], str]
 
@@ -71,6 +72,10 @@ def _what(a: Allocation) -> str:
         return f"mdev {a.uuid} ({a.type_id})"
     if a.mode == DeviceMode.VF:
         return f"VF {a.address} ({a.type_id})"
+    if a.mode == DeviceMode.POOL:
+        return f"VF {a.address} of {a.parent} ({a.type_id})"
+    if a.mode == DeviceMode.VIRTIO_GL:
+        return f"virtio-gpu on {a.extra.get('rendernode', '')}"
     return f"PCI function {a.address}"
 
 
@@ -155,6 +160,8 @@ def plan_create_many(
 
     if ramfb and not display:
         raise UsageError("--ramfb needs --display on", "ramfb shows firmware output on the vGPU's display")
+    if type_name.strip().lower() == virtio_gpu.TYPE:  # no host device: a virtio <video> on a render node
+        return [_plan_virtio_gl(snap, domain_xml, count, gpu) for domain_xml, count in requests]
     type_id = resolve_on_host(snap, snap.types(), type_name)[0].type_id
     host_id = snap.machine_id
     wants: list[_Want] = []
@@ -191,12 +198,20 @@ def plan_create_many(
         hints = {"gpu": pci_address(gpu) if gpu else None, "policy": policy, "numa": numa}
         return _plan_on_demand(snap, wants, requests, type_id, joined, hints, _pci_users(taken, seen),
                                {"display": "on" if display else "off", **({"ramfb": "on"} if ramfb else {})})  # fmt: skip
+    pool_vfs: dict[str, str] = {}  # VF pool: VF → the host driver it had
     kernel, ids = device_plans.plan_create(snap, type_id, total, gpu=gpu, policy=policy, numa=numa, params=joined,
-                                  uuids=[u for w in wants for u in w.uuids], taken=_pci_users(taken, seen))  # fmt: skip
+                                  uuids=[u for w in wants for u in w.uuids], taken=_pci_users(taken, seen),
+                                  host_drivers=pool_vfs)  # fmt: skip
     by_device: dict[str, list[Step]] = {}
+    pending: list[Step] = []  # a PF's steps (enable a VF pool) go with the first device that needs them
     for s in kernel.steps:
         key = getattr(s, "uuid", None) or getattr(s, "id", None) or getattr(s, "vf", None)
-        by_device.setdefault(str(key), []).append(s)
+        key = key or getattr(s, "address", None)
+        if key is None:
+            pending.append(s)
+            continue
+        by_device.setdefault(str(key), []).extend([*pending, s])
+        pending = []
     parents = {s.uuid: s.parent for s in kernel.steps if isinstance(s, CreateMdev)}
     extra = {"display": "on" if display else "off", **({"ramfb": "on"} if ramfb else {})}
     devices = iter(ids)
@@ -209,6 +224,10 @@ def plan_create_many(
             if dev in parents:
                 a = Allocation(w.name, DeviceMode.MDEV, type_id, parents[dev], uuid=dev, params=joined or None,
                                domain_uuid=w.duuid, slot=slot, extra=dict(extra))  # fmt: skip
+            elif dev in pool_vfs:  # a VF pool: the guest gets the VF, bound to vfio-pci for it
+                pf = next(p for p, pool in snap.vf_pools.items() if dev in pool.vfs)
+                a = Allocation(w.name, DeviceMode.POOL, type_id, pf, address=dev,
+                               domain_uuid=w.duuid, slot=slot, extra={"host_driver": pool_vfs[dev]})  # fmt: skip
             else:  # layout C: the device is the VF itself
                 a = Allocation(w.name, DeviceMode.VF, type_id, dev, address=dev, params=joined or None,
                                domain_uuid=w.duuid, slot=slot)  # fmt: skip
@@ -223,7 +242,7 @@ def plan_create_many(
             else f"domain {w.name} already has {sum(1 for a in w.owned if a.type_id == type_id)} × {type_id}"
         )
         out.append(DomainPlan(w.name, Plan.of(steps, summary), w.added, after))  # fmt: skip
-    if by_device:  # every kernel step belongs to exactly one new device
+    if by_device or pending:  # every kernel step belongs to exactly one new device
         raise UsageError(f"unassigned create steps {sorted(by_device)}", "this is a bug in vgpuadm; report it")
     return out
 
@@ -307,6 +326,34 @@ def _plan_on_demand(
     return out
 
 
+def virtio_gl_step(a: Allocation, enable: bool) -> SetVirtioGl:
+    """The definition edit that gives (or takes away) the virtio-gl device `a` records."""
+    return SetVirtioGl(a.domain, a.extra.get("rendernode", ""), a.extra.get("graphics", "egl-headless"), enable,
+                       a.extra.get("previous_video", ""))  # fmt: skip
+
+
+def _plan_virtio_gl(snap: HostSnapshot, domain_xml: str, count: int, gpu: str | None) -> DomainPlan:
+    """One domain's virtio-gl device: the render node of `gpu` (else the lowest), the domain's definition edited
+    (SetVirtioGl), the metadata record. Pure."""
+    check_count(count, "devices")
+    if count != 1:
+        raise UsageError(f"--count {count}: a domain has one virtio-gpu", "omit --count for --type virtio-gl")
+    name, duuid = xml.domain_identity(domain_xml)
+    owned = xml.parse_allocations(domain_xml)
+    if any(a.mode == DeviceMode.VIRTIO_GL for a in owned):
+        return DomainPlan(name, Plan.of([], f"domain {name} already has a virtio-gpu"), [], owned)
+    node, gpu_address = virtio_gpu.MODE.pick(snap, pci_address(gpu) if gpu else None)
+    path = virtio_gpu.render_path(node)
+    previous = xml.with_virtio_gl(domain_xml, path)[1]
+    [slot] = free_slots({a.slot for a in owned}, 1)
+    a = Allocation(name, DeviceMode.VIRTIO_GL, virtio_gpu.TYPE, gpu_address or None, domain_uuid=duuid, slot=slot,
+                   extra={"rendernode": path, "graphics": "egl-headless", "previous_video": previous})  # fmt: skip
+    after = sorted([*owned, a], key=lambda x: x.slot)
+    steps: list[Step] = [virtio_gl_step(a, True),
+                         define_step(name, owned, after, snap.host_key, xml.metadata_host(domain_xml))]  # fmt: skip
+    return DomainPlan(name, Plan.of(steps, f"give domain {name} a virtio-gpu on {path}"), [a], after)
+
+
 def _pci_users(users: Users | None, besides: Collection[str]) -> dict[str, str]:
     """PCI address → the domain that references it, leaving out the domains being planned."""
     return {key: name for (kind, key), name in (users or {}).items() if kind == "pci" and name not in besides}
@@ -355,7 +402,8 @@ def plan_destroy(
         )
     else:
         key = device_key(uuid or "")
-        gone = [a for a in owned if key in ((a.uuid or "").lower(), (a.address or "").lower())]
+        gone = [a for a in owned if key in ((a.uuid or "").lower(), (a.address or "").lower())
+                or (a.mode == DeviceMode.VIRTIO_GL and key == virtio_gpu.TYPE)]  # fmt: skip
         if not gone:
             raise NotFoundError(
                 f"domain {name} owns no vgpuadm device {uuid}",
@@ -366,7 +414,7 @@ def plan_destroy(
             gone = [a for a in owned if a.mode == DeviceMode.PCI and (a.parent or a.address) == gpu]
     for a in gone:
         ref = ("mdev", (a.uuid or "").lower()) if a.mode == DeviceMode.MDEV else ("pci", a.address or "")
-        if ref in others:
+        if a.mode != DeviceMode.VIRTIO_GL and ref in others:
             raise ConflictError(
                 f"{_what(a)} is also used by domain {others[ref]}",
                 f"detach it from {others[ref]} first, e.g. `vgpuadm destroy --vm {others[ref]} --all`",
@@ -374,11 +422,14 @@ def plan_destroy(
     present = {(r.kind, r.key) for r in xml.parse_hostdevs(domain_xml)}
     detach = []
     for a in gone:
+        if a.mode == DeviceMode.VIRTIO_GL:
+            continue
         ref = ("mdev", (a.uuid or "").lower()) if a.mode == DeviceMode.MDEV else ("pci", a.address or "")
         if ref in present:
             detach.append((a, xml.hostdev_as_attached(a, domain_xml)))
     after = [a for a in owned if a not in gone]
-    steps: list[Step] = []
+    # The virtio-gl edit first (it is the domain's <video>, not a hostdev), then the one definition of the rest.
+    steps: list[Step] = [virtio_gl_step(a, False) for a in gone if a.mode == DeviceMode.VIRTIO_GL]
     if gone:  # out of the definition (and the running guest) before the kernel frees the devices
         steps.append(define_step(name, owned, after, snap.host_key, xml.metadata_host(domain_xml), detach=detach))
     steps += remove_steps(snap, gone, drivers or {})
@@ -394,6 +445,8 @@ def _device_groups(owned: Sequence[Allocation]) -> list[tuple[str, list[Allocati
             key = a.uuid or ""
         elif a.mode == DeviceMode.PCI:
             key = a.parent or a.address or ""
+        elif a.mode == DeviceMode.VIRTIO_GL:
+            key = virtio_gpu.TYPE
         else:
             key = a.address or ""
         groups.setdefault(key, []).append(a)

@@ -35,7 +35,7 @@ SCHEMA = "vgpuadm-inventory/1"
 
 @dataclass
 class _Device:
-    kind: str  # mdev | vf | pci
+    kind: str  # mdev | vf | pci | pool
     id: str
     uuid: str | None
     parent: str
@@ -209,7 +209,19 @@ def _devices(snap: HostSnapshot, gpus: dict[str, _Gpu], passed_through: set[str]
                 vf.vgpu_params,
             )
         )
+    pool_vfs: set[str] = set()
+    for pool in snap.vf_pools.values():  # a VF pool's VFs in use: one instance of the pool's type each
+        t = pool.offered[0] if pool.offered else None
+        for addr in pool.vfs[: pool.num_vfs]:
+            fn = snap.functions.get(addr)
+            if fn is None or addr in pool.free or t is None:
+                continue
+            pool_vfs.add(addr)
+            out.append(_Device("pool", addr, None, addr, pool.pf, Layout.VF_POOL.value, t.type_id, t.name,
+                               t.framebuffer_mib, fn.iommu_group, None))  # fmt: skip
     for addr, fn in snap.functions.items():
+        if addr in pool_vfs:
+            continue
         if (fn.driver == "vfio-pci" or addr in passed_through) and addr not in snap.vendor_vfs:
             g = snap.physical_gpu(addr)
             if g not in gpus:  # a companion function (HD audio 65:00.1) belongs to the GPU in its slot
@@ -247,6 +259,8 @@ def _owners(
     missing: list[dict[str, Any]] = []
     ids = {d.id for d in devices}
     for a in allocations or []:
+        if a.mode == DeviceMode.VIRTIO_GL:  # a paravirtual device: nothing on the host to own or to miss
+            continue
         key = a.uuid if a.mode == DeviceMode.MDEV else a.address
         if key is None or key not in ids:
             missing.append(

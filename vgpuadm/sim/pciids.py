@@ -10,6 +10,10 @@ PCI_IDS_PATH = "usr/share/misc/pci.ids"
 
 PCI_IDS = """\
 # vgpuadm simulated host: a subset of pci.ids (https://pci-ids.ucw.cz), the devices its profiles build
+1002  Advanced Micro Devices, Inc. [AMD/ATI]
+\t740f  Aldebaran/MI200 [Instinct MI210]
+\t74a1  Aqua Vanjaram [Instinct MI300X]
+\t74b5  Aqua Vanjaram [Instinct MI300X VF]
 10de  NVIDIA Corporation
 \t10f0  GP104 High Definition Audio Controller
 \t10f7  TU102 High Definition Audio Controller
@@ -26,6 +30,8 @@ PCI_IDS = """\
 \t2030  Sky Lake-E PCI Express Root Port A
 \t293e  82801I (ICH9 Family) HD Audio Controller
 \t3e92  CoffeeLake-S GT2 [UHD Graphics 630]
+\t56c0  Data Center GPU Flex 170
+\ta780  Raptor Lake-S GT1 [UHD Graphics 770]
 """
 
 

@@ -12,12 +12,13 @@ import dataclasses
 from typing import Any
 
 from vgpuadm.errors import UsageError, VgpuadmError
-from vgpuadm.virt.steps import AttachHostdev, DefineDomain, DetachHostdev, SetMetadata
+from vgpuadm.virt.steps import AttachHostdev, DefineDomain, DetachHostdev, SetMetadata, SetVirtioGl
 from vgpuadm.virt.xml import (
     NS,
     PREFIX,
     HostdevRef,
     for_libvirt_metadata,
+    has_virtio_gl,
     hostdev_elements,
     hostdev_key,
     parse_domain,
@@ -25,6 +26,8 @@ from vgpuadm.virt.xml import (
     redefine,
     same_metadata,
     to_string,
+    with_virtio_gl,
+    without_virtio_gl,
 )
 
 
@@ -169,9 +172,26 @@ def _undo_define(s: DefineDomain, ctx: Any) -> None:
     _define(_reversed(s), ctx)
 
 
+def _virtio_gl(s: SetVirtioGl, ctx: Any, enable: bool) -> None:
+    virt = _virt(ctx)
+    current = virt.xml(s.domain, inactive=True)
+    if has_virtio_gl(current, s.rendernode) == enable:
+        return
+    if enable:
+        virt.define(with_virtio_gl(current, s.rendernode, s.graphics)[0])
+    else:
+        virt.define(without_virtio_gl(current, s.rendernode, s.previous_video))
+
+
 HANDLERS: list[tuple[type, Any, Any, Any]] = [
     (AttachHostdev, _attach, _undo_attach, lambda s, ctx: has_hostdev(ctx, s.domain, s.device_xml)),
     (DetachHostdev, _detach, _undo_detach, lambda s, ctx: not has_hostdev(ctx, s.domain, s.device_xml)),
     (SetMetadata, _set_metadata, _undo_metadata, _metadata_applied),
     (DefineDomain, _define, _undo_define, _defined),
+    (
+        SetVirtioGl,
+        lambda s, ctx: _virtio_gl(s, ctx, s.enable),
+        lambda s, ctx: _virtio_gl(s, ctx, not s.enable),
+        lambda s, ctx: has_virtio_gl(_virt(ctx).xml(s.domain, inactive=True), s.rendernode) == s.enable,
+    ),
 ]

@@ -91,3 +91,22 @@ class DefineDomain(Step):
         if not parts:
             return f"{meta.replace(' its ', ' the ')} of domain {self.domain}"
         return f"{' and '.join(parts)}, and {meta}"
+
+
+@step_kind("set-virtio-gl")
+@dataclass(frozen=True)
+class SetVirtioGl(Step):
+    """Give the domain's persistent definition a virtio-gpu with 3D on `rendernode` (`enable`) — a virtio <video>
+    with accel3d replacing its video devices, and a `graphics` (egl-headless or spice) GL element — or take it
+    away, putting back a <video> of model `previous_video` ("" for none). Undo: the opposite."""
+
+    domain: str
+    rendernode: str
+    graphics: str
+    enable: bool
+    previous_video: str
+
+    def describe(self) -> str:
+        if self.enable:
+            return f"give domain {self.domain} a virtio-gpu with 3D on {self.rendernode} ({self.graphics})"
+        return f"take the virtio-gpu on {self.rendernode} from domain {self.domain}"

@@ -147,6 +147,8 @@ def hostdev_for(alloc: Allocation) -> str:
     guest = None
     if extra.get("guest_address"):
         guest = PciAddress.parse(extra["guest_address"], multifunction=extra.get("multifunction") == "on")
+    if alloc.mode == DeviceMode.VIRTIO_GL:  # no hostdev: the <video> and <graphics> the domain gets
+        return "".join(virtio_gl_elements(extra.get("rendernode", ""), extra.get("graphics", "egl-headless")))
     if alloc.mode == DeviceMode.MDEV:
         if not alloc.uuid:
             raise UsageError(f"domain {alloc.domain}: mdev device #{alloc.slot} has no UUID", _META_HINT)
@@ -155,7 +157,7 @@ def hostdev_for(alloc: Allocation) -> str:
         )
     if not alloc.address:
         raise UsageError(f"domain {alloc.domain}: {alloc.mode} device #{alloc.slot} has no address", _META_HINT)
-    if alloc.mode == DeviceMode.VF:
+    if alloc.mode in (DeviceMode.VF, DeviceMode.POOL):  # vgpuadm binds a pool's VF itself: managed='no' too
         return vf_hostdev(alloc.address, guest_address=guest)
     if alloc.mode == DeviceMode.PCI:
         return pci_hostdev(
@@ -183,6 +185,72 @@ def hostdev_as_attached(alloc: Allocation, domain_xml: str) -> str:
                 extra["multifunction"] = "on"
             return hostdev_for(dataclasses.replace(alloc, extra=extra))
     return hostdev_for(alloc)
+
+
+# -- virtio-gpu with 3D (virtio-gl mode) ------------------------------------------------------------------------
+
+_RENDER_NODE = re.compile(r"^/dev/dri/renderD[0-9]{1,5}$")
+_VIDEO_MODEL = re.compile(r"^[a-z0-9]{1,16}$")  # vga, cirrus, qxl, bochs, ramfb, none … as libvirt names them
+GL_GRAPHICS = ("egl-headless", "spice")
+
+
+def virtio_gl_elements(rendernode: str, graphics: str = "egl-headless") -> list[str]:
+    """The <video> (virtio, accel3d) and <graphics> (GL on `rendernode`) a virtio-gl device adds to a domain."""
+    if not _RENDER_NODE.match(rendernode):
+        raise UsageError(f"{rendernode!r} is not a DRM render node", "render nodes are /dev/dri/renderD<N>")
+    if graphics not in GL_GRAPHICS:
+        raise UsageError(f'graphics "{graphics}" has no OpenGL', f"use one of {', '.join(GL_GRAPHICS)}")
+    return [render("virtio/video.xml.j2"), render("virtio/graphics.xml.j2", rendernode=rendernode, graphics=graphics)]
+
+
+def _gl_graphics(devices: Any, rendernode: str) -> list[Any]:
+    return [g for g in devices.findall("graphics") if any(gl.get("rendernode") == rendernode for gl in g.findall("gl"))]
+
+
+def _virtio_video(devices: Any) -> list[Any]:
+    return [v for v in devices.findall("video") if v.find("model") is not None
+            and v.find("model").get("type") == "virtio" and v.find("model/acceleration[@accel3d='yes']") is not None]  # fmt: skip
+
+
+def has_virtio_gl(domain_xml: str, rendernode: str) -> bool:
+    """Whether the domain has a virtio <video> with accel3d and a GL <graphics> on `rendernode`."""
+    devices = parse_domain(domain_xml).find("devices")
+    return devices is not None and bool(_virtio_video(devices)) and bool(_gl_graphics(devices, rendernode))
+
+
+def with_virtio_gl(domain_xml: str, rendernode: str, graphics: str = "egl-headless") -> tuple[str, str]:
+    """The domain XML with its <video> devices replaced by the virtio-gl video and a GL <graphics> added; returns it
+    and the model of the video it replaced ("" when it had none)."""
+    video, gfx = virtio_gl_elements(rendernode, graphics)
+    doc = parse_domain(domain_xml)
+    devices = doc.find("devices")
+    if devices is None:
+        devices = etree.SubElement(doc, "devices")
+    previous = ""
+    for v in devices.findall("video"):
+        model = v.find("model")
+        previous = previous or (model.get("type", "") if model is not None else "")
+        devices.remove(v)
+    if graphics == "egl-headless":
+        for g in devices.findall("graphics[@type='egl-headless']"):
+            devices.remove(g)
+    devices.append(etree.fromstring(gfx.encode(), _PARSER))
+    devices.append(etree.fromstring(video.encode(), _PARSER))
+    return to_string(doc), previous if _VIDEO_MODEL.match(previous) else ""
+
+
+def without_virtio_gl(domain_xml: str, rendernode: str, previous_video: str = "") -> str:
+    """The domain XML with the virtio-gl video and GL graphics taken out and a <video> of `previous_video` back."""
+    doc = parse_domain(domain_xml)
+    devices = doc.find("devices")
+    if devices is None:
+        return domain_xml
+    for el in [*_virtio_video(devices), *_gl_graphics(devices, rendernode)]:
+        devices.remove(el)
+    if previous_video and _VIDEO_MODEL.match(previous_video) and devices.find("video") is None:
+        video = etree.SubElement(devices, "video")
+        etree.SubElement(video, "model", type=previous_video)
+    return to_string(doc)
 
 
 # -- metadata ------------------------------------------------------------------------------------------------------
