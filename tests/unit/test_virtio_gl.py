@@ -14,7 +14,7 @@ from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.model import DeviceMode
 from vgpuadm.plan.guest import plan_create
 from vgpuadm.virt import xml
-from vgpuadm.virt.steps import SetMetadata, SetVirtioGl
+from vgpuadm.virt.steps import DefineDomain, SetVirtioGl
 
 # As libvirt stores a defined domain: with the video device it added (cirrus on q35 with VNC).
 DOMAIN = xml.domain_definition("web01", uuid="6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a01").replace(
@@ -34,7 +34,7 @@ def test_create_plans_one_definition_edit_and_the_record(sim_host: Callable[[str
     assert a.extra == {"rendernode": "/dev/dri/renderD128", "graphics": "egl-headless", "previous_video": "cirrus"}
     step, meta = plan.steps
     assert step == SetVirtioGl("web01", "/dev/dri/renderD128", "egl-headless", True, "cirrus")
-    assert isinstance(meta, SetMetadata) and meta.devices == 1
+    assert isinstance(meta, DefineDomain) and meta.devices == 1 and meta.attach == ""
     again, added, _ = plan_create(s, xml.with_virtio_gl(DOMAIN, "/dev/dri/renderD128")[0]
                                   .replace("<devices>", f"<metadata>{xml.metadata_xml([a], s.host_key)}</metadata><devices>"),
                                   "virtio-gl")  # fmt: skip

@@ -135,7 +135,7 @@ def test_the_readme_vf_pool_example_runs_as_written(tmp_path: Path) -> None:
         if "create" in args and not outputs[2:]:
             define(root, "web01")
         proc = subprocess.run([sys.executable, "-m", "vgpuadm", *args[1:]], capture_output=True, text=True,
-                              env=_env(), timeout=300, check=False, cwd=tmp_path)  # fmt: skip
+                              env=_env({"COLUMNS": "140"}), timeout=300, check=False, cwd=tmp_path)  # fmt: skip
         assert proc.returncode == 0, (line, proc.stderr)
         outputs.append(proc.stdout)
     assert (
