@@ -99,6 +99,7 @@ def build_app() -> "Any":
     __import__("vgpuadm.cli.guest", fromlist=["register"]).register(app)
     __import__("vgpuadm.cli.declarative", fromlist=["register"]).register(app)
     __import__("vgpuadm.cli.unit", fromlist=["register"]).register(app)
+    __import__("vgpuadm.cli.mig", fromlist=["register"]).register(app)
     from vgpuadm.cli import inventory
 
     app.add_typer(inventory.build_app(), name="inventory")
