@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from vgpuadm.host.root import resolve_root
 from vgpuadm.ops import declarative, guest, mdevctl, unit
+from vgpuadm.ops import mig as mig
 from vgpuadm.ops.declarative import (
     ApplyResult,
     ReconcileResult,
@@ -92,6 +93,7 @@ __all__ = [
     "mdevctl_export",
     "mdevctl_import",
     "merge_inventories",
+    "mig",
     "open_sysfs",
     "original_drivers",
     "passthrough_functions",

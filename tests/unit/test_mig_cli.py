@@ -73,3 +73,89 @@ def test_mig_without_nvidia_smi_is_one_line(cli, tmp_path, monkeypatch):
     r = cli("--root", str(tmp_path / "t4"), "mig", "status")
     assert r.code == 3
     assert r.err.splitlines()[0] == "error: nvidia-smi not found; it is needed to read MIG state"
+
+
+BOARDS = {"h200-mig": "0000:18:00.0", "a100d-mig": "0000:41:00.0", "rtxpro6000-mig": "0000:81:00.0"}
+
+
+def _enable(cli, root: Path, gpu: str) -> None:
+    r = cli("--root", str(root), "mig", "enable", "--gpu", gpu)
+    assert r.code == 0, r.err
+    if json.loads(cli("--root", str(root), "mig", "status", "--json").out)[0]["mig_current"] != "Enabled":
+        # the A100 board leaves it pending: creating is refused until a reset
+        r = cli("--root", str(root), "mig", "create", "--gpu", gpu, "--profile", "1g.10gb")
+        assert (r.code, r.err.splitlines()[0]) == (5, f"error: MIG mode is pending until a GPU reset on {gpu}")
+        subprocess.run([str(root / "usr/bin/nvidia-smi"), "-r", "-i", "0"], check=True, capture_output=True)
+
+
+# every profile of the Blackwell board and the H200; on the A100 the two whose placements differ most (each run
+# starts nvidia-smi some 30 times)
+MAXIMA = [("h200-mig", None), ("rtxpro6000-mig", None), ("a100d-mig", ("1g.10gb", "3g.40gb"))]
+
+
+@pytest.mark.parametrize(("board", "names"), MAXIMA)
+def test_every_profile_to_its_maximum_and_back(cli, tmp_path, board, names):
+    """Each profile at its maximum count, then destroy --all: the GPU-instance table is the starting one."""
+    root, gpu = tmp_path / board, BOARDS[board]
+    build(board, str(root))
+    _enable(cli, root, gpu)
+    start = cli("--root", str(root), "mig", "profiles", "--json").out
+    for row in json.loads(start):
+        if names is not None and row["name"] not in names:
+            continue
+        r = cli("--root", str(root), "mig", "create", "--gpu", gpu, "--profile", row["name"], "--count",
+                str(row["total"]))  # fmt: skip
+        assert r.code == 0, r.err
+        made = json.loads(cli("--root", str(root), "mig", "instances", "--json").out)
+        assert [(i["name"], i["size"]) for i in made] == [(row["name"], row["placements"][0]["size"])] * row["total"]
+        assert len({i["start"] for i in made}) == row["total"]
+        assert cli("--root", str(root), "mig", "destroy", "--gpu", gpu, "--all").code == 0
+        assert cli("--root", str(root), "mig", "profiles", "--json").out == start
+
+
+def test_a_mix_that_does_not_fit_fails_before_any_change(cli, tmp_path):
+    root, gpu = tmp_path / "h200", BOARDS["h200-mig"]
+    build("h200-mig", str(root))
+    _enable(cli, root, gpu)
+    assert cli("--root", str(root), "mig", "create", "--gpu", gpu, "--profile", "1g.18gb", "--placement", "0").code == 0
+    assert cli("--root", str(root), "mig", "create", "--gpu", gpu, "--profile", "1g.18gb", "--placement", "2").code == 0
+    before = cli("--root", str(root), "mig", "instances", "--json").out
+    r = cli("--root", str(root), "mig", "create", "--gpu", gpu, "--profile", "2g.35gb", "--count", "3")
+    assert (r.code, r.err) == (4, "error: 2g.35gb needs slots 0/2/4; 0 and 2 hold 1g.18gb; 4 is taken by this "
+                                  "request\nhint: destroy the instances in the way (`vgpuadm mig instances` lists "
+                                  "them) or pick another profile\n")  # fmt: skip
+    assert cli("--root", str(root), "mig", "instances", "--json").out == before
+    r = cli("--root", str(root), "mig", "create", "--gpu", gpu, "--profile", "3g.71gb", "--count", "3")
+    assert r.err.splitlines()[0] == "error: 0000:18:00.0 holds at most 2 3g.71gb GPU instances (0 exist)"
+    assert cli("--root", str(root), "mig", "instances", "--json").out == before
+
+
+def test_bad_input_is_one_line_and_changes_nothing(cli, tmp_path):
+    root, gpu = tmp_path / "h200", BOARDS["h200-mig"]
+    build("h200-mig", str(root))
+    kernel = SimKernel(str(root))
+    kernel.write("/sys/bus/pci/devices/0000:18:00.5/nvidia/current_vgpu_type", "1420\n")  # a time-sliced vGPU
+    r = cli("--root", str(root), "mig", "enable", "--gpu", gpu)
+    assert (r.code, r.err.splitlines()[0]) == (5, "error: cannot enable MIG mode on 0000:18:00.0: 1 vGPU run on "
+                                                  "it (0000:18:00.5)")  # fmt: skip
+    kernel.write("/sys/bus/pci/devices/0000:18:00.5/nvidia/current_vgpu_type", "0\n")
+    _enable(cli, root, gpu)
+    cli("--root", str(root), "mig", "create", "--gpu", gpu, "--profile", "1g.18gb")
+    kernel.write("/sys/bus/pci/devices/0000:18:00.4/nvidia/current_vgpu_type", "1414\n")
+    r = cli("--root", str(root), "mig", "destroy", "--gpu", gpu, "--instance", "1")
+    assert (r.code, r.err.splitlines()[0]) == (5, "error: GPU instance 1 (1g.18gb) on 0000:18:00.0 runs the vGPU on "
+                                                  "0000:18:00.4")  # fmt: skip
+    r = cli("--root", str(root), "mig", "destroy", "--gpu", gpu, "--instance", "7")
+    assert (r.code, r.err.splitlines()[0]) == (3, "error: 0000:18:00.0 has no GPU instance 7")
+    r = cli("--root", str(root), "mig", "disable", "--gpu", gpu)
+    assert (r.code, r.err.splitlines()[0]) == (5, "error: 0000:18:00.0 still has 1 GPU instance")
+    r = cli("--root", str(root), "mig", "create", "--gpu", gpu, "--profile", "2g.35gb", "--placement", "1")
+    assert (r.code, r.err.splitlines()[0]) == (4, "error: 2g.35gb cannot start at slot 1 on 0000:18:00.0")
+    assert cli("--root", str(root), "mig", "destroy", "--gpu", gpu).err.startswith("error: give --instance ID or --all")
+    assert len(json.loads(cli("--root", str(root), "mig", "instances", "--json").out)) == 1
+
+
+def test_mig_on_a_gpu_without_mig(cli, tmp_path):
+    build("h200-vendor-vfio", str(tmp_path / "h"))
+    r = cli("--root", str(tmp_path / "h"), "mig", "enable", "--gpu", "0000:18:00.0")
+    assert r.code == 2 and r.err.splitlines()[0] == "error: 0000:18:00.0 (h200-vendor-vfio) has no MIG"

@@ -4,33 +4,19 @@ Read-only; nvidia-smi is required (a one-line error with a hint when it is missi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from vgpuadm.catalog.mig import MigGpu, MigInstance, MigProfile
 from vgpuadm.errors import HostIOError
 from vgpuadm.host import nvidia_smi
 from vgpuadm.host.discover import PCI_DEVICES
 from vgpuadm.host.nvidia_smi_mig import (
-    GpuInstance,
-    GpuInstanceProfile,
     parse_gi_placements,
     parse_gi_profiles,
     parse_gpu_instances,
 )
-from vgpuadm.host.nvidia_smi_vgpu import GpuModes, parse_query_xml
+from vgpuadm.host.nvidia_smi_vgpu import parse_query_xml
 from vgpuadm.host.root import HostRoot
 
 WHY = "read MIG state"
-
-
-@dataclass(frozen=True)
-class MigGpu:
-    """One GPU as MIG sees it."""
-
-    modes: GpuModes
-    profiles: tuple[GpuInstanceProfile, ...]
-    placements: dict[int, tuple[tuple[int, ...], int]]  # profile id → (start slots, size)
-    instances: tuple[GpuInstance, ...]
-    users: dict[int, tuple[str, ...]]  # GPU instance id → VFs whose vGPU uses it
 
 
 def _read(root: HostRoot, *args: str) -> str:
@@ -42,7 +28,8 @@ def _read(root: HostRoot, *args: str) -> str:
 
 
 def read(root: HostRoot) -> list[MigGpu]:
-    """Every GPU nvidia-smi reports, with its MIG profiles, placements and instances (empty when MIG is off)."""
+    """Every GPU nvidia-smi reports, with its MIG profiles (placements merged in) and instances (none while MIG is
+    off), each instance with the layout C VFs whose vGPU runs on it."""
     xml = nvidia_smi.invoke(root, ["-q", "-x"], WHY)
     if xml.returncode != 0:
         raise HostIOError(f"nvidia-smi -q -x failed: {xml.message()}", "check the driver with `nvidia-smi`")
@@ -59,13 +46,18 @@ def read(root: HostRoot) -> list[MigGpu]:
             users.setdefault((physfn, int(text)), []).append(vf)
     out = []
     for g in gpus:
-        out.append(
-            MigGpu(
-                modes=g,
-                profiles=tuple(p for p in profiles if p.gpu == g.index),
-                placements={pid: v for (gpu, pid), v in placements.items() if gpu == g.index},
-                instances=tuple(i for i in instances if i.gpu == g.index),
-                users={gid: tuple(vfs) for (pf, gid), vfs in users.items() if pf == g.address},
-            )
-        )
+        profs = []
+        for p in profiles:
+            if p.gpu != g.index:
+                continue
+            starts, size = placements.get((g.index, p.profile_id), ((), 0))
+            profs.append(MigProfile(p.name, p.profile_id, p.free, p.total, p.memory_gib, p.p2p, p.sm, p.ce, p.dec,
+                                    p.enc, p.jpeg, p.ofa, starts, size))  # fmt: skip
+        gis = tuple(
+            MigInstance(i.name, i.profile_id, i.instance_id, i.start, i.size, tuple(users.get((g.address, i.instance_id),
+                                                                                             ())))
+            for i in instances if i.gpu == g.index
+        )  # fmt: skip
+        out.append(MigGpu(g.index, g.address, g.product, g.mig_current, g.mig_pending, g.virtualization_mode,
+                          g.host_vgpu_mode, tuple(profs), gis))  # fmt: skip
     return out
