@@ -4,6 +4,7 @@ schemas) read through the simulated nvidia-smi, and one-line errors."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -159,3 +160,17 @@ def test_mig_on_a_gpu_without_mig(cli, tmp_path):
     build("h200-vendor-vfio", str(tmp_path / "h"))
     r = cli("--root", str(tmp_path / "h"), "mig", "enable", "--gpu", "0000:18:00.0")
     assert r.code == 2 and r.err.splitlines()[0] == "error: 0000:18:00.0 (h200-vendor-vfio) has no MIG"
+
+
+def test_readme_mig_example_runs_as_written(cli, tmp_path):
+    """The `## MIG` section's sh block of README.md, line by line (the root moved under tmp_path)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("\n## MIG\n", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    for line in block.splitlines():
+        args = shlex.split(line.replace("/tmp/h200", str(tmp_path / "h200")), comments=True)
+        assert args[0] == "vgpuadm"
+        r = cli(*args[1:])
+        assert (r.code, r.err) == (0, ""), line
+    assert [
+        i["start"] for i in json.loads(cli("--root", str(tmp_path / "h200"), "mig", "instances", "--json").out)
+    ] == [5, 6]
