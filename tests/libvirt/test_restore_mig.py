@@ -49,3 +49,26 @@ def test_reboot_then_restore_brings_back_the_instances_and_the_vgpus(sim_host: C
     assert sorted(attr(root, f"/sys/bus/pci/devices/{vf}/nvidia/gpu_instance_id") for vf in vfs) == ["1\n", "2\n"]
     again = vgpuadm(root, "restore")
     assert (again.code, [x for x in again.out.splitlines() if x.startswith("mig:")]) == (0, [])
+
+
+def test_create_plans_the_gpu_instances_a_mig_backed_type_needs(sim_host: Callable[[str], Path]) -> None:
+    root = sim_host("h200-mig")
+    assert vgpuadm(root, "mig", "enable", "--gpu", PF).code == 0
+    assert vgpuadm(root, "mig", "create", "--gpu", PF, "--profile", "1g.18gb", "--placement", "0").code == 0
+    define(root, "mig02")
+    dry = vgpuadm(root, "create", "--type", "H200X-1-18C", "--count", "3", "--vm", "mig02", "--dry-run")
+    assert dry.code == 0, dry.err
+    assert _instances(root) == [("1g.18gb", 0, 1)]  # a dry run changes nothing
+    res = vgpuadm(root, "create", "--type", "H200X-1-18C", "--count", "3", "--vm", "mig02")
+    assert res.code == 0, res.err
+    # one free instance existed: two more are made where they keep larger profiles possible (slot 0 already rules
+    # out 4g.71gb and 7g.141gb; 1 and 3 keep 3g.71gb at 4–7)
+    assert _instances(root) == [("1g.18gb", 0, 1), ("1g.18gb", 1, 1), ("1g.18gb", 3, 1)]
+    vfs = hostdev_keys(root, "mig02")
+    assert sorted(attr(root, f"/sys/bus/pci/devices/{vf}/nvidia/gpu_instance_id") for vf in vfs) == [
+        "1\n",
+        "2\n",
+        "3\n",
+    ]
+    nothing = vgpuadm(root, "create", "--type", "H200X-1-18C", "--count", "3", "--vm", "mig02")
+    assert nothing.code == 0 and _instances(root) == [("1g.18gb", 0, 1), ("1g.18gb", 1, 1), ("1g.18gb", 3, 1)]

@@ -10,6 +10,7 @@ the capacity model's (catalog/capacity.py place_gpu_instances); this mode checks
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import ClassVar
 
 from vgpuadm.catalog.capacity import place_gpu_instances
@@ -115,6 +116,42 @@ class MigMode(Mode):
                 )
         return [DestroyGpuInstance(g.address, g.index, gi.instance_id, gi.name, gi.profile_id, gi.start)
                 for gi in targets]  # fmt: skip
+
+    def plan_for_vgpus(self, gpus: Sequence[MigGpu], needs: Sequence[tuple[str, str]]) -> list[Step]:
+        """GPU instances for new MIG-backed vGPUs, `needs` holding (PF, GPU-instance profile) per vGPU: per PF
+        and profile, one instance for each vGPU beyond the free ones, placed by the capacity model (seeing the
+        instances planned before it). MIG mode must be on: only then does a GPU list its MIG-backed types."""
+        counts: dict[tuple[str, str], int] = {}
+        for need in needs:
+            counts[need] = counts.get(need, 0) + 1
+        planned: dict[str, list[MigInstance]] = {}
+        out: list[Step] = []
+        for (pf, profile), n in sorted(counts.items()):
+            g = self.gpu(gpus, pf)
+            free = sum(1 for gi in g.instances if gi.name == profile and not gi.users)
+            if n <= free:
+                continue
+            g = replace(g, instances=g.instances + tuple(planned.get(pf, ())))
+            steps = self.plan_create([g], pf, profile, n - free)
+            for st in steps:
+                assert isinstance(st, CreateGpuInstance)
+                size = next(p.size for p in g.profiles if p.profile_id == st.profile_id)
+                planned.setdefault(pf, []).append(MigInstance(st.profile, st.profile_id, -1, st.start, size,
+                                                              ("planned",)))  # fmt: skip
+            out += steps
+        return out
+
+    def with_planned(self, gpus: Sequence[MigGpu], steps: Sequence[Step]) -> list[MigGpu]:
+        """`gpus` as they will be after `steps` create their instances (taken: the vGPUs planned with them)."""
+        out = []
+        for g in gpus:
+            new = []
+            for st in steps:
+                if isinstance(st, CreateGpuInstance) and st.address == g.address:
+                    size = next((p.size for p in g.profiles if p.profile_id == st.profile_id), 1)
+                    new.append(MigInstance(st.profile, st.profile_id, -1, st.start, size, ("planned",)))
+            out.append(replace(g, instances=g.instances + tuple(new)) if new else g)
+        return out
 
 
 MODE = MigMode()
