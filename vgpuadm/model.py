@@ -321,6 +321,8 @@ class HostSnapshot(_Record):
     layouts: dict[str, Layout]
     warnings: tuple[str, ...]
     machine_id: str  # <root>/etc/machine-id (or the host name): the host part of deterministic mdev UUIDs
+    models: dict[str, str]  # GPU address → model name from pci.ids ("Tesla P4"); only when discovery was asked
+    _uncompared = ("models",)
 
     def __init__(
         self,
@@ -334,6 +336,7 @@ class HostSnapshot(_Record):
         layouts: dict[str, Layout],
         warnings: tuple[str, ...] = (),
         machine_id: str = "",
+        models: dict[str, str] | None = None,
     ) -> None:
         self.__dict__.update(
             root=root,
@@ -346,7 +349,13 @@ class HostSnapshot(_Record):
             layouts=layouts,
             warnings=warnings,
             machine_id=machine_id,
+            models={} if models is None else models,
         )
+
+    def label(self, address: str) -> str:
+        """`0000:01:00.0 (Tesla P4)` when the model is known (pci.ids), else the address (a PF's name for a VF)."""
+        model = self.models.get(address) or self.models.get(self.physical_gpu(address))
+        return f"{address} ({model})" if model else address
 
     @property
     def host_key(self) -> str:
@@ -419,6 +428,11 @@ class Allocation(_Record):
             slot=slot,
             extra={} if extra is None else extra,
         )
+
+    @property
+    def on_demand(self) -> bool:
+        """Made when the domain starts and removed when it stops (libvirt's qemu hook, `vgpuadm hook run`)."""
+        return self.extra.get("on_demand") == "yes"
 
 
 # -- id grammars, parsed once here ------------------------------------------------------------------------------------

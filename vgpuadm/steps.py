@@ -307,6 +307,36 @@ class RemoveUnitFile(Step):
         return f"remove systemd unit /etc/systemd/system/{self.name}"
 
 
+# --- files: libvirt's qemu hook ----------------------------------------------------------------------------------
+
+
+@step_kind("write-hook-file")
+@dataclass(frozen=True)
+class WriteHookFile(Step):
+    """Write `text` to <root>/etc/libvirt/hooks/<hook> (atomically, 0755); `hook` is qemu.d/vgpuadm, qemu or
+    qemu.vgpuadm-chained. `previous` is the file's text before (None: there was none). Undo: write it back, or
+    remove the file."""
+
+    hook: str
+    text: str
+    previous: str | None = None
+
+    def describe(self) -> str:
+        return f"write libvirt hook /etc/libvirt/hooks/{self.hook}"
+
+
+@step_kind("remove-hook-file")
+@dataclass(frozen=True)
+class RemoveHookFile(Step):
+    """Remove <root>/etc/libvirt/hooks/<hook>. `previous` is its text (for undo: written back)."""
+
+    hook: str
+    previous: str = ""
+
+    def describe(self) -> str:
+        return f"remove libvirt hook /etc/libvirt/hooks/{self.hook}"
+
+
 @dataclass(frozen=True)
 class Plan:
     """An ordered list of steps and a one-line summary. An empty plan means "nothing to do"."""

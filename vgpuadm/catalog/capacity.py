@@ -152,6 +152,36 @@ def why_not(
     return None
 
 
+def why_no_types(snapshot: HostSnapshot, address: str) -> tuple[str, str]:
+    """Why the GPU at `address` offers no vGPU types now, and what to do: (reason, hint). The driver decides:
+    vfio-pci (passed through), none, SR-IOV VFs not enabled, a driver without vGPUs, or nvidia without types."""
+    fn = snapshot.functions.get(address)
+    if fn is None:
+        return "it is not a PCI function on this host", "run `vgpuadm gpus` to list the GPUs"
+    if fn.driver == "vfio-pci":
+        return (
+            "it is bound to vfio-pci (whole-GPU passthrough)",
+            f"`vgpuadm release --gpu {address}` (when a VM has it) or `vgpuadm vfio unbind {address}` gives it back "
+            "to its driver",
+        )
+    if not fn.driver:
+        return "it is bound to no driver", "load the vendor's vGPU driver (nvidia) and bind the GPU to it"
+    if fn.sriov_total_vfs and not fn.sriov_num_vfs:
+        return "its vGPUs live on SR-IOV VFs, and none are enabled", f"`vgpuadm sriov enable {address}`"
+    if fn.driver == "nvidia":
+        return (
+            "the nvidia driver lists none on it (a board without vGPU support, or the vGPU manager is not running)",
+            "check `systemctl status nvidia-vgpud nvidia-vgpu-mgr`; a GeForce board can only be passed through "
+            f"(`vgpuadm passthrough --gpu {address} --vm NAME`)",
+        )
+    return f"it is bound to {fn.driver}, which has no vGPU types", "bind it to the vendor's vGPU driver"
+
+
+def idle_for_vgpu(snapshot: HostSnapshot) -> list[str]:
+    """GPUs that would offer vGPU types but are bound to vfio-pci now (their types are not listed meanwhile)."""
+    return [a for a, fn in sorted(snapshot.functions.items()) if fn.is_display and fn.driver == "vfio-pci"]
+
+
 # -- projection: what is free after planned creates and removes -----------------------------------------------
 #
 # NVIDIA parents are recomputed from the rules and the projected mdevs. Pooled (kernel-rule) parents cannot be
@@ -249,6 +279,15 @@ def release(snap: HostSnapshot, gone: Sequence[Allocation]) -> HostSnapshot:
         if a.mode == DeviceMode.VF and a.address in vfs:
             vfs[a.address] = dataclasses.replace(vfs[a.address], current_type=0)
     return _one_size(snap, gone, mdevs, vfs, parents)
+
+
+def idle(snap: HostSnapshot) -> HostSnapshot:
+    """The snapshot as it would be with no vGPU running: every mdev removed and every layout C VF cleared. What an
+    on-demand request is checked against when it is recorded (it can start once enough others stop)."""
+    running = [Allocation("", DeviceMode.MDEV, m.type_id, m.parent, uuid=m.uuid) for m in snap.mdevs.values()]
+    running += [Allocation("", DeviceMode.VF, f"nvidia-{vf.current_type}", vf.address, address=vf.address)
+                for vf in snap.vendor_vfs.values() if vf.current_type]  # fmt: skip
+    return release(snap, running) if running else snap
 
 
 def _after(p: MdevParent, mdevs: Mapping[str, Mdev], type_id: str, sign: int) -> tuple[VgpuType, ...]:

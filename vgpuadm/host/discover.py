@@ -13,6 +13,7 @@ from vgpuadm.catalog.naming import describe_nvidia_name, parse_creatable, parse_
 from vgpuadm.catalog.vendor_types import vendor_vf_types
 from vgpuadm.errors import HostIOError
 from vgpuadm.host import nvidia_smi
+from vgpuadm.host.pciids import model_names
 from vgpuadm.host.root import HostRoot
 from vgpuadm.host.sysfs import Sysfs, check_root
 from vgpuadm.model import HostSnapshot, Layout, Mdev, MdevParent, PciFunction, VendorVf, VgpuType
@@ -23,9 +24,10 @@ MDEV_DEVICES = "/sys/bus/mdev/devices"
 IOMMU_GROUPS = "/sys/kernel/iommu_groups"
 
 
-def snapshot(sysfs: Sysfs, *, types: bool = True) -> HostSnapshot:
+def snapshot(sysfs: Sysfs, *, types: bool = True, names: bool = False) -> HostSnapshot:
     """Read the host. `types=False` skips the mdev type directories (every parent then lists no types): the
-    commands that never show types (`gpus`) save thousands of reads on a big layout B host."""
+    commands that never show types (`gpus`) save thousands of reads on a big layout B host. `names=True` also
+    looks the GPUs' model names up in pci.ids (host/pciids.py) for tables and messages."""
     check_root(sysfs.root)
     warnings: list[str] = []
     listed: dict[int, list[str]] = {}
@@ -53,7 +55,14 @@ def snapshot(sysfs: Sysfs, *, types: bool = True) -> HostSnapshot:
         layouts=layouts,
         warnings=tuple(warnings),
         machine_id=HostRoot(sysfs.root).machine_id(),
+        models=_models(sysfs.root, functions) if names else None,
     )
+
+
+def _models(root: str, functions: dict[str, PciFunction]) -> dict[str, str]:
+    gpus = [fn for fn in functions.values() if fn.is_display]
+    found = model_names(root, {(fn.vendor_id, fn.device_id) for fn in gpus})
+    return {fn.address: found[key] for fn in gpus if (key := (fn.vendor_id, fn.device_id)) in found}
 
 
 def _layout(fn: PciFunction, parents: dict[str, MdevParent], vfs: dict[str, VendorVf]) -> Layout:

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from vgpuadm.errors import ConflictError, NotFoundError
-from vgpuadm.executor import DEFAULT_LOCK_TIMEOUT, ExecContext, ExecResult, execute, load_drivers, read_journal
+from vgpuadm.executor import ExecContext, ExecResult, execute, load_drivers, read_journal
 from vgpuadm.executor import host_lock as _host_lock
 from vgpuadm.executor import recover as _recover
 from vgpuadm.host.discover import snapshot
@@ -41,7 +41,7 @@ def discover(root: str | None = None, *, types: bool = True) -> HostSnapshot:
 
 def host_lock(root: str | None = None, timeout: float | None = None) -> AbstractContextManager[None]:
     """Hold the host-wide lock (re-entrant)."""
-    return _host_lock(HostRoot(root).path, DEFAULT_LOCK_TIMEOUT if timeout is None else timeout)
+    return _host_lock(HostRoot(root).path, timeout)
 
 
 def original_drivers(root: str | None = None) -> dict[str, str]:

@@ -14,7 +14,6 @@ from typing import Any
 
 from vgpuadm.errors import NotFoundError
 from vgpuadm.executor import (
-    DEFAULT_LOCK_TIMEOUT,
     ExecContext,
     ExecResult,
     execute,
@@ -70,7 +69,7 @@ class Session:
     @contextmanager
     def open(
         cls, root: str | None, connect: str | None = None, *, allow_pending: bool = False,
-        timeout: float = DEFAULT_LOCK_TIMEOUT, needs_sys: bool = True,
+        timeout: float | None = None, needs_sys: bool = True,
     ) -> Iterator[Session]:  # fmt: skip
         """Hold the host lock for the whole verb; refuse while a journal is pending (unless `allow_pending`, for
         the verbs that deal with it: recover, reconcile, restore). The root is checked before the lock is taken
@@ -96,12 +95,12 @@ class Session:
     @property
     def snap(self) -> HostSnapshot:
         if self._snap is None:
-            self._snap = snapshot(self.sysfs)
+            self._snap = snapshot(self.sysfs, names=True)
         return self._snap
 
     def refresh(self) -> HostSnapshot:
         """Read the host again (after a phase of changes)."""
-        self._snap = snapshot(self.sysfs)
+        self._snap = snapshot(self.sysfs, names=True)
         return self._snap
 
     @property

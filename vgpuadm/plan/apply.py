@@ -11,15 +11,25 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from vgpuadm.catalog import capacity
 from vgpuadm.catalog.capacity import consume, release
-from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, VgpuadmError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
+from vgpuadm.modes import passthrough as passthrough_mode
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.desired import DesiredPlan, Diff, describe_allocation
 from vgpuadm.plan.domains import Domains, device_keys, with_recorded
-from vgpuadm.plan.guest import check_display, free_slots, passthrough_allocations, passthrough_functions, remove_steps
+from vgpuadm.plan.guest import (
+    check_display,
+    free_slots,
+    on_demand_allocations,
+    on_demand_passthrough,
+    passthrough_allocations,
+    passthrough_functions,
+    remove_steps,
+)
 from vgpuadm.plan.ids import device_uuid
+from vgpuadm.plan.placement import resolve_on_host
 from vgpuadm.steps import CreateMdev, Plan, SetVfVgpuType, SetVgpuParams, Step
 from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
 from vgpuadm.virt.xml import hostdev_as_attached, hostdev_for, metadata_for_libvirt, same_metadata
@@ -46,7 +56,7 @@ def resolve_types(plan_doc: DesiredPlan, snap: HostSnapshot, allocations: Sequen
             out[spec.type] = spec.type
             continue
         try:
-            out[spec.type] = resolve_type(types, spec.type)[0].type_id
+            out[spec.type] = resolve_on_host(snap, types, spec.type)[0].type_id
         except VgpuadmError as exc:
             raise _located(plan_doc, vm, "type", exc) from None
     return out
@@ -78,10 +88,12 @@ def build_apply_plan(
         current = snap.mdevs[a.uuid].vgpu_params if a.mode == DeviceMode.MDEV and a.uuid in snap.mdevs else None
         if a.mode == DeviceMode.VF and a.address in snap.vendor_vfs:
             current = snap.vendor_vfs[a.address].vgpu_params
-        steps.append(SetVgpuParams(kind, ident or "", p.params, previous=current or ""))
+        if not a.on_demand:  # an on-demand device gets its params from the record when the hook makes it
+            steps.append(SetVgpuParams(kind, ident or "", p.params, previous=current or ""))
         owned[a.domain] = [dataclasses.replace(x, params=p.params or None) if x is a else x for x in owned[a.domain]]
         changed.add(a.domain)
     vsnap = with_recorded(release(snap, d.removes), doms, besides=d.removes)
+    idle = capacity.idle(snap)
     taken = doms.owned() - {k for a in d.removes for k in (a.uuid, a.address) if k}
     users = doms.users()
     gone_keys = {k for a in d.removes for k in device_keys(a)}
@@ -93,6 +105,9 @@ def build_apply_plan(
         if add.address:
             try:
                 created, bind = _passthrough(vsnap, vm, domain_uuid, add.address, mine, doms, taken, spec.force)
+                if spec.on_demand:
+                    passthrough_mode.MODE.validate(snap, add.address, spec.force)
+                    created, bind = on_demand_passthrough(created, spec.force), []
             except VgpuadmError as exc:
                 raise _located(plan_doc, vm, "passthrough", exc) from None
             steps.extend(bind)
@@ -103,6 +118,19 @@ def build_apply_plan(
             continue
         slots = free_slots({a.slot for a in mine}, add.count)
         uuids = [device_uuid(snap.machine_id, domain_uuid, s) for s in slots]
+        if spec.on_demand:
+            hints = {"gpu": spec.gpu, "policy": spec.policy, "numa": spec.numa}
+            display = {"display": "on" if spec.display.enabled else "off",
+                       **({"ramfb": "on"} if spec.display.enabled and spec.display.ramfb else {})}  # fmt: skip
+            try:
+                created = on_demand_allocations(idle, vm, domain_uuid, add.type_id or "", slots, uuids, hints,
+                                                spec.params, display, taken_pci)  # fmt: skip
+            except (CapacityError, NotFoundError, ConflictError) as exc:
+                raise _located(plan_doc, vm, "count" if "count" in spec.key_lines else "type", exc) from None
+            steps.extend(AttachHostdev(vm, hostdev_for(a), describe_allocation(a)) for a in created)
+            mine.extend(created)
+            changed.add(vm)
+            continue
         try:
             sub, _ids = device_plans.plan_create(
                 vsnap, add.type_id or "", add.count, gpu=spec.gpu, policy=spec.policy, numa=spec.numa,

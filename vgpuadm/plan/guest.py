@@ -8,20 +8,21 @@ makes nothing new, and mdev UUIDs derive from (host, domain UUID, slot) so they 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuadm import modes
-from vgpuadm.catalog.naming import resolve_type
+from vgpuadm.catalog import capacity
 from vgpuadm.errors import ConflictError, NotFoundError, UsageError
-from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, device_key
+from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, device_key, pci_address
 from vgpuadm.modes import passthrough as passthrough_mode
 from vgpuadm.modes.base import join_params, normalise_params
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.domains import Domains
 from vgpuadm.plan.ids import device_uuid
-from vgpuadm.plan.placement import check_count
+from vgpuadm.plan.placement import check_count, resolve_on_host
 from vgpuadm.steps import CreateMdev, Plan, Step
 from vgpuadm.virt import xml
 from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
@@ -122,14 +123,19 @@ def plan_create_many(
     ramfb: bool = False,
     params: Sequence[str] = (),
     taken: Users | None = None,
+    on_demand: bool = False,
 ) -> list[DomainPlan]:
     """Give each domain (its XML, the total count of `type_name` it should own) what it lacks. Every device is
     placed together (so the instances count against each other); each domain gets its own plan — create, attach,
-    record — so that it succeeds or rolls back as a unit. Pure."""
+    record — so that it succeeds or rolls back as a unit. Pure.
+
+    `on_demand`: nothing is made now; each domain's request is recorded (type, count, hints, params) with the
+    hostdev it will use — the deterministic mdev UUID, or a layout C VF chosen now — and `vgpuadm hook run` makes
+    the devices when the domain starts. Each request must fit the host with no vGPU running (capacity.idle)."""
 
     if ramfb and not display:
         raise UsageError("--ramfb needs --display on", "ramfb shows firmware output on the vGPU's display")
-    type_id = resolve_type(snap.types(), type_name)[0].type_id
+    type_id = resolve_on_host(snap, snap.types(), type_name)[0].type_id
     host_id = snap.machine_id
     wants: list[_Want] = []
     seen: set[str] = set()
@@ -161,6 +167,10 @@ def plan_create_many(
             for w in wants
         ]  # fmt: skip
     joined = _params(params)
+    if on_demand:
+        hints = {"gpu": pci_address(gpu) if gpu else None, "policy": policy, "numa": numa}
+        return _plan_on_demand(snap, wants, requests, type_id, joined, hints, _pci_users(taken, seen),
+                               {"display": "on" if display else "off", **({"ramfb": "on"} if ramfb else {})})  # fmt: skip
     kernel, ids = device_plans.plan_create(snap, type_id, total, gpu=gpu, policy=policy, numa=numa, params=joined,
                                   uuids=[u for w in wants for u in w.uuids], taken=_pci_users(taken, seen))  # fmt: skip
     by_device: dict[str, list[Step]] = {}
@@ -197,6 +207,86 @@ def plan_create_many(
         out.append(DomainPlan(w.name, Plan.of(steps, summary), w.added, after))  # fmt: skip
     if by_device:  # every kernel step belongs to exactly one new device
         raise UsageError(f"unassigned create steps {sorted(by_device)}", "this is a bug in vgpuadm; report it")
+    return out
+
+
+def request_options(hints: dict[str, Any]) -> dict[str, str]:
+    """The metadata options that record an on-demand request and its placement hints (gpu, policy, numa)."""
+    out = {"on_demand": "yes", "policy": str(hints.get("policy") or "pack")}
+    if hints.get("gpu"):
+        out["gpu"] = str(hints["gpu"])
+    if hints.get("numa") is not None:
+        out["numa"] = str(hints["numa"])
+    return out
+
+
+def on_demand_allocations(
+    idle: HostSnapshot,
+    vm: str,
+    domain_uuid: str,
+    type_id: str,
+    slots: Sequence[int],
+    uuids: Sequence[str],
+    hints: dict[str, Any],
+    params: str,
+    display: dict[str, str],
+    taken: dict[str, str],
+) -> list[Allocation]:
+    """The allocations an on-demand request of one domain records: placed on the idle host (so that the request is
+    known to fit once enough others stop) by the same planner as `create`; an mdev keeps no parent (placed at
+    start), a layout C VF is chosen now and added to `taken`."""
+    kernel, ids = device_plans.plan_create(idle, type_id, len(slots), gpu=hints.get("gpu"),
+                                           policy=hints.get("policy") or "pack", numa=hints.get("numa"),
+                                           params=params, uuids=uuids, taken=taken)  # fmt: skip
+    mdevs = {s.uuid for s in kernel.steps if isinstance(s, CreateMdev)}
+    options = request_options(hints)
+    out = []
+    for slot, dev in zip(slots, ids, strict=True):
+        if dev in mdevs:
+            out.append(Allocation(vm, DeviceMode.MDEV, type_id, None, uuid=dev, params=params or None,
+                                  domain_uuid=domain_uuid, slot=slot, extra={**display, **options}))  # fmt: skip
+        else:  # layout C: the VF the hostdev names is chosen now, typed at start
+            taken[dev] = vm
+            out.append(Allocation(vm, DeviceMode.VF, type_id, dev, address=dev, params=params or None,
+                                  domain_uuid=domain_uuid, slot=slot, extra={"on_demand": "yes"}))  # fmt: skip
+    return out
+
+
+def on_demand_passthrough(added: Sequence[Allocation], force: bool) -> list[Allocation]:
+    """Passthrough allocations as an on-demand request records them: managed='no' (the hook binds the group)."""
+    wanted = {"managed": "no", "on_demand": "yes", **({"force": "yes"} if force else {})}
+    return [dataclasses.replace(a, extra={**a.extra, **wanted}) for a in added]
+
+
+def _plan_on_demand(
+    snap: HostSnapshot,
+    wants: Sequence[_Want],
+    requests: Sequence[tuple[str, int]],
+    type_id: str,
+    params: str,
+    hints: dict[str, Any],
+    taken: dict[str, str],
+    display: dict[str, str],
+) -> list[DomainPlan]:
+    """create --on-demand: attach and record, make nothing. Each domain is checked on its own against the idle host
+    (they need not all run at once); a layout C VF is a fixed resource, so the VFs chosen count as taken."""
+    idle = capacity.idle(snap)
+    taken = dict(taken)
+    out = []
+    for w, (domain_xml, _count) in zip(wants, requests, strict=True):
+        if not w.slots:
+            out.append(DomainPlan(w.name, Plan.of([], f"domain {w.name} already has "
+                                                      f"{sum(1 for a in w.owned if a.type_id == type_id)} × {type_id}"),
+                                  [], w.owned))  # fmt: skip
+            continue
+        w.added += on_demand_allocations(idle, w.name, w.duuid, type_id, w.slots, w.uuids, hints, params, display,
+                                         taken)  # fmt: skip
+        check_display(domain_xml, w.added, turn_off="use --display off")
+        after = sorted([*w.owned, *w.added], key=lambda a: a.slot)
+        steps: list[Step] = [AttachHostdev(w.name, xml.hostdev_for(a), _what(a)) for a in w.added]
+        steps.append(_metadata_step(w.name, w.owned, after, snap.host_key, w.prev_host))
+        out.append(DomainPlan(w.name, Plan.of(steps, f"record {len(w.added)} × {type_id} on demand for domain "
+                                                     f"{w.name}"), w.added, after))  # fmt: skip
     return out
 
 
@@ -339,8 +429,11 @@ def plan_passthrough(
     *,
     force: bool = False,
     rom_file: str | None = None,
+    on_demand: bool = False,
 ) -> tuple[Plan, list[Allocation], list[Allocation]]:
-    """Bind the GPU's whole IOMMU group to vfio-pci and attach its functions as one guest slot. Pure."""
+    """Bind the GPU's whole IOMMU group to vfio-pci and attach its functions as one guest slot. Pure.
+    `on_demand`: bind nothing now; the hostdevs are managed='no' and `vgpuadm hook run` binds the group when the
+    domain starts and gives it back when it stops."""
 
     gpu = str(xml.PciAddress.parse(gpu))
     name, duuid = xml.domain_identity(domain_xml)
@@ -356,8 +449,14 @@ def plan_passthrough(
                 f"take it back first: `vgpuadm destroy --vm {others[('pci', f)]} --uuid {gpu}` or `vgpuadm release "
                 f"--gpu {gpu}`",
             )
-    steps: list[Step] = list(device_plans.plan_vfio_bind(snap, gpu, force).steps)
+    if on_demand:
+        passthrough_mode.MODE.validate(snap, gpu, force)
+        steps: list[Step] = []
+    else:
+        steps = list(device_plans.plan_vfio_bind(snap, gpu, force).steps)
     added = passthrough_allocations(snap, name, duuid, domain_xml, gpu, functions, owned, rom_file=rom_file)
+    if on_demand:
+        added = on_demand_passthrough(added, force)
     steps += [AttachHostdev(name, xml.hostdev_for(a), _what(a)) for a in added]
     after = sorted([*owned, *added], key=lambda a: a.slot)
     steps.append(_metadata_step(name, owned, after, snap.host_key, xml.metadata_host(domain_xml)))

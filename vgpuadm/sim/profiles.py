@@ -30,7 +30,7 @@ from typing import Any
 from vgpuadm.catalog.boards import equal_size_max
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.errors import UsageError
-from vgpuadm.sim import migmodel
+from vgpuadm.sim import migmodel, pciids
 from vgpuadm.sim.tools import install_tool
 from vgpuadm.sim.tree import MdevTypeSpec, PciSpec, TreeBuilder
 
@@ -583,15 +583,23 @@ def build(profile: str, root: str) -> Model:
     h = HostBuilder(root, profile)
     PROFILES[profile][1](h)
     model = h.finish()
-    if any(h.model["drivers"].get(pf) == "nvidia" for pf in model["sriov"]):
-        install_sriov_manage(root)
-    if h.model["vendor_vfio"] or h.model.get("mig"):  # the NVIDIA driver package brings nvidia-smi
-        install_tool(root, NVIDIA_SMI_PATH, "vgpuadm.sim.nvidia_smi",
-                     "nvidia-smi on a simulated host (installed by `vgpuadm sim build`): vgpu -s, -q -x, -mig, mig …")  # fmt: skip
+    pciids.install(root)
+    install_tools(root, model)
     return model
 
 
-NVIDIA_SMI_PATH = "usr/bin/nvidia-smi"  # sim/nvidia_smi.py answers it
+NVIDIA_SMI_PATH = "usr/bin/nvidia-smi"  # sim/nvidia_smi.py answers it (installed here: it imports this module)
+
+
+def install_tools(root: str, model: Model) -> None:
+    """The driver package's tools a host of this model has (also for a simulated host imported from a snapshot)."""
+    if any(model["drivers"].get(pf) == "nvidia" for pf in model["sriov"]):
+        install_sriov_manage(root)
+    if model["vendor_vfio"] or model.get("mig"):  # the NVIDIA driver package brings nvidia-smi
+        install_tool(root, NVIDIA_SMI_PATH, "vgpuadm.sim.nvidia_smi",
+                     "nvidia-smi on a simulated host (installed by `vgpuadm sim build`): vgpu -s, -q -x, -mig, mig …")  # fmt: skip
+
+
 SRIOV_MANAGE_PATH = "usr/lib/nvidia/sriov-manage"  # under the root, where the vGPU host driver package puts it
 
 

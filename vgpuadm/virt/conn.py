@@ -325,6 +325,16 @@ class VirtConn:
         except libvirt.libvirtError as exc:
             raise self._fail(exc, f"writing the metadata of '{name}'", name) from None
 
+    # -- versions --------------------------------------------------------------------------------------------------
+    def lib_version(self) -> tuple[int, int, int]:
+        """The libvirt library version of the connection's driver (major, minor, micro)."""
+        libvirt = _libvirt()
+        try:
+            v = int(self.conn.getLibVersion())
+        except libvirt.libvirtError as exc:
+            raise self._fail(exc, "reading the libvirt version") from None
+        return v // 1_000_000, v // 1000 % 1000, v % 1000
+
 
 def _message(exc: Any) -> str:
     """libvirt's own one-line message."""

@@ -36,6 +36,14 @@ _GRAMMAR = {
     "address": _CANONICAL_PCI,
     "params": re.compile(r"^[^\x00-\x1f]{0,1023}$"),
 }
+# The options of an on-demand request (the hook places it when the domain starts): the same rule, checked on read.
+_OPTION_GRAMMAR = {
+    "on_demand": re.compile(r"^yes$"),
+    "gpu": _CANONICAL_PCI,
+    "policy": re.compile(r"^(?:pack|spread)$"),
+    "numa": re.compile(r"^[0-9]{1,4}$"),
+    "force": re.compile(r"^yes$"),
+}
 
 # Never resolve entities or fetch anything: domain XML comes from libvirt, but names and params come from users.
 _PARSER = etree.XMLParser(resolve_entities=False, no_network=True, remove_blank_text=True, huge_tree=False)
@@ -192,6 +200,8 @@ def metadata_xml(allocations: Iterable[Allocation], host: str | None = None) -> 
         for key in a.extra:
             if not re.fullmatch(r"[a-z][a-z0-9_]*", key):
                 raise UsageError(f"option name {key!r} is not allowed", "option names are lower-case identifiers")
+            if key in _OPTION_GRAMMAR and not _OPTION_GRAMMAR[key].match(a.extra[key]):
+                raise UsageError(f"option {key}={a.extra[key]!r} is not allowed", "see vgpuadm/virt/xml.py")
     return render("metadata.xml.j2", ns=NS, devices=devices, host=host)
 
 
@@ -252,6 +262,12 @@ def parse_allocations(
                     f"domain {name}: vgpuadm metadata device #{index} has a malformed {key} {value[:80]!r}", _META_HINT
                 )
         extra = {o.get("name"): o.get("value", "") for o in dev.findall(q("option")) if o.get("name")}
+        for key, grammar in _OPTION_GRAMMAR.items():
+            if key in extra and not grammar.match(extra[key]):
+                raise ConflictError(
+                    f"domain {name}: vgpuadm metadata device #{index} has a malformed option {key} {extra[key][:80]!r}",
+                    _META_HINT,
+                )
         out.append(
             Allocation(
                 domain=name,
