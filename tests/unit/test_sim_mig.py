@@ -85,18 +85,18 @@ def test_a100d_layout_b_mig_pending_until_reset_and_types_follow_instances(tmp_p
     def avail(tid: str) -> str:
         return (vf / tid / "available_instances").read_text()
 
-    assert (avail("nvidia-605"), avail("nvidia-611")) == ("0\n", "1\n")  # A100D-1-10C needs MIG; A100D-10C does not
+    assert (avail("nvidia-607"), avail("nvidia-602")) == ("0\n", "1\n")  # A100D-1-10C needs MIG; A100D-10C does not
     out = smi(tmp_path, "-i", "0", "-mig", "1")
     assert "pending enable state" in out.stdout
     assert parse_query_xml(smi(tmp_path, "-q", "-x").stdout.encode())[0].mig_pending == "Enabled"
-    assert avail("nvidia-611") == "1\n"  # still time-sliced until the reset
+    assert avail("nvidia-602") == "1\n"  # still time-sliced until the reset
     assert "successfully reset" in smi(tmp_path, "-r", "-i", "0").stdout
-    assert (avail("nvidia-605"), avail("nvidia-611")) == ("0\n", "0\n")
+    assert (avail("nvidia-607"), avail("nvidia-602")) == ("0\n", "0\n")
     smi(tmp_path, "mig", "-i", "0", "-cgi", "19")
-    assert avail("nvidia-605") == "1\n"
+    assert avail("nvidia-607") == "1\n"
     uuid = "6f6c2b9e-5a57-4b2b-9a8e-0d1c2e3f4a5b"
-    SimKernel(str(tmp_path)).write(f"{vf.relative_to(tmp_path)}/nvidia-605/create".replace("sys/", "/sys/", 1), uuid)
-    other = tmp_path / "sys/bus/pci/devices/0000:41:00.5/mdev_supported_types/nvidia-605/available_instances"
+    SimKernel(str(tmp_path)).write(f"{vf.relative_to(tmp_path)}/nvidia-607/create".replace("sys/", "/sys/", 1), uuid)
+    other = tmp_path / "sys/bus/pci/devices/0000:41:00.5/mdev_supported_types/nvidia-607/available_instances"
     assert other.read_text() == "0\n"  # the only 1g.10gb instance is taken
     reboot(str(tmp_path))  # MIG mode stays, instances go
     assert parse_query_xml(smi(tmp_path, "-q", "-x").stdout.encode())[0].mig_current == "Enabled"

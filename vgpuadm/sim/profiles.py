@@ -99,11 +99,11 @@ H200_MIG_PROFILE = {"H200X-1-18C": 19, "H200X-1-18CME": 20, "H200X-1-35C": 15, "
 # time-sliced 80C 1 … 4C 20, equal-size); the type ids 600–613 are [I] (no published A100D id list); GPU-instance
 # profile ids from sim/migmodel.py.
 A100D_TYPES = [
-    (600, "A100D-7-80C", 1, 0), (601, "A100D-4-40C", 1, 5), (602, "A100D-3-40C", 2, 9), (603, "A100D-2-20C", 3, 14),
-    (604, "A100D-1-20C", 4, 15), (605, "A100D-1-10C", 7, 19), (606, "A100D-1-10CME", 1, 20),
-    (607, "A100D-80C", 1, None), (608, "A100D-40C", 2, None), (609, "A100D-20C", 4, None),
-    (610, "A100D-16C", 5, None), (611, "A100D-10C", 8, None), (612, "A100D-8C", 10, None),
-    (613, "A100D-4C", 20, None),
+    (600, "A100D-4C", 20, None), (601, "A100D-8C", 10, None), (602, "A100D-10C", 8, None),
+    (603, "A100D-16C", 5, None), (604, "A100D-20C", 4, None), (605, "A100D-40C", 2, None),
+    (606, "A100D-80C", 1, None), (607, "A100D-1-10C", 7, 19), (608, "A100D-1-10CME", 1, 20),
+    (609, "A100D-1-20C", 4, 15), (610, "A100D-2-20C", 3, 14), (611, "A100D-3-40C", 2, 9),
+    (612, "A100D-4-40C", 1, 5), (613, "A100D-7-80C", 1, 0),
 ]  # fmt: skip
 
 # RTX PRO 6000 Blackwell Server Edition 96GB, layout C, with time-sliced MIG-backed vGPU (NVIDIA's vGPU docs:
