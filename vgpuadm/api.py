@@ -6,6 +6,7 @@ from __future__ import annotations
 from vgpuadm.executor import set_lock_policy
 from vgpuadm.host.root import resolve_root
 from vgpuadm.ops import declarative, guest, hook, mdevctl, unit
+from vgpuadm.ops import mig as mig
 from vgpuadm.ops.declarative import (
     ApplyResult,
     ReconcileResult,
@@ -108,6 +109,7 @@ __all__ = [
     "mdevctl_export",
     "mdevctl_import",
     "merge_inventories",
+    "mig",
     "open_sysfs",
     "original_drivers",
     "passthrough_functions",

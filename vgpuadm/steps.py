@@ -410,3 +410,54 @@ class Plan:
     @classmethod
     def of(cls, steps: Iterable[Step], summary: str) -> Plan:
         return cls(tuple(steps), summary)
+
+
+# --- MIG (nvidia-smi) -------------------------------------------------------------------------------------------
+
+
+@step_kind("set-mig-mode")
+@dataclass(frozen=True)
+class SetMigMode(Step):
+    """Run `nvidia-smi -i <gpu_index> -mig 1|0` for the GPU at `address`. Undo: the opposite mode."""
+
+    address: str
+    gpu_index: int
+    enable: bool
+
+    def describe(self) -> str:
+        return (
+            f"{'enable' if self.enable else 'disable'} MIG mode on GPU {self.address} (nvidia-smi -i {self.gpu_index})"
+        )
+
+
+@step_kind("create-gpu-instance")
+@dataclass(frozen=True)
+class CreateGpuInstance(Step):
+    """Run `nvidia-smi mig -i <gpu_index> -cgi <profile_id>:<start>`. Undo: destroy the instance at that start."""
+
+    address: str
+    gpu_index: int
+    profile: str
+    profile_id: int
+    start: int
+
+    def describe(self) -> str:
+        return (
+            f"create MIG GPU instance {self.profile} (profile {self.profile_id}) at slot {self.start} on {self.address}"
+        )
+
+
+@step_kind("destroy-gpu-instance")
+@dataclass(frozen=True)
+class DestroyGpuInstance(Step):
+    """Run `nvidia-smi mig -i <gpu_index> -dgi -gi <instance_id>`. Undo: create the same profile at the same start."""
+
+    address: str
+    gpu_index: int
+    instance_id: int
+    profile: str
+    profile_id: int
+    start: int
+
+    def describe(self) -> str:
+        return f"destroy MIG GPU instance {self.instance_id} ({self.profile} at slot {self.start}) on {self.address}"

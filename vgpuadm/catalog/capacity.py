@@ -18,7 +18,9 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from vgpuadm.catalog.mig import MigGpu, MigProfile
 from vgpuadm.catalog.naming import describe_nvidia_name
+from vgpuadm.errors import CapacityError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, Layout, Mdev, MdevParent, VendorVf, VgpuType
 
 SR_IOV_LAYOUTS = (Layout.MDEV_VF, Layout.VENDOR_VFIO)
@@ -493,3 +495,68 @@ def stranded_framebuffer(rooms: Iterable[tuple[VgpuType, Room]], free_fb: int | 
 def whole_gpu_room(devices: int) -> int:
     """Passthrough: a GPU is given whole or not at all — 1 while none of its functions is taken, else 0."""
     return 0 if devices else 1
+
+
+# --- MIG GPU instances ------------------------------------------------------------------------------------------
+
+
+def _holders(gpu: MigGpu, slots: set[int]) -> list[str]:
+    """`0 and 2 hold 1g.18gb`: the instances on any of `slots`, by profile (each named by its start slot)."""
+    by_name: dict[str, list[int]] = {}
+    for gi in sorted(gpu.instances, key=lambda g: g.start):
+        if gi.slots & slots:
+            by_name.setdefault(gi.name, []).append(gi.start)
+    out = []
+    for name, starts in by_name.items():
+        words = [str(s) for s in starts]
+        said = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+        out.append(f"{said} {'holds' if len(words) == 1 else 'hold'} {name}")
+    return out
+
+
+def _larger_placements_left(gpu: MigGpu, used: set[int], profile: MigProfile) -> int:
+    """How many placements of profiles larger than `profile` are still free with `used` taken, weighted by size:
+    the number a placement keeps high to keep larger profiles possible."""
+    score = 0
+    for p in gpu.profiles:
+        if p.size > profile.size or (p.size == profile.size and p.profile_id != profile.profile_id):
+            score += p.size * sum(1 for slots in p.slots if not used & set(slots))
+    return score
+
+
+def place_gpu_instances(gpu: MigGpu, profile: MigProfile, count: int = 1, start: int | None = None) -> list[int]:
+    """Start slots for `count` new GPU instances of `profile` on `gpu`: each at the free placement that leaves the
+    most room for larger profiles (ties: the highest start). CapacityError says which slots block which profile."""
+    if count < 1:
+        raise CapacityError(f"--count {count} asks for no GPU instance", "give --count 1 or more")
+    if start is not None and start not in profile.starts:
+        raise CapacityError(
+            f"{profile.name} cannot start at slot {start} on {gpu.address}",
+            f"{profile.name} starts at slot {'/'.join(map(str, profile.starts))}",
+        )
+    used: set[int] = set().union(*(gi.slots for gi in gpu.instances)) if gpu.instances else set()
+    have = sum(1 for gi in gpu.instances if gi.profile_id == profile.profile_id)
+    chosen: list[int] = []
+    for _ in range(count):
+        if have + count > profile.total:
+            raise CapacityError(
+                f"{gpu.address} holds at most {profile.total} {profile.name} GPU instance"
+                f"{'s' if profile.total != 1 else ''} ({have} exist{'s' if have == 1 else ''})",
+                "destroy one first (`vgpuadm mig destroy`) or pick a smaller profile",
+            )
+        candidates = [s for s in profile.starts if (start is None or s == start)
+                      and not used & set(range(s, s + profile.size))]  # fmt: skip
+        if not candidates:
+            where = [start] if start is not None else list(profile.starts)
+            blocked = _holders(gpu, set().union(*(range(s, s + profile.size) for s in where)))
+            blocked += [f"{s} is taken by this request" for s in chosen if s in where]
+            raise CapacityError(
+                f"{profile.name} needs slot{'s' if len(where) > 1 else ''} {'/'.join(map(str, where))}; "
+                f"{'; '.join(blocked) or 'none is free'}",
+                "destroy the instances in the way (`vgpuadm mig instances` lists them) or pick another profile",
+            )
+        best = max(candidates, key=lambda s: (_larger_placements_left(gpu, used | set(range(s, s + profile.size)),
+                                                                      profile), s))  # fmt: skip
+        chosen.append(best)
+        used |= set(range(best, best + profile.size))
+    return chosen

@@ -132,6 +132,7 @@ def build_app() -> "Any":
     __import__("vgpuadm.cli.manpage", fromlist=["register"]).register(app)
     __import__("vgpuadm.cli.vms", fromlist=["register"]).register(app)
     __import__("vgpuadm.cli.hook", fromlist=["register"]).register(app)
+    __import__("vgpuadm.cli.mig", fromlist=["register"]).register(app)
     from vgpuadm.cli import inventory
 
     app.add_typer(inventory.build_app(), name="inventory")

@@ -29,6 +29,7 @@ GRAMMAR: dict[str, re.Pattern[str]] = {
     "parent": PCI, "address": PCI, "pf": PCI, "vf": PCI, "uuid": UUID, "type_id": TYPE_ID, "driver": DRIVER,
     "expect": DRIVER, "domain": DOMAIN, "name": UNIT, "device_path_kind": re.compile(r"mdev|vf"),
     "hook": re.compile(r"qemu\.d/vgpuadm|qemu|qemu\.vgpuadm-chained"),
+    "profile": re.compile(r"[0-9]+[cg]\.[0-9a-z.]+(\+[a-z.]+)?"),  # a MIG profile name, 1g.18gb
 }  # fmt: skip
 
 

@@ -1,5 +1,5 @@
-"""nvidia-smi: where it is, running it (bounded), and parsers for its text output. Tested on real H200 output
-(tests/data/h200-passthrough-guest/nvidia-host.txt) and on the `vgpu -s -v` layout the driver prints.
+"""nvidia-smi: where it is and running it (bounded). The one module that starts nvidia-smi; its outputs are parsed
+by host/nvidia_smi_mig.py (`mig -lgip/-lgipp/-lgi/-lci/-lcip`) and host/nvidia_smi_vgpu.py (`vgpu -s/-c/-q`, `-q -x`).
 
 Which binary: `<root>/usr/bin/nvidia-smi` when the root is not `/` and has one (a simulated or captured host brings
 its own), else `$VGPUADM_NVIDIA_SMI`, else `nvidia-smi` on PATH.
@@ -8,7 +8,10 @@ its own), else `$VGPUADM_NVIDIA_SMI`, else `nvidia-smi` on PATH.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
+from vgpuadm.errors import HostIOError, NotFoundError
+from vgpuadm.host.nvidia_smi_vgpu import parse_type_blocks
 from vgpuadm.host.root import NVIDIA_SMI, HostRoot
 
 TIMEOUT = 20.0  # seconds; nvidia-smi waits on the driver, which can hang on a wedged GPU
@@ -41,39 +44,51 @@ def run(root: HostRoot, *args: str) -> str | None:
     return proc.stdout[:MAX_OUTPUT].decode("utf-8", "replace")
 
 
-def _pci_address(text: str) -> str | None:
-    """`00000000:18:00.0` (nvidia-smi's 8-digit domain) → `0000:18:00.0`, else None."""
-    parts = text.strip().split(":")
-    if len(parts) != 3 or "." not in parts[2]:
-        return None
-    bus_slot, function = parts[2].split(".", 1)
+def require(root: HostRoot, why: str) -> str:
+    """The binary, or a one-line error saying where it was looked for (a host whose GPUs need it)."""
+    binary = locate(root)
+    if binary is None:
+        raise NotFoundError(
+            f"nvidia-smi not found; it is needed to {why}",
+            "install NVIDIA's vGPU host driver package (it brings nvidia-smi), or set VGPUADM_NVIDIA_SMI to its path",
+        )
+    return binary
+
+
+@dataclass(frozen=True)
+class Result:
+    """One finished nvidia-smi run: exit status and its (bounded, decoded) output."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def message(self) -> str:
+        """The first non-empty line nvidia-smi printed, for an error message."""
+        for line in (self.stderr + "\n" + self.stdout).splitlines():
+            if line.strip():
+                return line.strip()[:200]
+        return f"exit status {self.returncode}"
+
+
+def invoke(root: HostRoot, args: list[str], why: str) -> Result:
+    """Run nvidia-smi with `args` (a changing command: the executor calls this); errors are one line."""
+    import subprocess  # see locate()
+
+    binary = require(root, why)
     try:
-        return f"{int(parts[0], 16):04x}:{int(parts[1], 16):02x}:{int(bus_slot, 16):02x}.{int(function)}"
-    except ValueError:
-        return None
+        proc = subprocess.run(
+            [binary, *args], capture_output=True, timeout=TIMEOUT, check=False, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise HostIOError(f"nvidia-smi {' '.join(args)} did not answer in {TIMEOUT:.0f} s",
+                          "check the GPU with `nvidia-smi -q`; a wedged GPU needs a reset") from exc  # fmt: skip
+    except OSError as exc:
+        raise HostIOError(f"cannot run {binary}: {exc.strerror}", "check VGPUADM_NVIDIA_SMI / PATH") from exc
+    return Result(proc.returncode, proc.stdout[:MAX_OUTPUT].decode("utf-8", "replace"),
+                  proc.stderr[:MAX_OUTPUT].decode("utf-8", "replace"))  # fmt: skip
 
 
 def parse_supported_types(text: str) -> dict[str, tuple[tuple[int, str], ...]]:
     """`nvidia-smi vgpu -s -v`: PCI address (0000:18:00.0) → every (type id, name) the GPU supports."""
-    out: dict[str, list[tuple[int, str]]] = {}
-    gpu: list[tuple[int, str]] | None = None
-    type_id: int | None = None
-    for line in text.splitlines():
-        if line.startswith("GPU "):
-            address = _pci_address(line[4:])
-            gpu = out.setdefault(address, []) if address else None
-            type_id = None
-            continue
-        key, colon, value = line.partition(":")
-        if not colon or gpu is None:
-            continue
-        key, value = key.strip(), value.strip()
-        if key == "vGPU Type ID":
-            try:
-                type_id = int(value, 0)
-            except ValueError:
-                type_id = None
-        elif key == "Name" and type_id is not None:
-            gpu.append((type_id, value))
-            type_id = None
-    return {k: tuple(v) for k, v in out.items()}
+    return {addr: tuple((t.type_id, t.name) for t in types) for addr, types in parse_type_blocks(text).items()}

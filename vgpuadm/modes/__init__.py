@@ -1,13 +1,21 @@
-"""The one registry of GPU sharing modes: each mode is one file (mdev, vf_vgpu, passthrough, sriov, vf_pool, virtio_gpu) implementing
+"""The one registry of GPU sharing modes: each mode is one file (mdev, vf_vgpu, passthrough, sriov, mig, vf_pool, virtio_gpu) implementing
 modes/base.py's Mode; `for_layout` maps a discovered layout to its mode, `for_name` the mode an allocation records
 ("mdev", "vf", "pci", "pool", "virtio-gl"). A new sharing mode is one new file plus its line in MODES."""
 
 from vgpuadm.errors import UsageError
 from vgpuadm.model import Layout
-from vgpuadm.modes import mdev, passthrough, sriov, vf_pool, vf_vgpu, virtio_gpu
+from vgpuadm.modes import mdev, mig, passthrough, sriov, vf_pool, vf_vgpu, virtio_gpu
 from vgpuadm.modes.base import Mode
 
-MODES: tuple[Mode, ...] = (mdev.MODE, vf_vgpu.MODE, passthrough.MODE, sriov.MODE, vf_pool.MODE, virtio_gpu.MODE)
+MODES: tuple[Mode, ...] = (
+    mdev.MODE,
+    vf_vgpu.MODE,
+    passthrough.MODE,
+    sriov.MODE,
+    mig.MODE,
+    vf_pool.MODE,
+    virtio_gpu.MODE,
+)
 _BY_LAYOUT: dict[Layout, Mode] = {layout: m for m in MODES for layout in m.layouts}
 _BY_NAME: dict[str, Mode] = {m.name: m for m in MODES}
 

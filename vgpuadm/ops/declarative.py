@@ -14,6 +14,7 @@ from vgpuadm import modes
 from vgpuadm.catalog.capacity import consume, release
 from vgpuadm.errors import ConflictError, NotFoundError, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor import execute, load_drivers, recover
+from vgpuadm.host.mig import read as mig_read
 from vgpuadm.host.root import EMBED_LIBVIRT, SRIOV_MANAGE
 from vgpuadm.io.domainxml import read_domain_dir
 from vgpuadm.io.planfile import load_plan
@@ -176,7 +177,8 @@ def restore(
                 say(f"waiting up to {timeout:g}s for {', '.join(missing)} to register")
                 snap = restore_plan.wait_until(s.refresh, lambda sn: not restore_plan.missing_devices(allocs, sn),
                                                timeout)  # fmt: skip
-            pp = restore_plan.plan_phase(phase, allocs, snap, sriov_manage=sriov_manage)
+            gpus = mig_read(s.root) if phase == "mig" and restore_plan.needs_mig(allocs, snap) else None
+            pp = restore_plan.plan_phase(phase, allocs, snap, sriov_manage=sriov_manage, mig_gpus=gpus)
             for line in pp.skipped:
                 say(f"{phase}: skipped: {line}")
                 out.skipped.append(line)

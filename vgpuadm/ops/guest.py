@@ -4,17 +4,22 @@ hands it to the executor, so a failed attach rolls back the device it just made.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpuadm.catalog.mig import MigGpu, mig_profile_name
 from vgpuadm.errors import NotFoundError, VgpuadmError
 from vgpuadm.executor import load_drivers
+from vgpuadm.host import mig as host_mig
 from vgpuadm.model import Allocation
+from vgpuadm.modes import mig as mig_mode
 from vgpuadm.ops.session import Session
 from vgpuadm.plan import guest as planner
 from vgpuadm.plan.domains import with_recorded
-from vgpuadm.steps import Plan
+from vgpuadm.plan.guest import DomainPlan
+from vgpuadm.steps import Plan, SetVfVgpuType
 from vgpuadm.virt import xml
 
 Progress = Callable[[int, int, str], None]
@@ -100,6 +105,7 @@ def create_many(
         xmls = [(s.domain_xml(vm), count) for vm, count in requests]
         planning = with_recorded(snap, s.domains())  # what restore will bring back is taken
         plans = planner.plan_create_many(planning, xmls, type_name, taken=s.domains().users(), **options)
+        plans = _with_gpu_instances(s, plans)
         done: list[str] = []
         for p in plans:
             try:
@@ -118,6 +124,39 @@ def create_many(
                         hostdevs=[xml.hostdev_for(a) for a in p.added], message=p.plan.summary)
             for p in plans
         ]  # fmt: skip
+
+
+def _mig_gpus(s: Session) -> list[MigGpu]:
+    """The MIG state, or none when this host has no nvidia-smi (the vGPU writes then meet the driver's answer)."""
+    try:
+        return host_mig.read(s.root)
+    except NotFoundError:
+        return []
+
+
+def _with_gpu_instances(s: Session, plans: list[DomainPlan]) -> list[DomainPlan]:
+    """Each plan's layout C vGPUs of MIG-backed types get the GPU instances they need first (modes/mig.py); MIG
+    state is read from nvidia-smi only when a plan has such a vGPU."""
+    types = {(t.parent, t.type_id): t for t in s.snap.types()}
+    gpus: list[MigGpu] | None = None
+    out = []
+    for p in plans:
+        needs = []
+        for st in p.plan.steps:
+            t = types.get((st.vf, f"nvidia-{st.type_num}")) if isinstance(st, SetVfVgpuType) else None
+            profile = mig_profile_name(t.name) if t is not None and "mig_slices" in t.attributes else None
+            if profile and isinstance(st, SetVfVgpuType):
+                needs.append((s.snap.physical_gpu(st.vf), profile))
+        if needs and gpus is None:
+            gpus = _mig_gpus(s)
+        # only GPUs nvidia-smi reports with MIG on: elsewhere the plan stays as it was and the driver decides
+        needs = [n for n in needs if any(g.address == n[0] and g.enabled for g in gpus or ())]
+        if needs and gpus:
+            pre = mig_mode.MODE.plan_for_vgpus(gpus, needs)
+            gpus = mig_mode.MODE.with_planned(gpus, pre)
+            p = dataclasses.replace(p, plan=Plan(tuple(pre) + p.plan.steps, p.plan.summary))
+        out.append(p)
+    return out
 
 
 # -- destroy ---------------------------------------------------------------------------------------------------------

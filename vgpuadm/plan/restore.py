@@ -5,7 +5,8 @@ order, re-discovering between them, because each phase makes the devices the nex
 
   driver  vendor driver bound to every PF a vGPU needs (nothing to do when the boot bound it)
   sriov   SR-IOV VFs enabled on the PFs whose VFs the allocations name (VFs vanish at reboot, reference §7)
-  mig     MIG GPU instances — not handled yet; reported as skipped
+  mig     MIG mode on, then one GPU instance per MIG-backed allocation that has no free instance of its profile,
+          placed by the capacity model (the same order places them where vgpuadm placed them before)
   vgpu    mdevs (layouts A/B) with the UUIDs the domain XML names, VF vGPU types (layout C)
   params  vgpu_params written after create and before the guest starts (reference §2.5)
   vfio    passthrough functions bound to vfio-pci again
@@ -21,9 +22,10 @@ from typing import TypeVar
 
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
 
+from vgpuadm.catalog.mig import MigGpu, mig_profile_name
 from vgpuadm.errors import VgpuadmError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
-from vgpuadm.modes import mdev, passthrough, sriov, vf_pool, vf_vgpu
+from vgpuadm.modes import mdev, mig, passthrough, sriov, vf_pool, vf_vgpu
 from vgpuadm.modes.base import join_params, split_params
 from vgpuadm.plan.desired import params_equal
 from vgpuadm.steps import (
@@ -80,15 +82,17 @@ def missing_devices(allocations: Iterable[Allocation], snap: HostSnapshot) -> li
 
 
 def plan_phase(
-    phase: str, allocations: Sequence[Allocation], snap: HostSnapshot, *, sriov_manage: bool = False
-) -> PhasePlan:
+    phase: str, allocations: Sequence[Allocation], snap: HostSnapshot, *, sriov_manage: bool = False,
+    mig_gpus: Sequence[MigGpu] | None = None,
+) -> PhasePlan:  # fmt: skip
     """The work of one phase. `sriov_manage`: NVIDIA's sriov-manage is installed (the only way to enable the VFs
-    of a PF bound to nvidia)."""
+    of a PF bound to nvidia). `mig_gpus`: the MIG state nvidia-smi reports (read when `needs_mig` says so)."""
     if phase == "sriov":
         return _sriov(allocations, snap, sriov_manage)
+    if phase == "mig":
+        return _mig(allocations, snap, mig_gpus)
     builders: dict[str, Callable[[Sequence[Allocation], HostSnapshot], PhasePlan]] = {
         "driver": _driver,
-        "mig": _mig,
         "vgpu": _vgpu,
         "params": _params,
         "vfio": _vfio,
@@ -148,13 +152,65 @@ def _sriov(allocs: Sequence[Allocation], snap: HostSnapshot, sriov_manage: bool)
     return PhasePlan("sriov", tuple(units), tuple(problems))
 
 
-def _mig(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
-    mig = [a for a in allocs if a.type_id and _is_mig_backed(a, snap)]
-    skipped = tuple(
-        f"{a.domain}: MIG-backed {a.type_id} needs GPU instances (nvidia-smi mig -cgi); not restored by this version"
-        for a in mig
-    )
-    return PhasePlan("mig", skipped=skipped)
+def mig_backed(allocs: Sequence[Allocation], snap: HostSnapshot) -> list[tuple[Allocation, str]]:
+    """(allocation, GPU-instance profile) of every MIG-backed allocation."""
+    names = {t.type_id: t.name for t in snap.types()}
+    out = []
+    for a in allocs:
+        profile = mig_profile_name(names.get(a.type_id or "", "")) if a.type_id and _is_mig_backed(a, snap) else None
+        if profile:
+            out.append((a, profile))
+    return out
+
+
+def needs_mig(allocs: Sequence[Allocation], snap: HostSnapshot) -> bool:
+    return bool(mig_backed(allocs, snap))
+
+
+def _mig(allocs: Sequence[Allocation], snap: HostSnapshot, gpus: Sequence[MigGpu] | None) -> PhasePlan:
+    """MIG mode on where it is off, then the GPU instances the MIG-backed allocations need that no free instance
+    of their profile covers (GPU instances do not survive a reboot; MIG mode does, reference §3.5)."""
+    wanted: dict[str, dict[str, list[Allocation]]] = {}
+    for a, profile in mig_backed(allocs, snap):
+        if _vgpu_exists(a, snap):  # it already sits on its GPU instance
+            continue
+        dev = needed_device(a)
+        if dev is not None and dev in snap.functions:
+            pf = snap.physical_gpu(dev)
+        else:
+            candidates = _candidate_pfs(dev or "", snap)
+            pf = candidates[0] if candidates else ""
+        wanted.setdefault(pf, {}).setdefault(profile, []).append(a)
+    units: list[Plan] = []
+    problems: list[str] = []
+    for pf, profiles in sorted(wanted.items()):
+        try:
+            g = mig.MODE.gpu(gpus or (), pf)
+            if not g.enabled:
+                enable = mig.MODE.plan_enable(snap, gpus or (), pf)
+                if enable:
+                    units.append(Plan.of(enable, f"enable MIG mode on {pf}"))
+                if (
+                    enable
+                ):  # planned in this phase: the creates after it see MIG on (a board needing a reset fails them)
+                    g = MigGpu(g.index, g.address, g.product, "Enabled", "Enabled", g.virtualization_mode,
+                               g.host_vgpu_mode, g.profiles, g.instances)  # fmt: skip
+            for profile, owners in sorted(profiles.items()):
+                free = [gi for gi in g.instances if gi.name == profile and not gi.users]
+                missing = len(owners) - len(free)
+                if missing > 0:
+                    steps = mig.MODE.plan_create([g], pf, profile, missing)
+                    units.append(Plan.of(steps, f"create {missing} {profile} GPU instance(s) on {pf}"))
+        except VgpuadmError as exc:
+            problems.append(f"{pf}: {exc.message}")
+    return PhasePlan("mig", tuple(units), tuple(problems))
+
+
+def _vgpu_exists(a: Allocation, snap: HostSnapshot) -> bool:
+    if a.mode == DeviceMode.MDEV:
+        return bool(a.uuid) and a.uuid in snap.mdevs
+    vf = snap.vendor_vfs.get(a.address or "")
+    return vf is not None and a.type_id == f"nvidia-{vf.current_type}"
 
 
 def _is_mig_backed(a: Allocation, snap: HostSnapshot) -> bool:

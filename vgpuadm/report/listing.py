@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from vgpuadm.catalog.mig import mig_profile_name
 from vgpuadm.errors import NotFoundError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, Layout, VgpuType, device_key, pci_address
 
@@ -53,6 +54,8 @@ def type_row(t: VgpuType) -> dict[str, Any]:
         "device_api": t.device_api,
         "description": t.description,
         "attributes": dict(t.attributes),
+        # the GPU-instance profile a MIG-backed type needs (H200X-1-18C → 1g.18gb); None for time-sliced types
+        "mig_profile": mig_profile_name(t.name) if "mig_slices" in t.attributes else None,
     }
 
 

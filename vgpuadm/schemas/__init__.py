@@ -10,6 +10,7 @@ from importlib import resources
 from typing import Any
 
 NAMES = ("gpus", "types", "devices")
+MIG_NAMES = ("mig-status", "mig-profiles", "mig-instances")  # `vgpuadm mig status|profiles|instances --json`
 
 
 @cache

@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from vgpuadm.catalog.naming import describe_nvidia_name
+from vgpuadm.sim import mig, migmodel
 from vgpuadm.sim import usage as vgpu_usage
 from vgpuadm.sim.state import MdevRecord, SimHost, fail, kstrtoul
 from vgpuadm.sim.tree import IOMMU_GROUPS, MDEV_BUS, MDEV_DEVICES
@@ -91,6 +92,11 @@ def available(host: SimHost, parent: str, type_id: str, used: Usage) -> int:
     if rule == "nvidia-one-size":
         if mine:
             return 0
+        state = mig.state_of_pf(host, info["physical_gpu"])
+        if not migmodel.offered(state, type_id):
+            return 0
+        if migmodel.is_mig_type(state, type_id):  # listed while a matching instance is free (reference §3.5)
+            return 1 if state is not None and migmodel.free_instance(state, type_id) else 0
         running = used.by_gpu.get(info["physical_gpu"], [])
         if any(size_key(r) != size_key(t) for r in running):
             return 0
@@ -121,7 +127,7 @@ def recompute(
         for type_id in info["types"]:
             value = available(host, name, type_id, now)
             path = f"{info['path']}/mdev_supported_types/{type_id}/available_instances"
-            if then is None:
+            if then is None or mig.state_of_pf(host, info.get("physical_gpu")):  # instances are not in `then`
                 host.set_attr(path, value)
             elif available(host, name, type_id, then) != value:
                 host.tree.raw(path, f"{value}\n".encode(), 0o444)
@@ -149,6 +155,8 @@ def create(host: SimHost, create_path: str, data: bytes) -> None:
         fail(errno_mod.EINVAL)
     tree = host.tree
     path = f"{dev}/{uuid}"
+    if migmodel.is_mig_type(mig.state_of_pf(host, info["physical_gpu"]), type_id):
+        mig.bind(host, info["physical_gpu"], type_id, path)
     tree.mkdir(path)
     tree.link(f"{path}/mdev_type", type_dir)
     tree.wo(f"{path}/remove")
@@ -191,6 +199,7 @@ def drop(host: SimHost, uuid: str, path: str) -> None:
     canonical = host.resolve(path)
     tree.rmtree(path)
     vgpu_usage.forget(host, [canonical])  # a removed vGPU is held by nobody
+    mig.unbind(host, canonical)  # and its GPU instance is free again
 
 
 def unregister_parent(host: SimHost, name: str, dev: str) -> None:

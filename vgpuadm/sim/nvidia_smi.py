@@ -1,62 +1,265 @@
-"""A simulated `nvidia-smi` for simulated NVIDIA hosts: answers `vgpu -s -v` (every vGPU type each GPU supports,
-whether or not one can be created now) from the simulated host's hardware model, in the real tool's layout:
+"""A simulated `nvidia-smi` for simulated NVIDIA hosts, answering from the simulated host's model in the real tool's
+layouts (the real H200's `mig -lgip`/`-lgipp`, the published `-lgi`/`-lci`; tests/data/README.md):
 
-    GPU 00000000:18:00.0
-        vGPU Type ID                          : 0x58c
-            Name                              : NVIDIA H200X-4C
-            ...
+  vgpu -s [-v]                every vGPU type each GPU supports, whether or not one can be created now
+  -q -x                       MIG mode current/pending, virtualization mode, host vGPU mode
+  -i N -mig 1|0, -r -i N      MIG mode (sim/mig.py: refused while busy, pending where the board needs a reset)
+  mig -lgip|-lgipp|-lgi|-lci  profiles, placements, GPU and compute instances (`-i N` filters)
+  mig -i N -cgi P[:S],… [-C]  create GPU instances (profile id or name, optional start slot), with compute instances
+  mig -i N -dgi [-gi ID,…]    destroy GPU instances; `-cci`/`-dci` with `-gi` for compute instances
 
 `vgpuadm sim build` installs it as <root>/usr/bin/nvidia-smi (a wrapper running `python -m vgpuadm.sim.nvidia_smi
 ROOT ARGS…`), as the real driver package installs nvidia-smi. Other invocations say what the real one says to an
-unknown combination and exit 2."""
+unknown combination and exit 2. Changing commands hold the simulated kernel's root lock.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
+from xml.sax.saxutils import escape
 
-from vgpuadm.host.sysfs import SIM_MARKER
+from vgpuadm.sim import mdevs, mig, migmodel, vendor_vfio
+from vgpuadm.sim.state import SimHost, load_model, root_lock
 from vgpuadm.sim.tools import install_tool
 
 WRAPPER = "/usr/bin/nvidia-smi"
+INVALID = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
+
+# The real H200's `mig -lgip` frame (81 columns, driver 580.159.04), verbatim.
+_GIP_HEAD = (
+    "+-------------------------------------------------------------------------------+\n"
+    "| GPU instance profiles:                                                        |\n"
+    "| GPU   Name               ID    Instances   Memory     P2P    SM    DEC   ENC  |\n"
+    "|                                Free/Total   GiB              CE    JPEG  OFA  |\n"
+    "|===============================================================================|\n"
+)
+_GIP_RULE = "+-------------------------------------------------------------------------------+\n"
+# The published `mig -lgi` and `-lci` frames (tests/data/nvidia-smi-published/a100-pcie-40gb-510.txt).
+_GI_RULE = "+-------------------------------------------------------+\n"
+_GI_HEAD = (
+    _GI_RULE + "| GPU instances:                                        |\n"
+    "| GPU   Name             Profile  Instance   Placement  |\n"
+    "|                          ID       ID       Start:Size |\n"
+    "|=======================================================|\n"
+)
+_CI_RULE = "+--------------------------------------------------------------------+\n"
+_CI_HEAD = (
+    _CI_RULE + "| Compute instances:                                                 |\n"
+    "| GPU     GPU       Name             Profile   Instance   Placement  |\n"
+    "|       Instance                       ID        ID       Start:Size |\n"
+    "|         ID                                                         |\n"
+    "|====================================================================|\n"
+)
+NO_MIG = "No MIG-enabled devices found.\n"
 
 
-def supported_types(model: dict[str, object]) -> str:
+def supported_types(model: dict[str, Any], verbose: bool = True) -> str:
+    """`vgpu -s -v` (or `vgpu -s`): the GPU Instance Profile ID names what a MIG-backed type needs."""
     out = []
     vendor = model.get("vendor_vfio") or {}
-    assert isinstance(vendor, dict)
-    for pf, info in sorted(vendor.items()):
-        domain, rest = pf.split(":", 1)
-        out.append(f"GPU {int(domain, 16):08X}:{rest.upper()}")
-        for num, name, fb_mib, mx in info["types"]:
+    states = model.get("mig") or {}
+    for pf in migmodel.gpu_order(model):
+        types = (vendor.get(pf) or {}).get("types") or []
+        if not types:
+            continue
+        out.append(f"GPU {mig.nv_address(pf)}")
+        need = (states.get(pf) or {}).get("types") or {}
+        for num, name, fb_mib, mx in types:
+            if not verbose:
+                out.append(f"    {name}")
+                continue
+            gi = need.get(str(num), {}).get("profile", "N/A")
             out += [
                 f"    vGPU Type ID                          : {num:#x}",
                 f"        Name                              : {name}",
                 "        Class                             : Compute",
-                "        GPU Instance Profile ID           : N/A",
+                f"        GPU Instance Profile ID           : {gi}",
                 f"        Max Instances                     : {mx if mx is not None else 'N/A'}",
                 "        Max Instances Per VM              : 1",
                 f"        FB Memory                         : {fb_mib} MiB",
             ]
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n" if out else "No supported devices in vGPU mode\n"
+
+
+def query_xml(model: dict[str, Any]) -> str:
+    """`-q -x`, the fields vgpuadm reads (the real document has ~300 more)."""
+    states = model.get("mig") or {}
+    gpus = []
+    for pf in migmodel.gpu_order(model):
+        st = states.get(pf)
+        cur, pend = (st["mode"], st["pending"]) if st else ("N/A", "N/A")
+        gpus.append(
+            f'\t<gpu id="{mig.nv_address(pf)}">\n\t\t<product_name>{escape(str(model.get("profile")))}</product_name>\n'
+            f"\t\t<mig_mode>\n\t\t\t<current_mig>{cur}</current_mig>\n\t\t\t<pending_mig>{pend}</pending_mig>\n"
+            "\t\t</mig_mode>\n\t\t<gpu_virtualization_mode>\n\t\t\t<virtualization_mode>Host VGPU</virtualization_mode>\n"
+            "\t\t\t<host_vgpu_mode>SR-IOV</host_vgpu_mode>\n\t\t</gpu_virtualization_mode>\n\t</gpu>\n"
+        )
+    return (f'<?xml version="1.0" ?>\n<nvidia_smi_log>\n\t<attached_gpus>{len(gpus)}</attached_gpus>\n'
+            + "".join(gpus) + "</nvidia_smi_log>\n")  # fmt: skip
+
+
+def _selected(model: dict[str, Any], index: int | None) -> list[tuple[int, str, dict[str, Any]]]:
+    states = model.get("mig") or {}
+    order = migmodel.gpu_order(model)
+    return [(i, pf, states[pf]) for i, pf in enumerate(order) if pf in states and index in (None, i)]
+
+
+def gi_profiles(model: dict[str, Any], index: int | None) -> str:
+    """`mig -lgip`, listed whatever the MIG mode (the real H200 lists them with MIG off)."""
+    rows = []
+    for i, _pf, st in _selected(model, index):
+        for p in st["profiles"]:
+            ft = f"{_free_count(st, p) if migmodel.enabled(st) else p['total']}/{p['total']}"
+            rows.append(
+                f"|{i:>4}  MIG {p['name']:<15}{p['id']:>3}{ft:>8}        {p['mem_gib']:<7.2f}{'No':>6}     "
+                f"{p['sm']:<3}{p['dec']:>5}{p['enc']:>6}   |\n"
+                f"|{'':62}{p['ce']:>2}{p['jpeg']:>6}{p['ofa']:>6}   |\n" + _GIP_RULE
+            )
+    return _GIP_HEAD + "".join(rows) if rows else NO_MIG
+
+
+def _free_count(st: dict[str, Any], p: dict[str, Any]) -> int:
+    """How many more instances of `p` fit now: place them greedily on free starts (nvidia-smi's Free column)."""
+    trial = {**st, "instances": list(st["instances"])}
+    n = sum(1 for gi in st["instances"] if gi["profile"] == p["id"])
+    free = 0
+    while n + free < p["total"]:
+        used = migmodel.used_slots(trial)
+        fits = [s for s in p["starts"] if not used & set(range(s, s + p["size"]))]
+        if not fits:
+            break
+        trial["instances"].append({"id": -1, "profile": p["id"], "start": fits[0], "users": []})
+        free += 1
+    return free
+
+
+def gi_placements(model: dict[str, Any], index: int | None) -> str:
+    lines = []
+    for i, _pf, st in _selected(model, index):
+        for p in st["profiles"]:
+            word = "Placements:" if len(p["starts"]) > 1 else "Placement :"
+            lines.append(f"GPU {i:2d} Profile ID {p['id']:2d} {word} {{{','.join(map(str, p['starts']))}}}:{p['size']}")
+    return "\n".join(lines) + "\n" if lines else NO_MIG
+
+
+def gpu_instances(model: dict[str, Any], index: int | None) -> str:
+    chosen = [(i, st) for i, _pf, st in _selected(model, index) if migmodel.enabled(st)]
+    if not chosen:
+        return NO_MIG
+    rows = []
+    for i, st in chosen:
+        for gi in sorted(st["instances"], key=lambda g: g["start"]):
+            p = migmodel.profile(st, gi["profile"]) or {"name": "?", "size": 0}
+            place = f"{gi['start']}:{p['size']}"
+            rows.append(f"|{i:>4}  MIG {p['name']:<16}{gi['profile']:>2}{gi['id']:>9}{place:>13}     |\n" + _GI_RULE)
+    return _GI_HEAD + "".join(rows) if rows else "No GPU instances found: Not Found\n"
+
+
+def compute_instances(model: dict[str, Any], index: int | None) -> str:
+    chosen = [(i, st) for i, _pf, st in _selected(model, index) if migmodel.enabled(st)]
+    if not chosen:
+        return NO_MIG
+    rows = []
+    for i, st in chosen:
+        for ci in st["cis"]:
+            gi = next(g for g in st["instances"] if g["id"] == ci["gi"])
+            p = migmodel.profile(st, gi["profile"]) or {"name": "?", "size": 0}
+            place = f"0:{p['size']}"
+            rows.append(f"|{i:>4}{ci['gi']:>7}       MIG {p['name']:<16}{ci['profile']:>2}{ci['id']:>10}{place:>13}     |\n"
+                        + _CI_RULE)  # fmt: skip
+    return _CI_HEAD + "".join(rows) if rows else "No compute instances found: Not Found\n"
+
+
+def refresh(host: SimHost, pf: str) -> None:
+    """What the GPU's VFs offer after a MIG change."""
+    if pf in host.model["vendor_vfio"]:
+        vendor_vfio.recompute(host, pf)
+    names = [n for n in host.parent_names() if (host.parent_info(n) or {}).get("physical_gpu") == pf]
+    if names:
+        mdevs.recompute(host, names)
+
+
+def _opt(args: list[str], flag: str) -> str | None:
+    if flag in args:
+        i = args.index(flag)
+        if i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def _ids(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    if not all(part.isdecimal() for part in text.split(",")):
+        raise mig.MigError(INVALID.strip(), 2)
+    return [int(part) for part in text.split(",")]
+
+
+def change(root: str, args: list[str]) -> str:
+    """A changing command, under the root lock."""
+    index_text = _opt(args, "-i")
+    if index_text is None or not index_text.isdecimal():
+        raise mig.MigError("Please specify the GPU with -i", 2)  # [I]: vgpuadm always names the GPU
+    index = int(index_text)
+    with root_lock(root):
+        host = SimHost(root, load_model(root))
+        if "-mig" in args:
+            value = _opt(args, "-mig")
+            if value not in ("0", "1"):
+                raise mig.MigError(INVALID.strip(), 2)
+            text = mig.set_mode(host, index, value == "1")
+        elif "-r" in args:
+            text = mig.reset(host, index)
+        elif "-cgi" in args:
+            items = (_opt(args, "-cgi") or "").split(",")
+            text = mig.create_gi(host, index, [x for x in items if x], "-C" in args)
+        elif "-dgi" in args:
+            text = mig.destroy_gi(host, index, _ids(_opt(args, "-gi")))
+        elif "-cci" in args:
+            text = mig.create_ci(host, index, _ids(_opt(args, "-gi")) or [])
+        elif "-dci" in args:
+            text = mig.destroy_ci(host, index, _ids(_opt(args, "-gi")))
+        else:
+            raise mig.MigError(INVALID.strip(), 2)
+        refresh(host, mig.by_index(host, index)[0])
+    return text
 
 
 def main(argv: Sequence[str]) -> int:
     root, args = argv[0], list(argv[1:])
-    if args in (["vgpu", "-s", "-v"], ["vgpu", "-v", "-s"]):
-        with open(os.path.join(root, SIM_MARKER)) as f:
-            sys.stdout.write(supported_types(json.load(f)))
-        return 0
-    sys.stderr.write("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n")
+    index_text = _opt(args, "-i")
+    index = int(index_text) if index_text and index_text.isdecimal() else None
+    reads = {
+        ("vgpu", "-s", "-v"): lambda m: supported_types(m), ("vgpu", "-v", "-s"): lambda m: supported_types(m),
+        ("vgpu", "-s"): lambda m: supported_types(m, verbose=False), ("-q", "-x"): query_xml,
+        ("mig", "-lgip"): lambda m: gi_profiles(m, index), ("mig", "-lgipp"): lambda m: gi_placements(m, index),
+        ("mig", "-lgi"): lambda m: gpu_instances(m, index), ("mig", "-lci"): lambda m: compute_instances(m, index),
+    }  # fmt: skip
+    plain = tuple(a for a in args if a not in ("-i", index_text))
+    try:
+        if plain in reads:
+            sys.stdout.write(reads[plain](load_model(root)))
+            return 0
+        if {"-mig", "-r"} & set(args) or (args[:1] == ["mig"] and {"-cgi", "-dgi", "-cci", "-dci"} & set(args)):
+            sys.stdout.write(change(root, args))
+            return 0
+    except mig.MigError as exc:
+        sys.stderr.write(exc.message + "\n")
+        return exc.code
+    except OSError as exc:  # a vGPU write inside the change failed: the driver's errno
+        sys.stderr.write(f"{os.strerror(exc.errno or 5)}\n")
+        return 1
+    sys.stderr.write(INVALID)
     return 2
 
 
 def install(root: str) -> None:
     """Put the wrapper at <root>/usr/bin/nvidia-smi."""
     install_tool(root, WRAPPER, "vgpuadm.sim.nvidia_smi",
-                 "nvidia-smi on a simulated host (installed by `vgpuadm sim build`): answers `vgpu -s -v`.")  # fmt: skip
+                 "nvidia-smi on a simulated host (installed by `vgpuadm sim build`): vgpu -s, -q -x, -mig, mig …")  # fmt: skip
 
 
 if __name__ == "__main__":

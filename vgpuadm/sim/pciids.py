@@ -21,9 +21,11 @@ PCI_IDS = """\
 \t1bb3  GP104GL [Tesla P4]
 \t1e04  TU102 [GeForce RTX 2080 Ti]
 \t1eb8  TU104GL [Tesla T4]
+\t20b5  GA100 [A100 PCIe 80GB]
 \t20f1  GA100 [A100 PCIe 40GB]
 \t2204  GA102 [GeForce RTX 3090]
 \t2335  GH100 [H200 SXM 141GB]
+\t2bb5  GB202GL [RTX PRO 6000 Blackwell Server Edition]
 1b36  Red Hat, Inc.
 \t0010  QEMU NVM Express Controller
 8086  Intel Corporation

@@ -30,7 +30,7 @@ from typing import Any
 from vgpuadm.catalog.boards import equal_size_max
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.errors import UsageError
-from vgpuadm.sim import nvidia_smi, pciids
+from vgpuadm.sim import migmodel, pciids
 from vgpuadm.sim.tools import install_tool
 from vgpuadm.sim.tree import MdevTypeSpec, PciSpec, TreeBuilder
 
@@ -88,6 +88,33 @@ H200_TYPES = [
                    (1417, "H200X-2-35C"), (1418, "H200X-3-71C"), (1419, "H200X-4-71C"), (1420, "H200X-4C"),
                    (1421, "H200X-7C"), (1422, "H200X-8C"), (1423, "H200X-14C"), (1424, "H200X-17C"),
                    (1425, "H200X-28C"), (1426, "H200X-35C"), (1427, "H200X-70C"), (1428, "H200X-141C")]
+]  # fmt: skip
+
+# MIG-backed type → GPU-instance profile id: reference §3.5 (H200X-1-18C ↔ MIG 1g.18gb) and the real H200's
+# -lgip ids (sim/migmodel.py).
+H200_MIG_PROFILE = {"H200X-1-18C": 19, "H200X-1-18CME": 20, "H200X-1-35C": 15, "H200X-2-35C": 14, "H200X-3-71C": 9,
+                    "H200X-4-71C": 5, "H200X-7-141C": 0}  # fmt: skip
+
+# A100 PCIe 80GB (A100D), layout B: the type names and maxima of the reference §3.6 (A100D row: MIG 7-80C … 1-10CME,
+# time-sliced 80C 1 … 4C 20, equal-size); the type ids 600–613 are [I] (no published A100D id list); GPU-instance
+# profile ids from sim/migmodel.py.
+A100D_TYPES = [
+    (600, "A100D-4C", 20, None), (601, "A100D-8C", 10, None), (602, "A100D-10C", 8, None),
+    (603, "A100D-16C", 5, None), (604, "A100D-20C", 4, None), (605, "A100D-40C", 2, None),
+    (606, "A100D-80C", 1, None), (607, "A100D-1-10C", 7, 19), (608, "A100D-1-10CME", 1, 20),
+    (609, "A100D-1-20C", 4, 15), (610, "A100D-2-20C", 3, 14), (611, "A100D-3-40C", 2, 9),
+    (612, "A100D-4-40C", 1, 5), (613, "A100D-7-80C", 1, 0),
+]  # fmt: skip
+
+# RTX PRO 6000 Blackwell Server Edition 96GB, layout C, with time-sliced MIG-backed vGPU (NVIDIA's vGPU docs:
+# several vGPUs share one MIG slice on boards that allow it). Names (board prefix DC), ids 2000–2012, maxima and the
+# vGPUs per instance are [I]; the profiles (1g.24gb ×4, 2g.48gb ×2, 4g.96gb ×1) are sim/migmodel.py's.
+# (id, name, max per GPU, GPU-instance profile or None, vGPUs per instance)
+RTXPRO6000_TYPES = [
+    (2000, "DC-4-96C", 1, 0, 1), (2001, "DC-2-48C", 2, 5, 1), (2002, "DC-1-24C", 4, 14, 1),
+    (2003, "DC-2-24C", 4, 5, 2), (2004, "DC-1-12C", 8, 14, 2), (2005, "DC-1-8C", 12, 14, 3),
+    (2006, "DC-96C", 1, None, 0), (2007, "DC-48C", 2, None, 0), (2008, "DC-24C", 4, None, 0),
+    (2009, "DC-12C", 8, None, 0), (2010, "DC-8C", 12, None, 0), (2011, "DC-4C", 24, None, 0),
 ]  # fmt: skip
 
 # Intel GVT-g V5 types — reference §4.1 (i915 gvt/vgpu.c): low_gm MiB, high_gm MiB, fence, resolution, weight.
@@ -286,11 +313,15 @@ def add_vf_driver_attrs(h: HostBuilder, pf: str, index: int) -> None:
     info = h.model["sriov"][pf]
     vf = info["vfs"][index]
     dev = f"{info['parent_dir']}/{vf}"
+    state = (h.model.get("mig") or {}).get(pf)
     if info["vf_layout"] == "mdev-vf":
-        types = {tid: {**t, "available": 1} for tid, t in info["vf_types"].items()}
+        # MIG-backed types are listed only while a matching free GPU instance exists (none at build or probe time
+        # on a GPU whose instances were just made is not modelled: sim/mdevs.recompute corrects it)
+        types = {tid: {**t, "available": int(migmodel.offered(state, tid) and not migmodel.is_mig_type(state, tid))}
+                 for tid, t in info["vf_types"].items()}  # fmt: skip
         h.mdev_parent(dev, vf, "nvidia-one-size", types, physical_gpu=pf)
     elif info["vf_layout"] == "vendor-vfio":
-        h.tree.creatable(dev, [(num, name) for num, name, _fb, _mx in info["vf_types"]])
+        h.tree.creatable(dev, [(num, name) for num, name, _fb, _mx in info["vf_types"] if migmodel.offered(state, num)])
         h.tree.attr(f"{dev}/nvidia/current_vgpu_type", 0)
         h.tree.attr(f"{dev}/nvidia/vgpu_params", "")
 
@@ -312,14 +343,51 @@ def add_a100_mdev_vf(h: HostBuilder, address: str, host_bridge: str, group: int,
 
 
 def add_h200(h: HostBuilder, address: str, host_bridge: str, group: int, numa: int, vfs: int,
-             enabled: bool = True) -> None:  # fmt: skip
+             enabled: bool = True, mig: bool = False) -> None:  # fmt: skip
     port = h.root_port(f"{address.rsplit(':', 2)[0]}:{int(address.split(':')[1], 16) - 1:02x}:01.0", host_bridge)
     types = [[num, f"NVIDIA {p}", describe_nvidia_name(p).framebuffer_mib, mx] for num, p, mx in H200_TYPES]
     _sriov_pf(h, address, port, "0x2335", vfs, enabled, "vendor-vfio", types, group, numa, "0x2335")
     h.model["vendor_vfio"][address] = {"types": types}
+    if mig:
+        # MIG off (the real H200's -q -x): the GPU offers its time-sliced types only; the H200X-<n>-<GB>C types need
+        # MIG mode and a GPU instance of their profile (H200_MIG_PROFILE), one vGPU per instance.
+        need = {str(num): {"profile": H200_MIG_PROFILE[p], "per_gi": 1} for num, p, _mx in H200_TYPES
+                if p in H200_MIG_PROFILE}  # fmt: skip
+        h.model.setdefault("mig", {})[address] = migmodel.gpu_state(migmodel.H200_PROFILES, need, reset_needed=False)
     if enabled:
         for i in range(vfs):
             add_sriov_vf(h, address, i)
+
+
+def add_a100d_mig(h: HostBuilder, address: str, host_bridge: str, group: int, numa: int, vfs: int) -> None:
+    """A100 PCIe 80GB with `vfs` VFs enabled, mdev types on each VF (layout B), MIG off; enabling MIG stays pending
+    until a GPU reset (the published A100 output's "pending enable state")."""
+    port = h.root_port(f"{address.rsplit(':', 2)[0]}:{int(address.split(':')[1], 16) - 1:02x}:01.0", host_bridge)
+    vf_types, need = {}, {}
+    for num, profile, mx, gi_profile in A100D_TYPES:
+        fb = describe_nvidia_name(profile).framebuffer_mib or 0
+        vf_types[f"nvidia-{num}"] = {"name": f"NVIDIA {profile}", "description": _nv_description(1, 60, fb, "4096x2400", mx),
+                                     "max": mx, "fb_mib": fb}  # fmt: skip
+        if gi_profile is not None:
+            need[f"nvidia-{num}"] = {"profile": gi_profile, "per_gi": 1}
+    h.model.setdefault("mig", {})[address] = migmodel.gpu_state(migmodel.A100D_PROFILES, need, reset_needed=True)
+    _sriov_pf(h, address, port, "0x20b5", vfs, True, "mdev-vf", vf_types, group, numa, "0x20b5")
+    for i in range(vfs):
+        add_sriov_vf(h, address, i)
+
+
+def add_rtxpro6000(h: HostBuilder, address: str, host_bridge: str, group: int, numa: int, vfs: int) -> None:
+    """RTX PRO 6000 Blackwell on vendor-specific VFIO (layout C) with `vfs` VFs, MIG off."""
+    port = h.root_port(f"{address.rsplit(':', 2)[0]}:{int(address.split(':')[1], 16) - 1:02x}:01.0", host_bridge)
+    types = [
+        [num, f"NVIDIA {p}", describe_nvidia_name(p).framebuffer_mib, mx] for num, p, mx, _g, _n in RTXPRO6000_TYPES
+    ]
+    need = {str(num): {"profile": g, "per_gi": n} for num, _p, _mx, g, n in RTXPRO6000_TYPES if g is not None}
+    h.model.setdefault("mig", {})[address] = migmodel.gpu_state(migmodel.RTXPRO6000_PROFILES, need, reset_needed=False)
+    _sriov_pf(h, address, port, "0x2bb5", vfs, True, "vendor-vfio", types, group, numa, "0x2bb5")
+    h.model["vendor_vfio"][address] = {"types": types}
+    for i in range(vfs):
+        add_sriov_vf(h, address, i)
 
 
 def add_a2_mdev_vf(h: HostBuilder, address: str, host_bridge: str, group: int, numa: int, vfs: int) -> None:
@@ -578,6 +646,18 @@ PROFILES: dict[str, tuple[str, Callable[[HostBuilder], None]]] = {
     "t4": ("one Tesla T4 (layout A)", _t4),
     "a100-mdev-vf": ("A100 40GB with 16 VFs, mdev types on each VF (layout B)", _a100),
     "h200-vendor-vfio": ("H200 SXM5 with 16 VFs on NVIDIA vendor-specific VFIO (layout C)", _h200),
+    "h200-mig": (
+        "H200 SXM5 with 16 VFs (layout C), MIG off: MIG-backed H200X-<n>-<GB>C types once MIG is on",
+        lambda h: add_h200(h, "0000:18:00.0", "pci0000:17", 5, 0, 16, mig=True),
+    ),
+    "a100d-mig": (
+        "A100 PCIe 80GB with 16 VFs, mdev types on each VF (layout B), MIG off (enabling needs a reset)",
+        lambda h: add_a100d_mig(h, "0000:41:00.0", "pci0000:40", 4, 0, 16),
+    ),
+    "rtxpro6000-mig": (
+        "RTX PRO 6000 Blackwell with 16 VFs (layout C), MIG off; time-sliced MIG-backed types",
+        lambda h: add_rtxpro6000(h, "0000:81:00.0", "pci0000:80", 6, 1, 16),
+    ),
     "gvt-g": ("Intel iGPU with GVT-g types sharing the aperture (layout A)", lambda h: add_gvt_g(h)),
     "mtty": ("the kernel's mtty sample driver (24 ports, no descriptions)", lambda h: add_mtty(h)),
     "passthrough": (
@@ -613,12 +693,16 @@ def build(profile: str, root: str) -> Model:
     return model
 
 
+NVIDIA_SMI_PATH = "usr/bin/nvidia-smi"  # sim/nvidia_smi.py answers it (installed here: it imports this module)
+
+
 def install_tools(root: str, model: Model) -> None:
     """The driver package's tools a host of this model has (also for a simulated host imported from a snapshot)."""
     if any(model["drivers"].get(pf) == "nvidia" for pf in model["sriov"]):
         install_sriov_manage(root)
-    if model["vendor_vfio"]:  # the NVIDIA driver package brings nvidia-smi
-        nvidia_smi.install(root)
+    if model["vendor_vfio"] or model.get("mig"):  # the NVIDIA driver package brings nvidia-smi
+        install_tool(root, NVIDIA_SMI_PATH, "vgpuadm.sim.nvidia_smi",
+                     "nvidia-smi on a simulated host (installed by `vgpuadm sim build`): vgpu -s, -q -x, -mig, mig …")  # fmt: skip
 
 
 SRIOV_MANAGE_PATH = "usr/lib/nvidia/sriov-manage"  # under the root, where the vGPU host driver package puts it

@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno as errno_mod
 from typing import Any
 
-from vgpuadm.sim import usage
+from vgpuadm.sim import mig, migmodel, usage
 from vgpuadm.sim.mdevs import size_key
 from vgpuadm.sim.state import SimHost, fail, kstrtol
 
@@ -33,7 +33,10 @@ def _vf_dirs(host: SimHost, pf: str) -> list[str]:
 
 
 def recompute(host: SimHost, pf: str) -> None:
-    types = _types(host, pf)
+    """Every VF's creatable list. With MIG on, a free VF lists every MIG-backed type whatever instances exist (a
+    write without a free matching instance fails with EIO); with MIG off, the time-sliced types by equal size."""
+    state = mig.state_of_pf(host, pf)
+    types = [t for t in _types(host, pf) if migmodel.offered(state, int(t[0]))]
     by_id = {int(t[0]): t for t in types}
     vfs = _vf_dirs(host, pf)
     current = {d: int(host.read(f"{d}/nvidia/current_vgpu_type") or 0) for d in vfs}
@@ -41,7 +44,7 @@ def recompute(host: SimHost, pf: str) -> None:
     for d in vfs:
         if current[d]:
             listed: list[list[Any]] = []
-        elif not running:
+        elif not running or migmodel.enabled(state):
             listed = types
         else:
             key = _key(running[0])
@@ -67,10 +70,18 @@ def set_current_type(host: SimHost, path: str, data: bytes) -> None:
         ids = {int(line.split(":")[0]) for line in text.splitlines()[1:] if line.split(":")[0].strip().isdigit()}
         if value not in ids:
             fail(errno_mod.EINVAL)
+    state = mig.state_of_pf(host, pf)
+    if value != 0 and migmodel.is_mig_type(state, value):
+        gi = mig.bind(host, pf, value, vf_dir)  # EIO when no matching instance is free
+        host.set_attr(f"{vf_dir}/nvidia/gpu_instance_id", gi)
     host.tree.attr(path, value)
     if value == 0:
         host.set_attr(f"{vf_dir}/nvidia/vgpu_params", "", 0o644)  # the vGPU's parameters go with it [I]
         usage.forget(host, [vf_dir])
+        mig.unbind(host, vf_dir)
+        # reading gpu_instance_id without a vGPU fails with ENXIO (reference §3.3); a simulated file cannot fail a
+        # read, so it is absent instead
+        host.tree.unlink(f"{vf_dir}/nvidia/gpu_instance_id")
     recompute(host, pf)
 
 

@@ -1,0 +1,63 @@
+"""Reading the host's MIG state through nvidia-smi (`-q -x`, `mig -lgip`, `mig -lgipp`, `mig -lgi`) into one
+MigState per GPU, and which layout C VF's vGPU sits on which GPU instance (`<VF>/nvidia/gpu_instance_id`).
+Read-only; nvidia-smi is required (a one-line error with a hint when it is missing)."""
+
+from __future__ import annotations
+
+from vgpuadm.catalog.mig import MigGpu, MigInstance, MigProfile
+from vgpuadm.errors import HostIOError
+from vgpuadm.host import nvidia_smi
+from vgpuadm.host.discover import PCI_DEVICES
+from vgpuadm.host.nvidia_smi_mig import (
+    parse_gi_placements,
+    parse_gi_profiles,
+    parse_gpu_instances,
+)
+from vgpuadm.host.nvidia_smi_vgpu import parse_query_xml
+from vgpuadm.host.root import HostRoot
+
+WHY = "read MIG state"
+
+
+def _read(root: HostRoot, *args: str) -> str:
+    result = nvidia_smi.invoke(root, list(args), WHY)
+    text = result.stdout
+    if result.returncode != 0 and not text.strip():
+        text = result.stderr
+    return text
+
+
+def read(root: HostRoot) -> list[MigGpu]:
+    """Every GPU nvidia-smi reports, with its MIG profiles (placements merged in) and instances (none while MIG is
+    off), each instance with the layout C VFs whose vGPU runs on it."""
+    xml = nvidia_smi.invoke(root, ["-q", "-x"], WHY)
+    if xml.returncode != 0:
+        raise HostIOError(f"nvidia-smi -q -x failed: {xml.message()}", "check the driver with `nvidia-smi`")
+    gpus = parse_query_xml(xml.stdout.encode())
+    profiles = parse_gi_profiles(_read(root, "mig", "-lgip"))
+    placements = parse_gi_placements(_read(root, "mig", "-lgipp"))
+    instances = parse_gpu_instances(_read(root, "mig", "-lgi"))
+    sysfs = root.sysfs()
+    users: dict[tuple[str, int], list[str]] = {}
+    for vf in sysfs.listdir(PCI_DEVICES):
+        text = sysfs.read_opt(f"{PCI_DEVICES}/{vf}/nvidia/gpu_instance_id")
+        physfn = sysfs.link_name(f"{PCI_DEVICES}/{vf}/physfn")
+        if text is not None and text.strip().isdecimal() and physfn:
+            users.setdefault((physfn, int(text)), []).append(vf)
+    out = []
+    for g in gpus:
+        profs = []
+        for p in profiles:
+            if p.gpu != g.index:
+                continue
+            starts, size = placements.get((g.index, p.profile_id), ((), 0))
+            profs.append(MigProfile(p.name, p.profile_id, p.free, p.total, p.memory_gib, p.p2p, p.sm, p.ce, p.dec,
+                                    p.enc, p.jpeg, p.ofa, starts, size))  # fmt: skip
+        gis = tuple(
+            MigInstance(i.name, i.profile_id, i.instance_id, i.start, i.size, tuple(users.get((g.address, i.instance_id),
+                                                                                             ())))
+            for i in instances if i.gpu == g.index
+        )  # fmt: skip
+        out.append(MigGpu(g.index, g.address, g.product, g.mig_current, g.mig_pending, g.virtualization_mode,
+                          g.host_vgpu_mode, tuple(profs), gis))  # fmt: skip
+    return out

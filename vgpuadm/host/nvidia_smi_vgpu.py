@@ -1,0 +1,207 @@
+"""Parsers for nvidia-smi's GPU and vGPU reports: `vgpu -s`/`-c` (with and without `-v`), `vgpu -q`, `-q -x`
+(MIG mode current/pending, virtualization mode, host vGPU mode) and `--query-gpu … --format=csv`. Pure.
+
+Tested on the real H200 (tests/data/h200-passthrough-guest/: `-q -x`, `--query-gpu`, and the answer "No supported
+devices in vGPU mode") and the published outputs of tests/data/nvidia-smi-published/ (provenance in
+tests/data/README.md).
+
+`vgpu -s` lists every type a GPU supports even when none can be created now; `vgpu -c` only what is creatable now.
+Without `-v` each type is one indented name under its `GPU <address>` line; with `-v` it is a `vGPU Type ID` block.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from lxml import etree
+
+MAX_XML = 4 << 20  # bytes of `-q -x` believed (one GPU is ~27 KB)
+
+
+def pci_address(text: str) -> str | None:
+    """`00000000:18:00.0` (nvidia-smi's 8-digit domain) → `0000:18:00.0`, else None."""
+    parts = text.strip().split(":")
+    if len(parts) != 3 or "." not in parts[2]:
+        return None
+    bus_slot, function = parts[2].split(".", 1)
+    try:
+        domain, bus, slot, fn = int(parts[0], 16), int(parts[1], 16), int(bus_slot, 16), int(function)
+    except ValueError:
+        return None
+    if domain > 0xFFFF or bus > 0xFF or slot > 0x1F or fn > 7:
+        return None
+    return f"{domain:04x}:{bus:02x}:{slot:02x}.{fn}"
+
+
+@dataclass(frozen=True)
+class VgpuTypeInfo:
+    """One `vGPU Type ID` block of `vgpu -s -v` / `vgpu -c -v`."""
+
+    type_id: int
+    name: str  # NVIDIA H200X-1-18C
+    gi_profile_id: int | None  # the MIG GPU-instance profile a MIG-backed type needs; None for time-sliced
+    max_instances: int | None
+    fb_mib: int | None
+
+
+def _int(value: str, base: int = 10) -> int | None:
+    try:
+        return int(value.split()[0], base)
+    except (ValueError, IndexError):
+        return None
+
+
+def parse_type_blocks(text: str) -> dict[str, tuple[VgpuTypeInfo, ...]]:
+    """`nvidia-smi vgpu -s -v` or `vgpu -c -v`: PCI address → every type block, in the order printed."""
+    out: dict[str, list[VgpuTypeInfo]] = {}
+    gpu: list[VgpuTypeInfo] | None = None
+    block: dict[str, str] = {}
+
+    def flush() -> None:
+        tid = _int(block.get("vGPU Type ID", ""), 0)
+        if gpu is not None and tid is not None and block.get("Name"):
+            gi = block.get("GPU Instance Profile ID", "N/A")
+            gpu.append(VgpuTypeInfo(tid, block["Name"], _int(gi), _int(block.get("Max Instances", "")),
+                                    _int(block.get("FB Memory", ""))))  # fmt: skip
+        block.clear()
+
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            flush()
+            address = pci_address(line[4:])
+            gpu = out.setdefault(address, []) if address else None
+            continue
+        key, colon, value = line.partition(":")
+        if not colon:
+            continue
+        key, value = key.strip(), value.strip()
+        if key == "vGPU Type ID":
+            flush()
+        block.setdefault(key, value)
+    flush()
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def parse_type_names(text: str) -> dict[str, tuple[str, ...]]:
+    """`nvidia-smi vgpu -s` or `vgpu -c` without `-v`: PCI address → type names (one indented name per line).
+    "No supported devices in vGPU mode" gives {}."""
+    out: dict[str, list[str]] = {}
+    gpu: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            address = pci_address(line[4:])
+            gpu = out.setdefault(address, []) if address else None
+        elif gpu is not None and line[:1].isspace() and line.strip() and ":" not in line:
+            gpu.append(line.strip())
+    return {k: tuple(v) for k, v in out.items()}
+
+
+@dataclass(frozen=True)
+class ActiveVgpu:
+    """One `vGPU ID` block of `nvidia-smi vgpu -q`."""
+
+    vgpu_id: int
+    fields: dict[str, str]  # every `key : value` of the block (VM Name, vGPU Name, MDEV UUID, GPU Instance ID…)
+
+    @property
+    def gpu_instance_id(self) -> int | None:
+        return _int(self.fields.get("GPU Instance ID", "N/A"))
+
+
+@dataclass(frozen=True)
+class VgpuQuery:
+    """One GPU of `nvidia-smi vgpu -q`."""
+
+    address: str
+    active: int | None
+    vgpus: tuple[ActiveVgpu, ...]
+
+
+def parse_vgpu_query(text: str) -> dict[str, VgpuQuery]:
+    """`nvidia-smi vgpu -q`: PCI address → active count and the running vGPUs' fields."""
+    out: dict[str, VgpuQuery] = {}
+    address: str | None = None
+    active: int | None = None
+    vgpus: list[ActiveVgpu] = []
+
+    def flush() -> None:
+        if address is not None:
+            out[address] = VgpuQuery(address, active, tuple(vgpus))
+
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            flush()
+            address, active, vgpus = pci_address(line[4:]), None, []
+            continue
+        key, colon, value = line.partition(":")
+        if not colon or address is None:
+            continue
+        key, value = key.strip(), value.strip()
+        if key == "Active vGPUs":
+            active = _int(value)
+        elif key == "vGPU ID":
+            vid = _int(value)
+            if vid is not None:
+                vgpus.append(ActiveVgpu(vid, {}))
+        elif vgpus:
+            vgpus[-1].fields.setdefault(key, value)
+    flush()
+    return out
+
+
+@dataclass(frozen=True)
+class GpuModes:
+    """One `<gpu>` of `nvidia-smi -q -x`: what MIG and vGPU need to know about it."""
+
+    index: int  # position in the report = nvidia-smi's GPU index
+    address: str
+    product: str
+    mig_current: str  # Enabled, Disabled, N/A
+    mig_pending: str
+    virtualization_mode: str  # None, Pass-Through, Host VGPU, VGPU
+    host_vgpu_mode: str  # SR-IOV, Non SR-IOV, N/A
+
+    @property
+    def mig_supported(self) -> bool:
+        return self.mig_current in ("Enabled", "Disabled")
+
+
+def parse_query_xml(data: bytes) -> list[GpuModes]:
+    """`nvidia-smi -q -x`: one GpuModes per `<gpu>` in order. The DTD is never loaded, entities never resolved."""
+    parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False)
+    try:
+        root = etree.fromstring(data[:MAX_XML], parser)
+    except etree.XMLSyntaxError:
+        return []
+    out: list[GpuModes] = []
+    for gpu in root.findall("gpu"):
+        address = pci_address(gpu.get("id", ""))
+        if address is None:
+            continue
+
+        def text(path: str, element: etree._Element = gpu) -> str:
+            return (element.findtext(path) or "N/A").strip()
+
+        out.append(GpuModes(len(out), address, text("product_name"), text("mig_mode/current_mig"),
+                            text("mig_mode/pending_mig"), text("gpu_virtualization_mode/virtualization_mode"),
+                            text("gpu_virtualization_mode/host_vgpu_mode")))  # fmt: skip
+    return out
+
+
+_CSV_SPLIT = re.compile(r"\s*,\s*")
+
+
+def parse_query_gpu(text: str) -> list[dict[str, str]]:
+    """`nvidia-smi --query-gpu=… --format=csv`: one dict per GPU, keyed by the header's field names without the
+    unit (`memory.total [MiB]` → `memory.total`)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return []
+    header = [h.split(" [", 1)[0] for h in _CSV_SPLIT.split(lines[0].strip())]
+    rows = []
+    for line in lines[1:]:
+        values = _CSV_SPLIT.split(line.strip())
+        if len(values) == len(header):
+            rows.append(dict(zip(header, values, strict=True)))
+    return rows
