@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vgpuadm.catalog.naming import describe_nvidia_name
-
 
 @dataclass(frozen=True)
 class MigProfile:
@@ -80,13 +78,3 @@ class MigGpu:
         """A profile by name (`1g.18gb`, `MIG 1g.18gb`) or id (`19`)."""
         word = word.strip().removeprefix("MIG ").strip().lower()
         return next((p for p in self.profiles if word in (p.name, str(p.profile_id))), None)
-
-
-def mig_profile_name(type_name: str) -> str | None:
-    """The GPU-instance profile a MIG-backed type's name asks for (`NVIDIA H200X-1-18C` → 1g.18gb); None for a
-    time-sliced type."""
-    info = describe_nvidia_name(type_name)
-    if info.slices is None or info.framebuffer_mib is None:
-        return None
-    me = "+me" if (info.variant or "").upper() == "ME" else ""
-    return f"{info.slices}g.{info.framebuffer_mib // 1024}gb{me}"

@@ -212,3 +212,13 @@ def edit_distance(a: str, b: str) -> int:
 
 def _list_hint(types: Sequence[VgpuType]) -> str:
     return "run `vgpuadm types` to list the types this host offers" if types else "this host offers no vGPU types"
+
+
+def mig_profile_name(type_name: str) -> str | None:
+    """The GPU-instance profile a MIG-backed type's name asks for (`NVIDIA H200X-1-18C` → 1g.18gb); None for a
+    time-sliced type."""
+    info = describe_nvidia_name(type_name)
+    if info.slices is None or info.framebuffer_mib is None:
+        return None
+    me = "+me" if (info.variant or "").upper() == "ME" else ""
+    return f"{info.slices}g.{info.framebuffer_mib // 1024}gb{me}"

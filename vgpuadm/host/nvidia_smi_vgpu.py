@@ -14,7 +14,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from lxml import etree
+TYPE_CHECKING = False  # lxml stays off the fast path of the read commands (tests/unit/test_read_commands.py)
+if TYPE_CHECKING:
+    from lxml import etree
 
 MAX_XML = 4 << 20  # bytes of `-q -x` believed (one GPU is ~27 KB)
 
@@ -169,6 +171,8 @@ class GpuModes:
 
 def parse_query_xml(data: bytes) -> list[GpuModes]:
     """`nvidia-smi -q -x`: one GpuModes per `<gpu>` in order. The DTD is never loaded, entities never resolved."""
+    from lxml import etree
+
     parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False)
     try:
         root = etree.fromstring(data[:MAX_XML], parser)

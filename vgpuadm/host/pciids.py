@@ -5,7 +5,6 @@ asked for are parsed, and names are kept printable and short."""
 from __future__ import annotations
 
 import os
-import re
 import stat
 
 from vgpuadm.host.paths import PCI_IDS
@@ -59,10 +58,7 @@ def _parse(data: bytes, ids: set[tuple[str, str]]) -> dict[tuple[str, str], str]
         start = -1 if data.startswith(head) else data.find(b"\n" + head)  # start + 1: the vendor line
         if len(vendor) != 4 or (start < 0 and not data.startswith(head)):
             continue
-        end = len(data)
-        for m in _NEXT_VENDOR.finditer(data, start + 1):
-            end = m.start()
-            break
+        end = _next_vendor(data, start + 1)
         for line in data[start + 1 : end].decode("utf-8", "replace").splitlines()[1:]:
             if not line.startswith("\t") or line.startswith("\t\t"):
                 continue
@@ -72,7 +68,18 @@ def _parse(data: bytes, ids: set[tuple[str, str]]) -> dict[tuple[str, str], str]
     return {k: v for k, v in out.items() if v}
 
 
-_NEXT_VENDOR = re.compile(rb"\n(?=[0-9a-fA-FC])")  # a line that starts a vendor (or the class list: "C 00 …")
+_VENDOR_START = frozenset(b"0123456789abcdefABCDEFC")  # a line that starts a vendor (or the class list: "C 00 …")
+
+
+def _next_vendor(data: bytes, start: int) -> int:
+    """Where the newline before the next vendor line after `start` is, else the end of `data` (no `re`: the read
+    commands' fast path loads this module)."""
+    i = data.find(b"\n", start)
+    while i != -1 and i + 1 < len(data):
+        if data[i + 1] in _VENDOR_START:
+            return i
+        i = data.find(b"\n", i + 1)
+    return len(data)
 
 
 def _clean(name: str) -> str:

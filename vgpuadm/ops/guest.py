@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpuadm.catalog.mig import MigGpu, mig_profile_name
+from vgpuadm.catalog.mig import MigGpu
+from vgpuadm.catalog.naming import mig_profile_name
 from vgpuadm.errors import NotFoundError, VgpuadmError
 from vgpuadm.executor import load_drivers
 from vgpuadm.host import mig as host_mig

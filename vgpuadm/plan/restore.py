@@ -22,7 +22,8 @@ from typing import TypeVar
 
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
 
-from vgpuadm.catalog.mig import MigGpu, mig_profile_name
+from vgpuadm.catalog.mig import MigGpu
+from vgpuadm.catalog.naming import mig_profile_name
 from vgpuadm.errors import VgpuadmError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
 from vgpuadm.modes import mdev, mig, passthrough, sriov, vf_pool, vf_vgpu

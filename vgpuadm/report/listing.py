@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vgpuadm.catalog.mig import mig_profile_name
+from vgpuadm.catalog.naming import mig_profile_name
 from vgpuadm.errors import NotFoundError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, Layout, VgpuType, device_key, pci_address
 
