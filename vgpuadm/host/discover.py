@@ -13,6 +13,7 @@ from vgpuadm.catalog import sriov_boards
 from vgpuadm.catalog.naming import describe_nvidia_name, parse_creatable, parse_description, profile_of
 from vgpuadm.catalog.vendor_types import vendor_vf_types
 from vgpuadm.errors import HostIOError
+from vgpuadm.host import nvidia_smi
 from vgpuadm.host.pciids import model_names
 from vgpuadm.host.root import HostRoot
 from vgpuadm.host.sysfs import Sysfs, check_root
@@ -349,10 +350,6 @@ def _with_supported_types(sysfs: Sysfs, vfs: dict[str, VendorVf]) -> dict[str, V
     only when some VF lists nothing; without nvidia-smi those VFs keep offering nothing."""
     if not any(not vf.creatable for vf in vfs.values()):
         return vfs
-    # Imported here, not at the top: nvidia_smi's parsers load dataclasses and re, which the read commands' fast
-    # path never needs on the hosts (most) whose VFs all list their types (tests/unit/test_read_commands.py).
-    from vgpuadm.host import nvidia_smi
-
     text = nvidia_smi.run(HostRoot(sysfs.root), "vgpu", "-s", "-v")
     supported = nvidia_smi.parse_supported_types(text) if text else {}
     out = dict(vfs)

@@ -8,10 +8,8 @@ its own), else `$VGPUADM_NVIDIA_SMI`, else `nvidia-smi` on PATH.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from vgpuadm.errors import HostIOError, NotFoundError
-from vgpuadm.host.nvidia_smi_vgpu import parse_type_blocks
 from vgpuadm.host.root import NVIDIA_SMI, HostRoot
 
 TIMEOUT = 20.0  # seconds; nvidia-smi waits on the driver, which can hang on a wedged GPU
@@ -55,13 +53,14 @@ def require(root: HostRoot, why: str) -> str:
     return binary
 
 
-@dataclass(frozen=True)
 class Result:
-    """One finished nvidia-smi run: exit status and its (bounded, decoded) output."""
+    """One finished nvidia-smi run: exit status and its (bounded, decoded) output. (A plain class: this module is
+    on the read commands' fast path, which never loads dataclasses.)"""
 
-    returncode: int
-    stdout: str
-    stderr: str
+    __slots__ = ("returncode", "stderr", "stdout")
+
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
 
     def message(self) -> str:
         """The first non-empty line nvidia-smi printed, for an error message."""
@@ -89,6 +88,55 @@ def invoke(root: HostRoot, args: list[str], why: str) -> Result:
                   proc.stderr[:MAX_OUTPUT].decode("utf-8", "replace"))  # fmt: skip
 
 
+def type_blocks(text: str) -> dict[str, list[dict[str, str]]]:
+    """`nvidia-smi vgpu -s -v` / `vgpu -c -v`: PCI address → the key/value block of each `vGPU Type ID`, in the
+    order printed (a key's first value). host/nvidia_smi_vgpu.py types them; discovery needs only id and name."""
+    out: dict[str, list[dict[str, str]]] = {}
+    gpu: list[dict[str, str]] | None = None
+    block: dict[str, str] | None = None
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            address = pci_address(line[4:])
+            gpu, block = (out.setdefault(address, []) if address else None), None
+            continue
+        key, colon, value = line.partition(":")
+        if not colon or gpu is None:
+            continue
+        key, value = key.strip(), value.strip()
+        if key == "vGPU Type ID":
+            block = {}
+            gpu.append(block)
+        if block is not None:
+            block.setdefault(key, value)
+    return out
+
+
 def parse_supported_types(text: str) -> dict[str, tuple[tuple[int, str], ...]]:
     """`nvidia-smi vgpu -s -v`: PCI address (0000:18:00.0) → every (type id, name) the GPU supports."""
-    return {addr: tuple((t.type_id, t.name) for t in types) for addr, types in parse_type_blocks(text).items()}
+    out: dict[str, tuple[tuple[int, str], ...]] = {}
+    for address, blocks in type_blocks(text).items():
+        found = []
+        for block in blocks:
+            try:
+                type_id = int(block["vGPU Type ID"].split()[0], 0)
+            except (ValueError, IndexError):
+                continue
+            if block.get("Name"):
+                found.append((type_id, block["Name"]))
+        out[address] = tuple(found)
+    return out
+
+
+def pci_address(text: str) -> str | None:
+    """`00000000:18:00.0` (nvidia-smi's 8-digit domain) → `0000:18:00.0`, else None."""
+    parts = text.strip().split(":")
+    if len(parts) != 3 or "." not in parts[2]:
+        return None
+    bus_slot, function = parts[2].split(".", 1)
+    try:
+        domain, bus, slot, fn = int(parts[0], 16), int(parts[1], 16), int(bus_slot, 16), int(function)
+    except ValueError:
+        return None
+    if domain > 0xFFFF or bus > 0xFF or slot > 0x1F or fn > 7:
+        return None
+    return f"{domain:04x}:{bus:02x}:{slot:02x}.{fn}"

@@ -14,26 +14,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from vgpuadm.host.nvidia_smi import pci_address, type_blocks
+
 TYPE_CHECKING = False  # lxml stays off the fast path of the read commands (tests/unit/test_read_commands.py)
 if TYPE_CHECKING:
     from lxml import etree
 
 MAX_XML = 4 << 20  # bytes of `-q -x` believed (one GPU is ~27 KB)
-
-
-def pci_address(text: str) -> str | None:
-    """`00000000:18:00.0` (nvidia-smi's 8-digit domain) → `0000:18:00.0`, else None."""
-    parts = text.strip().split(":")
-    if len(parts) != 3 or "." not in parts[2]:
-        return None
-    bus_slot, function = parts[2].split(".", 1)
-    try:
-        domain, bus, slot, fn = int(parts[0], 16), int(parts[1], 16), int(bus_slot, 16), int(function)
-    except ValueError:
-        return None
-    if domain > 0xFFFF or bus > 0xFF or slot > 0x1F or fn > 7:
-        return None
-    return f"{domain:04x}:{bus:02x}:{slot:02x}.{fn}"
 
 
 @dataclass(frozen=True)
@@ -56,33 +43,16 @@ def _int(value: str, base: int = 10) -> int | None:
 
 def parse_type_blocks(text: str) -> dict[str, tuple[VgpuTypeInfo, ...]]:
     """`nvidia-smi vgpu -s -v` or `vgpu -c -v`: PCI address → every type block, in the order printed."""
-    out: dict[str, list[VgpuTypeInfo]] = {}
-    gpu: list[VgpuTypeInfo] | None = None
-    block: dict[str, str] = {}
-
-    def flush() -> None:
-        tid = _int(block.get("vGPU Type ID", ""), 0)
-        if gpu is not None and tid is not None and block.get("Name"):
-            gi = block.get("GPU Instance Profile ID", "N/A")
-            gpu.append(VgpuTypeInfo(tid, block["Name"], _int(gi), _int(block.get("Max Instances", "")),
-                                    _int(block.get("FB Memory", ""))))  # fmt: skip
-        block.clear()
-
-    for line in text.splitlines():
-        if line.startswith("GPU "):
-            flush()
-            address = pci_address(line[4:])
-            gpu = out.setdefault(address, []) if address else None
-            continue
-        key, colon, value = line.partition(":")
-        if not colon:
-            continue
-        key, value = key.strip(), value.strip()
-        if key == "vGPU Type ID":
-            flush()
-        block.setdefault(key, value)
-    flush()
-    return {k: tuple(v) for k, v in out.items()}
+    out: dict[str, tuple[VgpuTypeInfo, ...]] = {}
+    for address, blocks in type_blocks(text).items():
+        infos = []
+        for block in blocks:
+            tid = _int(block.get("vGPU Type ID", ""), 0)
+            if tid is not None and block.get("Name"):
+                infos.append(VgpuTypeInfo(tid, block["Name"], _int(block.get("GPU Instance Profile ID", "N/A")),
+                                          _int(block.get("Max Instances", "")), _int(block.get("FB Memory", ""))))  # fmt: skip
+        out[address] = tuple(infos)
+    return out
 
 
 def parse_type_names(text: str) -> dict[str, tuple[str, ...]]:
