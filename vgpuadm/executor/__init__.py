@@ -120,7 +120,7 @@ def host_lock(root: str, timeout: float = DEFAULT_LOCK_TIMEOUT) -> Iterator[None
     check_exists(root)
     check_writable(root)
     path = os.path.join(root, LOCK_PATH)
-    private_dirs(os.path.dirname(path))
+    private_dirs(os.path.dirname(path), root)
     _refuse_link(root, path)
     with _LOCKS_GUARD:
         key = (os.getpid(), path)
@@ -177,14 +177,36 @@ def _unsafe(root: str, path: str) -> UnsafeError:
     )
 
 
+unsafe_path = _unsafe  # for the handlers that read state files (executor/kernel.py)
+
+
 def _refuse_link(root: str, path: str) -> None:
     if os.path.islink(path):
         raise _unsafe(root, path)
 
 
-def private_dirs(directory: str) -> None:
+def refuse_linked_dirs(root: str, directory: str) -> None:
+    """On a root other than /, no existing component of `directory` below the root is a symlink (UnsafeError): state
+    reached through a planted link would be read or written outside the root. On / they belong to root."""
+    if root == "/":
+        return
+    rel = os.path.relpath(directory, root)
+    if rel == "." or rel.startswith(".."):
+        return
+    current = root
+    for part in rel.split(os.sep):
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            raise _unsafe(root, current)
+        if not os.path.exists(current):
+            return
+
+
+def private_dirs(directory: str, root: str | None = None) -> None:
     """Create `directory` and its missing parents; the ones created here are 0700 whatever the umask. Existing
-    directories (a real host's /run) are left as they are."""
+    directories (a real host's /run) are left as they are. With `root`, a symlinked component is refused first."""
+    if root is not None:
+        refuse_linked_dirs(root, directory)
     missing: list[str] = []
     d = directory
     while not os.path.isdir(d):
@@ -238,7 +260,7 @@ def atomic_write_json(path: str, doc: Any, *, root: str, sync_dir: bool = True) 
     sync_dir=False skips the directory fsync: the rename may then be lost in a crash, leaving the previous
     version (the journal's per-step updates accept that, see `recover`)."""
     directory = os.path.dirname(path)
-    private_dirs(directory)
+    private_dirs(directory, root)
     tmp = f"{path}.{os.getpid()}.tmp"
     with os.fdopen(_create_temp(root, tmp), "w") as f:
         json.dump(doc, f, indent=1, sort_keys=True)
@@ -281,6 +303,7 @@ def read_journal(root: str) -> dict[str, Any] | None:
     """The journal of an interrupted change, or None: the plan document with `current` and `state` taken from the
     last complete progress line after it."""
     path = journal_path(root)
+    refuse_linked_dirs(root, os.path.dirname(path))
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
