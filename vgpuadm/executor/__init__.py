@@ -38,7 +38,7 @@ from filelock import FileLock, Timeout
 
 from vgpuadm.errors import ConflictError, HostIOError, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor.hints import errno_hint
-from vgpuadm.executor.journalcheck import check_document, check_owner
+from vgpuadm.executor.journalcheck import check_document, check_owner, check_progress_state
 from vgpuadm.host import root as host_root
 from vgpuadm.host.files import fsync_dir
 from vgpuadm.host.root import check_exists, check_writable
@@ -329,7 +329,8 @@ def read_journal(root: str) -> dict[str, Any] | None:
         with contextlib.suppress(ValueError):
             record = json.loads(line) if line.strip() else None
             if isinstance(record, dict) and isinstance(record.get("current"), int):
-                doc.update(current=record["current"], done=record["current"], state=str(record.get("state")))
+                state = check_progress_state(record.get("state"))
+                doc.update(current=record["current"], done=record["current"], state=state)
                 if isinstance(record.get("undo"), list):
                     doc["undo"] = [i for i in record["undo"] if isinstance(i, int)]
     return doc
