@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from vgpuadm.catalog.capacity import NO_USAGE, gpu_room, gpu_usage, per_parent_room, why_not
+from vgpuadm.catalog.capacity import NO_USAGE, gpu_room, gpu_usage, host_maximum, per_parent_room, why_not
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, NotFoundError, UsageError
 from vgpuadm.model import HostSnapshot, Layout, VgpuType, pci_address
@@ -50,6 +50,17 @@ def check_count(count: int, unit: str = "instances") -> None:
         )
 
 
+def check_host_count(snapshot: HostSnapshot, count: int, unit: str = "instances") -> None:
+    """`count` devices fit what this host could ever hold (catalog/capacity.py host_maximum); checked before any
+    planning, so an impossible request is refused at once instead of being placed one by one."""
+    most = host_maximum(snapshot)
+    if count > most:
+        raise CapacityError(
+            f"{count} {unit} are more than this host could ever hold ({most} vGPU devices in all)",
+            "ask for what the host can hold: `vgpuadm types --available` lists the free instances",
+        )
+
+
 def place(
     snapshot: HostSnapshot,
     type_name: str,
@@ -66,6 +77,7 @@ def place(
     if policy not in POLICIES:
         raise UsageError(f'Unknown placement policy "{policy}"', "use --policy pack or --policy spread")
     check_count(count)
+    check_host_count(snapshot, count)
     types = snapshot.types()
     if gpu is not None:
         gpu = pci_address(gpu)
