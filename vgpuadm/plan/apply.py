@@ -20,7 +20,6 @@ from vgpuadm.plan.desired import DesiredPlan, Diff, describe_allocation
 from vgpuadm.plan.domains import Domains, device_keys, with_recorded
 from vgpuadm.plan.guest import check_display, free_slots, passthrough_allocations, passthrough_functions, remove_steps
 from vgpuadm.plan.ids import device_uuid
-from vgpuadm.plan.placement import check_host_count
 from vgpuadm.steps import CreateMdev, Plan, SetVfVgpuType, SetVgpuParams, Step
 from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
 from vgpuadm.virt.xml import hostdev_as_attached, hostdev_for, metadata_for_libvirt, same_metadata
@@ -60,10 +59,6 @@ def build_apply_plan(
     per changed domain. Placement runs for every VM before anything executes, so a plan that needs more instances
     than exist fails here, with the host untouched."""
 
-    try:
-        check_host_count(snap, sum(a.count for a in d.adds if not a.address), "devices")
-    except CapacityError as exc:
-        raise CapacityError(f"{plan_doc.source}: {exc.message}", exc.hint) from None
     steps: list[Step] = []
     owned: dict[str, list[Allocation]] = {}
     for a in doms.allocations:
