@@ -1,11 +1,13 @@
-"""Provision N VMs (one nvidia-63 each) on a simulated 8×P4 host against the real libvirtd: vgpuadm in one process
-(python API: place, create the mdev, attach, record metadata — per VM one journaled plan) versus the shell loop an
-admin would write, `mdevctl start -u U -p P -t nvidia-63` + `virsh attach-device DOM hostdev.xml --config`, run
+"""Provision N VMs (one nvidia-63 each) on a simulated 8×P4 host against the real libvirtd: vgpuadm through the CLI
+(`vgpuadm apply -f` of an N-VM plan, its own process: start-up included; `--via api` times the python API's
+create_many in this process instead) versus the shell loop an admin would write, `mdevctl start -u U -p P -t nvidia-63` + `virsh attach-device DOM hostdev.xml --config`, run
 inside `unshare -m` with the simulated root's sys/ bind-mounted on /sys (mdevctl writes `create`, which on a
 plain-file tree does nothing — fine for timing).
 
-Prints the median wall time of each over --repeat runs and the ratio (target: vgpuadm ≤ 0.5× the loop).
-Needs root (unshare, libvirtd) and mdevctl. Usage: .venv/bin/python bench/bench_provision.py [--vms 64] [--repeat 3]
+Runs alternate (vgpuadm, loop, vgpuadm, …) so both see the same load. Prints the median wall time of each over
+--repeat runs and the ratio (target: vgpuadm ≤ 0.5× the loop). Roots live in --tmpdir (default /var/tmp: the normal
+disk, as libvirtd's own /etc/libvirt is). Needs root (unshare, libvirtd) and mdevctl.
+Usage: .venv/bin/python bench/bench_provision.py [--vms 64] [--repeat 5] [--via cli|api]   (smoke: --vms 2 --repeat 1)
 """
 
 from __future__ import annotations
@@ -20,8 +22,13 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 
 import libvirt
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from timing import bytecode_env
 
 from vgpuadm import api
 from vgpuadm.sim.profiles import HostBuilder, add_p4
@@ -88,6 +95,29 @@ def run_vgpuadm(names: list[str], tmpdir: str | None) -> float:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def run_cli(names: list[str], tmpdir: str | None, tree: str | None = None) -> float:
+    """`vgpuadm apply -f` of a plan naming `names`; `tree`: run that source tree's vgpuadm (PYTHONPATH)."""
+    root = tempfile.mkdtemp(prefix="bench-vgpuadm-", dir=tmpdir)
+    try:
+        build_host(root)
+        plan = os.path.join(root, "plan.yaml")
+        with open(plan, "w") as f:
+            f.write("version: 1\nvms:\n" + "".join(f"  {name}:\n    type: {TYPE}\n" for name in names))
+        argv = [sys.executable, "-m", "vgpuadm", "--root", root, "--connect", URI, "apply", "-f", plan]
+        start = time.perf_counter()
+        env = bytecode_env(os.path.join(tmpdir or "/var/tmp", f"bench-pycache-{os.getpid()}-{bool(tree)}"),
+                           dict(os.environ, PYTHONPATH=tree) if tree else None)  # fmt: skip
+        r = subprocess.run(argv, capture_output=True, text=True, env=env)
+        elapsed = time.perf_counter() - start
+        if r.returncode != 0:
+            sys.exit(f"vgpuadm apply failed: {r.stderr.strip()}")
+        made = len(os.listdir(os.path.join(root, "sys/bus/mdev/devices")))
+        assert made == len(names), f"vgpuadm made {made} mdevs"
+        return elapsed
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def run_shell_loop(names: list[str], tmpdir: str | None) -> float:
     root = tempfile.mkdtemp(prefix="bench-mdevctl-", dir=tmpdir)
     try:
@@ -117,8 +147,11 @@ def run_shell_loop(names: list[str], tmpdir: str | None) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vms", type=int, default=64)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--tmpdir", default=None, help="where the simulated roots live (default: $TMPDIR or /tmp)")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--via", choices=("cli", "api"), default="cli")
+    parser.add_argument("--before", metavar="TREE", help="also run this source tree's CLI (e.g. a worktree of main), "
+                        "interleaved, for a before/after ratio in one run")  # fmt: skip
+    parser.add_argument("--tmpdir", default="/var/tmp", help="where the simulated roots live (default: /var/tmp)")
     args = parser.parse_args()
     if args.vms > GPUS * 8:
         sys.exit(f"at most {GPUS * 8} VMs fit on {GPUS} P4s")
@@ -128,26 +161,35 @@ def main() -> None:
     conn = libvirt.open(URI)
     import vgpuadm.ops.guest  # noqa: F401  (import cost is start-up, not provisioning: the loop's tools are warm too)
 
-    ours, loop = [], []
+    ours: list[float] = []
+    loop: list[float] = []
+    before: list[float] = []
+    ours_fn = run_cli if args.via == "cli" else run_vgpuadm
+    runs: list[tuple[str, list[float], Callable[[list[str]], float]]] = [
+        ("vgpuadm", ours, lambda names: ours_fn(names, args.tmpdir)),
+        ("mdevctl+virsh loop", loop, lambda names: run_shell_loop(names, args.tmpdir)),
+    ]
+    if args.before:
+        runs.append(("vgpuadm before", before, lambda names: run_cli(names, args.tmpdir, args.before)))
     for rep in range(args.repeat):
         names = [f"bench-{os.getpid()}-{rep}-{i:02d}" for i in range(args.vms)]
-        define(conn, names)
-        try:
-            ours.append(run_vgpuadm(names, args.tmpdir))
-        finally:
-            undefine(conn, names)
-        define(conn, names)
-        try:
-            loop.append(run_shell_loop(names, args.tmpdir))
-        finally:
-            undefine(conn, names)
-        print(f"run {rep + 1}: vgpuadm {ours[-1]:.2f} s, mdevctl+virsh loop {loop[-1]:.2f} s", flush=True)
+        for _name, times, run in runs:
+            define(conn, names)
+            try:
+                times.append(run(names))
+            finally:
+                undefine(conn, names)
+        print(f"run {rep + 1}: " + ", ".join(f"{n} {t[-1]:.2f} s" for n, t, _ in runs), flush=True)
     a, b = statistics.median(ours), statistics.median(loop)
-    where = args.tmpdir or tempfile.gettempdir()
-    print(f"provision {args.vms} VMs with one {TYPE} each (median of {args.repeat}; simulated roots in {where}):")
-    print(f"  vgpuadm (python API, one process): {a:.2f} s ({a / args.vms * 1000:.1f} ms/VM)")
+    how = "`vgpuadm apply -f`, one process" if args.via == "cli" else "python API, in this process"
+    print(f"provision {args.vms} VMs with one {TYPE} each (median of {args.repeat}; simulated roots in {args.tmpdir}; "
+          f"load average {os.getloadavg()[0]:.1f}):")  # fmt: skip
+    print(f"  vgpuadm ({how}): {a:.2f} s ({a / args.vms * 1000:.1f} ms/VM)")
     print(f"  mdevctl start + virsh attach-device loop: {b:.2f} s ({b / args.vms * 1000:.1f} ms/VM)")
     print(f"  ratio vgpuadm / loop: {a / b:.2f} (target <= 0.50: {'met' if a / b <= 0.5 else 'NOT met'})")
+    if before:
+        c = statistics.median(before)
+        print(f"  before ({args.before}): {c:.2f} s, ratio before / loop: {c / b:.2f}, after / before: {a / c:.2f}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ report per command the median and the minimum of wall-clock and CPU (user+sys of
 
 from __future__ import annotations
 
+import os
 import resource
 import statistics
 import subprocess
@@ -41,3 +42,11 @@ def compare(commands: dict[str, list[str]], runs: int, env: dict[str, str]) -> d
 def ratios(a: Stats, b: Stats) -> str:
     return (f"wall {a.wall_median / b.wall_median:.2f}x (min {a.wall_min / b.wall_min:.2f}x), "
             f"cpu {a.cpu_median / b.cpu_median:.2f}x (min {a.cpu_min / b.cpu_min:.2f}x)")  # fmt: skip
+
+
+def bytecode_env(cache_dir: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for timed runs: an installed package has compiled bytecode, so cache it (in `cache_dir`,
+    outside the tree) even when the caller's environment says PYTHONDONTWRITEBYTECODE."""
+    env = {k: v for k, v in (base if base is not None else os.environ).items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = cache_dir
+    return env

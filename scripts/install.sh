@@ -11,10 +11,12 @@ APT_PACKAGES=(
   gcc pkg-config libvirt-dev python3-venv            # build libvirt-python
   libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils   # the libvirt lane (real libvirtd)
   mdevctl                                            # interop checks and the mdevctl benchmark baseline
-  chromium                                           # renders the HTML inventory in tests
+  chromium                                           # renders the HTML inventory in tests; drives the Cockpit page
+  cockpit-ws cockpit-bridge                          # the Cockpit page's tests run a real cockpit-ws --local-session
   prometheus                                         # promtool check metrics
   linux-image-amd64 linux-headers-amd64 linux-source # the real-kernel lane (sample mdev drivers)
   busybox-static kmod util-linux iproute2 udev
+  vagrant vagrant-libvirt                            # `vagrant validate` of the lab Vagrantfile (the provider's own checks)
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -37,7 +39,7 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-if ! .venv/bin/python -c "import vgpuadm, libvirt, typer, pytest, ansible" 2>/dev/null \
+if ! .venv/bin/python -c "import vgpuadm, libvirt, typer, pytest, ansible, playwright" 2>/dev/null \
    || [ pyproject.toml -nt .venv/.installed ]; then
   .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
   touch .venv/.installed

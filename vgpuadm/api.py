@@ -3,8 +3,9 @@ the pure planners they share). No logic lives here; where each behaviour lives i
 
 from __future__ import annotations
 
+from vgpuadm.executor import set_lock_policy
 from vgpuadm.host.root import resolve_root
-from vgpuadm.ops import declarative, guest, mdevctl, unit
+from vgpuadm.ops import declarative, guest, hook, mdevctl, unit
 from vgpuadm.ops.declarative import (
     ApplyResult,
     ReconcileResult,
@@ -16,6 +17,7 @@ from vgpuadm.ops.declarative import (
 )
 from vgpuadm.ops.demo import DemoResult
 from vgpuadm.ops.demo import run as demo
+from vgpuadm.ops.doctor import doctor
 from vgpuadm.ops.guest import (
     GuestResult,
 )
@@ -34,6 +36,10 @@ from vgpuadm.ops.guest import (
 from vgpuadm.ops.guest import (
     release as guest_release,
 )
+from vgpuadm.ops.hook import install as hook_install
+from vgpuadm.ops.hook import run as hook_run
+from vgpuadm.ops.hook import status as hook_status
+from vgpuadm.ops.hook import uninstall as hook_uninstall
 from vgpuadm.ops.host import (
     apply,
     discover,
@@ -47,9 +53,11 @@ from vgpuadm.ops.host import (
 from vgpuadm.ops.host import (
     run as run_host_verb,
 )
-from vgpuadm.ops.inventory import device_users, domain_allocations, inventory, merge_inventories
+from vgpuadm.ops.inventory import device_users, domain_allocations, inventory, merge_inventories, show_vm, vms
 from vgpuadm.ops.mdevctl import export as mdevctl_export
 from vgpuadm.ops.mdevctl import import_ as mdevctl_import
+from vgpuadm.ops.snapshot import import_ as snapshot_import
+from vgpuadm.ops.snapshot import take as snapshot
 from vgpuadm.ops.unit import UnitResult
 from vgpuadm.ops.unit import install as unit_install
 from vgpuadm.ops.unit import status as unit_status
@@ -63,6 +71,7 @@ from vgpuadm.plan.devices import (
     plan_vfio_bind,
 )
 from vgpuadm.plan.guest import passthrough_functions
+from vgpuadm.report.doctor import to_json as doctor_json
 
 __all__ = [
     "ApplyResult",
@@ -78,6 +87,8 @@ __all__ = [
     "demo",
     "device_users",
     "discover",
+    "doctor",
+    "doctor_json",
     "domain_allocations",
     "explain_placement",
     "guest",
@@ -86,6 +97,11 @@ __all__ = [
     "guest_destroy",
     "guest_passthrough",
     "guest_release",
+    "hook",
+    "hook_install",
+    "hook_run",
+    "hook_status",
+    "hook_uninstall",
     "host_lock",
     "inventory",
     "mdevctl",
@@ -107,8 +123,13 @@ __all__ = [
     "resolve_root",
     "restore",
     "run_host_verb",
+    "set_lock_policy",
+    "show_vm",
+    "snapshot",
+    "snapshot_import",
     "unit",
     "unit_install",
     "unit_status",
     "unit_uninstall",
+    "vms",
 ]  # fmt: skip

@@ -78,3 +78,20 @@ class LibvirtError(VgpuadmError):
     """libvirt refused an operation; the message carries libvirt's own text."""
 
     exit_code = 8
+
+
+# Every exit status vgpuadm ends with (the classes above carry theirs); README and `vgpuadm --help` list these.
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (0, "success"),
+    (1, "other error"),
+    (2, "usage: a bad option, value or file"),
+    (3, "not found: GPU, type, VM, device or root"),
+    (4, "capacity: no GPU has room now"),
+    (5, "conflict: owned by another VM, VM running, host lock held"),
+    (6, "unsafe: boot VGA or host-used IOMMU group (--force)"),
+    (7, "host I/O: a kernel read or write failed"),
+    (8, "libvirt refused"),
+    (70, "internal error (a bug: rerun with VGPUADM_DEBUG=1)"),
+    (77, "needs root (EX_NOPERM)"),
+    (130, "interrupted"),
+)

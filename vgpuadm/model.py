@@ -40,6 +40,7 @@ class Layout(StrEnum):
     VENDOR_VFIO = "vendor-vfio"  # C: NVIDIA nvidia/current_vgpu_type on a VF
     SRIOV_PF = "sriov-pf"  # an NVIDIA SR-IOV PF whose VFs are not enabled yet (sriov-manage -e)
     PASSTHROUGH = "passthrough"  # D: whole-function passthrough candidate
+    VF_POOL = "vf-pool"  # an AMD/Intel SR-IOV PF whose VFs go to guests whole (docs/reference/sriov-gpus.md)
 
 
 MDEV_LAYOUTS = (Layout.MDEV_PF, Layout.MDEV_VF)
@@ -51,6 +52,8 @@ class DeviceMode(StrEnum):
     MDEV = "mdev"  # layouts A/B: <hostdev type='mdev'> by UUID
     VF = "vf"  # layout C: the vendor-VFIO VF, <hostdev type='pci' managed='no'>
     PCI = "pci"  # layout D: whole-function passthrough, <hostdev type='pci'> with <driver name='vfio'/>
+    POOL = "pool"  # a VF of an SR-IOV VF pool bound to vfio-pci (or a variant driver), <hostdev managed='no'>
+    VIRTIO_GL = "virtio-gl"  # a paravirtual virtio-gpu with 3D through a host render node: <video> + <graphics>
 
 
 class _DataclassFields:
@@ -169,7 +172,8 @@ class PciFunction(_Record):
 
     @property
     def is_display(self) -> bool:
-        return self.class_code.startswith("0x03")
+        """A GPU: display class 0x03, or processing accelerator 0x12 (AMD Instinct MI300X and later list as one)."""
+        return self.class_code.startswith(("0x03", "0x12"))
 
     @property
     def is_vf(self) -> bool:
@@ -308,6 +312,49 @@ class VendorVf(_Record):
 
 
 @_record
+class VfPool(_Record):
+    """An SR-IOV PF whose VFs are handed to guests whole (AMD Instinct under GIM, Intel i915/xe): how many VFs it
+    has and may have, their addresses (predicted from sriov_offset/sriov_stride while disabled), which are free
+    (no driver, or a host driver; not on vfio-pci or `variant`), and what one VF gets (`per_vf`: framebuffer_mib
+    and the driver's provisioning values). `offered` is the pool as one VgpuType (one instance per free VF)."""
+
+    pf: str
+    total_vfs: int
+    num_vfs: int
+    vfs: tuple[str, ...]
+    free: tuple[str, ...]
+    autoprobe: bool
+    variant: str | None  # a VFIO variant driver the host has for these VFs (xe-vfio-pci), else None
+    per_vf: dict[str, int]
+    offered: tuple[VgpuType, ...]
+    _uncompared = ("per_vf",)
+
+    def __init__(
+        self,
+        pf: str,
+        total_vfs: int,
+        num_vfs: int,
+        vfs: tuple[str, ...],
+        free: tuple[str, ...],
+        autoprobe: bool = True,
+        variant: str | None = None,
+        per_vf: dict[str, int] | None = None,
+        offered: tuple[VgpuType, ...] = (),
+    ) -> None:
+        self.__dict__.update(
+            pf=pf,
+            total_vfs=total_vfs,
+            num_vfs=num_vfs,
+            vfs=vfs,
+            free=free,
+            autoprobe=autoprobe,
+            variant=variant,
+            per_vf={} if per_vf is None else per_vf,
+            offered=offered,
+        )
+
+
+@_record
 class HostSnapshot(_Record):
     """Everything discovery read from one host root, at one moment."""
 
@@ -321,6 +368,10 @@ class HostSnapshot(_Record):
     layouts: dict[str, Layout]
     warnings: tuple[str, ...]
     machine_id: str  # <root>/etc/machine-id (or the host name): the host part of deterministic mdev UUIDs
+    vf_pools: dict[str, VfPool]  # PF address → its SR-IOV VF pool (AMD/Intel)
+    render_nodes: dict[str, str]  # DRM render node (renderD128) → the PCI address of its GPU ("" when not PCI)
+    models: dict[str, str]  # GPU address → model name from pci.ids ("Tesla P4"); only when discovery was asked
+    _uncompared = ("models",)
 
     def __init__(
         self,
@@ -334,6 +385,9 @@ class HostSnapshot(_Record):
         layouts: dict[str, Layout],
         warnings: tuple[str, ...] = (),
         machine_id: str = "",
+        vf_pools: dict[str, VfPool] | None = None,
+        render_nodes: dict[str, str] | None = None,
+        models: dict[str, str] | None = None,
     ) -> None:
         self.__dict__.update(
             root=root,
@@ -346,7 +400,15 @@ class HostSnapshot(_Record):
             layouts=layouts,
             warnings=warnings,
             machine_id=machine_id,
+            vf_pools={} if vf_pools is None else vf_pools,
+            render_nodes={} if render_nodes is None else render_nodes,
+            models={} if models is None else models,
         )
+
+    def label(self, address: str) -> str:
+        """`0000:01:00.0 (Tesla P4)` when the model is known (pci.ids), else the address (a PF's name for a VF)."""
+        model = self.models.get(address) or self.models.get(self.physical_gpu(address))
+        return f"{address} ({model})" if model else address
 
     @property
     def host_key(self) -> str:
@@ -356,13 +418,14 @@ class HostSnapshot(_Record):
 
     @property
     def gpus(self) -> list[PciFunction]:
-        """Display-class functions (class 0x03xx), PFs and VFs, sorted by address."""
+        """GPU functions (class 0x03xx, or 0x12xx accelerators), PFs and VFs, sorted by address."""
         return [f for _, f in sorted(self.functions.items()) if f.is_display]
 
     def types(self) -> list[VgpuType]:
         """Every vGPU type of every parent: mdev types (A/B) and layout C creatable types."""
         out = [t for p in self.mdev_parents.values() for t in p.types]
         out.extend(t if not vf.in_use else t.with_available(0) for vf in self.vendor_vfs.values() for t in vf.offered)
+        out.extend(t for pool in self.vf_pools.values() for t in pool.offered)
         return sorted(out, key=lambda t: (t.parent, t.numeric_id or 0, t.type_id))
 
     def skipped(self, address: str, hint: str) -> str:
@@ -429,6 +492,11 @@ class Allocation(_Record):
             slot=slot,
             extra={} if extra is None else extra,
         )
+
+    @property
+    def on_demand(self) -> bool:
+        """Made when the domain starts and removed when it stops (libvirt's qemu hook, `vgpuadm hook run`)."""
+        return self.extra.get("on_demand") == "yes"
 
 
 # -- id grammars, parsed once here ------------------------------------------------------------------------------------

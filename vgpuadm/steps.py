@@ -38,6 +38,9 @@ class Step:
     """Base of every step. Subclasses are frozen dataclasses of plain values (str, int, bool, None, tuples)."""
 
     kind: ClassVar[str] = "step"
+    # Whether the change outlives a power loss (a file, a libvirt definition). Runtime kernel state (mdevs, VFs,
+    # binds) does not, so a journal of only such steps needs no fsync: see vgpuadm.executor._Journal.
+    durable: ClassVar[bool] = True
 
     def describe(self) -> str:
         raise NotImplementedError
@@ -68,6 +71,8 @@ def step_from_dict(doc: dict[str, Any]) -> Step:
 class CreateMdev(Step):
     """Write `uuid` to <parent>/mdev_supported_types/<type_id>/create. Undo: remove the mdev."""
 
+    durable: ClassVar[bool] = False
+
     parent: str
     type_id: str
     uuid: str
@@ -80,6 +85,8 @@ class CreateMdev(Step):
 @dataclass(frozen=True)
 class RemoveMdev(Step):
     """Write 1 to /sys/bus/mdev/devices/<uuid>/remove. Undo: create it again with `type_id` (when known)."""
+
+    durable: ClassVar[bool] = False
 
     parent: str
     uuid: str
@@ -98,6 +105,8 @@ class SetVgpuParams(Step):
 
     device_path_kind "mdev": id is an mdev UUID (/sys/bus/mdev/devices/<id>/nvidia/vgpu_params);
     "vf": id is a layout C VF address (/sys/bus/pci/devices/<id>/nvidia/vgpu_params). Undo writes `previous`."""
+
+    durable: ClassVar[bool] = False
 
     device_path_kind: str
     id: str
@@ -119,6 +128,8 @@ class SetVgpuParams(Step):
 class SetVfVgpuType(Step):
     """Write type_num to <vf>/nvidia/current_vgpu_type (creates the vGPU). Undo: write 0."""
 
+    durable: ClassVar[bool] = False
+
     vf: str
     type_num: int
 
@@ -130,6 +141,8 @@ class SetVfVgpuType(Step):
 @dataclass(frozen=True)
 class ClearVfVgpuType(Step):
     """Write 0 to <vf>/nvidia/current_vgpu_type (destroys the vGPU). Undo: write previous_type again."""
+
+    durable: ClassVar[bool] = False
 
     vf: str
     previous_type: int
@@ -147,6 +160,8 @@ class SetNumVfs(Step):
     """Write count to <pf>/sriov_numvfs. The kernel refuses N→M with both non-zero (EBUSY): plans go through 0.
     Undo: write previous (through 0 when both are non-zero)."""
 
+    durable: ClassVar[bool] = False
+
     pf: str
     count: int
     previous: int
@@ -155,10 +170,26 @@ class SetNumVfs(Step):
         return f"set sriov_numvfs of {self.pf} to {self.count} (was {self.previous})"
 
 
+@step_kind("set-sriov-autoprobe")
+@dataclass(frozen=True)
+class SetSriovAutoprobe(Step):
+    """Write 0/1 to <pf>/sriov_drivers_autoprobe: with 0, VFs enabled afterwards come up with no driver, so a VF
+    pool binds them to vfio-pci without a host driver probing them first. Undo: write previous."""
+
+    pf: str
+    enabled: bool
+    previous: bool
+
+    def describe(self) -> str:
+        return f"set sriov_drivers_autoprobe of {self.pf} to {int(self.enabled)}"
+
+
 @step_kind("sriov-manage")
 @dataclass(frozen=True)
 class SriovManage(Step):
     """Run <root>/usr/lib/nvidia/sriov-manage -e|-d <pf> (NVIDIA PFs bound to nvidia). Undo: the opposite."""
+
+    durable: ClassVar[bool] = False
 
     pf: str
     enable: bool
@@ -175,6 +206,8 @@ class SriovManage(Step):
 class SetDriverOverride(Step):
     """Write driver (or "\\n" to clear when driver is "") to <address>/driver_override. Undo: write previous."""
 
+    durable: ClassVar[bool] = False
+
     address: str
     driver: str
     previous: str = ""
@@ -190,6 +223,8 @@ class SetDriverOverride(Step):
 class Unbind(Step):
     """Write address to /sys/bus/pci/drivers/<driver>/unbind. Undo: bind it to driver again."""
 
+    durable: ClassVar[bool] = False
+
     address: str
     driver: str
 
@@ -201,6 +236,8 @@ class Unbind(Step):
 @dataclass(frozen=True)
 class Bind(Step):
     """Write address to /sys/bus/pci/drivers/<driver>/bind. Undo: unbind it."""
+
+    durable: ClassVar[bool] = False
 
     address: str
     driver: str
@@ -214,6 +251,8 @@ class Bind(Step):
 class DriversProbe(Step):
     """Write address to /sys/bus/pci/drivers_probe (honours driver_override). `expect` is the driver that must end
     up bound ("" = any). Undo: unbind whatever driver the probe bound."""
+
+    durable: ClassVar[bool] = False
 
     address: str
     expect: str = ""
@@ -307,6 +346,36 @@ class RemoveUnitFile(Step):
         return f"remove systemd unit /etc/systemd/system/{self.name}"
 
 
+# --- files: libvirt's qemu hook ----------------------------------------------------------------------------------
+
+
+@step_kind("write-hook-file")
+@dataclass(frozen=True)
+class WriteHookFile(Step):
+    """Write `text` to <root>/etc/libvirt/hooks/<hook> (atomically, 0755); `hook` is qemu.d/vgpuadm, qemu or
+    qemu.vgpuadm-chained. `previous` is the file's text before (None: there was none). Undo: write it back, or
+    remove the file."""
+
+    hook: str
+    text: str
+    previous: str | None = None
+
+    def describe(self) -> str:
+        return f"write libvirt hook /etc/libvirt/hooks/{self.hook}"
+
+
+@step_kind("remove-hook-file")
+@dataclass(frozen=True)
+class RemoveHookFile(Step):
+    """Remove <root>/etc/libvirt/hooks/<hook>. `previous` is its text (for undo: written back)."""
+
+    hook: str
+    previous: str = ""
+
+    def describe(self) -> str:
+        return f"remove libvirt hook /etc/libvirt/hooks/{self.hook}"
+
+
 @dataclass(frozen=True)
 class Plan:
     """An ordered list of steps and a one-line summary. An empty plan means "nothing to do"."""
@@ -317,6 +386,11 @@ class Plan:
     @property
     def empty(self) -> bool:
         return not self.steps
+
+    @property
+    def durable(self) -> bool:
+        """Whether any step makes a change that outlives a power loss."""
+        return any(s.durable for s in self.steps)
 
     def describe(self) -> list[str]:
         n = len(self.steps)

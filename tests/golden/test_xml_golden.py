@@ -49,6 +49,15 @@ PCI_ALLOCS = [
                extra={"managed": "yes", "guest_address": "0000:00:10.1", "host_driver": "snd_hda_intel"}),
 ]  # fmt: skip
 
+# A VF of an SR-IOV VF pool (Intel Flex 170): vgpuadm binds it to vfio-pci itself, so managed='no' and no <driver>.
+POOL_ALLOC = Allocation(domain="web01", mode="pool", type_id="vf-flex170", parent="0000:4d:00.0",
+                        address="0000:4d:00.1", slot=4, extra={"host_driver": ""})  # fmt: skip
+
+# A paravirtual virtio-gpu with 3D on the host's first render node (virtio-gl mode): a <video> and a <graphics>.
+VIRTIO_ALLOC = Allocation(domain="web01", mode="virtio-gl", type_id="virtio-gl", parent="0000:00:02.0", slot=5,
+                          extra={"rendernode": "/dev/dri/renderD128", "graphics": "egl-headless",
+                                 "previous_video": "cirrus"})  # fmt: skip
+
 # case name → a function returning the rendered hostdev(s) or element; "domain-*" cases are whole domains.
 CASES: dict[str, Callable[[], list[str]]] = {
     "mdev-basic": lambda: [xml.mdev_hostdev(UUID)],
@@ -64,6 +73,10 @@ CASES: dict[str, Callable[[], list[str]]] = {
     "vf-basic": lambda: [xml.hostdev_for(VF_ALLOC)],
     "vf-guest-address": lambda: [xml.vf_hostdev("0000:41:00.5", guest_address=PciAddress(0, 0, 0x11, 0))],
     "metadata-all-modes": lambda: [xml.metadata_xml([MDEV_ALLOC, VF_ALLOC, *PCI_ALLOCS], host="sim:/srv/lab/h1")],
+    "pool-vf": lambda: [xml.hostdev_for(POOL_ALLOC)],
+    "metadata-pool": lambda: [xml.metadata_xml([POOL_ALLOC], host="sim:/srv/lab/h1")],
+    "virtio-gl-egl-headless": lambda: [xml.hostdev_for(VIRTIO_ALLOC)],
+    "virtio-gl-spice": lambda: xml.virtio_gl_elements("/dev/dri/renderD129", "spice"),
     "metadata-escaped": lambda: [
         xml.metadata_xml(
             [
@@ -78,10 +91,13 @@ CASES: dict[str, Callable[[], list[str]]] = {
 }
 
 
+DEVICE_ELEMENTS = ("<hostdev", "<video", "<graphics")  # what goes under <devices>; the rest is metadata
+
+
 def skeleton(devices: list[str]) -> str:
     """A minimal valid domain holding the case's elements (hostdevs in <devices>, metadata in <metadata>)."""
-    hostdevs = "".join(d for d in devices if d.lstrip().startswith("<hostdev"))
-    meta = "".join(d for d in devices if not d.lstrip().startswith("<hostdev"))
+    hostdevs = "".join(d for d in devices if d.lstrip().startswith(DEVICE_ELEMENTS))
+    meta = "".join(d for d in devices if not d.lstrip().startswith(DEVICE_ELEMENTS))
     return (
         "<domain type='kvm'><name>golden</name><memory unit='MiB'>256</memory>"
         "<os><type arch='x86_64' machine='q35'>hvm</type></os>"
@@ -94,7 +110,7 @@ def as_document(text: str) -> str:
     stripped = text.lstrip()
     if stripped.startswith("<domain"):
         return text
-    parts = re.split(r"(?=^<hostdev |^<vgpuadm:vgpuadm )", text, flags=re.M)
+    parts = re.split(r"(?=^<hostdev |^<vgpuadm:vgpuadm |^<video>|^<graphics )", text, flags=re.M)
     return skeleton([p for p in parts if p.strip()])
 
 

@@ -117,7 +117,15 @@ def test_create_twice_makes_one_device_and_count_adds(sim_host, cli, conn, domai
     again = cli(*base)
     assert (again.code, again.out) == (0, f"nothing to do: domain {vm} already has 1 × nvidia-63\n")
     assert len(mdevs(root)) == 1
-    more = cli(*base, "--count", "3", "--display", "on", "--ramfb", "--param", "frame_rate_limiter=0")
+    two = cli(*base, "--count", "3", "--display", "on", "--ramfb", "--param", "frame_rate_limiter=0")
+    assert (two.code, two.err.splitlines()[0]) == (
+        2,
+        f"error: domain {vm} would have 2 vGPUs with ramfb on; libvirt allows one",
+    )  # libvirt refuses that definition; an attach-device --config per device used to let it through
+    assert len(mdevs(root)) == 1
+    more = cli(*base, "--count", "2", "--display", "on", "--ramfb", "--param", "frame_rate_limiter=0")
+    assert more.code == 0, more.err
+    more = cli(*base, "--count", "3", "--display", "on", "--param", "frame_rate_limiter=0")
     assert more.code == 0, more.err
     uuids = [expected_uuid(root, conn, vm, s) for s in range(3)]
     assert mdevs(root) == sorted(uuids)
@@ -125,7 +133,7 @@ def test_create_twice_makes_one_device_and_count_adds(sim_host, cli, conn, domai
     assert [(a.slot, a.uuid, a.params, a.extra) for a in allocs] == [
         (0, uuids[0], None, {"display": "off"}),
         (1, uuids[1], "frame_rate_limiter=0", {"display": "on", "ramfb": "on"}),
-        (2, uuids[2], "frame_rate_limiter=0", {"display": "on", "ramfb": "on"}),
+        (2, uuids[2], "frame_rate_limiter=0", {"display": "on"}),
     ]
     assert (root / f"sys/bus/mdev/devices/{uuids[1]}/nvidia/vgpu_params").read_text() == "frame_rate_limiter=0\n"
     shown = {h.split('uuid="')[1][:36]: h.split(">")[0] for h in hostdevs(conn, vm)}
@@ -211,7 +219,7 @@ def test_running_domain_refuses_hotplug_and_leaves_nothing(sim_host, cli, conn, 
     assert r.code == 5
     first, hint = r.err.splitlines()
     assert (
-        first.startswith("error: step 2/3 attach mdev ")
+        first.startswith("error: step 2/2 attach mdev ")
         and f"domain '{vm}' is running and libvirt cannot hot-plug" in first
     )
     assert hint == (
@@ -296,9 +304,8 @@ def test_dry_run_changes_nothing(sim_host, cli, conn, domain, libvirtd):
     assert r.code == 0
     assert r.out.splitlines() == [
         f"would give domain {vm} 1 × nvidia-63:",
-        f"  step 1/3 create mdev {u} of type nvidia-63 on 0000:01:00.0",
-        f"  step 2/3 attach mdev {u} (nvidia-63) to domain {vm}",
-        f"  step 3/3 record 1 vgpuadm device(s) in the metadata of domain {vm}",
+        f"  step 1/2 create mdev {u} of type nvidia-63 on 0000:01:00.0",
+        f"  step 2/2 attach mdev {u} (nvidia-63) to domain {vm}, and record 1 vgpuadm device(s) in its metadata",
     ]
     assert (mdevs(root), inactive_xml(conn, vm)) == ([], before)
 
@@ -320,8 +327,9 @@ def test_layout_c_vf_is_attached_unmanaged_and_cleared_on_destroy(sim_host, cli,
 
 
 def test_crash_after_attach_is_rolled_back_by_recover(sim_host, conn, domain, libvirtd):
-    """A vgpuadm killed right after the attach step (test hook VGPUADM_TEST_CRASH_AFTER_STEP) leaves a journal;
-    `vgpuadm recover` opens libvirt itself, detaches the hostdev and removes the mdev."""
+    """A vgpuadm killed right after the definition step (test hook VGPUADM_TEST_CRASH_AFTER_STEP) leaves a
+    journal; the hostdev and its record came in one write. `vgpuadm recover` opens libvirt itself, defines the
+    domain back without either and removes the mdev."""
     root, vm = sim_host("p4"), domain()
     env = {**os.environ, "VGPUADM_TEST_CRASH_AFTER_STEP": "2"}
     base = [sys.executable, "-m", "vgpuadm", "--root", str(root), "-c", libvirtd]
@@ -329,7 +337,7 @@ def test_crash_after_attach_is_rolled_back_by_recover(sim_host, conn, domain, li
                        timeout=120)  # fmt: skip
     assert r.returncode == 99
     u = expected_uuid(root, conn, vm, 0)
-    assert (mdevs(root), len(hostdevs(conn, vm)), metadata(conn, vm)) == ([u], 1, None)
+    assert (mdevs(root), len(hostdevs(conn, vm)), len(xml.parse_allocations(inactive_xml(conn, vm)))) == ([u], 1, 1)
     env.pop("VGPUADM_TEST_CRASH_AFTER_STEP")
     r = subprocess.run([*base, "recover"], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -36,7 +36,7 @@ def test_create_and_destroy(sim_host: Callable[[str], Path]) -> None:
     u = device_uuid(HostRoot(str(root)).machine_id(), uuids["web01"], 0)
 
     dry = run_json(root, "guest", "create", "--type", "P4-1Q", "--vm", "web01", "--dry-run")
-    assert (dry["changed"], dry["dry_run"], len(dry["steps"]), mdevs(root)) == (False, True, 3, [])
+    assert (dry["changed"], dry["dry_run"], len(dry["steps"]), mdevs(root)) == (False, True, 2, [])
 
     made = run_json(root, "guest", "create", "--type", "P4-1Q", "--vm", "web01", "--display", "on")
     assert (made["domain"], made["changed"], made["removed"]) == ("web01", True, [])
@@ -44,7 +44,7 @@ def test_create_and_destroy(sim_host: Callable[[str], Path]) -> None:
         "slot": 0, "mode": "mdev", "type_id": "nvidia-63", "parent": GPU, "uuid": u, "address": None,
         "params": None, "options": {"display": "on"},
     }]  # fmt: skip
-    assert made["steps"][0] == f"step 1/3 create mdev {u} of type nvidia-63 on {GPU}"
+    assert made["steps"][0] == f"step 1/2 create mdev {u} of type nvidia-63 on {GPU}"
     assert made["hostdevs"] == [
         f'<hostdev mode="subsystem" type="mdev" model="vfio-pci" display="on">\n  <source>\n'
         f'    <address uuid="{u}"/>\n  </source>\n</hostdev>\n'
@@ -81,7 +81,7 @@ def test_apply_reconcile_restore(sim_host: Callable[[str], Path], tmp_path: Path
 
     check = run_json(root, "apply", "apply", "-f", str(plan), "--check")
     assert (check["changed"], check["check"], check["diff"]) == (False, True, ["+ web01: nvidia-63 ×2"])
-    assert len(check["steps"]) == 5 and mdevs(root) == []
+    assert len(check["steps"]) == 3 and mdevs(root) == []
     done = run_json(root, "apply", "apply", "-f", str(plan))
     assert (done["changed"], done["steps"], len(mdevs(root))) == (True, check["steps"], 2)
     same = run_json(root, "apply", "apply", "-f", str(plan))

@@ -16,7 +16,7 @@ PCI = "sys/bus/pci/devices"
 
 def test_missing_root(cli, tmp_path):
     r = cli("--root", str(tmp_path / "nope"), "types", "--json")
-    assert (r.code, r.out) == (3, "")
+    assert (r.code, json.loads(r.out)["exit_code"]) == (3, 3)  # the error as JSON on stdout (under --json)
     assert r.err.splitlines() == [
         f"error: host root {tmp_path / 'nope'} does not exist",
         "hint: pass --root DIR or set VGPUADM_ROOT to a host root",
@@ -31,7 +31,7 @@ def test_root_is_a_file(cli, tmp_path):
 
 def test_root_without_sys(cli, tmp_path):
     r = cli("--root", str(tmp_path), "devices", "--json")
-    assert (r.code, r.out) == (3, "")
+    assert (r.code, json.loads(r.out)["exit_code"]) == (3, 3)  # the error as JSON on stdout (under --json)
     assert r.err.splitlines() == [
         f"error: host root {tmp_path} has no sys/ directory",
         "hint: point --root at a directory holding a sys/ tree, e.g. one made by `vgpuadm sim build p4 DIR`",
@@ -187,7 +187,7 @@ def test_odd_vendor_vf_skips_only_that_vf(cli, sim_host, damage, warning):
 def test_bad_parent_for_types_gpu(cli, sim_host):
     root = sim_host("p4")
     r = cli("--root", str(root), "types", "--gpu", "0000:09:00.0", "--json")
-    assert (r.code, r.out) == (3, "")
+    assert (r.code, json.loads(r.out)["exit_code"]) == (3, 3)  # the error as JSON on stdout (under --json)
     assert r.err.splitlines() == [
         "error: No GPU or mdev parent 0000:09:00.0 on this host",
         "hint: run `vgpuadm gpus` to list them",

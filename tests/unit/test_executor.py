@@ -8,6 +8,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -28,6 +29,14 @@ class Note(Step):
 
     def describe(self) -> str:
         return f"note {self.name}"
+
+
+@step_kind("test-runtime-note")
+@dataclass(frozen=True)
+class RuntimeNote(Note):
+    """A Note whose change, like an mdev's, does not outlive a power loss."""
+
+    durable: ClassVar[bool] = False
 
 
 @step_kind("test-peek")
@@ -114,6 +123,27 @@ def test_journal_directory_fsyncs_per_plan_and_per_batch(tmp_path: Path, monkeyp
         assert synced == ["vgpuadm", "vgpuadm", "vgpuadm"]  # one per plan: its journal's creation
     assert synced == ["vgpuadm"] * 4  # the release made the last removal durable
     assert ctx.extras["log"] == ["+a", "+b", "+c", "+d", "+e"]
+
+
+def test_runtime_only_plans_are_journaled_without_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan of runtime kernel steps only (no Step.durable) loses nothing to a power cut that its journal could
+    bring back, so neither the journal nor its directory is fsynced per plan: a batch of such plans (restore runs
+    one per device) costs one directory fsync, at the lock's release. A plan with a durable step still syncs."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(executor_mod, "fsync_dir", lambda d: synced.append("dir"))  # recorded, not done
+    monkeypatch.setattr(executor_mod.os, "fsync", lambda fd: (synced.append("file"), real_fsync(fd)))
+    ctx = _ctx(tmp_path)
+    with host_lock(str(tmp_path)):
+        for name in ("a", "b", "c"):
+            execute(Plan.of([RuntimeNote(name), RuntimeNote(name + "2")], ""), ctx)
+            assert not (tmp_path / JOURNAL).exists()
+        assert synced == []
+    assert synced == ["dir"]
+    synced.clear()
+    execute(Plan.of([RuntimeNote("d"), Note("e")], ""), ctx)
+    assert synced == ["file", "dir", "dir"]
+    assert ctx.extras["log"] == ["+a", "+a2", "+b", "+b2", "+c", "+c2", "+d", "+e"]
 
 
 def test_a_torn_progress_line_is_ignored(tmp_path: Path) -> None:

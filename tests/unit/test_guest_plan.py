@@ -15,7 +15,7 @@ from vgpuadm.model import Allocation
 from vgpuadm.plan import guest
 from vgpuadm.plan.ids import device_uuid
 from vgpuadm.virt import xml
-from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
+from vgpuadm.virt.steps import DefineDomain
 
 DOM_UUID = "6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a01"
 
@@ -29,27 +29,26 @@ def domain(
             f"{''.join(hostdevs)}</devices></domain>")  # fmt: skip
 
 
-def test_create_plan_is_create_attach_record(sim_host):
+def test_create_plan_is_create_then_one_definition(sim_host):
     root = sim_host("p4")
     snap = api.discover(str(root))
     u = device_uuid(HostRoot(str(root)).machine_id(), DOM_UUID, 0)
     plan, added, after = guest.plan_create(snap, domain(), "P4-1Q", display=True, params=["frame_rate_limiter=0"])
     assert plan.describe() == [
-        f"step 1/4 create mdev {u} of type nvidia-63 on 0000:01:00.0",
-        f'step 2/4 set vgpu_params of mdev {u} to "frame_rate_limiter=0"',
-        f"step 3/4 attach mdev {u} (nvidia-63) to domain web01",
-        "step 4/4 record 1 vgpuadm device(s) in the metadata of domain web01",
+        f"step 1/3 create mdev {u} of type nvidia-63 on 0000:01:00.0",
+        f'step 2/3 set vgpu_params of mdev {u} to "frame_rate_limiter=0"',
+        f"step 3/3 attach mdev {u} (nvidia-63) to domain web01, and record 1 vgpuadm device(s) in its metadata",
     ]
-    attach, record = plan.steps[2], plan.steps[3]
-    assert isinstance(attach, AttachHostdev) and attach.device_xml == xml.mdev_hostdev(u, display=True)
-    assert isinstance(record, SetMetadata) and record.previous == ""
-    assert record.element == (
-        f'<vgpuadm version="1" host="sim:{root}">\n'
-        f'  <device slot="0" mode="mdev" type="nvidia-63" parent="0000:01:00.0" uuid="{u}" '
+    define = plan.steps[2]
+    assert isinstance(define, DefineDomain)
+    assert (define.attach, define.detach, define.previous) == (xml.mdev_hostdev(u, display=True), "", "")
+    assert define.element == (
+        f'<vgpuadm:vgpuadm xmlns:vgpuadm="{xml.NS}" version="1" host="sim:{root}">\n'
+        f'  <vgpuadm:device slot="0" mode="mdev" type="nvidia-63" parent="0000:01:00.0" uuid="{u}" '
         'params="frame_rate_limiter=0">\n'
-        '    <option name="display" value="on"/>\n'
-        "  </device>\n"
-        "</vgpuadm>\n"
+        '    <vgpuadm:option name="display" value="on"/>\n'
+        "  </vgpuadm:device>\n"
+        "</vgpuadm:vgpuadm>\n"
     )
     assert added == after and [a.uuid for a in added] == [u]
 
@@ -81,7 +80,7 @@ def test_create_counts_what_the_domain_already_owns(sim_host):
     plan, added, _ = guest.plan_create(snap, domain(allocations=owned), "nvidia-63", 2)
     assert [a.slot for a in added] == [1]
     record = plan.steps[-1]
-    assert isinstance(record, SetMetadata) and record.devices == 2 and 'slot="0"' in record.previous
+    assert isinstance(record, DefineDomain) and record.devices == 2 and 'slot="0"' in record.previous
 
 
 def test_joint_placement_across_domains_packs_then_spills(sim_host):
@@ -92,7 +91,7 @@ def test_joint_placement_across_domains_packs_then_spills(sim_host):
     assert [(p.name, p.added[0].parent) for p in plans] == [(f"vm{i}", "0000:01:00.0") for i in range(8)] + [
         ("vm8", "0000:02:00.0")
     ]
-    assert all(len(p.plan.steps) == 3 for p in plans)
+    assert all(len(p.plan.steps) == 2 for p in plans)
 
 
 def test_create_refusals(sim_host):
@@ -112,10 +111,10 @@ def test_layout_c_gives_the_vf_unmanaged(sim_host):
     plan, added, _ = guest.plan_create(snap, domain(), "H200X-4C")
     vf = added[0].address
     assert (added[0].mode, added[0].parent, added[0].uuid) == ("vf", vf, None)
-    assert plan.describe()[0] == f"step 1/3 set vGPU type 1420 (nvidia-1420) on VF {vf}"
+    assert plan.describe()[0] == f"step 1/2 set vGPU type 1420 (nvidia-1420) on VF {vf}"
     attach = plan.steps[1]
-    assert isinstance(attach, AttachHostdev) and attach.device_xml == xml.vf_hostdev(vf)
-    assert 'managed="no"' in attach.device_xml
+    assert isinstance(attach, DefineDomain) and attach.attach == xml.vf_hostdev(vf)
+    assert 'managed="no"' in attach.attach
 
 
 def test_destroy_plan_and_its_refusals(sim_host):
@@ -123,8 +122,12 @@ def test_destroy_plan_and_its_refusals(sim_host):
     owned = [Allocation("web01", "mdev", "nvidia-63", "0000:01:00.0", uuid="c2177883-f1bb-47f0-914d-32a22e3a8804")]
     dom = domain(allocations=owned, hostdevs=[xml.hostdev_for(owned[0])])
     plan, gone, after = guest.plan_destroy(snap, dom, {}, uuid=None, all_=True)
-    # the mdev does not exist in this snapshot: only the detach and the metadata change remain
-    assert [type(s) for s in plan.steps] == [DetachHostdev, SetMetadata] and after == []
+    # the mdev does not exist in this snapshot: only the new definition (no hostdev, no metadata) remains
+    assert [type(s) for s in plan.steps] == [DefineDomain] and after == []
+    assert (plan.steps[0].detach, plan.steps[0].element) == (xml.hostdev_for(owned[0]), "")
+    assert plan.describe() == [
+        f"step 1/1 detach mdev {owned[0].uuid} (nvidia-63) from domain web01, and remove its vgpuadm metadata"
+    ]
     assert [(a.uuid, a.domain_uuid) for a in gone] == [(owned[0].uuid, DOM_UUID)]
     with pytest.raises(ConflictError, match="is also used by domain db01"):
         guest.plan_destroy(snap, dom, {("mdev", owned[0].uuid): "db01"}, uuid=None, all_=True)
@@ -140,11 +143,12 @@ def test_destroy_plan_and_its_refusals(sim_host):
 def test_passthrough_plan_binds_group_then_attaches_one_slot(sim_host):
     snap = api.discover(str(sim_host("passthrough")))
     plan, added, _ = guest.plan_passthrough(snap, domain(), "65:00.0", {})
-    attaches = [s for s in plan.steps if isinstance(s, AttachHostdev)]
-    assert [s.device_xml for s in attaches] == [
-        xml.pci_hostdev("0000:65:00.0", guest_address=xml.PciAddress(0, 0, 0x10, 0, multifunction=True)),
-        xml.pci_hostdev("0000:65:00.1", guest_address=xml.PciAddress(0, 0, 0x10, 1)),
-    ]
+    [define] = [s for s in plan.steps if isinstance(s, DefineDomain)]
+    assert define.attach == (
+        xml.pci_hostdev("0000:65:00.0", guest_address=xml.PciAddress(0, 0, 0x10, 0, multifunction=True))
+        + xml.pci_hostdev("0000:65:00.1", guest_address=xml.PciAddress(0, 0, 0x10, 1))
+    )
+    assert plan.steps[-1] is define
     assert plan.describe()[0].startswith("step 1/") and "remember original drivers" in plan.describe()[0]
     assert [a.extra["host_driver"] for a in added] == ["nvidia", "snd_hda_intel"]
 

@@ -56,7 +56,11 @@ def test_mdev_create_explain(sim_host: Callable[[str], Path], cli) -> None:  # t
     root = sim_host("p4")
     res = cli("--root", str(root), "mdev", "create", "--type", "P4-8Q", "--count", "2", "--explain", "--dry-run")
     assert res.code == 0, res.err
-    assert res.out.splitlines()[:3] == ["placement of nvidia-66:", f"  chosen   {GPU}", "  chosen   0000:02:00.0"]
+    assert res.out.splitlines()[:3] == [
+        "placement of 2 × nvidia-66, policy pack (fill the busiest GPU first):",
+        f"  {GPU} (Tesla P4): chosen for 1 (0 vGPU(s) ran on it)",
+        "  0000:02:00.0 (Tesla P4): chosen for 1 (0 vGPU(s) ran on it)",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -53,6 +53,13 @@ VALID: dict[str, dict[str, Any]] = {
     "attach-hostdev": {"domain": "web01", "device_xml": HOSTDEV, "what": f"mdev {UUID} (nvidia-63)"},
     "detach-hostdev": {"domain": "web01", "device_xml": HOSTDEV, "what": f"mdev {UUID} (nvidia-63)"},
     "set-metadata": {"domain": "web01", "element": METADATA, "previous": "", "devices": 1},
+    "write-hook-file": {"hook": "qemu.d/vgpuadm", "text": "#!/bin/sh\nexec vgpuadm hook \"$@\"\n", "previous": None},
+    "remove-hook-file": {"hook": "qemu.d/vgpuadm", "previous": "#!/bin/sh\nexec vgpuadm hook \"$@\"\n"},
+    "define-domain": {"domain": "web01", "attach": HOSTDEV + HOSTDEV, "detach": "", "element": METADATA,
+                      "previous": "", "devices": 2, "attached": f"mdev {UUID} (nvidia-63)", "detached": ""},
+    "set-virtio-gl": {"domain": "web01", "rendernode": "/dev/dri/renderD128", "graphics": "egl-headless",
+                      "enable": True, "previous_video": "vga"},
+    "set-sriov-autoprobe": {"pf": "0000:01:00.0", "enabled": False, "previous": True},
 }  # fmt: skip
 
 ENTITY = "<!DOCTYPE hostdev [<!ENTITY x SYSTEM 'file:///etc/shadow'>]>"
@@ -77,6 +84,14 @@ HOSTILE: list[tuple[str, str, Any]] = [
     ("set-metadata", "element", "<?xml version='1.0'?><vgpuadm:vgpuadm/>"),
     ("set-metadata", "element", "<domain><devices/></domain>"),
     ("set-metadata", "previous", "<vgpuadm:vgpuadm>&xxe;</vgpuadm:vgpuadm>"),
+    ("write-hook-file", "text", "#!/bin/sh\x00"),
+    ("define-domain", "attach", ENTITY + "<hostdev mode='subsystem' type='pci'>&x;</hostdev>"),
+    ("define-domain", "detach", "<interface type='bridge'/>"),
+    ("define-domain", "element", "<domain/>"),
+    ("define-domain", "attached", "x\nerror: forged line"),
+    ("set-virtio-gl", "rendernode", "/dev/dri/../../etc/shadow"),
+    ("set-virtio-gl", "graphics", "vnc' autoport='yes"),
+    ("set-virtio-gl", "previous_video", "vga'/><disk"),
 ]
 
 

@@ -42,9 +42,10 @@ def test_one_type_per_gpu_on_layout_a(sim_host: Callable[[str], Path]) -> None:
     assert [p for p, _ in placement.choices] == ["0000:02:00.0", "0000:02:00.0"]
     assert placement.rejected == [("0000:01:00.0", "GPU runs nvidia-64 (GRID P4-2Q); one vGPU type per GPU")]
     assert placement.explain() == (
-        "placement of nvidia-63:\n  chosen   0000:02:00.0\n  chosen   0000:02:00.0\n"
-        "  rejected 0000:01:00.0: GPU runs nvidia-64 (GRID P4-2Q); one vGPU type per GPU"
-    )
+        "placement of 2 × nvidia-63, policy pack (fill the busiest GPU first):\n"
+        "  0000:02:00.0: chosen for 2 (0 vGPU(s) ran on it)\n"
+        "  0000:01:00.0: not chosen: GPU runs nvidia-64 (GRID P4-2Q); one vGPU type per GPU"
+    )  # api.discover reads no model names: the addresses alone
     with pytest.raises(CapacityError) as info:
         place(api.discover(root), "P4-8Q", 2)
     assert info.value.message == (
@@ -110,7 +111,7 @@ def test_bad_requests(sim_host: Callable[[str], Path]) -> None:
         place(snap, "P4-1Q", policy="fill")
     with pytest.raises(UsageError, match=r"^--count must be at least 1, not 0$"):
         place(snap, "P4-1Q", 0)
-    with pytest.raises(NotFoundError, match=r"^GPU 0000:09:00.0 offers no vGPU types$"):
+    with pytest.raises(NotFoundError, match=r"^No GPU or mdev parent 0000:09:00.0 on this host$"):
         place(snap, "P4-1Q", gpu="0000:09:00.0")
 
 

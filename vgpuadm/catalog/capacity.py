@@ -65,6 +65,11 @@ def gpu_usage(snapshot: HostSnapshot) -> dict[str, GpuUsage]:
         if vf.in_use:
             tid = f"nvidia-{vf.current_type}"
             add(snapshot.physical_gpu(vf.address), tid, tid, vf.address)
+    for pool in snapshot.vf_pools.values():  # a VF pool's VFs in use: on vfio-pci (or a variant driver)
+        for t in pool.offered:
+            for addr in pool.vfs[: pool.num_vfs]:
+                if addr not in pool.free:
+                    add(pool.pf, t.type_id, t.name, addr)
     return {
         phys: GpuUsage(n, types.get(phys, {}), frozenset(sizes.get(phys, ())), busy.get(phys, {}))
         for phys, n in count.items()
@@ -165,6 +170,36 @@ def why_not(
     return None
 
 
+def why_no_types(snapshot: HostSnapshot, address: str) -> tuple[str, str]:
+    """Why the GPU at `address` offers no vGPU types now, and what to do: (reason, hint). The driver decides:
+    vfio-pci (passed through), none, SR-IOV VFs not enabled, a driver without vGPUs, or nvidia without types."""
+    fn = snapshot.functions.get(address)
+    if fn is None:
+        return "it is not a PCI function on this host", "run `vgpuadm gpus` to list the GPUs"
+    if fn.driver == "vfio-pci":
+        return (
+            "it is bound to vfio-pci (whole-GPU passthrough)",
+            f"`vgpuadm release --gpu {address}` (when a VM has it) or `vgpuadm vfio unbind {address}` gives it back "
+            "to its driver",
+        )
+    if not fn.driver:
+        return "it is bound to no driver", "load the vendor's vGPU driver (nvidia) and bind the GPU to it"
+    if fn.sriov_total_vfs and not fn.sriov_num_vfs:
+        return "its vGPUs live on SR-IOV VFs, and none are enabled", f"`vgpuadm sriov enable {address}`"
+    if fn.driver == "nvidia":
+        return (
+            "the nvidia driver lists none on it (a board without vGPU support, or the vGPU manager is not running)",
+            "check `systemctl status nvidia-vgpud nvidia-vgpu-mgr`; a GeForce board can only be passed through "
+            f"(`vgpuadm passthrough --gpu {address} --vm NAME`)",
+        )
+    return f"it is bound to {fn.driver}, which has no vGPU types", "bind it to the vendor's vGPU driver"
+
+
+def idle_for_vgpu(snapshot: HostSnapshot) -> list[str]:
+    """GPUs that would offer vGPU types but are bound to vfio-pci now (their types are not listed meanwhile)."""
+    return [a for a, fn in sorted(snapshot.functions.items()) if fn.is_display and fn.driver == "vfio-pci"]
+
+
 # -- projection: what is free after planned creates and removes -----------------------------------------------
 #
 # NVIDIA parents are recomputed from the rules and the projected mdevs. Pooled (kernel-rule) parents cannot be
@@ -245,7 +280,7 @@ def consume(snap: HostSnapshot, created: Sequence[Allocation]) -> HostSnapshot:
             vf = vfs.get(a.address)
             if vf is not None:
                 vfs[a.address] = dataclasses.replace(vf, current_type=int(a.type_id.rsplit("-", 1)[-1]))
-    return _one_size(snap, created, mdevs, vfs, parents)
+    return _pools_after(_one_size(snap, created, mdevs, vfs, parents), created, take=True)
 
 
 def release(snap: HostSnapshot, gone: Sequence[Allocation]) -> HostSnapshot:
@@ -261,7 +296,34 @@ def release(snap: HostSnapshot, gone: Sequence[Allocation]) -> HostSnapshot:
             parents[m.parent] = dataclasses.replace(p, types=_after(p, mdevs, m.type_id, +1))
         if a.mode == DeviceMode.VF and a.address in vfs:
             vfs[a.address] = dataclasses.replace(vfs[a.address], current_type=0)
-    return _one_size(snap, gone, mdevs, vfs, parents)
+    return _pools_after(_one_size(snap, gone, mdevs, vfs, parents), gone, take=False)
+
+
+def _pools_after(snap: HostSnapshot, allocs: Sequence[Allocation], *, take: bool) -> HostSnapshot:
+    """VF pools once the pool VFs of `allocs` are taken (a disabled pool is enabled by the first) or given back."""
+    if not any(a.mode == DeviceMode.POOL for a in allocs):
+        return snap
+    pools = dict(snap.vf_pools)
+    for a in allocs:
+        p = pools.get(a.parent or "")
+        if a.mode != DeviceMode.POOL or p is None or not a.address:
+            continue
+        if take:
+            free, num = tuple(v for v in p.free if v != a.address), p.num_vfs or p.total_vfs
+        else:
+            free, num = tuple(v for v in p.vfs if v in p.free or v == a.address), p.num_vfs
+        offered = tuple(t.with_available(len(free)) for t in p.offered)
+        pools[p.pf] = dataclasses.replace(p, free=free, num_vfs=num, offered=offered)
+    return dataclasses.replace(snap, vf_pools=pools)
+
+
+def idle(snap: HostSnapshot) -> HostSnapshot:
+    """The snapshot as it would be with no vGPU running: every mdev removed and every layout C VF cleared. What an
+    on-demand request is checked against when it is recorded (it can start once enough others stop)."""
+    running = [Allocation("", DeviceMode.MDEV, m.type_id, m.parent, uuid=m.uuid) for m in snap.mdevs.values()]
+    running += [Allocation("", DeviceMode.VF, f"nvidia-{vf.current_type}", vf.address, address=vf.address)
+                for vf in snap.vendor_vfs.values() if vf.current_type]  # fmt: skip
+    return release(snap, running) if running else snap
 
 
 def _after(p: MdevParent, mdevs: Mapping[str, Mdev], type_id: str, sign: int) -> tuple[VgpuType, ...]:

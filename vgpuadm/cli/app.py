@@ -3,18 +3,23 @@
 Every VgpuadmError ends as `error: …` / `hint: …` on stderr with the error's exit code; no traceback reaches a
 user. Plain `--json` read commands skip typer entirely (cli/fast.py)."""
 
+import itertools
 import os
 import sys
 from collections.abc import Sequence
 
 from vgpuadm.cli.console import Console, OutputClosed
-from vgpuadm.errors import NeedsRootError, UsageError, VgpuadmError
+from vgpuadm.errors import EXIT_CODES, NeedsRootError, UsageError, VgpuadmError
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
     from typing import Any
 
-EPILOG = "Examples: vgpuadm gpus · vgpuadm types --gpu 0000:01:00.0 --available · vgpuadm --root /tmp/h devices --json"
+EPILOG = (
+    "Examples: vgpuadm gpus · vgpuadm types --gpu 0000:01:00.0 --available · vgpuadm --root /tmp/h devices --json"
+    "\n\n\b\nExit codes (with --json, errors are also a JSON object {error, hint, exit_code} on stdout):\n"
+    + "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_CODES)
+)
 
 
 def build_app() -> "Any":
@@ -27,7 +32,7 @@ def build_app() -> "Any":
         help="Give GPUs to libvirt/KVM guests: mdev vGPUs, NVIDIA vendor-VFIO VFs and whole-GPU passthrough.",
         epilog=EPILOG,
         no_args_is_help=True,
-        add_completion=False,
+        add_completion=True,  # --install-completion / --show-completion; values: cli/completion.py
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
     )
@@ -53,11 +58,24 @@ def build_app() -> "Any":
             help="libvirt URI (default $LIBVIRT_DEFAULT_URI, else qemu:///system; on a simulated root, libvirt's "
             "embedded driver under the root).",
         ),
+        wait: float = typer.Option(
+            None, "--wait", metavar="SECONDS", help="How long a changing command waits for the host lock another "
+            "vgpuadm holds (default 30; it says at once whom it waits for).",
+        ),
+        no_wait: bool = typer.Option(False, "--no-wait", help="Fail at once when another vgpuadm holds the lock."),
         _show_version: bool = typer.Option(
             False, "--version", is_eager=True, callback=_version, help="Print the version and exit."
         ),
-    ) -> None:
-        ctx.obj = {"root": root, "connect": connect, "console": (ctx.obj or {}).get("console") or Console()}
+    ) -> None:  # fmt: skip
+        from vgpuadm import api
+
+        console = (ctx.obj or {}).get("console") or Console()
+        if wait is not None and not 0 <= wait <= 86400:
+            raise UsageError(f"--wait {wait:g} is not between 0 and 86400 seconds", "e.g. --wait 120, or --no-wait")
+        if no_wait and wait:
+            raise UsageError("--wait and --no-wait disagree", "give one of them")
+        api.set_lock_policy(0 if no_wait else wait, console.warn, ("vgpuadm", *(ctx.obj or {}).get("argv", ())))
+        ctx.obj = {"root": root, "connect": connect, "console": console}
 
     json_opt = typer.Option(False, "--json", help="Print JSON (validated by vgpuadm/schemas/*.schema.json).")
 
@@ -94,15 +112,68 @@ def build_app() -> "Any":
         read.devices(ctx.obj["console"], ctx.obj["root"], as_json, connect=ctx.obj.get("connect"),
                      owners=owners or not as_json, vm=vm, gpu=gpu, uuid=uuid, type_=type_name)  # fmt: skip
 
+    @app.command("show", epilog="Example: vgpuadm show --vm web01 · vgpuadm show --vm web01 --json")
+    def show_cmd(
+        ctx: typer.Context,
+        vm: str = typer.Option(..., "--vm", help="The libvirt domain.", metavar="NAME"),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON (vgpuadm/schemas/show.schema.json)."),
+    ) -> None:
+        """One VM's view: the devices vgpuadm gave it, where they are (GPU and model), params and options,
+        made on demand or kept, and whether each exists on the host now."""
+        read.show(ctx.obj["console"], ctx.obj["root"], vm, as_json, connect=ctx.obj.get("connect"))
+
     app.add_typer(sim.build_app(), name="sim")
     __import__("vgpuadm.cli.host", fromlist=["register"]).register(app)
     __import__("vgpuadm.cli.guest", fromlist=["register"]).register(app)
     __import__("vgpuadm.cli.declarative", fromlist=["register"]).register(app)
     __import__("vgpuadm.cli.unit", fromlist=["register"]).register(app)
+    __import__("vgpuadm.cli.doctor", fromlist=["register"]).register(app)
+    __import__("vgpuadm.cli.snapshot", fromlist=["register"]).register(app)
+    __import__("vgpuadm.cli.manpage", fromlist=["register"]).register(app)
+    __import__("vgpuadm.cli.vms", fromlist=["register"]).register(app)
+    __import__("vgpuadm.cli.hook", fromlist=["register"]).register(app)
     from vgpuadm.cli import inventory
 
     app.add_typer(inventory.build_app(), name="inventory")
     return app
+
+
+LATE_OPTIONS = ("connect", "root")  # global options also accepted after the subcommand
+
+
+def finish_tree(command: "Any", late: "dict[str, Any] | None" = None) -> "Any":
+    """What every command gets, in one place: `-c/--connect URI` and `--root DIR` also after the subcommand
+    (`vgpuadm devices -c URI`, virsh's habit; copies of the global options that store into the same place), and
+    metavars that say what to type (typer's `<str>`/`<list[str]>` never show)."""
+    import copy
+
+    late = late or {p.name: p for p in command.params if p.name in LATE_OPTIONS}
+    for param in command.params:
+        if param.param_type_name == "argument":
+            if param.metavar is None:
+                param.metavar = param.name.upper()
+            param.display_type_rich = lambda ctx: None  # the metavar says it; typer would add `<str>`
+        elif not param.is_flag and param.metavar is None:
+            param.metavar = {int: "N", float: "SECONDS"}.get(param.type_descriptor.annotation, "VALUE")
+    if hasattr(command, "commands"):
+        for sub in command.commands.values():
+            finish_tree(sub, late)
+        return command
+    have = {o for p in command.params if p.param_type_name == "option" for o in p.opts}
+    for name, option in late.items():
+        if have.isdisjoint(option.opts):
+            command.params.append(_late_option(option, name, copy.copy(option)))
+    return command
+
+
+def _late_option(option: "Any", name: str, late: "Any") -> "Any":
+    def store(ctx: "Any", _param: "Any", value: str | None) -> None:
+        if value is not None and ctx.obj is not None:
+            ctx.obj[name] = value
+
+    late.callback, late.expose_value, late.envvar = store, False, None
+    late.help = f"The same as `vgpuadm {option.opts[0]} {option.metavar}` before the command."
+    return late
 
 
 def run(argv: Sequence[str], console: Console | None = None) -> int:
@@ -143,9 +214,13 @@ def _run(argv: Sequence[str], console: Console) -> int:
         from typer import Abort, Exit
         from typer._click.exceptions import ClickException, NoArgsIsHelpError
 
-        command = typer.main.get_command(build_app())
+        from vgpuadm.cli import completion
+
+        command = finish_tree(typer.main.get_command(build_app()))
+        completion.attach(command)
         try:
-            result = command.main(args=list(argv), prog_name="vgpuadm", standalone_mode=False, obj={"console": console})
+            result = command.main(args=list(argv), prog_name="vgpuadm", standalone_mode=False,
+                                  obj={"console": console, "argv": tuple(argv)})  # fmt: skip
         except NoArgsIsHelpError as exc:
             # click ≥ 8.2 raises this for a bare group instead of printing its help.
             console.line(exc.ctx.get_help() if exc.ctx else exc.format_message())
@@ -157,28 +232,49 @@ def _run(argv: Sequence[str], console: Console) -> int:
         except Abort:
             console.err.write("aborted\n")
             return 130
+        finally:
+            from vgpuadm import api
+
+            api.set_lock_policy()  # --wait/--no-wait were this run's: the API used in-process gets the default
         return result if isinstance(result, int) else 0
     except VgpuadmError as exc:
-        console.error(exc)
-        return exc.exit_code
+        return _fail(console, argv, exc)
     except KeyboardInterrupt:
-        console.err.write("interrupted\n")
-        return 130
+        return _fail(console, argv, VgpuadmError("interrupted"), 130)
     except (BrokenPipeError, OutputClosed):
         raise
     except PermissionError as exc:  # an access check we missed: still the needs-root answer, not a bug report
-        err = NeedsRootError(
+        denied = NeedsRootError(
             f"permission denied: {exc.filename or exc.strerror}",
             "rerun as root, e.g. with sudo, or fix the file's owner",
         )
-        console.error(err)
-        return err.exit_code
+        return _fail(console, argv, denied)
     except Exception as exc:  # a bug of ours: still one line, with the way to get the traceback
         if os.environ.get("VGPUADM_DEBUG"):
             raise
-        console.err.write(f"error: internal error: {type(exc).__name__}: {exc}\n")
-        console.err.write("hint: rerun with VGPUADM_DEBUG=1 for the traceback and report it\n")
-        return 70
+        err = VgpuadmError(f"internal error: {type(exc).__name__}: {exc}",
+                           "rerun with VGPUADM_DEBUG=1 for the traceback and report it")  # fmt: skip
+        return _fail(console, argv, err, 70)
+
+
+def _fail(console: Console, argv: Sequence[str], exc: VgpuadmError, code: int | None = None) -> int:
+    """The error line (and hint) on stderr; under --json (or --format json) also the error as a JSON object on
+    stdout, unless the command already printed its document (restore prints its result, then fails)."""
+    code = exc.exit_code if code is None else code
+    console.error(exc)
+    if _wants_json(argv) and not console.printed_json:
+        console.json({"error": exc.message, "hint": exc.hint, "exit_code": code})  # schemas/error.schema.json
+    return code
+
+
+def _wants_json(argv: Sequence[str]) -> bool:
+    args = list(argv)
+    args = args[: args.index("--")] if "--" in args else args
+    return (
+        "--json" in args
+        or "--format=json" in args
+        or any(a == "--format" and b == "json" for a, b in itertools.pairwise(args))
+    )
 
 
 def main() -> None:

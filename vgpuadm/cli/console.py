@@ -22,10 +22,12 @@ class Console:
     def __init__(self, out: TextIO | None = None, err: TextIO | None = None) -> None:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
+        self.printed_json = False
 
     def json(self, doc: Any) -> None:
         from vgpuadm.cli.jsontext import dumps  # exactly json.dumps(doc, indent=2), faster on big documents
 
+        self.printed_json = True
         self._write(dumps(doc) + "\n")
 
     def line(self, text: str = "") -> None:

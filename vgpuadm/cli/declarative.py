@@ -23,6 +23,8 @@ def apply(console: Console, root: str | None, connect: str | None, plan_file: st
             console.line(line)
     for vm in d.untouched:
         console.line(f"left alone: {vm} (not in the plan; --prune removes its devices)")
+    for warning in result.warnings:
+        console.line(f"warning: {warning}")
     if d.empty:
         console.line("nothing to do: the host matches the plan")
     elif check:
@@ -97,11 +99,19 @@ def register(app: Any) -> None:
     """Add apply, restore, reconcile and the mdevctl group to the top-level typer app."""
     import typer
 
-    @app.command("apply", epilog="Example: vgpuadm apply -f plan.yaml --diff   (then without --check to make it so)")
+    @app.command(
+        "apply",
+        epilog="Example: vgpuadm apply -f plan.yaml --check   (shows the diff, changes nothing; then "
+        "vgpuadm apply -f plan.yaml --diff to make it so) · cat plan.yaml | vgpuadm apply -f -",
+    )
     def apply_cmd(
         ctx: typer.Context,
         plan_file: str = typer.Option(
-            ..., "-f", "--file", help="The plan (YAML, vgpuadm/schemas/plan-v1).", metavar="PLAN"
+            ...,
+            "-f",
+            "--file",
+            help="The plan (YAML, vgpuadm/schemas/plan-v1); `-` reads it from stdin.",
+            metavar="PLAN",
         ),
         check: bool = typer.Option(False, "--check", help="Show what would change; change nothing."),
         show_diff: bool = typer.Option(False, "--diff", help="Print the changes (+ add, - remove, ~ change)."),
@@ -119,12 +129,14 @@ def register(app: Any) -> None:
             None, "--domain-xml-dir", metavar="DIR",
             help="Read domains from XML files (e.g. /etc/libvirt/qemu) instead of asking libvirt (at boot, before it runs).",
         ),
+        old_domain_xml_dir: str = typer.Option(None, "--domains-xml", hidden=True, metavar="DIR"),  # inventory's old name
         timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for GPUs to register.", metavar="S"),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schemas/restore.schema.json)."),
     ) -> None:  # fmt: skip
         """After a reboot, re-create every device the domains' vgpuadm metadata records: driver, SR-IOV VFs, vGPU
         types and mdevs (same UUIDs), vgpu_params, vfio-pci binds. Idempotent."""
-        restore(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), domain_xml_dir, timeout, as_json)
+        restore(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), domain_xml_dir or old_domain_xml_dir,
+                timeout, as_json)  # fmt: skip
 
     @app.command("reconcile", epilog="Example: vgpuadm reconcile --fix")
     def reconcile_cmd(
@@ -144,11 +156,15 @@ def register(app: Any) -> None:
         domain_xml_dir: str = typer.Option(
             None, "--domain-xml-dir", help="Read domains from XML files.", metavar="DIR"
         ),
+        old_domain_xml_dir: str = typer.Option(
+            None, "--domains-xml", hidden=True, metavar="DIR"
+        ),  # inventory's old name
         from_host: bool = typer.Option(False, "--from-host", help="Export every existing mdev, owned or not."),
     ) -> None:
         """Write an mdevctl definition (start=auto) for every mdev the domains own, so mdevctl's udev rule can
         re-create them at boot."""
-        mdevctl_export(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), domain_xml_dir, from_host)
+        mdevctl_export(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"),
+                       domain_xml_dir or old_domain_xml_dir, from_host)  # fmt: skip
 
     @mdevctl_app.command("import", epilog="Example: vgpuadm mdevctl import --check")
     def import_cmd(

@@ -24,10 +24,12 @@ def _report(console: Console, result: Any, as_json: bool, verb: str) -> None:
         return
     devices = result.added if verb == "attached" else result.removed
     for a in devices:
-        what = a.uuid if a.mode == DeviceMode.MDEV else a.address
+        what = a.uuid if a.mode == DeviceMode.MDEV else a.address or a.extra.get("rendernode")
         kind = f"{a.type_id} " if a.type_id else ""
         where = f" on {a.parent}" if a.parent and a.parent != what else ""
-        console.line(f"{verb} {a.mode} {kind}{what}{where} ({'to' if verb == 'attached' else 'from'} {result.domain})")
+        when = ", made when it starts" if a.on_demand and verb == "attached" else ""
+        console.line(f"{verb} {a.mode} {kind}{what}{where} ({'to' if verb == 'attached' else 'from'} "
+                     f"{result.domain}{when})")  # fmt: skip
     if verb == "attached" and result.hostdevs:
         console.line("")
         console.line(f"hostdev XML added to {result.domain} ({result.uri}):")
@@ -49,13 +51,22 @@ def register(app: Any) -> None:
         ctx: typer.Context,
         type_name: str = typer.Option(..., "--type", help="Type id, name or profile (nvidia-63, P4-1Q).", metavar="T"),
         vm: str = typer.Option(..., "--vm", help="The libvirt domain that gets the device(s).", metavar="NAME"),
-        count: int = typer.Option(1, "--count", help="How many of this type the VM should own in total.", metavar="N"),
+        total: int = typer.Option(
+            None,
+            "--total",
+            help="How many of this type the VM owns afterwards, in all (default 1; devices it has already count).",
+            metavar="N",
+        ),
+        count: int = typer.Option(None, "--count", hidden=True, metavar="N"),  # the old name of --total
         gpu: str = typer.Option(None, "--gpu", help="Only this GPU (a PF includes its VFs).", metavar="BDF"),
         policy: str = typer.Option("pack", "--policy", help="pack (fill one GPU first) or spread.", metavar="P"),
         numa: int = typer.Option(None, "--numa", help="Only GPUs on this NUMA node.", metavar="N"),
         display: str = typer.Option("off", "--display", help="on|off: expose the vGPU's display.", metavar="on|off"),
         ramfb: bool = typer.Option(False, "--ramfb", help="Show firmware output on the display (needs --display on)."),
         param: list[str] = typer.Option(None, "--param", help="NVIDIA vgpu_params key=value.", metavar="K=V"),
+        on_demand: bool = typer.Option(
+            False, "--on-demand", help="Make the device(s) only while the VM runs (needs `vgpuadm hook install`)."
+        ),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
     ) -> None:
@@ -64,14 +75,16 @@ def register(app: Any) -> None:
 
         if display not in ("on", "off"):
             raise UsageError(f"--display {display!r} is not on or off", "write --display on or --display off")
+        if total is not None and count is not None and total != count:
+            raise UsageError(f"--total {total} and --count {count} disagree", "give --total alone")
+        count = total if total is not None else count if count is not None else 1
         check_count(count, "devices")  # before the host or libvirt is read
         result = api.guest_create(
             ctx.obj["root"], vm, type_name, count, connect=ctx.obj.get("connect"), gpu=gpu, policy=policy, numa=numa,
-            display=display == "on", ramfb=ramfb, params=param or (), dry_run=dry_run,
+            display=display == "on", ramfb=ramfb, params=param or (), dry_run=dry_run, on_demand=on_demand,
         )  # fmt: skip
         _report(ctx.obj["console"], result, as_json, "attached")
 
-    @app.command("destroy", epilog="Example: vgpuadm destroy --vm web01 --all")
     def destroy_cmd(
         ctx: typer.Context,
         vm: str = typer.Option(..., "--vm", help="The libvirt domain.", metavar="NAME"),
@@ -86,6 +99,12 @@ def register(app: Any) -> None:
         )
         _report(ctx.obj["console"], result, as_json, "detached")
 
+    # `destroy` is a hard power-off in virsh: `give-back` and `remove` say what this one does.
+    app.command("destroy", epilog="Example: vgpuadm destroy --vm web01 --all")(destroy_cmd)
+    for alias in ("give-back", "remove"):
+        app.command(alias, help="The same as `vgpuadm destroy`: take a VM's vgpuadm devices back.",
+                    epilog=f"Example: vgpuadm {alias} --vm web01")(destroy_cmd)  # fmt: skip
+
     @app.command("passthrough", epilog="Example: vgpuadm passthrough --gpu 0000:65:00.0 --vm db01")
     def passthrough_cmd(
         ctx: typer.Context,
@@ -93,12 +112,22 @@ def register(app: Any) -> None:
         vm: str = typer.Option(..., "--vm", help="The libvirt domain.", metavar="NAME"),
         force: bool = typer.Option(False, "--force", help="Allow a boot VGA GPU or a shared IOMMU group."),
         rom_file: str = typer.Option(None, "--rom-file", help="A VBIOS image for the GPU.", metavar="PATH"),
+        on_demand: bool = typer.Option(
+            False, "--on-demand", help="Bind it only while the VM runs (needs `vgpuadm hook install`)."
+        ),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
     ) -> None:
         """Bind a whole GPU (GPU + audio …) to vfio-pci and attach it to a VM as one multifunction slot."""
         result = api.guest_passthrough(
-            ctx.obj["root"], gpu, vm, connect=ctx.obj.get("connect"), force=force, rom_file=rom_file, dry_run=dry_run
+            ctx.obj["root"],
+            gpu,
+            vm,
+            connect=ctx.obj.get("connect"),
+            force=force,
+            rom_file=rom_file,
+            dry_run=dry_run,
+            on_demand=on_demand,
         )
         _report(ctx.obj["console"], result, as_json, "attached")
 
@@ -113,26 +142,38 @@ def register(app: Any) -> None:
         result = api.guest_release(ctx.obj["root"], gpu, connect=ctx.obj.get("connect"), dry_run=dry_run)
         _report(ctx.obj["console"], result, as_json, "detached")
 
-    @app.command("demo", epilog="Example: vgpuadm demo --dir /tmp/vgpuadm-demo")
+    @app.command("demo", epilog="Example: vgpuadm demo · vgpuadm demo --dir /tmp/vgpuadm-demo   (kept; re-runnable)")
     def demo_cmd(
         ctx: typer.Context,
         directory: str = typer.Option(
-            None, "--dir", help="A new or empty directory (default: a temp dir).", metavar="DIR"
+            None, "--dir", help="Build the host here (new, empty, or a previous demo's: replaced); it is kept.",
+            metavar="DIR",
         ),
+        keep: bool = typer.Option(False, "--keep", help="Keep the temp host at the end (without --dir)."),
         as_json: bool = json_opt,
-    ) -> None:
-        """Build a simulated P4 host and demo VMs (libvirt's embedded driver, no daemon) and give web01 a vGPU."""
+    ) -> None:  # fmt: skip
+        """A guided tour on a simulated mixed host (libvirt's embedded driver, no GPU, no daemon): discover, a
+        vGPU on a Tesla P4, a layout C VF, a passthrough GPU, a VM's view, the inventory, reboot + restore,
+        destroy; each step prints the command it runs and what changed."""
         console: Console = ctx.obj["console"]
-        result = api.demo(directory)
+
+        def show(step: Any) -> None:
+            if as_json:
+                return
+            console.line(f"$ {step.command}")
+            for line in step.changes:
+                console.line(f"  {line}")
+            console.line("")
+
+        result = api.demo(directory, keep=keep, report=show)
         if as_json:
-            console.json({"root": result.root, "uri": result.uri, "domains": result.domains,
-                          "create": result.created.to_json()})  # fmt: skip
+            console.json({"root": result.root, "uri": result.uri, "domains": result.domains, "kept": result.kept,
+                          "steps": [{"command": s.command, "changes": list(s.changes)} for s in result.steps]})  # fmt: skip
             return
-        console.line(f"simulated host: {result.root}")
-        console.line(f"libvirt:        {result.uri}")
-        console.line(f"domains:        {', '.join(result.domains)}")
-        console.line("")
-        console.line("$ vgpuadm create --type nvidia-63 --vm web01")
-        _report(console, result.created, False, "attached")
-        console.line("")
-        console.line(f"next: vgpuadm --root {result.root} devices")
+        if not result.kept:
+            console.line(f"removed the demo host {result.root} (--keep or --dir keeps it)")
+            return
+        console.line(f"the demo host is {result.root}; look around:")
+        console.line(f"  vgpuadm --root {result.root} devices")
+        console.line(f"  vgpuadm --root {result.root} show --vm train01")
+        console.line(f"  virsh -c '{result.uri}' dumpxml db01")

@@ -82,7 +82,8 @@ def _mdev_app() -> Any:
         ctx: typer.Context,
         type_name: str = typer.Option(..., "--type", help="Type id, name or profile (nvidia-63, P4-1Q).", metavar="T"),
         gpu: str = typer.Option(None, "--gpu", help="Only this GPU (a PF includes its VFs).", metavar="BDF"),
-        count: int = typer.Option(1, "--count", help="How many devices.", metavar="N"),
+        count: int = typer.Option(1, "--count", help="How many new devices to make (those that exist do not "
+                                  "count; `vgpuadm create --total` sets a VM's total).", metavar="N"),
         policy: str = typer.Option("pack", "--policy", help="pack (fill the busiest GPU) or spread.", metavar="P"),
         numa: int = typer.Option(None, "--numa", help="Only GPUs on this NUMA node.", metavar="N"),
         uuid: list[str] = typer.Option(None, "--uuid", help="The mdev UUID (repeat per device).", metavar="U"),
@@ -166,11 +167,20 @@ def _sriov_app() -> Any:
     dry_opt, json_opt = plan_options()
     app = typer.Typer(help="Enable or disable a PF's SR-IOV VFs.", no_args_is_help=True)
 
-    @app.command("enable", epilog="Example: vgpuadm sriov enable 0000:41:00.0 --num 8")
+    @app.command(
+        "enable",
+        epilog="Example: vgpuadm sriov enable 0000:41:00.0   (an NVIDIA PF: all its VFs, through "
+        "sriov-manage; --num N is for other PFs, through sriov_numvfs)",
+    )
     def enable_cmd(
         ctx: typer.Context,
         pf: str = typer.Argument(..., help="The PF address."),
-        num: int = typer.Option(None, "--num", help="How many VFs (default all; NVIDIA PFs: all).", metavar="N"),
+        num: int = typer.Option(
+            None,
+            "--num",
+            help="How many VFs (default all); not for NVIDIA PFs, whose sriov-manage enables all.",
+            metavar="N",
+        ),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
     ) -> None:

@@ -116,9 +116,10 @@ def build_app() -> Any:
         fmt: str = typer.Option("table", "--format", "-f", help=fmt_help, metavar="FORMAT"),
         output: str = typer.Option(None, "--output", "-o", help="Write to FILE (atomically) instead of stdout.",
                                    metavar="FILE"),
-        domains_xml: str = typer.Option(None, "--domains-xml", metavar="DIR",
+        domains_xml: str = typer.Option(None, "--domain-xml-dir", metavar="DIR",
                                         help="Read ownership from saved domain XML files (virsh dumpxml) in DIR "
                                         "instead of libvirt."),
+        old_domains_xml: str = typer.Option(None, "--domains-xml", hidden=True, metavar="DIR"),  # the old name
         connect: str = typer.Option(None, "--connect", "-c", metavar="URI", help="libvirt URI to read domains from."),
         no_libvirt: bool = typer.Option(False, "--no-libvirt",
                                         help="Do not read domains: ownership is reported as unknown."),
@@ -130,6 +131,7 @@ def build_app() -> Any:
         if ctx.invoked_subcommand is not None:
             return
         fmt = _json_alias(fmt, as_json)
+        domains_xml = domains_xml or old_domains_xml
         connect = connect or ctx.obj.get("connect")  # `vgpuadm --connect URI inventory` works too
         doc = api.inventory(ctx.obj["root"], connect=connect, domains_xml=domains_xml, use_libvirt=not no_libvirt,
                             host=host)  # fmt: skip

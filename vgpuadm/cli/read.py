@@ -6,34 +6,44 @@ from __future__ import annotations
 
 from vgpuadm.cli.console import Console
 from vgpuadm.host.discover import snapshot
+from vgpuadm.host.pciids import model_names
 from vgpuadm.host.root import HostRoot
 from vgpuadm.model import HostSnapshot
-from vgpuadm.report.listing import add_owners, device_rows, filter_device_rows, gpu_rows, type_rows
+from vgpuadm.report.listing import (
+    add_owners,
+    device_rows,
+    filter_device_rows,
+    gpu_rows,
+    normalize_address,
+    type_rows,
+)
 
 UNKNOWN_OWNER = "unknown"
 UNASSIGNED = "*unassigned*"
 
 
-def _snapshot(console: Console, root: str | None, types: bool = True) -> HostSnapshot:
+def _snapshot(console: Console, root: str | None, types: bool = True, names: bool = False) -> HostSnapshot:
     # Read-only: the plain Sysfs of the root, without the simulated kernel (only writes need it).
-    snap = snapshot(HostRoot(root).sysfs(), types=types)
+    snap = snapshot(HostRoot(root).sysfs(), types=types, names=names)
     for w in snap.warnings:
         console.warn(w)
     return snap
 
 
 def gpus(console: Console, root: str | None, as_json: bool) -> None:
-    rows = gpu_rows(_snapshot(console, root, types=False))
+    snap = _snapshot(console, root, types=False, names=not as_json)
+    rows = gpu_rows(snap)
     if as_json:
         console.json(rows)
         return
     console.table(
         "GPUs",
-        ["address", "vendor:device", "driver", "layout", "IOMMU group", "NUMA", "VFs"],
+        ["address", "vendor:device", "model", "driver", "layout", "IOMMU group", "NUMA", "VFs"],
         [
             (
                 r["address"],
                 f"{r['vendor_id'][2:]}:{r['device_id'][2:]}",
+                snap.models.get(r["address"]),
                 r["driver"],
                 r["layout"],
                 r["iommu_group"],
@@ -42,24 +52,42 @@ def gpus(console: Console, root: str | None, as_json: bool) -> None:
             )
             for r in rows
         ],
+        keep=("address",),
+        optional=("model",),
     )
 
 
 def types(
     console: Console, root: str | None, gpu: str | None, available: bool, as_json: bool, type_: str | None = None
 ) -> None:
-    rows = type_rows(_snapshot(console, root), gpu, available, type_)
+    snap = _snapshot(console, root, names=not as_json)
+    rows = type_rows(snap, gpu, available, type_)
+    if gpu is not None and not rows and not type_rows(snap, gpu):
+        address = normalize_address(gpu)
+        if address in snap.functions:  # a GPU that lists nothing: say why (vfio-pci, no driver, no VFs …)
+            from vgpuadm.catalog.capacity import why_no_types  # dataclasses & co. stay off the fast path
+
+            fn = snap.functions[address]
+            model = snap.models.get(address) or model_names(snap.root, {(fn.vendor_id, fn.device_id)}).get(
+                (fn.vendor_id, fn.device_id)
+            )
+            reason, hint = why_no_types(snap, address)
+            label = f"{address} ({model})" if model else address
+            console.warn(f"GPU {label} offers no vGPU types: {reason}; {hint}")
     if as_json:
         console.json(rows)
         return
     console.table(
         "vGPU types",
-        ["parent", "layout", "type", "name", "available", "max", "framebuffer MiB"],
+        ["parent", "model", "layout", "type", "name", "available", "max", "framebuffer MiB"],
         [
-            (r["parent"], r["layout"], r["type_id"], r["name"], r["available_instances"], r["max_instances"],
+            (r["parent"], snap.models.get(r["parent"]) or snap.models.get(snap.physical_gpu(r["parent"])),
+             r["layout"], r["type_id"], r["name"], r["available_instances"], r["max_instances"],
              r["framebuffer_mib"])
             for r in rows
         ],
+        keep=("parent",),
+        optional=("model",),
     )  # fmt: skip
 
 
@@ -116,3 +144,40 @@ def _owner(row: dict[str, object]) -> str:
     if row["owned"] is None:
         return UNKNOWN_OWNER
     return str(row["owner"]) if row["owner"] else UNASSIGNED
+
+
+def show(console: Console, root: str | None, vm: str, as_json: bool, connect: str | None = None) -> None:
+    """`vgpuadm show --vm NAME`: one VM's devices, where they are, their params, and whether they exist now."""
+    from vgpuadm import api  # libvirt and the Session stay off the fast path
+
+    view = api.show_vm(root, vm, connect=connect)
+    if as_json:
+        console.json(view)
+        return
+    state = {True: "running", False: "shut off", None: "unknown"}[view["running"]]
+    devices = view["devices"]
+    console.line(f"domain {view['domain']} ({state}), uuid {view['uuid'] or '-'}: {len(devices)} vgpuadm device(s)")
+    if not devices:
+        console.line(f"it owns nothing vgpuadm made; give it one: vgpuadm create --type T --vm {vm}")
+        return
+    console.table(
+        f"devices of {view['domain']}",
+        ["slot", "id", "mode", "type", "name", "GPU", "model", "params", "on demand", "present"],
+        [
+            (d["slot"], d["id"], d["mode"], d["type_id"], d["name"], d["physical_gpu"], d["model"], d["params"],
+             "yes" if d["on_demand"] else "no", _presence(d))
+            for d in devices
+        ],
+        keep=("id", "GPU"),
+        optional=("params", "model", "name", "on demand", "mode"),
+    )  # fmt: skip
+    options = [f"slot {d['slot']}: " + ", ".join(f"{k}={v}" for k, v in d["options"].items())
+               for d in devices if d["options"]]  # fmt: skip
+    for line in options:
+        console.line(f"options {line}")
+
+
+def _presence(device: dict[str, object]) -> str:
+    if device["present"]:
+        return "yes"
+    return "no (made when the VM starts)" if device["on_demand"] else "MISSING (vgpuadm restore)"

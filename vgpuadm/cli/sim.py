@@ -43,6 +43,18 @@ def build_app() -> Any:
             f"into {directory} (use --root {directory})"
         )
 
+    @app.command("import", epilog="Example: vgpuadm snapshot host.tar.gz && vgpuadm sim import host.tar.gz /tmp/h")
+    def import_cmd(
+        ctx: typer.Context,
+        archive: str = typer.Argument(..., metavar="ARCHIVE", help="A `vgpuadm snapshot` .tar.gz, or a file written "
+                                      "by `umockdev-record --all`."),
+        directory: str = typer.Argument(..., help="A new or empty directory for the host root."),
+    ) -> None:  # fmt: skip
+        """Turn a snapshot (or a umockdev recording) into a host root: a simulated host again when it was one."""
+        from vgpuadm import api
+
+        ctx.obj["console"].line(api.snapshot_import(archive, directory).line())
+
     @app.command("reboot", epilog="Example: vgpuadm sim reboot /tmp/p4-host")
     def reboot_cmd(
         ctx: typer.Context,

@@ -8,7 +8,7 @@ modules (the libvirt steps) plug in their own handlers. Handlers:
   is_applied(step, ctx)     (optional) whether the step's effect is present: checked after every apply (a real
                             kernel can accept a write and do nothing) and used by `recover(finish=True)`.
 
-Files under the root: `<root>/run/vgpuadm.lock` (flock; holder pid in `vgpuadm.lock.owner`) and
+Files under the root: `<root>/run/vgpuadm.lock` (flock; the holder's pid and argv in `vgpuadm.lock.owner`, as JSON) and
 `<root>/var/lib/vgpuadm/journal.json`: the plan, written once before the first step (temp + fsync + rename +
 directory fsync), then one appended progress line per step (the index of the step in flight) that is flushed but
 not fsynced, see `_Journal`. The journal's removal at the end is fsynced: a reappearing journal would roll back a
@@ -29,6 +29,7 @@ import copy
 import errno as errno_mod
 import json
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -67,7 +68,7 @@ class ExecContext:
     root: str
     virt: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
-    lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+    lock_timeout: float | None = None  # None: LOCK_POLICY's
     verify: bool = True
 
 
@@ -110,15 +111,40 @@ def handler_for(step: Step) -> Handler:
 
 _LOCKS: dict[tuple[int, str], FileLock] = {}  # per pid: filelock refuses an instance inherited across fork()
 _LOCKS_GUARD = threading.Lock()
+MAX_OWNER = 4096  # the owner file holds {"pid": N, "argv": [...]}; a bigger one is not ours
+
+
+@dataclass
+class LockPolicy:
+    """How a busy host lock is waited for: `timeout` seconds (0: not at all), and `on_wait(text)` told at once,
+    naming the holder, when the lock is busy. `argv` is recorded in the owner file for the waiters to show."""
+
+    timeout: float = DEFAULT_LOCK_TIMEOUT
+    on_wait: Callable[[str], None] | None = None
+    argv: tuple[str, ...] = ()
+
+
+LOCK_POLICY = LockPolicy()
+
+
+def set_lock_policy(
+    timeout: float | None = None, on_wait: Callable[[str], None] | None = None, argv: tuple[str, ...] = ()
+) -> None:
+    """Set how this process waits for the host lock (the CLI's --wait/--no-wait) and what it records as holder."""
+    LOCK_POLICY.timeout = DEFAULT_LOCK_TIMEOUT if timeout is None else timeout
+    LOCK_POLICY.on_wait = on_wait
+    LOCK_POLICY.argv = tuple(argv)
 
 
 @contextlib.contextmanager
-def host_lock(root: str, timeout: float = DEFAULT_LOCK_TIMEOUT) -> Iterator[None]:
+def host_lock(root: str, timeout: float | None = None) -> Iterator[None]:
     """Hold the host-wide lock. Re-entrant within a process, so callers can plan and execute under one hold.
     The root must exist (nothing is created on a mistyped --root) and be writable (NeedsRootError, not a
-    PermissionError on the lock)."""
+    PermissionError on the lock). A busy lock is reported at once through LOCK_POLICY.on_wait ("waiting for pid
+    N (vgpuadm apply …)"), then waited for up to `timeout` (default LOCK_POLICY.timeout) seconds."""
     check_exists(root)
     check_writable(root)
+    wait = LOCK_POLICY.timeout if timeout is None else timeout
     path = os.path.join(root, LOCK_PATH)
     private_dirs(os.path.dirname(path), root)
     _refuse_link(root, path)
@@ -126,38 +152,87 @@ def host_lock(root: str, timeout: float = DEFAULT_LOCK_TIMEOUT) -> Iterator[None
         key = (os.getpid(), path)
         lock = _LOCKS.get(key) or _LOCKS.setdefault(key, FileLock(path, mode=PRIVATE_FILE))
     owner = path + ".owner"
-    try:
-        lock.acquire(timeout=timeout)
-    except Timeout:
-        pid = _read_text(owner) or "unknown"
-        raise ConflictError(
-            f"another vgpuadm is changing this host (pid {pid})",
-            f"wait for it to finish and retry; the lock is {'/' + LOCK_PATH}",
-        ) from None
+    _acquire(lock, root, owner, wait)
     try:
         if lock.lock_counter == 1:
             _refuse_link(root, path)
             os.chmod(path, PRIVATE_FILE)
-            _write_text(owner, str(os.getpid()), root)
+            argv = list(LOCK_POLICY.argv) or ["vgpuadm", *sys.argv[1:]]
+            _write_text(owner, json.dumps({"pid": os.getpid(), "argv": argv[:64]})[: MAX_OWNER - 1], root)
         yield
     finally:
         if lock.lock_counter == 1:
             _sync_deferred()
+            with contextlib.suppress(OSError, VgpuadmError):  # a stale holder must not be named after us
+                _write_text(owner, "", root)
         lock.release()
+
+
+def _acquire(lock: FileLock, root: str, owner: str, wait: float) -> None:
+    try:
+        lock.acquire(timeout=0)
+        return
+    except Timeout:
+        pass
+    holder = lock_holder(root, owner)
+    if not holder:  # the holder has the lock but has not written its name yet
+        with contextlib.suppress(Timeout):
+            lock.acquire(timeout=min(0.5, wait))
+            return
+        holder = lock_holder(root, owner)
+    holder = holder or "another process"
+    hint = f"retry when it has finished, or wait for it with --wait SECONDS; the lock is {'/' + LOCK_PATH}"
+    if wait <= 0:
+        raise ConflictError(f"another vgpuadm is changing this host: {holder}", hint)
+    if LOCK_POLICY.on_wait is not None:
+        LOCK_POLICY.on_wait(f"waiting for {holder} (up to {wait:g} s; --no-wait fails at once)")
+    try:
+        lock.acquire(timeout=wait)
+    except Timeout:
+        raise ConflictError(
+            f"another vgpuadm is changing this host: {lock_holder(root, owner) or holder}, still after {wait:g} s",
+            hint,
+        ) from None
+
+
+def lock_holder(root: str, owner: str) -> str:
+    """`pid N (vgpuadm apply -f plan.yaml)` from the owner file, "" when it names no one. The file is untrusted:
+    read without following a symlink, bounded, and only a positive pid and a list of strings are used (shown
+    quoted, printable, shortened)."""
+    try:
+        fd = os.open(owner, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        data = os.read(fd, MAX_OWNER + 1)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    text = data.decode("utf-8", "replace").strip()
+    if text.isdigit():  # an owner file of an older vgpuadm: the pid alone
+        return f"pid {int(text)}" if 0 < int(text) < 2**22 else ""
+    try:
+        doc = json.loads(text) if len(data) <= MAX_OWNER else None
+    except ValueError:
+        return ""
+    if not isinstance(doc, dict):
+        return ""
+    pid, argv = doc.get("pid"), doc.get("argv")
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 2**22:
+        return ""
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        return f"pid {pid}"
+    import shlex
+
+    command = " ".join(shlex.quote("".join(c if c.isprintable() else "?" for c in a)) for a in argv)
+    return f"pid {pid} ({command if len(command) <= 100 else command[:99] + '…'})"
 
 
 def _lock_nested(root: str) -> bool:
     """Whether this process holds the host lock of `root` more than once (a batch: plans run under an outer hold)."""
     lock = _LOCKS.get((os.getpid(), os.path.join(root, LOCK_PATH)))
     return lock is not None and lock.lock_counter > 1
-
-
-def _read_text(path: str) -> str:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 PRIVATE_DIR = 0o700
@@ -254,11 +329,12 @@ def _create_temp(root: str, tmp: str) -> int:
         return open_private(root, tmp, flags)
 
 
-def atomic_write_json(path: str, doc: Any, *, root: str, sync_dir: bool = True) -> None:
+def atomic_write_json(path: str, doc: Any, *, root: str, sync_dir: bool = True, sync: bool = True) -> None:
     """Write JSON so that a crash leaves the old or the new file, never a torn one (temp + fsync + rename); the
     file is 0600, a directory created for it 0700 (`root` is the host root, for messages).
     sync_dir=False skips the directory fsync: the rename may then be lost in a crash, leaving the previous
-    version (the journal's per-step updates accept that, see `recover`)."""
+    version (the journal's per-step updates accept that, see `recover`). sync=False skips every fsync: only
+    for a file whose loss in a power cut loses nothing (see _Journal)."""
     directory = os.path.dirname(path)
     private_dirs(directory, root)
     tmp = f"{path}.{os.getpid()}.tmp"
@@ -266,9 +342,10 @@ def atomic_write_json(path: str, doc: Any, *, root: str, sync_dir: bool = True) 
         json.dump(doc, f, indent=1, sort_keys=True)
         f.write("\n")
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
-    if sync_dir:
+    if sync and sync_dir:
         fsync_dir(directory)
         _DEFERRED_DIR_SYNCS.discard(directory)  # that fsync made an earlier deferred removal durable too
 
@@ -341,18 +418,27 @@ class _Journal:
     index of the step in flight (= how many are done; it may or may not have happened) without fsync: a crash of
     the process keeps it (the page cache survives), a power loss may lose it, which is harmless because recovery
     undoes the whole plan (undoing a step that never ran is a no-op) and `finish` skips steps already applied.
-    The switch to rolling back is fsynced, so that `recover --finish` never completes a plan that failed."""
+    The switch to rolling back is fsynced, so that `recover --finish` never completes a plan that failed.
+
+    A plan of runtime kernel steps only (no Step.durable: mdevs, VFs, binds — all gone after a power loss) is
+    journaled without any fsync and its removal's directory fsync is left to the host lock's release: a process
+    crash keeps the page cache, and a power loss takes the changes the journal describes with it (a journal that
+    survived is rolled back at boot by `restore`, whose undo steps find nothing to undo). `restore` runs one such
+    plan per device: 2 fsyncs per device before, one per command now."""
 
     def __init__(self, root: str) -> None:
         self.root = root
         self.path = journal_path(root)
         self._file: Any = None
+        self.durable = True
 
     def begin(self, plan: Plan) -> None:
+        self.durable = plan.durable
         atomic_write_json(
             self.path,
             {"version": 1, "pid": os.getpid(), "state": "applying", "current": 0, "done": 0, "plan": plan.to_dict()},
             root=self.root,
+            sync=self.durable,
         )
 
     def step(
@@ -382,7 +468,7 @@ class _Journal:
         left to the next plan's `begin` or to the outer lock's release, whichever comes first; until the batch
         returns, its user has seen no success that a rollback could contradict."""
         self.close()
-        _remove(self.path, defer_sync=_lock_nested(self.root))
+        _remove(self.path, defer_sync=_lock_nested(self.root) or not self.durable)
 
 
 def pending_error() -> ConflictError:
@@ -579,9 +665,11 @@ __all__ = [
     "handler_for",
     "host_lock",
     "load_drivers",
+    "lock_holder",
     "pending_error",
     "read_journal",
     "recover",
     "register",
     "rollback",
+    "set_lock_policy",
 ]  # fmt: skip

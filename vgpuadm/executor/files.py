@@ -1,14 +1,22 @@
 """Apply / undo / is-applied handlers for the file steps (mdevctl definitions under <root>/etc/mdevctl.d, vgpuadm's
-systemd units under <root>/etc/systemd/system),
+systemd units under <root>/etc/systemd/system, libvirt's qemu hook under <root>/etc/libvirt/hooks),
 registered with the executor like executor/kernel.py. Every path goes through io.mdevctl.definition_file, which
 checks the parent and UUID grammars and keeps the path under <root>/etc/mdevctl.d; every undo checks first."""
 
 from __future__ import annotations
 
 from vgpuadm.executor import ExecContext, register
+from vgpuadm.io.hookfile import read_hook, remove_hook, write_hook
 from vgpuadm.io.mdevctl import read_file, remove_file, write_file
 from vgpuadm.io.unitfile import read_unit, remove_unit, write_unit
-from vgpuadm.steps import RemoveMdevctlDefinition, RemoveUnitFile, WriteMdevctlDefinition, WriteUnitFile
+from vgpuadm.steps import (
+    RemoveHookFile,
+    RemoveMdevctlDefinition,
+    RemoveUnitFile,
+    WriteHookFile,
+    WriteMdevctlDefinition,
+    WriteUnitFile,
+)
 
 
 def _apply_write(s: WriteMdevctlDefinition, ctx: ExecContext) -> None:
@@ -74,4 +82,38 @@ register(
     _apply_remove_unit,
     _undo_remove_unit,
     lambda s, ctx: read_unit(ctx.root, s.name) is None,
+)
+
+
+def _undo_write_hook(s: WriteHookFile, ctx: ExecContext) -> None:
+    if read_hook(ctx.root, s.hook) == s.previous:
+        return
+    if s.previous is None:
+        remove_hook(ctx.root, s.hook)
+    else:
+        write_hook(ctx.root, s.hook, s.previous)
+
+
+def _undo_remove_hook(s: RemoveHookFile, ctx: ExecContext) -> None:
+    if read_hook(ctx.root, s.hook) is None:
+        write_hook(ctx.root, s.hook, s.previous)
+
+
+register(
+    WriteHookFile,
+    lambda s, ctx: write_hook(ctx.root, s.hook, s.text),
+    _undo_write_hook,
+    lambda s, ctx: read_hook(ctx.root, s.hook) == s.text,
+)
+
+
+def _apply_remove_hook(s: RemoveHookFile, ctx: ExecContext) -> None:
+    remove_hook(ctx.root, s.hook)
+
+
+register(
+    RemoveHookFile,
+    _apply_remove_hook,
+    _undo_remove_hook,
+    lambda s, ctx: read_hook(ctx.root, s.hook) is None,
 )

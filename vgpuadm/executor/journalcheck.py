@@ -35,6 +35,7 @@ STATES = ("applying", "rolling-back")
 GRAMMAR: dict[str, re.Pattern[str]] = {
     "parent": PCI, "address": PCI, "pf": PCI, "vf": PCI, "uuid": UUID, "type_id": TYPE_ID, "driver": DRIVER,
     "expect": DRIVER, "domain": DOMAIN, "name": UNIT, "device_path_kind": re.compile(r"mdev|vf"),
+    "hook": re.compile(r"qemu\.d/vgpuadm|qemu|qemu\.vgpuadm-chained"),
 }  # fmt: skip
 
 
@@ -81,6 +82,7 @@ def _driver(v: str) -> bool:
 
 
 _METADATA = _xml(("<vgpuadm",), 1024 * 1024)
+_HOSTDEVS = _xml(("<hostdev ", "<hostdev>", "<hostdev/"), 256 * 1024)  # one or more concatenated hostdev elements
 # (step kind, field) → check of a free-text value; "" passes where a field means "nothing" (no previous metadata).
 FREE_TEXT: dict[tuple[str, str], Any] = {
     ("set-vgpu-params", "params"): lambda v: len(v) <= 4096 and _params(v),
@@ -97,6 +99,18 @@ FREE_TEXT: dict[tuple[str, str], Any] = {
     ("detach-hostdev", "device_xml"): _xml(("<hostdev ", "<hostdev>", "<hostdev/"), 16 * 1024),
     ("attach-hostdev", "what"): lambda v: len(v) <= 512 and _LINE.fullmatch(v) is not None,
     ("detach-hostdev", "what"): lambda v: len(v) <= 512 and _LINE.fullmatch(v) is not None,
+    ("write-hook-file", "text"): _text(64 * 1024),
+    ("write-hook-file", "previous"): _text(64 * 1024),
+    ("remove-hook-file", "previous"): _text(64 * 1024),
+    ("define-domain", "attach"): lambda v: v == "" or _HOSTDEVS(v),
+    ("define-domain", "detach"): lambda v: v == "" or _HOSTDEVS(v),
+    ("define-domain", "element"): lambda v: v == "" or _METADATA(v),
+    ("define-domain", "previous"): lambda v: v == "" or _METADATA(v),
+    ("define-domain", "attached"): lambda v: len(v) <= 4096 and _PRINTABLE.fullmatch(v) is not None and "\n" not in v,
+    ("define-domain", "detached"): lambda v: len(v) <= 4096 and _PRINTABLE.fullmatch(v) is not None and "\n" not in v,
+    ("set-virtio-gl", "rendernode"): lambda v: re.fullmatch(r"(/dev/dri/renderD[0-9]{1,4})?", v) is not None,
+    ("set-virtio-gl", "graphics"): lambda v: v in ("egl-headless", "spice"),
+    ("set-virtio-gl", "previous_video"): lambda v: re.fullmatch(r"[a-z0-9_-]{0,32}", v) is not None,
     ("set-metadata", "element"): lambda v: v == "" or _METADATA(v),
     ("set-metadata", "previous"): lambda v: v == "" or _METADATA(v),
 }

@@ -29,6 +29,7 @@ from vgpuadm.steps import (
     RemoveMdev,
     SetDriverOverride,
     SetNumVfs,
+    SetSriovAutoprobe,
     SetVfVgpuType,
     SetVgpuParams,
     SriovManage,
@@ -147,6 +148,23 @@ def _undo_numvfs(s: SetNumVfs, ctx: ExecContext) -> None:
     if current != 0 and s.previous != 0:
         ctx.sysfs.write(_numvfs_path(s.pf), "0\n")  # the kernel refuses N→M (EBUSY)
     ctx.sysfs.write(_numvfs_path(s.pf), f"{s.previous}\n")
+
+
+def _autoprobe_path(pf: str) -> str:
+    return f"{PCI}/devices/{pf}/sriov_drivers_autoprobe"
+
+
+def _autoprobe(ctx: ExecContext, pf: str) -> bool:
+    return (ctx.sysfs.read_opt(_autoprobe_path(pf)) or "1").strip() != "0"
+
+
+def _apply_autoprobe(s: SetSriovAutoprobe, ctx: ExecContext) -> None:
+    ctx.sysfs.write(_autoprobe_path(s.pf), f"{int(s.enabled)}\n")
+
+
+def _undo_autoprobe(s: SetSriovAutoprobe, ctx: ExecContext) -> None:
+    if _autoprobe(ctx, s.pf) != s.previous:
+        ctx.sysfs.write(_autoprobe_path(s.pf), f"{int(s.previous)}\n")
 
 
 def run_sriov_manage(ctx: ExecContext, pf: str, enable: bool) -> None:
@@ -307,6 +325,7 @@ register(SetVgpuParams, _apply_params, _undo_params, _params_set)
 register(SetVfVgpuType, _apply_vf_type, _undo_vf_type, lambda s, ctx: _vf_type(ctx, s.vf) == s.type_num)
 register(ClearVfVgpuType, _apply_vf_clear, _undo_vf_clear, lambda s, ctx: _vf_type(ctx, s.vf) == 0)
 register(SetNumVfs, _apply_numvfs, _undo_numvfs, lambda s, ctx: _numvfs(ctx, s.pf) == s.count)
+register(SetSriovAutoprobe, _apply_autoprobe, _undo_autoprobe, lambda s, ctx: _autoprobe(ctx, s.pf) == s.enabled)
 register(SriovManage, _apply_sriov_manage, _undo_sriov_manage, _sriov_managed)
 register(SetDriverOverride, _apply_override, _undo_override, lambda s, ctx: _override(ctx, s.address) == s.driver)
 register(Unbind, _apply_unbind, _undo_unbind, lambda s, ctx: _driver(ctx, s.address) != s.driver)

@@ -10,23 +10,37 @@ import errno
 import functools
 import os
 
+from vgpuadm.catalog import sriov_boards
 from vgpuadm.catalog.naming import describe_nvidia_name, parse_creatable, parse_description, profile_of
 from vgpuadm.catalog.vendor_types import vendor_vf_types
 from vgpuadm.errors import HostIOError
 from vgpuadm.host import nvidia_smi
+from vgpuadm.host.pciids import model_names
 from vgpuadm.host.root import HostRoot
 from vgpuadm.host.sysfs import Sysfs, check_root
-from vgpuadm.model import HostSnapshot, Layout, Mdev, MdevParent, PciFunction, VendorVf, VgpuType
+from vgpuadm.model import (
+    HostSnapshot,
+    Layout,
+    Mdev,
+    MdevParent,
+    PciFunction,
+    VendorVf,
+    VfPool,
+    VgpuType,
+    is_pci_address,
+)
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 MDEV_BUS = "/sys/class/mdev_bus"
 MDEV_DEVICES = "/sys/bus/mdev/devices"
 IOMMU_GROUPS = "/sys/kernel/iommu_groups"
+DRM_CLASS = "/sys/class/drm"
 
 
-def snapshot(sysfs: Sysfs, *, types: bool = True) -> HostSnapshot:
+def snapshot(sysfs: Sysfs, *, types: bool = True, names: bool = False) -> HostSnapshot:
     """Read the host. `types=False` skips the mdev type directories (every parent then lists no types): the
-    commands that never show types (`gpus`) save thousands of reads on a big layout B host."""
+    commands that never show types (`gpus`) save thousands of reads on a big layout B host. `names=True` also
+    looks the GPUs' model names up in pci.ids (host/pciids.py) for tables and messages."""
     check_root(sysfs.root)
     warnings: list[str] = []
     listed: dict[int, list[str]] = {}
@@ -43,6 +57,9 @@ def snapshot(sysfs: Sysfs, *, types: bool = True) -> HostSnapshot:
             layouts[addr] = vf_layouts[0]
     for name, parent in parents.items():
         layouts.setdefault(name, parent.layout)
+    pools = _read_vf_pools(sysfs, functions, warnings)
+    for pf, pool in pools.items():
+        layouts.update(dict.fromkeys([pf, *(vf for vf in pool.vfs if vf in functions)], Layout.VF_POOL))
     return HostSnapshot(
         root=sysfs.root,
         simulated=sysfs.simulated,
@@ -54,7 +71,16 @@ def snapshot(sysfs: Sysfs, *, types: bool = True) -> HostSnapshot:
         layouts=layouts,
         warnings=tuple(warnings),
         machine_id=HostRoot(sysfs.root).machine_id(),
+        vf_pools=pools,
+        render_nodes=_read_render_nodes(sysfs),
+        models=_models(sysfs.root, functions) if names else None,
     )
+
+
+def _models(root: str, functions: dict[str, PciFunction]) -> dict[str, str]:
+    gpus = [fn for fn in functions.values() if fn.is_display]
+    found = model_names(root, {(fn.vendor_id, fn.device_id) for fn in gpus})
+    return {fn.address: found[key] for fn in gpus if (key := (fn.vendor_id, fn.device_id)) in found}
 
 
 def _layout(fn: PciFunction, parents: dict[str, MdevParent], vfs: dict[str, VendorVf]) -> Layout:
@@ -82,7 +108,9 @@ def _read_functions(sysfs: Sysfs, warnings: list[str], listed: dict[int, list[st
                 warnings.append(f"skipped PCI function {addr}: {PCI_DEVICES}/{addr} is a dangling link")
     # SR-IOV PFs of any class too: `sriov enable` and `vfio bind` act on them and their VFs by address.
     wanted = [
-        a for a, c in classes.items() if c.startswith("0x03") or sysfs.exists(f"{PCI_DEVICES}/{a}/sriov_totalvfs")
+        a
+        for a, c in classes.items()
+        if c.startswith(("0x03", "0x12")) or sysfs.exists(f"{PCI_DEVICES}/{a}/sriov_totalvfs")
     ]
     by_slot: dict[str, list[str]] = {}
     for a in addresses:
@@ -361,4 +389,98 @@ def _read_vendor_vfs(sysfs: Sysfs, functions: dict[str, PciFunction], warnings: 
             )
         except HostIOError as exc:
             warnings.append(f"skipped vendor-VFIO VF {addr}: {exc.message}")
+    return out
+
+
+# -- SR-IOV VF pools (AMD Instinct under GIM, Intel i915/xe: docs/reference/sriov-gpus.md) --------------------------
+
+VFIO_VARIANTS = {"xe": "xe-vfio-pci"}  # PF driver → the VFIO variant driver for its VFs (migration), when loaded
+_IN_USE_DRIVERS = ("vfio-pci", *VFIO_VARIANTS.values())
+
+
+def _read_vf_pools(sysfs: Sysfs, functions: dict[str, PciFunction], warnings: list[str]) -> dict[str, VfPool]:
+    """Every display-class PF with sriov_totalvfs that is not NVIDIA's: its VFs (the ones that exist, and the rest
+    predicted from sriov_offset/sriov_stride, PCIe SR-IOV §9.3.3.9-10), which are free, and one VF's share."""
+    out = {}
+    for addr, fn in functions.items():
+        if fn.is_vf or not fn.is_display or not fn.sriov_total_vfs or fn.vendor_id == sriov_boards.NVIDIA:
+            continue
+        d = f"{PCI_DEVICES}/{addr}"
+        try:
+            offset = sysfs.read_int(f"{d}/sriov_offset")
+            stride = sysfs.read_int(f"{d}/sriov_stride")
+            autoprobe = (sysfs.read_opt(f"{d}/sriov_drivers_autoprobe") or "1").strip() != "0"
+            per_vf = _per_vf_quota(sysfs, fn)
+        except HostIOError as exc:
+            warnings.append(f"skipped SR-IOV VF pool {addr}: {exc.message}")
+            continue
+        vfs = list(fn.virtfns)
+        if offset is not None and stride is not None and len(vfs) < fn.sriov_total_vfs:
+            vfs += _predicted_vfs(addr, offset, stride, fn.sriov_total_vfs)[len(vfs) :]
+        elif len(vfs) < fn.sriov_total_vfs and not vfs:
+            warnings.append(
+                f"SR-IOV VF pool {addr}: no sriov_offset/sriov_stride, so its VFs are unknown until enabled"
+            )
+        num = fn.sriov_num_vfs or 0
+        variant = VFIO_VARIANTS.get(fn.driver or "")
+        if variant and not sysfs.exists(f"/sys/bus/pci/drivers/{variant}"):
+            variant = None
+        if num:
+            free = tuple(v for v in fn.virtfns if v in functions and functions[v].driver not in _IN_USE_DRIVERS)
+        else:
+            free = tuple(vfs)  # create enables all of them first
+        vfs_now = num or fn.sriov_total_vfs
+        fb = per_vf.get("framebuffer_mib") or sriov_boards.vf_share_mib(fn.vendor_id, fn.device_id, vfs_now)
+        if fb:
+            per_vf["framebuffer_mib"] = fb
+        board = sriov_boards.board_name(fn.vendor_id, fn.device_id)
+        shares = f"{vfs_now} VFs" + (f" × {fb} MiB" if fb else "") + (" (enabled)" if num else " (when enabled)")
+        t = VgpuType(addr, Layout.VF_POOL, sriov_boards.pool_type_id(fn.vendor_id, fn.device_id), f"{board} VF",
+                     f"{board}-VF", len(free), fn.sriov_total_vfs, fb, "vfio-pci", shares, dict(per_vf))  # fmt: skip
+        out[addr] = VfPool(addr, fn.sriov_total_vfs, num, tuple(vfs), free, autoprobe, variant, per_vf, (t,))
+    return out
+
+
+def _predicted_vfs(pf: str, offset: int, stride: int, total: int) -> list[str]:
+    """VF n's routing ID is the PF's + First VF Offset + n × VF Stride (PCIe SR-IOV); the domain stays the PF's."""
+    dom, rest = pf.split(":", 1)
+    bus, devfn = rest.split(":")
+    slot, func = devfn.split(".")
+    rid = (int(bus, 16) << 8) | (int(slot, 16) << 3) | int(func, 16)
+    out = []
+    for n in range(total):
+        r = rid + offset + n * stride
+        if r > 0xFFFF:
+            break
+        out.append(f"{dom}:{r >> 8:02x}:{(r >> 3) & 0x1F:02x}.{r & 7:x}")
+    return out
+
+
+# Per-VF provisioning files, VF 1 read as the pool's share (auto-provisioning is uniform): Intel's i915 backport
+# (drm/cardN/prelim_iov/vfN/gt/lmem_quota, bytes) and upstream xe (sriov_admin/vfN/profile/vram_quota, Linux 7.0).
+_QUOTA_FILES = ("lmem_quota", "ggtt_quota", "contexts_quota", "doorbells_quota", "exec_quantum_ms",
+                "preempt_timeout_us", "vram_quota")  # fmt: skip
+
+
+def _per_vf_quota(sysfs: Sysfs, fn: PciFunction) -> dict[str, int]:
+    real = fn.sysfs_path
+    dirs = [f"{real}/drm/{card}/prelim_iov/vf1/gt" for card in sysfs.listdir(f"{real}/drm") if card.startswith("card")]
+    for d in [*dirs, f"{real}/sriov_admin/vf1/profile"]:
+        out = {name: v for name in _QUOTA_FILES if (v := sysfs.read_int(f"{d}/{name}")) is not None}
+        if out:
+            memory = out.get("lmem_quota") or out.get("vram_quota")
+            if memory:
+                out["framebuffer_mib"] = memory // (1024 * 1024)
+            return out
+    return {}
+
+
+def _read_render_nodes(sysfs: Sysfs) -> dict[str, str]:
+    """/sys/class/drm/renderD<N> → the PCI address its `device` link names (what virtio-gpu renders on)."""
+    out = {}
+    for name in sysfs.listdir(DRM_CLASS):
+        if name.startswith("renderD") and name[7:].isdecimal() and len(name) <= 12:
+            link = f"{DRM_CLASS}/{name}/device"
+            device = os.path.basename(sysfs.resolve(link)) if sysfs.exists(link) else ""
+            out[name] = device if is_pci_address(device) else ""
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import BinaryIO
 
 from vgpuadm.errors import UsageError, VgpuadmError
 
@@ -39,6 +40,18 @@ def read_input(
         os.close(fd)
     if len(data) > limit:
         raise UsageError(f"{name} is over the {_mib(limit)} limit", hint)
+    return data
+
+
+def read_stream(stream: BinaryIO, what: str, hint: str, limit: int = MAX_INPUT) -> bytes:
+    """Up to `limit` bytes of a stream (`apply -f -`: the plan on stdin), read in one bounded call; more is the
+    same refusal as an oversized file."""
+    try:
+        data = stream.read(limit + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read {what}: {exc.strerror}", hint) from None
+    if len(data) > limit:
+        raise UsageError(f"{what} is over the {_mib(limit)} limit", hint)
     return data
 
 

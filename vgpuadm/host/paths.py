@@ -12,3 +12,5 @@ HOSTNAME = "/etc/hostname"
 MDEVCTL_DIR = "/etc/mdevctl.d"
 SRIOV_MANAGE = "/usr/lib/nvidia/sriov-manage"  # NVIDIA's VF enable script (reference §3.1)
 NVIDIA_SMI = "/usr/bin/nvidia-smi"
+PCI_IDS = ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids")  # the PCI ID database (Debian, then Fedora)
+LIBVIRT_HOOKS = "/etc/libvirt/hooks"  # where libvirtd looks for its qemu hook (the file qemu, the directory qemu.d)

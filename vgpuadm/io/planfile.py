@@ -12,11 +12,12 @@ import dataclasses
 import json
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vgpuadm.errors import UsageError
-from vgpuadm.host.inputs import read_input
+from vgpuadm.host.inputs import read_input, read_stream
 from vgpuadm.model import PCI_HINT, pci_address
 from vgpuadm.plan.desired import DesiredPlan, Display, VmSpec, format_params
 from vgpuadm.schemas import load
@@ -30,9 +31,12 @@ def plan_schema() -> dict[str, Any]:
 
 
 def load_plan(path: str) -> DesiredPlan:
-    """Read, validate and convert a plan file; UsageError `file:line: key.path: problem` on the first fault."""
-    data = read_input(path, "plan", "pass an existing YAML file to -f")
-    source = os.path.basename(path)
+    """Read (`-`: from stdin), validate and convert a plan file; UsageError `file:line: key.path: problem` on the first fault."""
+    hint = "pass an existing YAML file to -f (or `-f -` and the plan on stdin)"
+    if path == "-":
+        data, source = read_stream(sys.stdin.buffer, "the plan on stdin", hint), "<stdin>"
+    else:
+        data, source = read_input(path, "plan", hint), os.path.basename(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -310,6 +314,7 @@ def _to_plan(data: Mapping[str, Any], marks: Any, source: str) -> DesiredPlan:
             numa=body.get("numa"),
             params=_params(source, marks, name, body.get("params")),
             display=Display(**display),
+            on_demand=bool(body.get("on_demand", False)),
             line=line,
             key_lines={k: _key_line(marks, ["vms", name, str(k)]) for k in body},
         )

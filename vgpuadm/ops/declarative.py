@@ -10,20 +10,25 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from vgpuadm import modes
+from vgpuadm.catalog.capacity import consume, release
 from vgpuadm.errors import ConflictError, NotFoundError, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor import execute, load_drivers, recover
 from vgpuadm.host.root import EMBED_LIBVIRT, SRIOV_MANAGE
 from vgpuadm.io.domainxml import read_domain_dir
 from vgpuadm.io.planfile import load_plan
+from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.ops.session import Session
-from vgpuadm.plan import desired
+from vgpuadm.plan import desired, ondemand
 from vgpuadm.plan import reconcile as reconcile_plan
 from vgpuadm.plan import restore as restore_plan
 from vgpuadm.plan.apply import build_apply_plan, resolve_types
 from vgpuadm.plan.desired import Current, DesiredPlan, Diff, describe_allocation
-from vgpuadm.plan.domains import Domains
+from vgpuadm.plan.domains import Domains, with_recorded
 from vgpuadm.plan.reconcile import Leak
 from vgpuadm.steps import Plan
+from vgpuadm.virt.steps import DefineDomain
+from vgpuadm.virt.xml import parse_allocations
 
 Progress = Callable[[int, int, str], None]
 Report = Callable[[str], None]
@@ -38,6 +43,7 @@ class ApplyResult:
     plan: Plan
     applied: tuple[str, ...]
     checked_only: bool
+    warnings: tuple[str, ...] = ()  # on-demand requests that would not all fit if their domains ran at once
 
     def to_json(self) -> dict[str, Any]:
         """The `apply --json` document (vgpuadm/schemas/apply.schema.json)."""
@@ -48,6 +54,7 @@ class ApplyResult:
             "diff": self.diff.lines(),
             "untouched": list(self.diff.untouched),
             "steps": list(self.applied),
+            "warnings": list(self.warnings),
         }
 
 
@@ -79,10 +86,30 @@ def apply_desired(
         d = desired.diff(plan_doc, Current(doms.allocations, doms.running), resolved, prune=prune)
         desired.check_safe(d, doms.running)
         plan = build_apply_plan(plan_doc, d, snap, doms, load_drivers(s.root.path))
+        warnings = tuple(ondemand.overcommit(projected(snap, doms, d, plan), allocations_after(doms, plan)))
         if check or plan.empty:
-            return ApplyResult(d, plan, tuple(plan.describe()), check)
+            return ApplyResult(d, plan, tuple(plan.describe()), check, warnings)
         result = s.execute(plan, progress=progress)
-        return ApplyResult(d, plan, result.applied, False)
+        return ApplyResult(d, plan, result.applied, False, warnings)
+
+
+def allocations_after(doms: Domains, plan: Plan) -> list[Allocation]:
+    """What every domain records once `plan` ran: its (last) definition step's element, else what it records now."""
+    records = {s.domain: s.element for s in plan.steps if isinstance(s, DefineDomain)}
+    out: list[Allocation] = []
+    for name, dom in sorted(doms.by_name.items()):
+        if name in records:
+            out += parse_allocations(records[name], domain=name, domain_uuid=dom.uuid) if records[name] else []
+        else:
+            out += dom.allocations
+    return out
+
+
+def projected(snap: HostSnapshot, doms: Domains, d: Diff, plan: Plan) -> HostSnapshot:
+    """The host once `plan` ran, as capacity counts it: removals freed, creates made, recorded devices held."""
+    view = with_recorded(release(snap, d.removes), doms, besides=d.removes)
+    made = [a for a in allocations_after(doms, plan) if not a.on_demand and modes.for_name(a.mode).missing(view, a)]
+    return consume(view, made) if made else view
 
 
 # -- restore -----------------------------------------------------------------------------------------------------
@@ -139,7 +166,7 @@ def restore(
                 f"an interrupted change is pending and could not be rolled back: {exc.message}",
                 "run `vgpuadm reconcile` once libvirt runs, then `vgpuadm restore` again",
             ) from None
-        allocs = doms.allocations
+        allocs = [a for a in doms.allocations if not a.on_demand]  # the qemu hook makes those at start
         out.devices = len(allocs)
         sriov_manage = s.root.has_executable(SRIOV_MANAGE)
         for phase in restore_plan.PHASES:
@@ -228,6 +255,8 @@ def reconcile(
             fixed = s.execute(reconcile_plan.leak_plan(snap, leaks, remembered)).applied
             snap = s.refresh()
         lost = tuple(
-            f"{a.domain}: {describe_allocation(a)}" for a in doms.allocations if reconcile_plan.device_missing(a, snap)
+            f"{a.domain}: {describe_allocation(a)}"
+            for a in doms.allocations
+            if not a.on_demand and reconcile_plan.device_missing(a, snap)
         )
     return ReconcileResult(tuple(recovered), tuple(leaks), fixed, lost)

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from vgpuadm.errors import ConflictError, NotFoundError
-from vgpuadm.executor import DEFAULT_LOCK_TIMEOUT, ExecContext, ExecResult, execute, load_drivers, read_journal
+from vgpuadm.executor import ExecContext, ExecResult, execute, load_drivers, read_journal
 from vgpuadm.executor import host_lock as _host_lock
 from vgpuadm.executor import recover as _recover
 from vgpuadm.host.discover import snapshot
@@ -23,7 +23,7 @@ from vgpuadm.plan import devices
 from vgpuadm.plan.guest import plan_destroy
 from vgpuadm.steps import Plan, Step
 from vgpuadm.virt.conn import VirtConn, choose_uri, embed_uri
-from vgpuadm.virt.steps import DetachHostdev, SetMetadata
+from vgpuadm.virt.steps import DefineDomain
 
 Progress = Callable[[int, int, str], None]
 Planner = Callable[[HostSnapshot], tuple[Plan, list[str]]]
@@ -41,7 +41,7 @@ def discover(root: str | None = None, *, types: bool = True) -> HostSnapshot:
 
 def host_lock(root: str | None = None, timeout: float | None = None) -> AbstractContextManager[None]:
     """Hold the host-wide lock (re-entrant)."""
-    return _host_lock(HostRoot(root).path, DEFAULT_LOCK_TIMEOUT if timeout is None else timeout)
+    return _host_lock(HostRoot(root).path, timeout)
 
 
 def original_drivers(root: str | None = None) -> dict[str, str]:
@@ -118,8 +118,7 @@ def _plan(s: Session, planner: Planner, frees: Frees | None, force: bool) -> tup
     if not owners:
         return plan, ids
     others = {ref: n for ref, n in domains.users().items() if n not in owners}
-    detach: list[Step] = []
-    record: list[Step] = []
+    define: list[Step] = []
     for name, dev in sorted(owners.items()):
         try:
             taken, _, _ = plan_destroy(s.snap, domains.by_name[name].xml, others, uuid=dev, all_=False,
@@ -129,11 +128,10 @@ def _plan(s: Session, planner: Planner, frees: Frees | None, force: bool) -> tup
                 f"{dev} is in a hostdev of domain {name} that its vgpuadm metadata does not record",
                 f"detach it from {name} first (virsh edit {name}); --force only takes back devices vgpuadm gave",
             ) from None
-        # the kernel steps are this verb's own; plan_destroy contributes the detach and the new record
-        detach += [st for st in taken.steps if isinstance(st, DetachHostdev)]
-        record += [st for st in taken.steps if isinstance(st, SetMetadata)]
+        # the kernel steps are this verb's own; plan_destroy contributes the domain's new definition
+        define += [st for st in taken.steps if isinstance(st, DefineDomain)]
     summary = f"{plan.summary}; take it from domain {', '.join(sorted(owners))} (--force)"
-    return Plan.of([*detach, *plan.steps, *record], summary), ids
+    return Plan.of([*define, *plan.steps], summary), ids
 
 
 def _no_domains(s: Session) -> bool:

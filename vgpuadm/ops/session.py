@@ -14,7 +14,6 @@ from typing import Any
 
 from vgpuadm.errors import NotFoundError
 from vgpuadm.executor import (
-    DEFAULT_LOCK_TIMEOUT,
     ExecContext,
     ExecResult,
     execute,
@@ -32,11 +31,11 @@ from vgpuadm.sim.kernel import SimKernel
 from vgpuadm.steps import Plan
 from vgpuadm.virt.conn import VirtConn, choose_uri
 from vgpuadm.virt.handlers import HANDLERS
-from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
+from vgpuadm.virt.steps import AttachHostdev, DefineDomain, DetachHostdev, SetMetadata
 from vgpuadm.virt.xml import NS
 
 Progress = Callable[[int, int, str], None]
-LIBVIRT_STEPS = (AttachHostdev, DetachHostdev, SetMetadata)
+LIBVIRT_STEPS = (AttachHostdev, DetachHostdev, SetMetadata, DefineDomain)
 LIBVIRT_STEP_KINDS = frozenset(cls.kind for cls in LIBVIRT_STEPS)
 
 for _step_cls, _apply, _undo, _check in HANDLERS:  # the executor runs the libvirt steps through these
@@ -70,7 +69,7 @@ class Session:
     @contextmanager
     def open(
         cls, root: str | None, connect: str | None = None, *, allow_pending: bool = False,
-        timeout: float = DEFAULT_LOCK_TIMEOUT, needs_sys: bool = True,
+        timeout: float | None = None, needs_sys: bool = True,
     ) -> Iterator[Session]:  # fmt: skip
         """Hold the host lock for the whole verb; refuse while a journal is pending (unless `allow_pending`, for
         the verbs that deal with it: recover, reconcile, restore). The root is checked before the lock is taken
@@ -96,12 +95,12 @@ class Session:
     @property
     def snap(self) -> HostSnapshot:
         if self._snap is None:
-            self._snap = snapshot(self.sysfs)
+            self._snap = snapshot(self.sysfs, names=True)
         return self._snap
 
     def refresh(self) -> HostSnapshot:
         """Read the host again (after a phase of changes)."""
-        self._snap = snapshot(self.sysfs)
+        self._snap = snapshot(self.sysfs, names=True)
         return self._snap
 
     @property

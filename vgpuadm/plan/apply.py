@@ -1,7 +1,8 @@
 """`apply -f`: the steps that take the domains from what they own to what a plan file says. Pure.
 
-Removals first (detach, then free the device), then parameters, then creates and attaches, then one metadata
-write per changed domain. Every VM is placed before anything runs, against a projected snapshot (capacity after the
+One persistent libvirt definition per changed domain (hostdevs plus metadata): a domain that loses devices is
+redefined before the kernel frees them, one that gains devices after the kernel made them (a domain that does both
+is redefined twice). Order: those definitions, removals, parameters, creates, the gaining domains' definitions. Every VM is placed before anything runs, against a projected snapshot (capacity after the
 removals and the earlier VMs' creates), so a plan that needs more than the host has fails with the host untouched.
 """
 
@@ -11,18 +12,29 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from vgpuadm.catalog import capacity
 from vgpuadm.catalog.capacity import consume, release
-from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, VgpuadmError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
+from vgpuadm.modes import passthrough as passthrough_mode
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.desired import DesiredPlan, Diff, describe_allocation
 from vgpuadm.plan.domains import Domains, device_keys, with_recorded
-from vgpuadm.plan.guest import check_display, free_slots, passthrough_allocations, passthrough_functions, remove_steps
+from vgpuadm.plan.guest import (
+    check_display,
+    free_slots,
+    on_demand_allocations,
+    on_demand_passthrough,
+    passthrough_allocations,
+    passthrough_functions,
+    remove_steps,
+    virtio_gl_step,
+)
 from vgpuadm.plan.ids import device_uuid
+from vgpuadm.plan.placement import resolve_on_host
 from vgpuadm.steps import CreateMdev, Plan, SetVfVgpuType, SetVgpuParams, Step
-from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
-from vgpuadm.virt.xml import hostdev_as_attached, hostdev_for, metadata_for_libvirt, same_metadata
+from vgpuadm.virt.steps import DefineDomain
+from vgpuadm.virt.xml import hostdev_as_attached, hostdev_for, metadata_xml, same_metadata
 
 
 def _located(plan_doc: DesiredPlan, vm: str, key: str, exc: VgpuadmError) -> VgpuadmError:
@@ -46,7 +58,7 @@ def resolve_types(plan_doc: DesiredPlan, snap: HostSnapshot, allocations: Sequen
             out[spec.type] = spec.type
             continue
         try:
-            out[spec.type] = resolve_type(types, spec.type)[0].type_id
+            out[spec.type] = resolve_on_host(snap, types, spec.type)[0].type_id
         except VgpuadmError as exc:
             raise _located(plan_doc, vm, "type", exc) from None
     return out
@@ -55,20 +67,22 @@ def resolve_types(plan_doc: DesiredPlan, snap: HostSnapshot, allocations: Sequen
 def build_apply_plan(
     plan_doc: DesiredPlan, d: Diff, snap: HostSnapshot, doms: Domains, drivers: dict[str, str]
 ) -> Plan:
-    """Steps for a diff: detach and remove first, then parameters, then create and attach, then one metadata write
-    per changed domain. Placement runs for every VM before anything executes, so a plan that needs more instances
+    """Steps for a diff: the losing domains' definitions and the removals first, then parameters, then the creates
+    and the gaining domains' definitions. Placement runs for every VM before anything executes, so a plan that needs more instances
     than exist fails here, with the host untouched."""
 
-    steps: list[Step] = []
+    steps: list[Step] = []  # parameters, then creates (removals and the definitions are put around them below)
     owned: dict[str, list[Allocation]] = {}
     for a in doms.allocations:
         owned.setdefault(a.domain, []).append(a)
     changed: set[str] = set()
+    detach: dict[str, list[tuple[Allocation, str]]] = {}
+    attach: dict[str, list[Allocation]] = {}
+    # a virtio-gl device is the domain's <video>/<graphics>, not a hostdev: its own step takes it out
+    virtio_off = [virtio_gl_step(a, False) for a in d.removes if a.mode == DeviceMode.VIRTIO_GL]
     for a in d.removes:
-        steps.append(
-            DetachHostdev(a.domain, hostdev_as_attached(a, doms.xml.get(a.domain, "")), describe_allocation(a))
-        )
-    steps.extend(remove_steps(snap, list(d.removes), drivers))
+        if a.mode != DeviceMode.VIRTIO_GL:
+            detach.setdefault(a.domain, []).append((a, hostdev_as_attached(a, doms.xml.get(a.domain, ""))))
     for a in d.removes:
         owned[a.domain] = [x for x in owned[a.domain] if x is not a]
         changed.add(a.domain)
@@ -78,10 +92,13 @@ def build_apply_plan(
         current = snap.mdevs[a.uuid].vgpu_params if a.mode == DeviceMode.MDEV and a.uuid in snap.mdevs else None
         if a.mode == DeviceMode.VF and a.address in snap.vendor_vfs:
             current = snap.vendor_vfs[a.address].vgpu_params
-        steps.append(SetVgpuParams(kind, ident or "", p.params, previous=current or ""))
+        if not a.on_demand:  # an on-demand device gets its params from the record when the hook makes it
+            steps.append(SetVgpuParams(kind, ident or "", p.params, previous=current or ""))
         owned[a.domain] = [dataclasses.replace(x, params=p.params or None) if x is a else x for x in owned[a.domain]]
         changed.add(a.domain)
+    between = {vm: list(owned.get(vm, [])) for vm in changed}  # what each domain records before the creates
     vsnap = with_recorded(release(snap, d.removes), doms, besides=d.removes)
+    idle = capacity.idle(snap)
     taken = doms.owned() - {k for a in d.removes for k in (a.uuid, a.address) if k}
     users = doms.users()
     gone_keys = {k for a in d.removes for k in device_keys(a)}
@@ -93,43 +110,84 @@ def build_apply_plan(
         if add.address:
             try:
                 created, bind = _passthrough(vsnap, vm, domain_uuid, add.address, mine, doms, taken, spec.force)
+                if spec.on_demand:
+                    passthrough_mode.MODE.validate(snap, add.address, spec.force)
+                    created, bind = on_demand_passthrough(created, spec.force), []
             except VgpuadmError as exc:
                 raise _located(plan_doc, vm, "passthrough", exc) from None
             steps.extend(bind)
-            steps.extend(AttachHostdev(vm, hostdev_for(a), describe_allocation(a)) for a in created)
+            attach.setdefault(vm, []).extend(created)
             mine.extend(created)
             taken.update(a.address or "" for a in created)
             changed.add(vm)
             continue
         slots = free_slots({a.slot for a in mine}, add.count)
         uuids = [device_uuid(snap.machine_id, domain_uuid, s) for s in slots]
+        if spec.on_demand:
+            hints = {"gpu": spec.gpu, "policy": spec.policy, "numa": spec.numa}
+            display = {"display": "on" if spec.display.enabled else "off",
+                       **({"ramfb": "on"} if spec.display.enabled and spec.display.ramfb else {})}  # fmt: skip
+            try:
+                created = on_demand_allocations(idle, vm, domain_uuid, add.type_id or "", slots, uuids, hints,
+                                                spec.params, display, taken_pci)  # fmt: skip
+            except (CapacityError, NotFoundError, ConflictError) as exc:
+                raise _located(plan_doc, vm, "count" if "count" in spec.key_lines else "type", exc) from None
+            attach.setdefault(vm, []).extend(created)
+            mine.extend(created)
+            changed.add(vm)
+            continue
+        pool_vfs: dict[str, str] = {}
         try:
-            sub, _ids = device_plans.plan_create(
+            sub, ids = device_plans.plan_create(
                 vsnap, add.type_id or "", add.count, gpu=spec.gpu, policy=spec.policy, numa=spec.numa,
-                params=spec.params, uuids=uuids, taken=taken_pci,
+                params=spec.params, uuids=uuids, taken=taken_pci, host_drivers=pool_vfs,
             )  # fmt: skip
         except (CapacityError, NotFoundError, ConflictError) as exc:
             key = "count" if "count" in spec.key_lines else "type"
             raise _located(plan_doc, vm, key, exc) from None
         created = _allocations_of(sub.steps, vm, domain_uuid, slots, spec)
+        created += _pool_allocations(vsnap, ids, pool_vfs, vm, domain_uuid, slots[len(created) :], add.type_id)
         try:
             check_display(doms.xml.get(vm, "<domain/>"), created, turn_off="set display: {enabled: false}")
         except VgpuadmError as exc:
             raise _located(plan_doc, vm, "display", exc) from None
         steps.extend(sub.steps)
-        for alloc in created:
-            steps.append(AttachHostdev(vm, hostdev_for(alloc), describe_allocation(alloc)))
+        attach.setdefault(vm, []).extend(created)
         mine.extend(created)
         vsnap = consume(vsnap, created)
         changed.add(vm)
+    first: list[Step] = []  # one definition per domain that loses devices, before the kernel frees them
+    last: list[Step] = []  # one per domain that gains devices, after the kernel made them
     for vm in sorted(changed):
-        devices = sorted(owned.get(vm, []), key=lambda a: a.slot)
-        element = metadata_for_libvirt(devices, doms.host_key) if devices else ""
+        final = sorted(owned.get(vm, []), key=lambda a: a.slot)
         previous = doms.metadata.get(vm, "")
-        if not same_metadata(previous or None, element or None):
-            steps.append(SetMetadata(vm, element, previous, len(devices)))
+        if vm in attach:
+            middle = sorted(between.get(vm, []), key=lambda a: a.slot)
+            if vm in detach:
+                first.append(_define(vm, detach[vm], [], previous, middle, doms.host_key))
+                previous = metadata_xml(middle, doms.host_key) if middle else ""
+            last.append(_define(vm, [], attach[vm], previous, final, doms.host_key))
+        elif vm in detach or not same_metadata(previous or None, metadata_xml(final, doms.host_key) if final else None):
+            first.append(_define(vm, detach.get(vm, []), [], previous, final, doms.host_key))
+    steps = [*virtio_off, *first, *remove_steps(snap, list(d.removes), drivers), *steps, *last]
     summary = f"apply {plan_doc.source}: +{d.instances_needed} −{len(d.removes)} ~{len(d.set_params)}"
     return Plan.of(steps, summary)
+
+
+def _define(
+    vm: str,
+    detach: list[tuple[Allocation, str]],
+    attach: list[Allocation],
+    previous: str,
+    devices: list[Allocation],
+    host: str,
+) -> DefineDomain:
+    return DefineDomain(
+        vm, "".join(hostdev_for(a) for a in attach), "".join(h for _, h in detach),
+        metadata_xml(devices, host) if devices else "", previous, len(devices),
+        attached=", ".join(describe_allocation(a) for a in attach),
+        detached=", ".join(describe_allocation(a) for a, _ in detach),
+    )  # fmt: skip
 
 
 def _passthrough(
@@ -151,6 +209,15 @@ def _passthrough(
             raise ConflictError(f"{f} is already given to another domain", "take it back from that domain first")
     created = passthrough_allocations(snap, vm, domain_uuid, doms.xml.get(vm, "<domain/>"), gpu, functions, mine)
     return created, list(device_plans.plan_vfio_bind(snap, gpu, force).steps)
+
+
+def _pool_allocations(snap: HostSnapshot, ids: Sequence[str], pool_vfs: dict[str, str], vm: str, domain_uuid: str,
+                      slots: list[int], type_id: str | None) -> list[Allocation]:  # fmt: skip
+    """The VF pool VFs a create plan takes, as the allocations the domain will record."""
+    vfs = [v for v in ids if v in pool_vfs]
+    pfs = {v: pf for pf, pool in snap.vf_pools.items() for v in pool.vfs}
+    return [Allocation(vm, DeviceMode.POOL, type_id, pfs.get(v), address=v, domain_uuid=domain_uuid, slot=slot,
+                       extra={"host_driver": pool_vfs[v]}) for v, slot in zip(vfs, slots, strict=False)]  # fmt: skip
 
 
 def _allocations_of(steps: Sequence[Step], vm: str, domain_uuid: str, slots: list[int], spec: Any) -> list[Allocation]:

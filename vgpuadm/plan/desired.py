@@ -37,6 +37,7 @@ class VmSpec:
     params: str = ""  # vgpu_params as written to sysfs ("frame_rate_limiter=0, disable_vnc=1"); "" = none
     display: Display = Display()
     force: bool = False  # pass a GPU through even when vgpuadm calls it unsafe (not in plan files: the module's force)
+    on_demand: bool = False  # recorded now, made by the qemu hook when the domain starts (vgpuadm hook install)
     line: int = 0  # where the VM is named in the plan file (for messages)
     key_lines: dict[str, int] = field(default_factory=dict, hash=False, compare=False)  # key → line
 
@@ -95,6 +96,7 @@ class Diff:
             )
         for add in self.adds:
             what = f"passthrough {add.address}" if add.address else f"{add.type_id} ×{add.count}"
+            what += " on demand" if add.spec.on_demand else ""
             out.append((add.vm, 2, f"+ {add.vm}: {what}"))
         return [text for _, _, text in sorted(out, key=lambda t: (t[0], t[1]))]
 
@@ -153,7 +155,7 @@ def diff(desired: DesiredPlan, current: Current, resolved_types: Mapping[str, st
             want = set(spec.passthrough)
             covered: set[str] = set()
             for a in owned:
-                if a.mode == DeviceMode.PCI and ({a.address, a.parent} & want):
+                if a.mode == DeviceMode.PCI and ({a.address, a.parent} & want) and a.on_demand == spec.on_demand:
                     covered.update(k for k in (a.address, a.parent) if k and k in want)
                     kept.append(a)
                 else:
@@ -161,7 +163,8 @@ def diff(desired: DesiredPlan, current: Current, resolved_types: Mapping[str, st
             adds.extend(Add(vm=name, spec=spec, address=addr) for addr in spec.passthrough if addr not in covered)
             continue
         type_id = resolved_types.get(spec.type or "", spec.type or "")
-        matching = [a for a in owned if a.mode in (DeviceMode.MDEV, DeviceMode.VF) and a.type_id == type_id]
+        matching = [a for a in owned if a.mode in (DeviceMode.MDEV, DeviceMode.VF, DeviceMode.POOL)
+                    and a.type_id == type_id and a.on_demand == spec.on_demand]  # fmt: skip
         removes.extend(a for a in owned if a not in matching)
         removes.extend(matching[spec.count :])
         for a in matching[: spec.count]:

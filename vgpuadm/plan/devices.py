@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
 from vgpuadm.model import HostSnapshot, Layout, device_key, pci_address
-from vgpuadm.modes import mdev, passthrough, sriov, vf_vgpu
+from vgpuadm.modes import mdev, passthrough, sriov, vf_pool, vf_vgpu
 from vgpuadm.modes.base import check_uuid
 from vgpuadm.plan.placement import place
 from vgpuadm.steps import Plan, Step
@@ -26,9 +26,12 @@ def plan_create(
     params: str = "",
     uuids: Sequence[str] = (),
     taken: Mapping[str, str] | None = None,
+    host_drivers: dict[str, str] | None = None,
 ) -> tuple[Plan, list[str]]:
     """Plan `count` vGPUs of `type_name`; returns the plan and the device ids it makes (mdev UUIDs, or VF
-    addresses on layout C). `uuids` fixes the mdev UUIDs (one per instance), else random ones are drawn."""
+    addresses on layout C and VF pools). `uuids` fixes the mdev UUIDs (one per instance), else random ones are
+    drawn. `host_drivers` receives, per pool VF taken, the host driver it had ("" for none)."""
+    host_drivers = {} if host_drivers is None else host_drivers
 
     if uuids and len(uuids) != count:
         raise UsageError(f"{len(uuids)} UUIDs given for {count} devices", "give one --uuid per device, or none")
@@ -43,8 +46,14 @@ def plan_create(
     placement = place(snap, type_name, count, gpu=gpu, policy=policy, numa=numa, taken=taken)
     steps: list[Step] = []
     ids: list[str] = []
+    enabling: set[str] = set()
     for i, (_parent, t) in enumerate(placement.choices):
-        if t.layout == Layout.VENDOR_VFIO:
+        if t.layout == Layout.VF_POOL:  # the device is a free VF of the pool, bound to vfio-pci for the guest
+            more, vf, host_driver = vf_pool.MODE.plan_take(snap, t.parent, {*(taken or {}), *ids}, enabling)
+            steps += more
+            ids.append(vf)
+            host_drivers[vf] = host_driver
+        elif t.layout == Layout.VENDOR_VFIO:
             steps += vf_vgpu.MODE.plan_create(snap, t, params)
             ids.append(t.parent)
         else:

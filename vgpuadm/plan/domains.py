@@ -102,8 +102,10 @@ class Domains:
 def with_recorded(snap: HostSnapshot, domains: Domains, *, besides: Collection[Allocation] = ()) -> HostSnapshot:
     """`snap` with every device the domains record but the kernel lacks now (after a reboot, before `restore`)
     counted as existing, so that placement never hands out what `restore` will bring back; `besides` are left
-    out (allocations a plan removes)."""
-    missing = [a for a in domains.allocations if a not in besides and modes.for_name(a.mode).missing(snap, a)]
+    out (allocations a plan removes). On-demand requests are not counted: they take room only while their domain
+    runs (the hook makes them then, and the kernel shows them)."""
+    missing = [a for a in domains.allocations
+               if a not in besides and not a.on_demand and modes.for_name(a.mode).missing(snap, a)]  # fmt: skip
     return consume(snap, missing) if missing else snap
 
 

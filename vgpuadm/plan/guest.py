@@ -1,6 +1,7 @@
 """The guest planners: give a domain devices (`create`), take them back (`destroy`), pass a whole GPU through and
 release it. Pure: a snapshot, the domain's XML and the other domains' references in; one Plan out per domain —
-kernel steps, then the libvirt attach/detach, then the one metadata record — so it succeeds or rolls back whole.
+kernel steps and ONE persistent libvirt definition (hostdevs plus metadata; before the kernel frees devices, after it
+creates them) — so it succeeds or rolls back whole.
 
 What a domain owns is read from its vgpuadm <metadata> (vgpuadm.virt.xml.parse_allocations): the same create twice
 makes nothing new, and mdev UUIDs derive from (host, domain UUID, slot) so they are stable across re-creation.
@@ -8,35 +9,50 @@ makes nothing new, and mdev UUIDs derive from (host, domain UUID, slot) so they 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuadm import modes
-from vgpuadm.catalog.naming import resolve_type
+from vgpuadm.catalog import capacity
 from vgpuadm.errors import ConflictError, NotFoundError, UsageError
-from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, device_key
+from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, device_key, pci_address
 from vgpuadm.modes import passthrough as passthrough_mode
+from vgpuadm.modes import virtio_gpu
 from vgpuadm.modes.base import join_params, normalise_params
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.domains import Domains
 from vgpuadm.plan.ids import device_uuid
-from vgpuadm.plan.placement import check_count, check_host_count
+from vgpuadm.plan.placement import check_count, check_host_count, resolve_on_host
 from vgpuadm.steps import CreateMdev, Plan, Step
 from vgpuadm.virt import xml
-from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
+from vgpuadm.virt.steps import DefineDomain, SetVirtioGl
 
 Users = dict[tuple[str, str], str]
 
 
-def _metadata_step(
-    domain: str, before: Sequence[Allocation], after: Sequence[Allocation], host: str, previous_host: str | None = None
-) -> SetMetadata:
-    return SetMetadata(
+def define_step(
+    domain: str,
+    before: Sequence[Allocation],
+    after: Sequence[Allocation],
+    host: str,
+    previous_host: str | None = None,
+    *,
+    attach: Sequence[Allocation] = (),
+    detach: Sequence[tuple[Allocation, str]] = (),
+) -> DefineDomain:
+    """The domain's whole change as one persistent definition: `attach` hot-plugged/added, `detach` (allocation,
+    its hostdev as attached now) taken out, and the metadata going from `before` to `after`."""
+    return DefineDomain(
         domain,
-        xml.metadata_for_libvirt(after, host) if after else "",
-        xml.metadata_for_libvirt(before, previous_host or host) if before else "",
+        "".join(xml.hostdev_for(a) for a in attach),
+        "".join(hostdev for _, hostdev in detach),
+        xml.metadata_xml(after, host) if after else "",
+        xml.metadata_xml(before, previous_host or host) if before else "",
         len(after),
+        attached=", ".join(_what(a) for a in attach),
+        detached=", ".join(_what(a) for a, _ in detach),
     )
 
 
@@ -56,6 +72,10 @@ def _what(a: Allocation) -> str:
         return f"mdev {a.uuid} ({a.type_id})"
     if a.mode == DeviceMode.VF:
         return f"VF {a.address} ({a.type_id})"
+    if a.mode == DeviceMode.POOL:
+        return f"VF {a.address} of {a.parent} ({a.type_id})"
+    if a.mode == DeviceMode.VIRTIO_GL:
+        return f"virtio-gpu on {a.extra.get('rendernode', '')}"
     return f"PCI function {a.address}"
 
 
@@ -70,18 +90,24 @@ def _params(params: Sequence[str]) -> str:
 
 def check_display(domain_xml: str, added: Sequence[Allocation], *, turn_off: str) -> None:
     """Refuse, while planning, to attach an mdev with display on to a domain whose persistent XML has no <graphics>
-    element: libvirt would refuse the attach only after the kernel steps ran. The one check `create` and
-    `apply -f` share; `turn_off` is how the user's own verb turns the display off."""
-    if not any(a.mode == DeviceMode.MDEV and a.extra.get("display") == "on" for a in added):
-        return
-    if xml.has_graphics(domain_xml):
-        return
+    element: libvirt would refuse the attach only after the kernel steps ran. Likewise more than one vGPU with
+    ramfb on (libvirt refuses that definition: "Only one vgpu device can have 'ramfb' enabled"). The one check
+    `create` and `apply -f` share; `turn_off` is how the user's own verb turns the display off."""
     name = xml.domain_identity(domain_xml)[0]
-    raise UsageError(
-        f"domain {name} has no <graphics> device, which a vGPU with display on needs",
-        f"add one (virsh edit {name}, then <graphics type='vnc'/> or <graphics type='spice'/> under <devices>), "
-        f"or {turn_off}",
-    )
+    if any(a.mode == DeviceMode.MDEV and a.extra.get("display") == "on" for a in added) and not xml.has_graphics(
+        domain_xml
+    ):
+        raise UsageError(
+            f"domain {name} has no <graphics> device, which a vGPU with display on needs",
+            f"add one (virsh edit {name}, then <graphics type='vnc'/> or <graphics type='spice'/> under <devices>), "
+            f"or {turn_off}",
+        )
+    ramfb = sum(1 for a in added if a.mode == DeviceMode.MDEV and a.extra.get("ramfb") == "on")
+    if ramfb and ramfb + xml.count_ramfb(domain_xml) > 1:
+        raise UsageError(
+            f"domain {name} would have {ramfb + xml.count_ramfb(domain_xml)} vGPUs with ramfb on; libvirt allows one",
+            "give ramfb to one vGPU of the domain (one device with ramfb, the others without)",
+        )
 
 
 # -- create ----------------------------------------------------------------------------------------------------------
@@ -122,14 +148,21 @@ def plan_create_many(
     ramfb: bool = False,
     params: Sequence[str] = (),
     taken: Users | None = None,
+    on_demand: bool = False,
 ) -> list[DomainPlan]:
     """Give each domain (its XML, the total count of `type_name` it should own) what it lacks. Every device is
     placed together (so the instances count against each other); each domain gets its own plan — create, attach,
-    record — so that it succeeds or rolls back as a unit. Pure."""
+    record — so that it succeeds or rolls back as a unit. Pure.
+
+    `on_demand`: nothing is made now; each domain's request is recorded (type, count, hints, params) with the
+    hostdev it will use — the deterministic mdev UUID, or a layout C VF chosen now — and `vgpuadm hook run` makes
+    the devices when the domain starts. Each request must fit the host with no vGPU running (capacity.idle)."""
 
     if ramfb and not display:
         raise UsageError("--ramfb needs --display on", "ramfb shows firmware output on the vGPU's display")
-    type_id = resolve_type(snap.types(), type_name)[0].type_id
+    if type_name.strip().lower() == virtio_gpu.TYPE:  # no host device: a virtio <video> on a render node
+        return [_plan_virtio_gl(snap, domain_xml, count, gpu) for domain_xml, count in requests]
+    type_id = resolve_on_host(snap, snap.types(), type_name)[0].type_id
     host_id = snap.machine_id
     wants: list[_Want] = []
     seen: set[str] = set()
@@ -162,43 +195,164 @@ def plan_create_many(
             for w in wants
         ]  # fmt: skip
     joined = _params(params)
+    if on_demand:
+        hints = {"gpu": pci_address(gpu) if gpu else None, "policy": policy, "numa": numa}
+        return _plan_on_demand(snap, wants, requests, type_id, joined, hints, _pci_users(taken, seen),
+                               {"display": "on" if display else "off", **({"ramfb": "on"} if ramfb else {})})  # fmt: skip
+    pool_vfs: dict[str, str] = {}  # VF pool: VF → the host driver it had
     kernel, ids = device_plans.plan_create(snap, type_id, total, gpu=gpu, policy=policy, numa=numa, params=joined,
-                                  uuids=[u for w in wants for u in w.uuids], taken=_pci_users(taken, seen))  # fmt: skip
+                                  uuids=[u for w in wants for u in w.uuids], taken=_pci_users(taken, seen),
+                                  host_drivers=pool_vfs)  # fmt: skip
     by_device: dict[str, list[Step]] = {}
+    pending: list[Step] = []  # a PF's steps (enable a VF pool) go with the first device that needs them
     for s in kernel.steps:
         key = getattr(s, "uuid", None) or getattr(s, "id", None) or getattr(s, "vf", None)
-        by_device.setdefault(str(key), []).append(s)
+        key = key or getattr(s, "address", None)
+        if key is None:
+            pending.append(s)
+            continue
+        by_device.setdefault(str(key), []).extend([*pending, s])
+        pending = []
     parents = {s.uuid: s.parent for s in kernel.steps if isinstance(s, CreateMdev)}
     extra = {"display": "on" if display else "off", **({"ramfb": "on"} if ramfb else {})}
     devices = iter(ids)
     out = []
     for w, (domain_xml, _count) in zip(wants, requests, strict=True):
         kernel_steps: list[Step] = []
-        attach: list[Step] = []
         for slot in w.slots:
             dev = next(devices)
             kernel_steps += by_device.pop(dev, [])
             if dev in parents:
                 a = Allocation(w.name, DeviceMode.MDEV, type_id, parents[dev], uuid=dev, params=joined or None,
                                domain_uuid=w.duuid, slot=slot, extra=dict(extra))  # fmt: skip
+            elif dev in pool_vfs:  # a VF pool: the guest gets the VF, bound to vfio-pci for it
+                pf = next(p for p, pool in snap.vf_pools.items() if dev in pool.vfs)
+                a = Allocation(w.name, DeviceMode.POOL, type_id, pf, address=dev,
+                               domain_uuid=w.duuid, slot=slot, extra={"host_driver": pool_vfs[dev]})  # fmt: skip
             else:  # layout C: the device is the VF itself
                 a = Allocation(w.name, DeviceMode.VF, type_id, dev, address=dev, params=joined or None,
                                domain_uuid=w.duuid, slot=slot)  # fmt: skip
             w.added.append(a)
-            attach.append(AttachHostdev(w.name, xml.hostdev_for(a), _what(a)))
         check_display(domain_xml, w.added, turn_off="use --display off")
         after = sorted([*w.owned, *w.added], key=lambda a: a.slot)
-        meta = _metadata_step(w.name, w.owned, after, snap.host_key, w.prev_host)
-        steps = [*kernel_steps, *attach, meta] if w.added else []
+        define = define_step(w.name, w.owned, after, snap.host_key, w.prev_host, attach=w.added)
+        steps = [*kernel_steps, define] if w.added else []
         summary = (
             f"give domain {w.name} {len(w.added)} × {type_id}"
             if w.added
             else f"domain {w.name} already has {sum(1 for a in w.owned if a.type_id == type_id)} × {type_id}"
         )
         out.append(DomainPlan(w.name, Plan.of(steps, summary), w.added, after))  # fmt: skip
-    if by_device:  # every kernel step belongs to exactly one new device
+    if by_device or pending:  # every kernel step belongs to exactly one new device
         raise UsageError(f"unassigned create steps {sorted(by_device)}", "this is a bug in vgpuadm; report it")
     return out
+
+
+def request_options(hints: dict[str, Any]) -> dict[str, str]:
+    """The metadata options that record an on-demand request and its placement hints (gpu, policy, numa)."""
+    out = {"on_demand": "yes", "policy": str(hints.get("policy") or "pack")}
+    if hints.get("gpu"):
+        out["gpu"] = str(hints["gpu"])
+    if hints.get("numa") is not None:
+        out["numa"] = str(hints["numa"])
+    return out
+
+
+def on_demand_allocations(
+    idle: HostSnapshot,
+    vm: str,
+    domain_uuid: str,
+    type_id: str,
+    slots: Sequence[int],
+    uuids: Sequence[str],
+    hints: dict[str, Any],
+    params: str,
+    display: dict[str, str],
+    taken: dict[str, str],
+) -> list[Allocation]:
+    """The allocations an on-demand request of one domain records: placed on the idle host (so that the request is
+    known to fit once enough others stop) by the same planner as `create`; an mdev keeps no parent (placed at
+    start), a layout C VF is chosen now and added to `taken`."""
+    kernel, ids = device_plans.plan_create(idle, type_id, len(slots), gpu=hints.get("gpu"),
+                                           policy=hints.get("policy") or "pack", numa=hints.get("numa"),
+                                           params=params, uuids=uuids, taken=taken)  # fmt: skip
+    mdevs = {s.uuid for s in kernel.steps if isinstance(s, CreateMdev)}
+    options = request_options(hints)
+    out = []
+    for slot, dev in zip(slots, ids, strict=True):
+        if dev in mdevs:
+            out.append(Allocation(vm, DeviceMode.MDEV, type_id, None, uuid=dev, params=params or None,
+                                  domain_uuid=domain_uuid, slot=slot, extra={**display, **options}))  # fmt: skip
+        else:  # layout C: the VF the hostdev names is chosen now, typed at start
+            taken[dev] = vm
+            out.append(Allocation(vm, DeviceMode.VF, type_id, dev, address=dev, params=params or None,
+                                  domain_uuid=domain_uuid, slot=slot, extra={"on_demand": "yes"}))  # fmt: skip
+    return out
+
+
+def on_demand_passthrough(added: Sequence[Allocation], force: bool) -> list[Allocation]:
+    """Passthrough allocations as an on-demand request records them: managed='no' (the hook binds the group)."""
+    wanted = {"managed": "no", "on_demand": "yes", **({"force": "yes"} if force else {})}
+    return [dataclasses.replace(a, extra={**a.extra, **wanted}) for a in added]
+
+
+def _plan_on_demand(
+    snap: HostSnapshot,
+    wants: Sequence[_Want],
+    requests: Sequence[tuple[str, int]],
+    type_id: str,
+    params: str,
+    hints: dict[str, Any],
+    taken: dict[str, str],
+    display: dict[str, str],
+) -> list[DomainPlan]:
+    """create --on-demand: attach and record, make nothing. Each domain is checked on its own against the idle host
+    (they need not all run at once); a layout C VF is a fixed resource, so the VFs chosen count as taken."""
+    idle = capacity.idle(snap)
+    taken = dict(taken)
+    out = []
+    for w, (domain_xml, _count) in zip(wants, requests, strict=True):
+        if not w.slots:
+            out.append(DomainPlan(w.name, Plan.of([], f"domain {w.name} already has "
+                                                      f"{sum(1 for a in w.owned if a.type_id == type_id)} × {type_id}"),
+                                  [], w.owned))  # fmt: skip
+            continue
+        w.added += on_demand_allocations(idle, w.name, w.duuid, type_id, w.slots, w.uuids, hints, params, display,
+                                         taken)  # fmt: skip
+        check_display(domain_xml, w.added, turn_off="use --display off")
+        after = sorted([*w.owned, *w.added], key=lambda a: a.slot)
+        steps: list[Step] = [define_step(w.name, w.owned, after, snap.host_key, w.prev_host, attach=w.added)]
+        out.append(DomainPlan(w.name, Plan.of(steps, f"record {len(w.added)} × {type_id} on demand for domain "
+                                                     f"{w.name}"), w.added, after))  # fmt: skip
+    return out
+
+
+def virtio_gl_step(a: Allocation, enable: bool) -> SetVirtioGl:
+    """The definition edit that gives (or takes away) the virtio-gl device `a` records."""
+    return SetVirtioGl(a.domain, a.extra.get("rendernode", ""), a.extra.get("graphics", "egl-headless"), enable,
+                       a.extra.get("previous_video", ""))  # fmt: skip
+
+
+def _plan_virtio_gl(snap: HostSnapshot, domain_xml: str, count: int, gpu: str | None) -> DomainPlan:
+    """One domain's virtio-gl device: the render node of `gpu` (else the lowest), the domain's definition edited
+    (SetVirtioGl), the metadata record. Pure."""
+    check_count(count, "devices")
+    if count != 1:
+        raise UsageError(f"--count {count}: a domain has one virtio-gpu", "omit --count for --type virtio-gl")
+    name, duuid = xml.domain_identity(domain_xml)
+    owned = xml.parse_allocations(domain_xml)
+    if any(a.mode == DeviceMode.VIRTIO_GL for a in owned):
+        return DomainPlan(name, Plan.of([], f"domain {name} already has a virtio-gpu"), [], owned)
+    node, gpu_address = virtio_gpu.MODE.pick(snap, pci_address(gpu) if gpu else None)
+    path = virtio_gpu.render_path(node)
+    previous = xml.with_virtio_gl(domain_xml, path)[1]
+    [slot] = free_slots({a.slot for a in owned}, 1)
+    a = Allocation(name, DeviceMode.VIRTIO_GL, virtio_gpu.TYPE, gpu_address or None, domain_uuid=duuid, slot=slot,
+                   extra={"rendernode": path, "graphics": "egl-headless", "previous_video": previous})  # fmt: skip
+    after = sorted([*owned, a], key=lambda x: x.slot)
+    steps: list[Step] = [virtio_gl_step(a, True),
+                         define_step(name, owned, after, snap.host_key, xml.metadata_host(domain_xml))]  # fmt: skip
+    return DomainPlan(name, Plan.of(steps, f"give domain {name} a virtio-gpu on {path}"), [a], after)
 
 
 def _pci_users(users: Users | None, besides: Collection[str]) -> dict[str, str]:
@@ -249,7 +403,8 @@ def plan_destroy(
         )
     else:
         key = device_key(uuid or "")
-        gone = [a for a in owned if key in ((a.uuid or "").lower(), (a.address or "").lower())]
+        gone = [a for a in owned if key in ((a.uuid or "").lower(), (a.address or "").lower())
+                or (a.mode == DeviceMode.VIRTIO_GL and key == virtio_gpu.TYPE)]  # fmt: skip
         if not gone:
             raise NotFoundError(
                 f"domain {name} owns no vgpuadm device {uuid}",
@@ -260,22 +415,25 @@ def plan_destroy(
             gone = [a for a in owned if a.mode == DeviceMode.PCI and (a.parent or a.address) == gpu]
     for a in gone:
         ref = ("mdev", (a.uuid or "").lower()) if a.mode == DeviceMode.MDEV else ("pci", a.address or "")
-        if ref in others:
+        if a.mode != DeviceMode.VIRTIO_GL and ref in others:
             raise ConflictError(
                 f"{_what(a)} is also used by domain {others[ref]}",
                 f"detach it from {others[ref]} first, e.g. `vgpuadm destroy --vm {others[ref]} --all`",
             )
     present = {(r.kind, r.key) for r in xml.parse_hostdevs(domain_xml)}
-    steps: list[Step] = []
+    detach = []
     for a in gone:
-        hostdev = xml.hostdev_for(a)
+        if a.mode == DeviceMode.VIRTIO_GL:
+            continue
         ref = ("mdev", (a.uuid or "").lower()) if a.mode == DeviceMode.MDEV else ("pci", a.address or "")
         if ref in present:
-            steps.append(DetachHostdev(name, hostdev, _what(a)))
-    steps += remove_steps(snap, gone, drivers or {})
+            detach.append((a, xml.hostdev_as_attached(a, domain_xml)))
     after = [a for a in owned if a not in gone]
-    if gone:
-        steps.append(_metadata_step(name, owned, after, snap.host_key, xml.metadata_host(domain_xml)))
+    # The virtio-gl edit first (it is the domain's <video>, not a hostdev), then the one definition of the rest.
+    steps: list[Step] = [virtio_gl_step(a, False) for a in gone if a.mode == DeviceMode.VIRTIO_GL]
+    if gone:  # out of the definition (and the running guest) before the kernel frees the devices
+        steps.append(define_step(name, owned, after, snap.host_key, xml.metadata_host(domain_xml), detach=detach))
+    steps += remove_steps(snap, gone, drivers or {})
     return Plan.of(steps, f"take {len(gone)} device(s) from domain {name}"), gone, after
 
 
@@ -288,6 +446,8 @@ def _device_groups(owned: Sequence[Allocation]) -> list[tuple[str, list[Allocati
             key = a.uuid or ""
         elif a.mode == DeviceMode.PCI:
             key = a.parent or a.address or ""
+        elif a.mode == DeviceMode.VIRTIO_GL:
+            key = virtio_gpu.TYPE
         else:
             key = a.address or ""
         groups.setdefault(key, []).append(a)
@@ -340,8 +500,11 @@ def plan_passthrough(
     *,
     force: bool = False,
     rom_file: str | None = None,
+    on_demand: bool = False,
 ) -> tuple[Plan, list[Allocation], list[Allocation]]:
-    """Bind the GPU's whole IOMMU group to vfio-pci and attach its functions as one guest slot. Pure."""
+    """Bind the GPU's whole IOMMU group to vfio-pci and attach its functions as one guest slot. Pure.
+    `on_demand`: bind nothing now; the hostdevs are managed='no' and `vgpuadm hook run` binds the group when the
+    domain starts and gives it back when it stops."""
 
     gpu = str(xml.PciAddress.parse(gpu))
     name, duuid = xml.domain_identity(domain_xml)
@@ -357,11 +520,16 @@ def plan_passthrough(
                 f"take it back first: `vgpuadm destroy --vm {others[('pci', f)]} --uuid {gpu}` or `vgpuadm release "
                 f"--gpu {gpu}`",
             )
-    steps: list[Step] = list(device_plans.plan_vfio_bind(snap, gpu, force).steps)
+    if on_demand:
+        passthrough_mode.MODE.validate(snap, gpu, force)
+        steps: list[Step] = []
+    else:
+        steps = list(device_plans.plan_vfio_bind(snap, gpu, force).steps)
     added = passthrough_allocations(snap, name, duuid, domain_xml, gpu, functions, owned, rom_file=rom_file)
-    steps += [AttachHostdev(name, xml.hostdev_for(a), _what(a)) for a in added]
+    if on_demand:
+        added = on_demand_passthrough(added, force)
     after = sorted([*owned, *added], key=lambda a: a.slot)
-    steps.append(_metadata_step(name, owned, after, snap.host_key, xml.metadata_host(domain_xml)))
+    steps.append(define_step(name, owned, after, snap.host_key, xml.metadata_host(domain_xml), attach=added))
     return Plan.of(steps, f"pass {gpu} ({len(functions)} function(s)) through to domain {name}"), added, after
 
 
@@ -379,9 +547,9 @@ def plan_release(snap: HostSnapshot, domains: Domains, gpu: str, drivers: dict[s
             continue
         holders.append(name)
         present = {(r.kind, r.key) for r in d.hostdevs}
-        steps += [DetachHostdev(name, xml.hostdev_for(a), _what(a)) for a in mine if ("pci", a.address) in present]
-        steps.append(_metadata_step(name, owned, [a for a in owned if a not in mine], snap.host_key,
-                                    xml.metadata_host(d.xml)))  # fmt: skip
+        detach = [(a, xml.hostdev_as_attached(a, d.xml)) for a in mine if ("pci", a.address) in present]
+        steps.append(define_step(name, owned, [a for a in owned if a not in mine], snap.host_key,
+                                 xml.metadata_host(d.xml), detach=detach))  # fmt: skip
         gone += mine
     steps += device_plans.plan_vfio_restore(snap, gpu, drivers).steps
     return Plan.of(steps, f"release {gpu} from {', '.join(holders) or 'no domain'}"), holders, gone

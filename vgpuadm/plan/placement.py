@@ -9,10 +9,20 @@ pack fills the most-used compatible physical GPU first; spread the least-used. T
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from vgpuadm.catalog.capacity import NO_USAGE, gpu_room, gpu_usage, host_maximum, per_parent_room, why_not
+from vgpuadm.catalog.capacity import (
+    NO_USAGE,
+    GpuUsage,
+    gpu_room,
+    gpu_usage,
+    host_maximum,
+    idle_for_vgpu,
+    per_parent_room,
+    why_no_types,
+    why_not,
+)
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, NotFoundError, UsageError
 from vgpuadm.model import HostSnapshot, Layout, VgpuType, pci_address
@@ -23,16 +33,19 @@ POLICIES = ("pack", "spread")
 @dataclass(frozen=True)
 class Placement:
     """`choices`: one (parent, type) per requested instance, in creation order. `rejected`: every considered
-    parent that cannot take (more of) the type, with the reason."""
+    parent that cannot take (more of) the type, with the reason. `gpus`: per GPU of the host, why it was or was
+    not chosen (`--explain`)."""
 
     type_id: str
     choices: list[tuple[str, VgpuType]] = field(default_factory=list)
     rejected: list[tuple[str, str]] = field(default_factory=list)
+    gpus: list[tuple[str, str]] = field(default_factory=list)
+    policy: str = "pack"
 
     def explain(self) -> str:
-        lines = [f"placement of {self.type_id}:"]
-        lines += [f"  chosen   {parent}" for parent, _ in self.choices]
-        lines += [f"  rejected {parent}: {reason}" for parent, reason in self.rejected]
+        rule = "fill the busiest GPU first" if self.policy == "pack" else "take the idlest GPU first"
+        lines = [f"placement of {len(self.choices)} × {self.type_id}, policy {self.policy} ({rule}):"]
+        lines += [f"  {gpu}: {why}" for gpu, why in self.gpus]
         return "\n".join(lines)
 
 
@@ -83,13 +96,17 @@ def place(
         gpu = pci_address(gpu)
         on_gpu = [t for t in types if gpu in (t.parent, snapshot.physical_gpu(t.parent))]
         if not on_gpu:
-            raise NotFoundError(f"GPU {gpu} offers no vGPU types", "run `vgpuadm types` to list GPUs and types")
-        candidates = resolve_type(on_gpu, type_name, gpu)
+            if gpu not in snapshot.functions and gpu not in snapshot.mdev_parents:
+                raise NotFoundError(f"No GPU or mdev parent {gpu} on this host", "run `vgpuadm gpus` to list them")
+            why, hint = why_no_types(snapshot, gpu)
+            raise NotFoundError(f"GPU {snapshot.label(gpu)} offers no vGPU types: {why}", hint)
+        candidates = resolve_on_host(snapshot, on_gpu, type_name, gpu)
     else:
         try:
-            candidates = resolve_type(types, type_name)
+            candidates = resolve_on_host(snapshot, types, type_name)
         except NotFoundError:
-            _vendor_vfs_full(snapshot, type_name, count)
+            if not any(vf.offered for vf in snapshot.vendor_vfs.values()):  # no list from the driver either
+                _vendor_vfs_full(snapshot, type_name, count)
             raise
     if all(t.layout == Layout.VENDOR_VFIO and not t.available_instances for t in candidates):
         _vendor_vfs_full(snapshot, type_name, count)  # known from the driver's list, creatable on no VF
@@ -142,7 +159,8 @@ def place(
         for phys, left in gpu_left.items()
         if left <= 0
     ]
-    placement = Placement(type_id, choices, sorted(rejected))
+    per_gpu = _per_gpu(snapshot, type_id, candidates, sorted(rejected), choices, usage, policy, gpu)
+    placement = Placement(type_id, choices, sorted(rejected), per_gpu, policy)
     if len(choices) < count:
         reasons = _summary(snapshot, sorted(rejected) + full)
         fit = f" (only {len(choices)} fit)" if choices else ""
@@ -153,6 +171,78 @@ def place(
             "`vgpuadm types --available` lists what fits now",
         )
     return placement
+
+
+def _per_gpu(
+    snapshot: HostSnapshot, type_id: str, candidates: Sequence[VgpuType], rejected: list[tuple[str, str]],
+    choices: list[tuple[str, VgpuType]], usage: Mapping[str, GpuUsage], policy: str, only: str | None,
+) -> list[tuple[str, str]]:  # fmt: skip
+    """Why each GPU was or was not chosen: the chosen ones first (in choice order), then the other candidates,
+    then the host's other GPUs (which do not offer the type; with the reason when they offer none)."""
+    phys = snapshot.physical_gpu
+    chosen: dict[str, list[str]] = {}
+    for parent, _ in choices:
+        on = chosen.setdefault(phys(parent), [])
+        if parent not in on:
+            on.append(parent)
+    refused: dict[str, list[tuple[str, str]]] = {}
+    for parent, reason in rejected:
+        refused.setdefault(phys(parent), []).append((parent, reason))
+    open_gpus = {phys(t.parent) for t in candidates if t.parent not in {p for p, _ in rejected}}
+    rule = "fills the busiest GPU first" if policy == "pack" else "takes the idlest GPU first"
+    out: list[tuple[str, str]] = []
+    for gpu in [*chosen, *sorted(({phys(t.parent) for t in candidates} | set(refused)) - set(chosen))]:
+        running = usage.get(gpu, NO_USAGE).count
+        if gpu in chosen:
+            n = sum(1 for p, _ in choices if phys(p) == gpu)
+            where = "" if chosen[gpu] == [gpu] else f" on {', '.join(chosen[gpu])}"
+            why = f"chosen for {n}{where} ({running} vGPU(s) ran on it)"
+            if refused.get(gpu):
+                why += f"; not on {_reasons(snapshot, gpu, refused[gpu])}"
+        elif gpu in open_gpus:
+            why = f"not chosen: it has room, but {policy} {rule} ({running} vGPU(s) run on it)"
+        else:
+            why = f"not chosen: {_reasons(snapshot, gpu, refused[gpu])}"
+        out.append((snapshot.label(gpu), why))
+    seen = {phys(t.parent) for t in candidates} | set(refused)
+    offering = {phys(t.parent) for t in snapshot.types()}
+    for fn in snapshot.gpus:
+        if fn.physfn or fn.address in seen or (only is not None and only != fn.address):
+            continue
+        if fn.address in offering:
+            why = f"not chosen: it does not offer {type_id}"
+        else:
+            why = f"not chosen: it offers no vGPU types: {why_no_types(snapshot, fn.address)[0]}"
+        out.append((snapshot.label(fn.address), why))
+    return out
+
+
+def _reasons(snapshot: HostSnapshot, gpu: str, refused: list[tuple[str, str]]) -> str:
+    """The reasons of one GPU's parents; the GPU's own address is not repeated."""
+    if [p for p, _ in refused] == [gpu]:
+        return refused[0][1]
+    return _summary(snapshot, refused)
+
+
+def resolve_on_host(
+    snapshot: HostSnapshot, types: Sequence[VgpuType], wanted: str, where: str = "this host"
+) -> list[VgpuType]:
+    """resolve_type, and when nothing matches, also the GPUs whose types are not listed now because they are bound
+    to vfio-pci (so "Unknown type" says why a type the host had is gone)."""
+    try:
+        return resolve_type(types, wanted, where)
+    except NotFoundError as exc:
+        idle = [a for a in idle_for_vgpu(snapshot) if where == "this host" or a == where]
+        if not idle:
+            raise
+        labels = ", ".join(snapshot.label(a) for a in idle)
+        verb = "is" if len(idle) == 1 else "are"
+        raise NotFoundError(
+            f"{exc.message} ({labels} {verb} bound to vfio-pci, so {'its' if len(idle) == 1 else 'their'} types are "
+            "not offered now)",
+            f"`vgpuadm release --gpu {idle[0]}` or `vgpuadm vfio unbind {idle[0]}` gives it back to its driver; "
+            f"{exc.hint}",
+        ) from None
 
 
 def _summary(snapshot: HostSnapshot, rejected: list[tuple[str, str]]) -> str:

@@ -23,7 +23,7 @@ from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponenti
 
 from vgpuadm.errors import VgpuadmError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
-from vgpuadm.modes import mdev, passthrough, sriov, vf_vgpu
+from vgpuadm.modes import mdev, passthrough, sriov, vf_pool, vf_vgpu
 from vgpuadm.modes.base import join_params, split_params
 from vgpuadm.plan.desired import params_equal
 from vgpuadm.steps import (
@@ -73,6 +73,7 @@ def missing_devices(allocations: Iterable[Allocation], snap: HostSnapshot) -> li
         "mdev": set(snap.mdev_parents),
         "vf": set(snap.vendor_vfs),
         "pci": set(snap.functions),
+        "pool": set(snap.functions),
     }
     out = {dev for a in allocations if (dev := needed_device(a)) is not None and dev not in present.get(a.mode, {dev})}
     return sorted(out)
@@ -133,8 +134,9 @@ def _sriov(allocs: Sequence[Allocation], snap: HostSnapshot, sriov_manage: bool)
     units: list[Plan] = []
     problems: list[str] = []
     pfs: set[str] = set()
+    pool_pfs = {a.address: a.parent for a in allocs if a.mode == DeviceMode.POOL and a.parent in snap.vf_pools}
     for dev in missing_devices(allocs, snap):
-        pfs.update(_candidate_pfs(dev, snap))
+        pfs.update([pool_pfs[dev]] if dev in pool_pfs else _candidate_pfs(dev, snap))
     for pf in sorted(pfs):
         try:
             steps = sriov.MODE.plan_enable(snap, pf, sriov_manage=sriov_manage)
@@ -229,6 +231,15 @@ def _vfio(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
     covered: set[str] = set()
     for a in sorted(allocs, key=lambda a: (a.domain, a.slot)):
         gpu = a.parent or a.address
+        if a.mode == DeviceMode.POOL and a.address:  # a VF pool's VF, bound for its guest by vgpuadm
+            try:
+                steps = vf_pool.MODE.plan_bind(snap, a.address)
+            except VgpuadmError as exc:
+                problems.append(f"{a.domain}: {a.address}: {exc.message}")
+                continue
+            if steps:
+                units.append(Plan.of(steps, f"bind VF {a.address} for its guest"))
+            continue
         if a.mode != DeviceMode.PCI or not gpu or gpu in covered:
             continue
         if gpu not in snap.functions:

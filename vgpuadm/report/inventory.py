@@ -21,6 +21,7 @@ nor leaked, rather than all reported as leaks.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +35,7 @@ SCHEMA = "vgpuadm-inventory/1"
 
 @dataclass
 class _Device:
-    kind: str  # mdev | vf | pci
+    kind: str  # mdev | vf | pci | pool
     id: str
     uuid: str | None
     parent: str
@@ -60,31 +61,84 @@ class _Gpu:
 
 
 def inventory(
-    snap: HostSnapshot, allocations: list[Allocation] | None, *, host: str, generated_at: str, source: str = ""
+    snap: HostSnapshot,
+    allocations: list[Allocation] | None,
+    *,
+    host: str,
+    generated_at: str,
+    source: str = "",
+    running: Collection[str] | None = None,
 ) -> dict[str, Any]:
-    """The inventory document of one host (schema vgpuadm-inventory/1)."""
+    """The inventory document of one host (schema vgpuadm-inventory/1). `running`: the domains that run (None:
+    not known, e.g. from saved XML); a device is then held by a running domain or reserved by a stopped one."""
     warnings = list(snap.warnings)
     gpus = _physical_gpus(snap)
     devices = _devices(snap, gpus, {a.address for a in allocations or [] if a.mode == DeviceMode.PCI and a.address})
+    requests = [a for a in allocations or [] if a.on_demand]
     owners, missing = _owners(devices, allocations, warnings)
+    missing = [m for m in missing if not m["on_demand"]]
+    for m in missing:
+        del m["on_demand"]
     type_rows = _type_rows(gpus)
     gpu_rows = [_gpu_row(snap, g, owners) for g in gpus.values()]
     device_rows = [_device_row(snap, d, owners, allocations is not None) for d in devices]
+    for row in device_rows:
+        row["held"] = None if running is None or row["domain"] is None else (
+            "running" if row["domain"] in running else "stopped")  # fmt: skip
     known = allocations is not None
+    summary = _summary(gpu_rows, type_rows, device_rows, missing, known)
+    summary["held_running"] = sum(1 for d in device_rows if d["held"] == "running") if running is not None else None
+    summary["reserved_stopped"] = sum(1 for d in device_rows if d["held"] == "stopped") if running is not None else None
+    summary["on_demand_requests"] = len(requests)
     return {
         "schema": SCHEMA,
         "host": host,
         "generated_at": generated_at,
         "simulated": snap.simulated,
         "ownership_source": source or ("none" if not known else "libvirt"),
-        "summary": _summary(gpu_rows, type_rows, device_rows, missing, known),
+        "summary": summary,
         "gpus": gpu_rows,
         "functions": _function_rows(snap, devices),
         "types": type_rows,
         "devices": device_rows,
         "missing": missing,
+        "on_demand": _on_demand(requests, owners, type_rows, running),
         "warnings": warnings,
     }
+
+
+def _on_demand(
+    requests: list[Allocation], owners: dict[str, str], type_rows: list[dict[str, Any]], running: Collection[str] | None
+) -> dict[str, Any]:
+    """The on-demand requests (made by the qemu hook while their domain runs) and what they need if all run at once,
+    per type against the host's maximum for it (null when unknown)."""
+    rows = [
+        {
+            "domain": a.domain,
+            "mode": a.mode,
+            "type_id": a.type_id,
+            "uuid": a.uuid,
+            "address": a.address,
+            "exists": (a.uuid or a.address) in owners,
+            "running": None if running is None else a.domain in running,
+        }
+        for a in sorted(requests, key=lambda a: (a.domain, a.slot))
+    ]
+    host_max = {t["type_id"]: t["max"] for t in type_rows}
+    free = {t["type_id"]: t["free"] for t in type_rows}
+    need = ondemand_need(requests)
+    return {
+        "requests": rows,
+        "needed": [
+            {"type_id": t, "devices": n, "host_max": host_max.get(t), "free": free.get(t)}
+            for t, n in sorted(need.items())
+        ],
+    }
+
+
+def ondemand_need(requests: Collection[Allocation]) -> dict[str, int]:
+    """Devices the on-demand requests need by type (`pci` for passed-through functions) if every domain runs."""
+    return dict(Counter(a.type_id or "pci" for a in requests if a.on_demand))
 
 
 # -- gathering ------------------------------------------------------------------------------------------------
@@ -155,7 +209,19 @@ def _devices(snap: HostSnapshot, gpus: dict[str, _Gpu], passed_through: set[str]
                 vf.vgpu_params,
             )
         )
+    pool_vfs: set[str] = set()
+    for pool in snap.vf_pools.values():  # a VF pool's VFs in use: one instance of the pool's type each
+        t = pool.offered[0] if pool.offered else None
+        for addr in pool.vfs[: pool.num_vfs]:
+            fn = snap.functions.get(addr)
+            if fn is None or addr in pool.free or t is None:
+                continue
+            pool_vfs.add(addr)
+            out.append(_Device("pool", addr, None, addr, pool.pf, Layout.VF_POOL.value, t.type_id, t.name,
+                               t.framebuffer_mib, fn.iommu_group, None))  # fmt: skip
     for addr, fn in snap.functions.items():
+        if addr in pool_vfs:
+            continue
         if (fn.driver == "vfio-pci" or addr in passed_through) and addr not in snap.vendor_vfs:
             g = snap.physical_gpu(addr)
             if g not in gpus:  # a companion function (HD audio 65:00.1) belongs to the GPU in its slot
@@ -193,10 +259,13 @@ def _owners(
     missing: list[dict[str, Any]] = []
     ids = {d.id for d in devices}
     for a in allocations or []:
+        if a.mode == DeviceMode.VIRTIO_GL:  # a paravirtual device: nothing on the host to own or to miss
+            continue
         key = a.uuid if a.mode == DeviceMode.MDEV else a.address
         if key is None or key not in ids:
             missing.append(
                 {
+                    "on_demand": a.on_demand,
                     "domain": a.domain,
                     "mode": a.mode,
                     "type_id": a.type_id,

@@ -1,13 +1,16 @@
-"""Rows for the read commands (`vgpuadm gpus|types|devices`), shaped as their JSON schemas in vgpuadm/schemas."""
+"""Rows for the read commands (`vgpuadm gpus|types|devices|vms|show`), shaped as their JSON schemas in vgpuadm/schemas."""
 
 from __future__ import annotations
 
 from vgpuadm.errors import NotFoundError
-from vgpuadm.model import HostSnapshot, Layout, VgpuType, device_key, pci_address
+from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, Layout, VgpuType, device_key, pci_address
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any
+
+    from vgpuadm.plan.domains import Domains
 
 
 def gpu_rows(snap: HostSnapshot) -> list[dict[str, Any]]:
@@ -179,3 +182,70 @@ def _vf_type_name(snap: HostSnapshot, physfn: str | None, type_num: int) -> str 
 def normalize_address(addr: str) -> str:
     """Accept 01:00.0 as 0000:01:00.0; lower-case hex (the one grammar: vgpuadm.model.pci_address)."""
     return pci_address(addr)
+
+
+def vm_rows(domains: Domains) -> list[dict[str, Any]]:
+    """`vgpuadm vms` (schemas/vms.schema.json): each of this host's domains with its state and the devices its
+    vgpuadm metadata records."""
+    return [
+        {
+            "name": name,
+            "uuid": d.uuid,
+            "state": "running" if d.running else "shut off",
+            "devices": [
+                {"mode": str(a.mode), "type_id": a.type_id, "parent": a.parent, "uuid": a.uuid, "address": a.address}
+                for a in d.allocations
+            ],
+        }
+        for name, d in sorted(domains.by_name.items())
+    ]
+
+
+def vm_view(
+    snap: HostSnapshot, name: str, uuid: str | None, running: bool | None, allocations: Iterable[Allocation]
+) -> dict[str, Any]:
+    """`vgpuadm show --vm NAME` (schemas/show.schema.json): what the domain owns as its vgpuadm metadata records
+    it, where each device is (parent, physical GPU and its model), its vgpu_params and options, whether it exists
+    on the host now, and whether it is made on demand (at VM start) or kept."""
+    devices = []
+    for a in sorted(allocations, key=lambda a: a.slot):
+        where = a.parent or a.address
+        gpu = snap.physical_gpu(where) if where else None
+        devices.append(
+            {
+                "slot": a.slot,
+                "mode": a.mode.value,
+                "id": a.uuid if a.mode == DeviceMode.MDEV else a.address,
+                "type_id": a.type_id,
+                "name": _allocation_type_name(snap, a),
+                "parent": a.parent,
+                "physical_gpu": gpu,
+                "model": snap.models.get(gpu) if gpu else None,
+                "params": a.params,
+                "options": dict(sorted((k, v) for k, v in a.extra.items() if k != "on_demand")),
+                "on_demand": a.on_demand,
+                "present": _present(snap, a),
+            }
+        )
+    return {"domain": name, "uuid": uuid, "running": running, "devices": devices}
+
+
+def _allocation_type_name(snap: HostSnapshot, a: Allocation) -> str | None:
+    if not a.type_id:
+        return None
+    for t in snap.types():
+        if t.type_id == a.type_id:
+            return t.name
+    return None
+
+
+def _present(snap: HostSnapshot, a: Allocation) -> bool:
+    """The device exists on the host now: the mdev, the VF running its type, the function bound to vfio-pci."""
+    if a.mode == DeviceMode.MDEV:
+        m = snap.mdevs.get((a.uuid or "").lower())
+        return m is not None and m.type_id == a.type_id
+    if a.mode == DeviceMode.VF:
+        vf = snap.vendor_vfs.get(a.address or "")
+        return vf is not None and vf.in_use and f"nvidia-{vf.current_type}" == a.type_id
+    fn = snap.functions.get(a.address or "")
+    return fn is not None and fn.driver == "vfio-pci"

@@ -9,7 +9,7 @@ refused, never skipped. Pure apart from `load_report`, which reads one file.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -74,10 +74,9 @@ def check_report(doc: Any, path: str) -> None:
             raise UsageError(f"{path}: a types[] row lacks one of {', '.join(sorted(_TYPE))}", _HINT)
 
 
-def merge(reports: Sequence[tuple[str, dict[str, Any]]], *, generated_at: str) -> dict[str, Any]:
-    """Merge (source file, host document) pairs into the fleet document. Duplicate hosts are refused."""
-    if not reports:
-        raise UsageError("no inventory files to merge", "pass one or more files: vgpuadm inventory merge A.json B.json")
+def merge(reports: Iterable[tuple[str, dict[str, Any]]], *, generated_at: str) -> dict[str, Any]:
+    """Merge (source file, host document) pairs into the fleet document. Duplicate hosts are refused. `reports`
+    may be a generator: each document is folded in and dropped before the next is read."""
     seen: dict[str, str] = {}
     hosts: list[dict[str, Any]] = []
     types: dict[str, dict[str, Any]] = {}
@@ -153,6 +152,8 @@ def merge(reports: Sequence[tuple[str, dict[str, Any]]], *, generated_at: str) -
                 )
         missing.extend({"host": name, **m} for m in doc["missing"])
         warnings.extend(f"{name}: {w}" for w in doc["warnings"])
+    if not hosts:
+        raise UsageError("no inventory files to merge", "pass one or more files: vgpuadm inventory merge A.json B.json")
     type_rows = sorted(types.values(), key=type_order)
     for row in type_rows:
         fb = row["framebuffer_mib"]

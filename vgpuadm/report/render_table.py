@@ -97,6 +97,31 @@ def host_tables(doc: dict[str, Any]) -> list[Table]:
                 ],
             )
         )
+    demand = doc.get("on_demand") or {}
+    if demand.get("requests"):
+        tables.append(
+            Table(
+                "On-demand requests (made when the domain starts, freed when it stops)",
+                ["domain", "mode", "type", "uuid / VF / function", "now"],
+                [
+                    [
+                        r["domain"],
+                        r["mode"],
+                        r["type_id"],
+                        r["uuid"] or r["address"],
+                        "made (running)" if r["exists"] else "not made",
+                    ]
+                    for r in demand["requests"]
+                ],
+            )
+        )
+        tables.append(
+            Table(
+                "Capacity the on-demand requests need if all their domains run",
+                ["type", "devices", "host max"],
+                [[n["type_id"], n["devices"], n["host_max"]] for n in demand["needed"]],
+            )
+        )
     return tables
 
 
@@ -107,7 +132,10 @@ def _where(gpus: list[dict[str, Any]]) -> str:
 def _owner(device: dict[str, Any]) -> str:
     if device["owned"] is None:
         return "(ownership unknown)"
-    return device["domain"] if device["owned"] else "*unowned* (leak)"
+    if not device["owned"]:
+        return "*unowned* (leak)"
+    held = {"running": " (running)", "stopped": " (stopped: reserved)"}.get(device.get("held") or "", "")
+    return f"{device['domain']}{held}"
 
 
 def fleet_tables(doc: dict[str, Any]) -> list[Table]:

@@ -17,7 +17,7 @@ import errno as errno_mod
 import os
 
 from vgpuadm.sim import mdevs, vendor_vfio
-from vgpuadm.sim.profiles import add_sriov_vf, add_vf_driver_attrs
+from vgpuadm.sim.profiles import add_sriov_vf, add_vf_driver_attrs, provision_vfs
 from vgpuadm.sim.state import SimHost, fail, kstrtobool, kstrtoul
 from vgpuadm.sim.tree import IOMMU_GROUPS, MDEV_BUS, PCI_DEVICES, PCI_DRIVERS
 
@@ -160,6 +160,7 @@ def numvfs_store(host: SimHost, path: str, data: bytes) -> None:
     for index in range(count):
         add_sriov_vf(host.builder, bdf, index, probe=probe)
     host.set_attr(path, count, 0o644)
+    provision_vfs(host.builder, bdf, count)
     if probe and host.model["sriov"][bdf]["vf_layout"] == "vendor-vfio":
         vendor_vfio.recompute(host, bdf)
 
@@ -188,3 +189,4 @@ def disable_vfs(host: SimHost, pf: str) -> None:
         host.tree.unlink(f"{pf_dir}/virtfn{index}")
         host.tree.rmtree(dev)
     host.set_attr(f"{pf_dir}/sriov_numvfs", 0, 0o644)
+    provision_vfs(host.builder, pf, 0)

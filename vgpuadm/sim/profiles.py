@@ -30,7 +30,7 @@ from typing import Any
 from vgpuadm.catalog.boards import equal_size_max
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.errors import UsageError
-from vgpuadm.sim import nvidia_smi
+from vgpuadm.sim import nvidia_smi, pciids
 from vgpuadm.sim.tools import install_tool
 from vgpuadm.sim.tree import MdevTypeSpec, PciSpec, TreeBuilder
 
@@ -99,6 +99,8 @@ GVT_TYPES = [
 ]
 # PF drivers with an sriov_configure callback (reference §3.1, §4.2; nvme: the lab's emulated SR-IOV device).
 SRIOV_CONFIGURE_DRIVERS = ("pci-pf-stub", "nvme", "xe", "i915", "ixgbe", "igb", "mlx5_core")
+# AMD's GIM is left out: it configures and enables the VFs itself when it loads (MxGPU-Virtualization README, "GPU
+# IOV initialization, Virtual function configuration and enablement"), so the MI300X profile starts with them on.
 
 # NVIDIA A2 (GA107GL, 10de:25b6), layout B — the real recording in shared/fixtures/public/harvester-a2
 # (one VF's 15 mdev types): id, name, heads, frl, fb MiB, max resolution, max_instance.
@@ -466,6 +468,103 @@ def add_vga_with_audio(h: HostBuilder) -> None:
                   -1, ("0x1af4", "0x1100")))  # fmt: skip
 
 
+def _vf_pool_pf(h: HostBuilder, pf: str, parent: str, vendor: str, device: str, class_code: str, driver: str,
+                group: int, numa: int, total: int, enabled: int, vf_device: str, vf_driver: str | None,
+                boot_vga: int | None = None, provisioning: dict[str, Any] | None = None,
+                render: int | None = None) -> None:  # fmt: skip
+    """An AMD/Intel SR-IOV PF with VFs at offset 1, stride 1 (so VF n is PF + 1 + n), each VF in its own IOMMU
+    group; `enabled` VFs exist already. `provisioning`: Intel i915's prelim_iov tree (auto-provisioned fair share
+    of `lmem_bytes` across the enabled VFs, written when sriov_numvfs changes: sim/pci.py)."""
+    dom, bus, rest = pf.split(":")
+    base = (int(bus, 16) << 8) | (int(rest.split(".")[0], 16) << 3) | int(rest.split(".")[1], 16)
+    vfs = [f"{dom}:{(base + 1 + n) >> 8:02x}:{((base + 1 + n) >> 3) & 0x1F:02x}.{(base + 1 + n) & 7:x}"
+           for n in range(total)]  # fmt: skip
+    dev = h.pci(PciSpec(pf, parent, vendor, device, class_code, driver, group, numa, (vendor, "0x0000"), boot_vga,
+                        extra={"sriov_totalvfs": str(total), "sriov_numvfs": "0", "sriov_offset": "1",
+                               "sriov_stride": "1", "sriov_vf_device": vf_device[2:],
+                               "sriov_drivers_autoprobe": "1"}))  # fmt: skip
+    h.model["sriov"][pf] = {
+        "vfs": vfs,
+        "vf_vendor": vendor,
+        "vf_device": vf_device,
+        "vf_class": class_code,
+        "vf_subsystem": [vendor, "0x0000"],
+        "vf_driver": vf_driver,
+        "vf_layout": "none",
+        "vf_types": None,
+        "iommu_base": group + 1,
+        "parent_dir": parent,
+        "numa_node": numa,
+        "provisioning": provisioning,
+    }
+    if provisioning:
+        iov = f"{dev}/drm/card{provisioning['card']}/prelim_iov"
+        h.tree.attr(f"{iov}/pf/auto_provisioning", 1)
+        for n in range(1, total + 1):
+            for name in ("lmem_quota", "ggtt_quota", "contexts_quota", "doorbells_quota", "exec_quantum_ms",
+                         "preempt_timeout_us"):  # fmt: skip
+                h.tree.attr(f"{iov}/vf{n}/gt/{name}", 0)
+    if render is not None:  # the PF's DRM driver registers /dev/dri/renderD<N>: /sys/class/drm/renderD<N>
+        add_render_node(h, dev, render)
+    for index in range(enabled):
+        add_sriov_vf(h, pf, index, probe=vf_driver is not None)
+    h.tree.attr(f"{dev}/sriov_numvfs", enabled)
+    provision_vfs(h, pf, enabled)
+
+
+def add_render_node(h: HostBuilder, dev: str, minor: int) -> None:
+    """drm/renderD<minor> under the GPU's device dir, its `device` link back, and the /sys/class/drm link."""
+    node = f"{dev}/drm/renderD{minor}"
+    h.tree.attr(f"{node}/dev", f"226:{minor}", 0o444)
+    h.tree.link(f"{node}/device", dev)
+    h.tree.link(f"/sys/class/drm/renderD{minor}", node)
+
+
+def provision_vfs(h: HostBuilder, pf: str, count: int) -> None:
+    """Intel i915 auto-provisioning: each of `count` enabled VFs gets an even share of the PF's resources in
+    prelim_iov/vfN/gt/*_quota; disabled VFs read 0 (intel-resource-drivers-for-kubernetes, pkg/sriov fairShare)."""
+    info = h.model["sriov"][pf]
+    prov = info.get("provisioning")
+    if not prov:
+        return
+    iov = f"{info['parent_dir']}/{pf}/drm/card{prov['card']}/prelim_iov"
+    for n in range(1, len(info["vfs"]) + 1):
+        on = n <= count
+        h.tree.attr(f"{iov}/vf{n}/gt/lmem_quota", prov["lmem_bytes"] // count if on else 0)
+        h.tree.attr(f"{iov}/vf{n}/gt/ggtt_quota", prov["ggtt_bytes"] // count if on else 0)
+        h.tree.attr(f"{iov}/vf{n}/gt/contexts_quota", prov["contexts"] // count if on else 0)
+        h.tree.attr(f"{iov}/vf{n}/gt/doorbells_quota", prov["doorbells"] // count if on else 0)
+
+
+def add_mi300x(h: HostBuilder) -> None:
+    """AMD Instinct MI300X under GIM in CPX/NPS4 mode: 8 VFs per GPU (GIM 8.5-9.4 release tables: "1 or 8*"),
+    PF 1002:74a1 and VF 1002:74b5 (RHOSO's MI300X validated architecture), class 0x1200 (processing accelerator,
+    as lspci names Aqua Vanjaram). GIM binds the PF and enables its VFs at load; amdgpu is blacklisted on the
+    host, so the VFs have no driver. 192 GB HBM3 shared evenly: 24 GB per VF (no per-VF sysfs: amd-smi reports it)."""
+    port = h.root_port("0000:80:01.0", "pci0000:80", group=20)
+    _vf_pool_pf(h, "0000:83:00.0", port, "0x1002", "0x74a1", "0x120000", "gim", 21, 1, 8, 8, "0x74b5", None)
+
+
+def add_flex170(h: HostBuilder) -> None:
+    """Intel Data Center GPU Flex 170 (ATS-M, 8086:56c0) on Intel's i915 backport: up to 31 VFs (xe SR-IOV
+    platform list: "ATSM (up to 31 VFs)"), VFs off at boot; i915 probes VFs it sees (autoprobe 1), so the
+    per-VF provisioning is in drm/card1/prelim_iov. Fair share of 16 000 MiB LMEM, 3.75 GiB GGTT, 1024 contexts and
+    240 doorbells (intel-resource-drivers-for-kubernetes flex170_m1: the whole GPU as one VF). VF device id = PF's
+    [I]."""
+    port = h.root_port("0000:4c:01.0", "pci0000:4a", group=30)
+    prov = {"card": 1, "lmem_bytes": 16777216000, "ggtt_bytes": 4026531840, "contexts": 1024, "doorbells": 240}
+    _vf_pool_pf(h, "0000:4d:00.0", port, "0x8086", "0x56c0", "0x038000", "i915", 31, 0, 31, 0, "0x56c0", "i915",
+                provisioning=prov, render=129)  # fmt: skip
+
+
+def add_uhd770(h: HostBuilder) -> None:
+    """Intel UHD Graphics 770 (Raptor Lake-S, 8086:a780) at 00:02.0 on xe with SR-IOV (strongtz/i915-sriov-dkms:
+    `xe.max_vfs=7`, "up to 7 VFs on Intel UHD Graphics", VFs at 00:02.1-7); boot VGA; no local memory. VF device id
+    = PF's [I]."""
+    _vf_pool_pf(h, "0000:00:02.0", "/sys/devices/pci0000:00", "0x8086", "0xa780", "0x030000", "xe", 40, 0, 7, 0,
+                "0xa780", "xe", boot_vga=1, render=128)  # fmt: skip
+
+
 def _kernel_samples(h: HostBuilder) -> None:
     add_mtty(h)
     add_mdpy(h, 4)
@@ -486,6 +585,12 @@ PROFILES: dict[str, tuple[str, Callable[[HostBuilder], None]]] = {
         lambda h: add_passthrough(h),
     ),
     "mixed": ("P4 + A100 layout B + H200 layout C + passthrough GPUs + mtty on one host", _mixed),
+    "mi300x-vf-pool": ("AMD Instinct MI300X under GIM, 8 VFs enabled (layout vf-pool)", lambda h: add_mi300x(h)),
+    "flex170-vf-pool": (
+        "Intel Data Center GPU Flex 170 on i915, 31 VFs not enabled (layout vf-pool)",
+        lambda h: add_flex170(h),
+    ),
+    "uhd770-vf-pool": ("Intel UHD 770 iGPU on xe, 7 VFs not enabled (layout vf-pool)", lambda h: add_uhd770(h)),
     "kernel-samples": (
         "the kernel lane's guest: mtty, mdpy, mbochs (96 MiB), QEMU's SR-IOV NVMe (2 VFs), VGA + HD audio",
         _kernel_samples,
@@ -503,11 +608,17 @@ def build(profile: str, root: str) -> Model:
     h = HostBuilder(root, profile)
     PROFILES[profile][1](h)
     model = h.finish()
-    if any(h.model["drivers"].get(pf) == "nvidia" for pf in model["sriov"]):
-        install_sriov_manage(root)
-    if h.model["vendor_vfio"]:  # the NVIDIA driver package brings nvidia-smi
-        nvidia_smi.install(root)
+    pciids.install(root)
+    install_tools(root, model)
     return model
+
+
+def install_tools(root: str, model: Model) -> None:
+    """The driver package's tools a host of this model has (also for a simulated host imported from a snapshot)."""
+    if any(model["drivers"].get(pf) == "nvidia" for pf in model["sriov"]):
+        install_sriov_manage(root)
+    if model["vendor_vfio"]:  # the NVIDIA driver package brings nvidia-smi
+        nvidia_smi.install(root)
 
 
 SRIOV_MANAGE_PATH = "usr/lib/nvidia/sriov-manage"  # under the root, where the vGPU host driver package puts it

@@ -223,10 +223,11 @@ class VirtConn:
         except libvirt.libvirtError as exc:
             raise self._fail(exc, "listing domains") from None
 
-    def xml(self, name: str, *, inactive: bool = True) -> str:
-        """The persistent definition (XMLDesc with VIR_DOMAIN_XML_INACTIVE), or the live one."""
+    def xml(self, name: str, *, inactive: bool = True, secure: bool = False) -> str:
+        """The persistent definition (XMLDesc with VIR_DOMAIN_XML_INACTIVE), or the live one. secure=True keeps
+        secrets (graphics passwords): only for XML that is defined back, never for XML that is shown."""
         libvirt = _libvirt()
-        flags = libvirt.VIR_DOMAIN_XML_INACTIVE if inactive else 0
+        flags = (libvirt.VIR_DOMAIN_XML_INACTIVE if inactive else 0) | (libvirt.VIR_DOMAIN_XML_SECURE if secure else 0)
         try:
             return str(self.domain(name).XMLDesc(flags))
         except libvirt.libvirtError as exc:
@@ -288,9 +289,21 @@ class VirtConn:
         """Remove a device from the definition, and from the running guest when it runs."""
         self._change_device(name, device_xml, "detachDeviceFlags", "unplug", "detaching a device from")
 
-    def _change_device(self, name: str, device_xml: str, method: str, live_verb: str, doing: str) -> None:
+    def attach_live(self, name: str, device_xml: str) -> None:
+        """Hot-plug a device into the running guest only (its persistent definition is written separately)."""
+        self._change_device(name, device_xml, "attachDeviceFlags", "hot-plug", "attaching a device to", live_only=True)
+
+    def detach_live(self, name: str, device_xml: str) -> None:
+        """Unplug a device from the running guest only."""
+        self._change_device(name, device_xml, "detachDeviceFlags", "unplug", "detaching a device from", live_only=True)
+
+    def _change_device(
+        self, name: str, device_xml: str, method: str, live_verb: str, doing: str, *, live_only: bool = False
+    ) -> None:
         libvirt = _libvirt()
         flags, live = self._device_flags(name)
+        if live_only:
+            flags, live = libvirt.VIR_DOMAIN_AFFECT_LIVE, True
         try:
             getattr(self.domain(name), method)(device_xml, flags)
         except libvirt.libvirtError as exc:
@@ -314,16 +327,29 @@ class VirtConn:
                 return None
             raise self._fail(exc, f"reading the metadata of '{name}'", name) from None
 
-    def set_metadata(self, name: str, key: str, uri: str, element_xml: str | None) -> None:
-        """Replace the element in namespace `uri` (None removes it). Persistent, plus live when running."""
+    def set_metadata(self, name: str, key: str, uri: str, element_xml: str | None, *, live_only: bool = False) -> None:
+        """Replace the element in namespace `uri` (None removes it). Persistent, plus live when running; live_only:
+        the running guest's copy only."""
         libvirt = _libvirt()
         flags, _live = self._device_flags(name)
+        if live_only:
+            flags = libvirt.VIR_DOMAIN_AFFECT_LIVE
         try:
             self.domain(name).setMetadata(
                 libvirt.VIR_DOMAIN_METADATA_ELEMENT, element_xml, key if element_xml else None, uri, flags
             )
         except libvirt.libvirtError as exc:
             raise self._fail(exc, f"writing the metadata of '{name}'", name) from None
+
+    # -- versions --------------------------------------------------------------------------------------------------
+    def lib_version(self) -> tuple[int, int, int]:
+        """The libvirt library version of the connection's driver (major, minor, micro)."""
+        libvirt = _libvirt()
+        try:
+            v = int(self.conn.getLibVersion())
+        except libvirt.libvirtError as exc:
+            raise self._fail(exc, "reading the libvirt version") from None
+        return v // 1_000_000, v // 1000 % 1000, v % 1000
 
 
 def _message(exc: Any) -> str:

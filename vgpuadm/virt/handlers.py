@@ -7,11 +7,28 @@ crash they may run for a step that never happened.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from typing import Any
 
-from vgpuadm.errors import UsageError
-from vgpuadm.virt.steps import AttachHostdev, DetachHostdev, SetMetadata
-from vgpuadm.virt.xml import NS, PREFIX, HostdevRef, parse_hostdevs, same_metadata
+from vgpuadm.errors import UsageError, VgpuadmError
+from vgpuadm.virt.steps import AttachHostdev, DefineDomain, DetachHostdev, SetMetadata, SetVirtioGl
+from vgpuadm.virt.xml import (
+    NS,
+    PREFIX,
+    HostdevRef,
+    for_libvirt_metadata,
+    has_virtio_gl,
+    hostdev_elements,
+    hostdev_key,
+    parse_domain,
+    parse_hostdevs,
+    redefine,
+    same_metadata,
+    to_string,
+    with_virtio_gl,
+    without_virtio_gl,
+)
 
 
 def _virt(ctx: Any) -> Any:
@@ -66,8 +83,115 @@ def _metadata_applied(s: SetMetadata, ctx: Any) -> bool:
     return same_metadata(_virt(ctx).get_metadata(s.domain, NS), s.element)
 
 
+def _defined(s: DefineDomain, ctx: Any) -> bool:
+    return _has_effect(parse_domain(_virt(ctx).xml(s.domain)), s)
+
+
+def _has_effect(doc: Any, s: DefineDomain) -> bool:
+    """Whether a persistent definition has the step's effect: its hostdevs in, the detached ones out, the metadata."""
+    keys = {(r.kind, r.key) for r in parse_hostdevs(doc)}
+    if any(hostdev_key(el) not in keys for el in hostdev_elements(s.attach)):
+        return False
+    if any(hostdev_key(el) in keys for el in hostdev_elements(s.detach)):
+        return False
+    return same_metadata(_element_of(doc), s.element)
+
+
+def _element_of(doc: Any) -> str | None:
+    el = doc.find(f"metadata/{{{NS}}}{PREFIX}")
+    return None if el is None else to_string(el)
+
+
+def _live_change(s: DefineDomain, ctx: Any) -> tuple[list[str], list[str], dict[tuple[str, str] | None, Any]]:
+    """Unplug `detach` and hot-plug `attach` in the running guest (each only when needed). Returns what was plugged
+    and unplugged (for undoing it when the define fails) and the live hostdev elements by key afterwards."""
+    virt = _virt(ctx)
+    plugged: list[str] = []
+    unplugged: list[str] = []
+    try:
+        live = {hostdev_key(el) for el in parse_domain(virt.xml(s.domain, inactive=False)).findall("devices/hostdev")}
+        for el in hostdev_elements(s.detach):
+            if hostdev_key(el) in live:
+                virt.detach_live(s.domain, to_string(el))
+                unplugged.append(to_string(el))
+        for el in hostdev_elements(s.attach):
+            if hostdev_key(el) not in live:
+                virt.attach_live(s.domain, to_string(el))
+                plugged.append(to_string(el))
+        after = parse_domain(virt.xml(s.domain, inactive=False)).findall("devices/hostdev")
+    except VgpuadmError:
+        _unlive(ctx, s.domain, plugged, unplugged)
+        raise
+    return plugged, unplugged, {hostdev_key(el): el for el in after}
+
+
+def _unlive(ctx: Any, domain: str, plugged: list[str], unplugged: list[str]) -> None:
+    for device in reversed(plugged):
+        with contextlib.suppress(VgpuadmError):
+            _virt(ctx).detach_live(domain, device)
+    for device in reversed(unplugged):
+        with contextlib.suppress(VgpuadmError):
+            _virt(ctx).attach_live(domain, device)
+
+
+def _define(s: DefineDomain, ctx: Any) -> None:
+    """One persistent write (defineXML of the current secure definition with the change applied); when the domain
+    runs, the live hot-plug/unplug first, and the devices go into the definition at the guest addresses the live
+    guest gave them."""
+    virt = _virt(ctx)
+    plugged: list[str] = []
+    unplugged: list[str] = []
+    attach = s.attach
+    if virt.is_active(s.domain, fresh=False):
+        plugged, unplugged, live = _live_change(s, ctx)
+        elements = []
+        for el in hostdev_elements(s.attach):
+            el = live.get(hostdev_key(el), el)
+            for alias in el.findall("alias"):  # libvirt's live names; a definition keeps only user aliases
+                el.remove(alias)
+            elements.append(to_string(el))
+        attach = "".join(elements)
+    try:
+        current = virt.xml(s.domain, secure=True)
+        if not _has_effect(parse_domain(current), s):
+            virt.define(redefine(current, add=attach, remove=s.detach, element=s.element))
+        if virt.is_active(s.domain, fresh=False):
+            virt.set_metadata(s.domain, PREFIX, NS, for_libvirt_metadata(s.element) if s.element else None,
+                              live_only=True)  # fmt: skip
+    except VgpuadmError:
+        _unlive(ctx, s.domain, plugged, unplugged)
+        raise
+
+
+def _reversed(s: DefineDomain) -> DefineDomain:
+    return dataclasses.replace(s, attach=s.detach, detach=s.attach, element=s.previous, previous=s.element)
+
+
+def _undo_define(s: DefineDomain, ctx: Any) -> None:
+    """The same change reversed: the old hostdevs and metadata back; each part only when it is not there yet."""
+    _define(_reversed(s), ctx)
+
+
+def _virtio_gl(s: SetVirtioGl, ctx: Any, enable: bool) -> None:
+    virt = _virt(ctx)
+    current = virt.xml(s.domain, inactive=True)
+    if has_virtio_gl(current, s.rendernode) == enable:
+        return
+    if enable:
+        virt.define(with_virtio_gl(current, s.rendernode, s.graphics)[0])
+    else:
+        virt.define(without_virtio_gl(current, s.rendernode, s.previous_video))
+
+
 HANDLERS: list[tuple[type, Any, Any, Any]] = [
     (AttachHostdev, _attach, _undo_attach, lambda s, ctx: has_hostdev(ctx, s.domain, s.device_xml)),
     (DetachHostdev, _detach, _undo_detach, lambda s, ctx: not has_hostdev(ctx, s.domain, s.device_xml)),
     (SetMetadata, _set_metadata, _undo_metadata, _metadata_applied),
+    (DefineDomain, _define, _undo_define, _defined),
+    (
+        SetVirtioGl,
+        lambda s, ctx: _virtio_gl(s, ctx, s.enable),
+        lambda s, ctx: _virtio_gl(s, ctx, not s.enable),
+        lambda s, ctx: has_virtio_gl(_virt(ctx).xml(s.domain, inactive=True), s.rendernode) == s.enable,
+    ),
 ]

@@ -1,4 +1,6 @@
-"""Data-only libvirt Steps: attach/detach a hostdev and replace the vgpuadm <metadata> element of a domain.
+"""Data-only libvirt Steps. Planners emit DefineDomain: a domain's whole change (hostdevs in and out plus its vgpuadm
+<metadata>) as ONE persistent definition. AttachHostdev, DetachHostdev and SetMetadata (one libvirt write each)
+stay runnable for journals written before DefineDomain existed.
 
 The device XML is rendered at plan time and carried by the step, so the journal holds exactly what was attached
 and undo detaches that same element. Handlers live in vgpuadm/virt/handlers.py (registered by vgpuadm.api); this
@@ -54,3 +56,57 @@ class SetMetadata(Step):
         if not self.element:
             return f"remove the vgpuadm metadata of domain {self.domain}"
         return f"record {self.devices} vgpuadm device(s) in the metadata of domain {self.domain}"
+
+
+@step_kind("define-domain")
+@dataclass(frozen=True)
+class DefineDomain(Step):
+    """Write the domain's new persistent definition once: its current definition with the hostdevs of `detach`
+    taken out, those of `attach` added and the vgpuadm metadata element replaced by `element` ("" = none). When
+    the domain runs, the hostdevs are also unplugged/hot-plugged live (before the define; a refused hot-plug
+    changes nothing). `attach`/`detach` are concatenated hostdev elements; `previous` is the metadata element
+    that was there, so undo (the same change reversed) gives back the old definition. `attached`/`detached`
+    name the devices for people; `devices` is how many devices `element` records."""
+
+    domain: str
+    attach: str
+    detach: str
+    element: str
+    previous: str
+    devices: int
+    attached: str = ""
+    detached: str = ""
+
+    def describe(self) -> str:
+        parts = []
+        if self.detached:
+            parts.append(f"detach {self.detached} from domain {self.domain}")
+        if self.attached:
+            parts.append(f"attach {self.attached} to domain {self.domain}")
+        meta = (
+            f"record {self.devices} vgpuadm device(s) in its metadata"
+            if self.element
+            else "remove its vgpuadm metadata"
+        )
+        if not parts:
+            return f"{meta.replace(' its ', ' the ')} of domain {self.domain}"
+        return f"{' and '.join(parts)}, and {meta}"
+
+
+@step_kind("set-virtio-gl")
+@dataclass(frozen=True)
+class SetVirtioGl(Step):
+    """Give the domain's persistent definition a virtio-gpu with 3D on `rendernode` (`enable`) — a virtio <video>
+    with accel3d replacing its video devices, and a `graphics` (egl-headless or spice) GL element — or take it
+    away, putting back a <video> of model `previous_video` ("" for none). Undo: the opposite."""
+
+    domain: str
+    rendernode: str
+    graphics: str
+    enable: bool
+    previous_video: str
+
+    def describe(self) -> str:
+        if self.enable:
+            return f"give domain {self.domain} a virtio-gpu with 3D on {self.rendernode} ({self.graphics})"
+        return f"take the virtio-gpu on {self.rendernode} from domain {self.domain}"

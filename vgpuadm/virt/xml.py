@@ -36,6 +36,14 @@ _GRAMMAR = {
     "address": _CANONICAL_PCI,
     "params": re.compile(r"^[^\x00-\x1f]{0,1023}$"),
 }
+# The options of an on-demand request (the hook places it when the domain starts): the same rule, checked on read.
+_OPTION_GRAMMAR = {
+    "on_demand": re.compile(r"^yes$"),
+    "gpu": _CANONICAL_PCI,
+    "policy": re.compile(r"^(?:pack|spread)$"),
+    "numa": re.compile(r"^[0-9]{1,4}$"),
+    "force": re.compile(r"^yes$"),
+}
 
 # Never resolve entities or fetch anything: domain XML comes from libvirt, but names and params come from users.
 _PARSER = etree.XMLParser(resolve_entities=False, no_network=True, remove_blank_text=True, huge_tree=False)
@@ -139,6 +147,8 @@ def hostdev_for(alloc: Allocation) -> str:
     guest = None
     if extra.get("guest_address"):
         guest = PciAddress.parse(extra["guest_address"], multifunction=extra.get("multifunction") == "on")
+    if alloc.mode == DeviceMode.VIRTIO_GL:  # no hostdev: the <video> and <graphics> the domain gets
+        return "".join(virtio_gl_elements(extra.get("rendernode", ""), extra.get("graphics", "egl-headless")))
     if alloc.mode == DeviceMode.MDEV:
         if not alloc.uuid:
             raise UsageError(f"domain {alloc.domain}: mdev device #{alloc.slot} has no UUID", _META_HINT)
@@ -147,7 +157,7 @@ def hostdev_for(alloc: Allocation) -> str:
         )
     if not alloc.address:
         raise UsageError(f"domain {alloc.domain}: {alloc.mode} device #{alloc.slot} has no address", _META_HINT)
-    if alloc.mode == DeviceMode.VF:
+    if alloc.mode in (DeviceMode.VF, DeviceMode.POOL):  # vgpuadm binds a pool's VF itself: managed='no' too
         return vf_hostdev(alloc.address, guest_address=guest)
     if alloc.mode == DeviceMode.PCI:
         return pci_hostdev(
@@ -177,6 +187,72 @@ def hostdev_as_attached(alloc: Allocation, domain_xml: str) -> str:
     return hostdev_for(alloc)
 
 
+# -- virtio-gpu with 3D (virtio-gl mode) ------------------------------------------------------------------------
+
+_RENDER_NODE = re.compile(r"^/dev/dri/renderD[0-9]{1,5}$")
+_VIDEO_MODEL = re.compile(r"^[a-z0-9]{1,16}$")  # vga, cirrus, qxl, bochs, ramfb, none … as libvirt names them
+GL_GRAPHICS = ("egl-headless", "spice")
+
+
+def virtio_gl_elements(rendernode: str, graphics: str = "egl-headless") -> list[str]:
+    """The <video> (virtio, accel3d) and <graphics> (GL on `rendernode`) a virtio-gl device adds to a domain."""
+    if not _RENDER_NODE.match(rendernode):
+        raise UsageError(f"{rendernode!r} is not a DRM render node", "render nodes are /dev/dri/renderD<N>")
+    if graphics not in GL_GRAPHICS:
+        raise UsageError(f'graphics "{graphics}" has no OpenGL', f"use one of {', '.join(GL_GRAPHICS)}")
+    return [render("virtio/video.xml.j2"), render("virtio/graphics.xml.j2", rendernode=rendernode, graphics=graphics)]
+
+
+def _gl_graphics(devices: Any, rendernode: str) -> list[Any]:
+    return [g for g in devices.findall("graphics") if any(gl.get("rendernode") == rendernode for gl in g.findall("gl"))]
+
+
+def _virtio_video(devices: Any) -> list[Any]:
+    return [v for v in devices.findall("video") if v.find("model") is not None
+            and v.find("model").get("type") == "virtio" and v.find("model/acceleration[@accel3d='yes']") is not None]  # fmt: skip
+
+
+def has_virtio_gl(domain_xml: str, rendernode: str) -> bool:
+    """Whether the domain has a virtio <video> with accel3d and a GL <graphics> on `rendernode`."""
+    devices = parse_domain(domain_xml).find("devices")
+    return devices is not None and bool(_virtio_video(devices)) and bool(_gl_graphics(devices, rendernode))
+
+
+def with_virtio_gl(domain_xml: str, rendernode: str, graphics: str = "egl-headless") -> tuple[str, str]:
+    """The domain XML with its <video> devices replaced by the virtio-gl video and a GL <graphics> added; returns it
+    and the model of the video it replaced ("" when it had none)."""
+    video, gfx = virtio_gl_elements(rendernode, graphics)
+    doc = parse_domain(domain_xml)
+    devices = doc.find("devices")
+    if devices is None:
+        devices = etree.SubElement(doc, "devices")
+    previous = ""
+    for v in devices.findall("video"):
+        model = v.find("model")
+        previous = previous or (model.get("type", "") if model is not None else "")
+        devices.remove(v)
+    if graphics == "egl-headless":
+        for g in devices.findall("graphics[@type='egl-headless']"):
+            devices.remove(g)
+    devices.append(etree.fromstring(gfx.encode(), _PARSER))
+    devices.append(etree.fromstring(video.encode(), _PARSER))
+    return to_string(doc), previous if _VIDEO_MODEL.match(previous) else ""
+
+
+def without_virtio_gl(domain_xml: str, rendernode: str, previous_video: str = "") -> str:
+    """The domain XML with the virtio-gl video and GL graphics taken out and a <video> of `previous_video` back."""
+    doc = parse_domain(domain_xml)
+    devices = doc.find("devices")
+    if devices is None:
+        return domain_xml
+    for el in [*_virtio_video(devices), *_gl_graphics(devices, rendernode)]:
+        devices.remove(el)
+    if previous_video and _VIDEO_MODEL.match(previous_video) and devices.find("video") is None:
+        video = etree.SubElement(devices, "video")
+        etree.SubElement(video, "model", type=previous_video)
+    return to_string(doc)
+
+
 # -- metadata ------------------------------------------------------------------------------------------------------
 
 _META_HINT = "inspect it with `virsh metadata DOMAIN https://vgpuadm.dev/xmlns/vgpuadm/1`"
@@ -192,17 +268,15 @@ def metadata_xml(allocations: Iterable[Allocation], host: str | None = None) -> 
         for key in a.extra:
             if not re.fullmatch(r"[a-z][a-z0-9_]*", key):
                 raise UsageError(f"option name {key!r} is not allowed", "option names are lower-case identifiers")
+            if key in _OPTION_GRAMMAR and not _OPTION_GRAMMAR[key].match(a.extra[key]):
+                raise UsageError(f"option {key}={a.extra[key]!r} is not allowed", "see vgpuadm/virt/xml.py")
     return render("metadata.xml.j2", ns=NS, devices=devices, host=host)
 
 
 def metadata_for_libvirt(allocations: Iterable[Allocation], host: str | None = None) -> str:
     """The same element without its namespace: virDomainSetMetadata adds the namespace itself from its uri/key
     arguments and refuses an element that already declares the prefix ("failed to create a new XML namespace")."""
-    root = etree.fromstring(metadata_xml(allocations, host).encode(), _PARSER)
-    for el in root.iter():
-        el.tag = etree.QName(el).localname
-    etree.cleanup_namespaces(root)
-    return to_string(root)
+    return for_libvirt_metadata(metadata_xml(allocations, host))
 
 
 def _metadata_root(doc: Any) -> Any:
@@ -252,6 +326,12 @@ def parse_allocations(
                     f"domain {name}: vgpuadm metadata device #{index} has a malformed {key} {value[:80]!r}", _META_HINT
                 )
         extra = {o.get("name"): o.get("value", "") for o in dev.findall(q("option")) if o.get("name")}
+        for key, grammar in _OPTION_GRAMMAR.items():
+            if key in extra and not grammar.match(extra[key]):
+                raise ConflictError(
+                    f"domain {name}: vgpuadm metadata device #{index} has a malformed option {key} {extra[key][:80]!r}",
+                    _META_HINT,
+                )
         out.append(
             Allocation(
                 domain=name,
@@ -336,6 +416,11 @@ def has_graphics(domain_xml: str) -> bool:
     return parse_domain(domain_xml).find("devices/graphics") is not None
 
 
+def count_ramfb(domain_xml: str) -> int:
+    """How many of the domain's mdev hostdevs have ramfb on (libvirt allows one)."""
+    return sum(1 for hd in parse_domain(domain_xml).findall("devices/hostdev") if hd.get("ramfb") == "on")
+
+
 def domain_identity(domain_xml: str) -> tuple[str, str]:
     doc = parse_domain(domain_xml)
     return doc.findtext("name") or "", doc.findtext("uuid") or ""
@@ -374,3 +459,94 @@ def _canonical(element: str | None) -> list[tuple[Any, ...]] | None:
 def same_metadata(a: str | None, b: str | None) -> bool:
     """Whether two vgpuadm metadata elements (namespaced or as libvirt returns them) record the same devices."""
     return _canonical(a) == _canonical(b)
+
+
+# -- one persistent definition per change --------------------------------------------------------------------------
+
+
+def hostdev_elements(text: str) -> list[Any]:
+    """The <hostdev> elements of a concatenation of hostdev elements (as a DefineDomain step carries them)."""
+    if not text.strip():
+        return []
+    try:
+        wrapper = etree.fromstring(f"<devices>{text}</devices>".encode(), _PARSER)
+    except etree.XMLSyntaxError as exc:
+        raise UsageError(f"hostdev XML is not well-formed: {exc}", "this is a bug in vgpuadm; report it") from None
+    found = wrapper.findall("hostdev")
+    if len(found) != len(wrapper):
+        raise UsageError(f"not only hostdev elements: {text[:60]!r}", "this is a bug in vgpuadm; report it")
+    return found
+
+
+def hostdev_key(element: Any) -> tuple[str, str] | None:
+    """(kind, key) of one <hostdev> element, as parse_hostdevs names it (None: neither an mdev nor a PCI hostdev)."""
+    src = element.find("source/address")
+    if src is None:
+        return None
+    if element.get("type") == "mdev" and src.get("uuid"):
+        return ("mdev", src.get("uuid").lower())
+    if element.get("type") == "pci":
+        return ("pci", str(_address(src)))
+    return None
+
+
+def _namespaced(element_xml: str) -> Any:
+    """A vgpuadm metadata element (namespaced, or bare as libvirt returns it) as a namespaced lxml element."""
+
+    def copy(src: Any, parent: Any) -> Any:
+        tag = f"{{{NS}}}{etree.QName(src).localname}"
+        if parent is None:
+            el = etree.Element(tag, dict(src.attrib), nsmap={PREFIX: NS})
+        else:
+            el = etree.SubElement(parent, tag, dict(src.attrib))
+            el.tail = src.tail
+        el.text = src.text
+        for child in src:
+            if isinstance(child.tag, str):
+                copy(child, el)
+        return el
+
+    return copy(etree.fromstring(element_xml.encode(), _PARSER), None)
+
+
+def redefine(domain_xml: str, *, add: str = "", remove: str = "", element: str | None = None) -> str:
+    """The domain's persistent XML with the hostdevs of `remove` taken out, those of `add` appended (unless
+    present) and the vgpuadm metadata element replaced by `element` ("" removes it, None leaves it): the one
+    definition a DefineDomain step writes. Everything else in the document is kept as it is."""
+    doc = parse_domain(domain_xml)
+    devices = doc.find("devices")
+    if devices is None:
+        devices = etree.SubElement(doc, "devices")
+    gone = {hostdev_key(el) for el in hostdev_elements(remove)}
+    present = set()
+    for hd in devices.findall("hostdev"):
+        key = hostdev_key(hd)
+        if key is not None and key in gone:
+            devices.remove(hd)
+        elif key is not None:
+            present.add(key)
+    for hd in hostdev_elements(add):
+        if hostdev_key(hd) not in present:
+            devices.append(hd)
+    if element is not None:
+        meta = doc.find("metadata")
+        old = meta.find(f"{{{NS}}}{PREFIX}") if meta is not None else None
+        if old is not None:
+            meta.remove(old)
+        if element.strip():
+            if meta is None:
+                meta = etree.SubElement(doc, "metadata")  # libvirt puts it in its place when it writes the XML
+            meta.append(_namespaced(element))
+        elif meta is not None and len(meta) == 0:
+            doc.remove(meta)
+    return to_string(doc)
+
+
+def for_libvirt_metadata(element_xml: str) -> str:
+    """A vgpuadm metadata element without its namespace (virDomainSetMetadata's form, see metadata_for_libvirt)."""
+    root = etree.fromstring(element_xml.encode(), _PARSER)
+    for el in root.iter():
+        if isinstance(el.tag, str):
+            el.tag = etree.QName(el).localname
+    etree.cleanup_namespaces(root)
+    return to_string(root)

@@ -103,6 +103,13 @@ options:
     description: Pass a GPU through even when vgpuadm calls it unsafe (boot VGA, host devices in its IOMMU group).
     type: bool
     default: false
+  on_demand:
+    description:
+      - Record the request and the hostdev only; the devices are made when the VM starts and freed when it stops,
+        by libvirt's qemu hook (C(vgpuadm hook install)). A stopped VM then holds no vGPU.
+      - A warning says when the on-demand requests of the host's VMs could not all run at once.
+    type: bool
+    default: false
   root:
     description: Host root vgpuadm reads and changes; V(/) on a real host, a simulated host's directory otherwise.
     type: path
@@ -186,7 +193,7 @@ plan:
   elements: str
   sample:
     - create mdev 0b5e2bd2-3c43-5d1c-9c54-1e0b8f0f7d21 of type nvidia-63 on 0000:01:00.0
-    - attach mdev 0b5e2bd2-3c43-5d1c-9c54-1e0b8f0f7d21 (nvidia-63) to web01
+    - attach mdev 0b5e2bd2-3c43-5d1c-9c54-1e0b8f0f7d21 (nvidia-63) to domain web01, and record 1 vgpuadm device(s) in its metadata
 hint:
   description: On failure, vgpuadm's advice on what to do.
   returned: failure
@@ -234,6 +241,8 @@ class Task:
             )
             changed = not result.plan.empty
             steps = list(result.applied)
+            for warning in result.warnings:
+                self.module.warn(warning)
             removed = sorted(result.diff.removes, key=lambda a: -a.slot)
             if changed and not self.module.check_mode:
                 after = self.api.domain_allocations(self.p["root"], self.vm, connect=self.p["connect"])
@@ -287,6 +296,8 @@ class Task:
             self.module.fail_json(msg="count must be at least 1, not %d" % p["count"],
                                   hint="use state=absent to take every device of the type back")
         body = dict(type=p["type"], count=p["count"], policy=p["policy"], display=dict(enabled=p["display"]))
+        if p["on_demand"]:
+            body["on_demand"] = True
         if p["gpu"]:
             body["gpu"] = pci(p["gpu"])
         if p["numa"] is not None:
@@ -295,7 +306,7 @@ class Task:
             body["params"] = p["params"]
         plan_doc = self.plan(body)
         type_id = self.type_id(plan_doc, before)
-        mine = [a for a in before if a.mode != "pci" and a.type_id == type_id]
+        mine = [a for a in before if a.mode != "pci" and a.type_id == type_id and a.on_demand == p["on_demand"]]
         if p["params"] is None:
             if mine:  # params not managed: new devices get what the VM's devices of the type have
                 body["params"] = mine[0].params or ""
@@ -317,7 +328,7 @@ class Task:
         import dataclasses
 
         gpus = passed_through(before) | {pci(self.p["passthrough"])}
-        plan_doc = self.plan(dict(passthrough=sorted(gpus)))
+        plan_doc = self.plan(dict(passthrough=sorted(gpus), **({"on_demand": True} if self.p["on_demand"] else {})))
         spec = dataclasses.replace(plan_doc.vms[self.vm], force=self.p["force"])
         return dataclasses.replace(plan_doc, vms={self.vm: spec})
 
@@ -342,28 +353,32 @@ class Task:
 
         if not rest:  # no type, no passthrough, count 0: the VM owns nothing
             return DesiredPlan(source=SOURCE, vms={self.vm: VmSpec(name=self.vm, count=0)})
-        if all(a.mode == "pci" for a in rest):
-            return self.plan(dict(passthrough=sorted(passed_through(rest))))
-        kinds = {(a.mode == "pci", a.type_id, a.params or "") for a in rest}
+        on_demand = {a.on_demand for a in rest}
+        kept = {"on_demand": True} if on_demand == {True} else {}
+        if all(a.mode == "pci" for a in rest) and len(on_demand) == 1:
+            return self.plan(dict(passthrough=sorted(passed_through(rest)), **kept))
+        kinds = {(a.mode == "pci", a.type_id, a.params or "", a.on_demand) for a in rest}
         if len(kinds) > 1:
             raise ConflictError(
                 "VM %s would keep devices of several kinds (types, params or passthrough), which one task "
                 "cannot declare" % self.vm,
                 "take the devices back one by one with `vgpuadm destroy --vm %s --uuid UUID`" % self.vm,
             )
-        ((_, type_id, params),) = kinds
-        return self.plan(dict(type=type_id, count=len(rest), params=params))
+        ((_, type_id, params, _on_demand),) = kinds
+        return self.plan(dict(type=type_id, count=len(rest), params=params, **kept))
 
 
 def planned_devices(plan, vm, before):
-    """What `vm` owns once `plan` has run: the devices its metadata step records (the VM's own if it has none)."""
-    from vgpuadm.virt.steps import SetMetadata
+    """What `vm` owns once `plan` has run: the devices its last definition (or metadata) step records (the VM's
+    own if it has none)."""
+    from vgpuadm.virt.steps import DefineDomain, SetMetadata
     from vgpuadm.virt.xml import parse_allocations
 
+    owned = before
     for step in plan.steps:
-        if isinstance(step, SetMetadata) and step.domain == vm:
-            return parse_allocations(step.element, domain=vm) if step.element else []
-    return before
+        if isinstance(step, (DefineDomain, SetMetadata)) and step.domain == vm:
+            owned = parse_allocations(step.element, domain=vm) if step.element else []
+    return owned
 
 
 def passed_through(allocations):
@@ -400,6 +415,7 @@ def main():
             display=dict(type="bool", default=False),
             passthrough=dict(type="str", no_log=False),  # a PCI address, not a secret
             force=dict(type="bool", default=False),
+            on_demand=dict(type="bool", default=False),
             **COMMON_ARGS
         ),
         mutually_exclusive=[("type", "passthrough")],

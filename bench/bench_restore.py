@@ -1,0 +1,128 @@
+"""Boot-time restore: 64 mdevs (nvidia-63, 8 per GPU) on a simulated 8×P4 host after `vgpuadm sim reboot`, rebuilt
+by `vgpuadm --root R restore --domain-xml-dir DIR` (domains read from saved XML, as at boot before libvirtd runs)
+versus what mdevctl's udev rule runs: `mdevctl start-parent-mdevs PARENT` once per parent, over the same devices
+defined in an /etc/mdevctl.d bind-mounted from the root, with the root's sys/ on /sys (`unshare -m`, root only).
+
+mdevctl's writes to `create` land in plain files (the tree is not a kernel), so its side does no kernel work at all,
+while vgpuadm's writes go through the simulated kernel, which makes the devices: the comparison favours mdevctl.
+Runs alternate (vgpuadm, mdevctl, …) after a fresh `sim reboot` each; medians of wall time, ratio target ≤ 1.0.
+Usage: .venv/bin/python bench/bench_restore.py [--runs 5] [--gpus 8] [--per-gpu 8]   (smoke: --runs 1 --gpus 1
+--per-gpu 1). Roots in --tmpdir (default /var/tmp, the normal disk).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from timing import bytecode_env
+
+from vgpuadm import api
+from vgpuadm.model import Allocation
+from vgpuadm.sim.profiles import HostBuilder, add_p4
+from vgpuadm.virt.xml import metadata_xml
+
+TYPE = "nvidia-63"
+
+
+def build(root: str, gpus: int, per_gpu: int) -> tuple[str, str, list[str]]:
+    """The host, one saved domain XML per device (in DIR) and the same devices as mdevctl definitions (in ETC)."""
+    h = HostBuilder(root, "bench-restore")
+    parents = []
+    for i in range(gpus):
+        address = f"0000:{0x10 + i:02x}:00.0"
+        add_p4(h, address, f"0000:00:{i + 1:02x}.0", "pci0000:00", 10 + i, i % 2)
+        parents.append(address)
+    h.finish()
+    host = api.discover(root).host_key
+    domains, etc = os.path.join(root, "domains"), os.path.join(root, "mdevctl.d")
+    os.makedirs(domains)
+    for sub in ("callouts", "notifiers"):  # mdevctl refuses to run without them
+        os.makedirs(os.path.join(etc, "scripts.d", sub))
+    for n, (parent, k) in enumerate((p, k) for p in parents for k in range(per_gpu)):
+        name, duuid, u = f"vm{n:03d}", str(uuid.uuid4()), str(uuid.uuid4())
+        a = Allocation(name, "mdev", TYPE, parent, u, domain_uuid=duuid, slot=0, extra={"display": "off"})
+        with open(os.path.join(domains, f"{name}.xml"), "w") as f:
+            f.write(f"<domain type='kvm'><name>{name}</name><uuid>{duuid}</uuid>"
+                    f"<metadata>{metadata_xml([a], host)}</metadata><devices/></domain>\n")  # fmt: skip
+        os.makedirs(os.path.join(etc, parent), exist_ok=True)
+        with open(os.path.join(etc, parent, u), "w") as f:
+            json.dump({"mdev_type": TYPE, "start": "auto", "attrs": []}, f)
+        del k
+    return domains, etc, parents
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    r = subprocess.run(argv, capture_output=True, text=True, env=env)
+    elapsed = time.perf_counter() - start
+    if r.returncode != 0:
+        sys.exit(f"{' '.join(argv[:4])}… failed: {r.stderr.strip()[-500:]}")
+    return elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--per-gpu", type=int, default=8)
+    ap.add_argument("--tmpdir", default="/var/tmp")
+    ap.add_argument("--before", metavar="TREE", help="also run this source tree's vgpuadm, interleaved")
+    a = ap.parse_args()
+    if os.geteuid() != 0 or not shutil.which("mdevctl") or not shutil.which("unshare"):
+        sys.exit("needs root, mdevctl and unshare")
+    py = sys.executable
+    root = tempfile.mkdtemp(prefix="bench-restore-", dir=a.tmpdir)
+    try:
+        domains, etc, parents = build(root, a.gpus, a.per_gpu)
+        loop = "; ".join(f"mdevctl start-parent-mdevs {p}" for p in parents)
+        commands = {
+            "vgpuadm restore": [py, "-m", "vgpuadm", "--root", root, "restore", "--domain-xml-dir", domains],
+            "mdevctl start-parent-mdevs": [
+                "unshare", "-m", "sh", "-ec",
+                f"mount --bind {root}/sys /sys; mount --bind {etc} /etc/mdevctl.d; {loop}",
+            ],
+        }  # fmt: skip
+        env = bytecode_env(os.path.join(root, "pycache"))
+        envs = {k: env for k in commands}
+        if a.before:
+            commands["vgpuadm restore (before)"] = commands["vgpuadm restore"]
+            envs["vgpuadm restore (before)"] = bytecode_env(os.path.join(root, "pycache-before"),
+                                                            dict(env, PYTHONPATH=a.before))  # fmt: skip
+        times: dict[str, list[float]] = {k: [] for k in commands}
+        for name, argv in commands.items():  # warm the bytecode and page caches
+            subprocess.run([py, "-m", "vgpuadm", "sim", "reboot", root], check=True, capture_output=True)
+            timed(argv, envs[name])
+        for _ in range(a.runs):
+            for name, argv in commands.items():
+                subprocess.run([py, "-m", "vgpuadm", "sim", "reboot", root], check=True, capture_output=True)
+                env = envs[name]
+                times[name].append(timed(argv, envs[name]))
+                if name.startswith("vgpuadm"):
+                    made = len(os.listdir(os.path.join(root, "sys/bus/mdev/devices")))
+                    assert made == a.gpus * a.per_gpu, f"{name} made {made} mdevs"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    n = a.gpus * a.per_gpu
+    print(f"restore {n} mdevs on {a.gpus} P4 after sim reboot ({a.runs} runs, load average {os.getloadavg()[0]:.1f})")
+    med = {k: statistics.median(v) for k, v in times.items()}
+    for name, t in times.items():
+        print(f"  {name:32s} median {med[name]:.3f} s   runs {', '.join(f'{x:.2f}' for x in t)}")
+    ratio = med["vgpuadm restore"] / med["mdevctl start-parent-mdevs"]
+    print(f"  ratio vgpuadm / mdevctl: {ratio:.2f}   target <= 1.00 ({'met' if ratio <= 1 else 'NOT met'})")
+    if a.before:
+        print(f"  after / before: {med['vgpuadm restore'] / med['vgpuadm restore (before)']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""How discovery's cost grows with the host: synthetic layout-B hosts of 16, 64, 256 and 1,024 VFs (16 VFs per PF,
+--types mdev types per VF), timed in this process doing what `vgpuadm types --json` does minus printing (snapshot
+with types + the type rows), against the floor for the same data: one os.open+os.read+os.close of every attribute file that
+very discovery opened (recorded with an audit hook on `open`), in a plain loop.
+
+Target: cost per VF flat (linear growth) and the 1,024-VF host within 1.5× of the open+read floor. Interleaved
+(discovery, floor, discovery, …), median of --runs. Usage: .venv/bin/python bench/bench_scaling.py [--runs 5]
+[--sizes 16,64,256,1024] [--types 20]   (smoke: --runs 1 --sizes 16 --types 2). Trees in --tmpdir (/var/tmp).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from synth_host import build
+
+from vgpuadm.host.discover import snapshot
+from vgpuadm.host.root import HostRoot
+from vgpuadm.report.listing import type_rows
+
+_recording: list[str] | None = None
+_cwd = [""]  # the directory discovery opened last: its relative opens (dir_fd) are under it
+
+
+def _audit(event: str, args: tuple[object, ...]) -> None:
+    if _recording is None or event != "open" or not isinstance(args[0], str):
+        return
+    path, flags = args[0], args[2]
+    if isinstance(flags, int) and flags & os.O_DIRECTORY:
+        _cwd[0] = path
+        return
+    _recording.append(path if path.startswith("/") else os.path.join(_cwd[0], path))
+
+
+def discover(root: str) -> int:
+    return len(type_rows(snapshot(HostRoot(root).sysfs(), types=True), None, False, None))
+
+
+def opened_files(root: str) -> list[str]:
+    """The regular files one discovery opens (directories it opens for scandir are left out)."""
+    global _recording
+    _recording = []
+    try:
+        discover(root)
+    finally:
+        seen, _recording = _recording, None
+    return [p for p in seen if os.path.isfile(p)]
+
+
+def floor(paths: list[str]) -> int:
+    """os.open + os.read + os.close of each path: the fewest syscalls that read an attribute."""
+    n = 0
+    open_, read, close = os.open, os.read, os.close
+    for p in paths:
+        fd = open_(p, os.O_RDONLY)
+        n += len(read(fd, 4096))
+        close(fd)
+    return n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--sizes", default="16,64,256,1024")
+    ap.add_argument("--types", type=int, default=20)
+    ap.add_argument("--tmpdir", default="/var/tmp")
+    a = ap.parse_args()
+    sys.addaudithook(_audit)
+    sizes = [int(s) for s in a.sizes.split(",")]
+    rows = []
+    for n in sizes:
+        tmp = tempfile.mkdtemp(prefix=f"bench-scaling-{n}-", dir=a.tmpdir)
+        try:
+            root = os.path.join(tmp, "host")
+            build(root, max(1, n // 16), min(n, 16), a.types)
+            types = discover(root)  # warm the dentry and page caches
+            paths = opened_files(root)
+            ours: list[float] = []
+            base: list[float] = []
+            for _ in range(a.runs):
+                start = time.perf_counter()
+                discover(root)
+                ours.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                floor(paths)
+                base.append(time.perf_counter() - start)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        rows.append((n, types, len(paths), statistics.median(ours), statistics.median(base)))
+    print(f"discovery vs one open+read per attribute ({a.runs} runs each, interleaved; load average "
+          f"{os.getloadavg()[0]:.1f})")  # fmt: skip
+    print(f"{'VFs':>6} {'types':>7} {'files':>7} {'discovery ms':>13} {'floor ms':>9} {'ratio':>6} {'µs/VF':>8}")
+    for n, types, files, ours_s, base_s in rows:
+        print(f"{n:>6} {types:>7} {files:>7} {ours_s * 1000:>13.1f} {base_s * 1000:>9.1f} {ours_s / base_s:>6.2f} "
+              f"{ours_s / n * 1e6:>8.0f}")  # fmt: skip
+    if len(rows) > 1:
+        growth = (rows[-1][3] / rows[-1][0]) / (rows[0][3] / rows[0][0])
+        print(f"cost per VF, largest / smallest host: {growth:.2f} (1.0 = linear)")
+    print(f"largest host: {rows[-1][3] / rows[-1][4]:.2f}× the open+read floor (target <= 1.50)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Every fenced example of README.md, run as written: each ```sh block by bash (`set -e`: any failing command fails
+the test), each ```yaml block as what it is (the plan is applied; the host_vars snippet is the lab's own file), on a
+fresh simulated `mixed` host (VGPUADM_ROOT) whose embedded libvirt (LIBVIRT_DEFAULT_URI, also for `virsh`) has the
+domains the examples name. `vgpuadm` on PATH is this tree's CLI; `.venv`, `bench/`, `ansible/`, `inventory/` are
+the repository's, in a scratch working directory.
+
+What does not run here is listed in NOT_HERE with where it does run; a block that is neither run nor listed fails
+the test, so a new README example cannot go unchecked. The only stand-in is `systemctl` (no systemd in the test
+container): a stub on PATH that records its arguments, which the test then checks."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from tests.libvirt.embedded_host import _env, define
+from vgpuadm.sim.profiles import build
+from vgpuadm.virt.conn import embed_uri
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+DOMAINS = ("web01", "web02", "ci", "db02")
+# Commands of README blocks that do not run inside this test, and where they run instead.
+NOT_HERE = {
+    "./scripts/install.sh": "CI's install job runs it on a fresh Debian 12 (it uses apt-get)",
+    "./scripts/test.sh": "is the suite this test belongs to",
+    "sudo cp -rT cockpit /usr/share/cockpit/vgpuadm": "tests/cockpit/test_cockpit_page.py makes the same copy into the "
+    "data directory of the cockpit-bridge it starts (not this machine's /usr/share)",
+}
+# Whole blocks that do not run here (by their first command), and where they run instead.
+BLOCKS_ELSEWHERE = {
+    "# install the collection where Ansible finds it": "tests/ansible/test_playbooks.py runs these playbooks with "
+    "real ansible-core against the shared libvirtd (its lab roots and domains would collide with other tests here)",
+    "sudo cp -rT cockpit": "tests/cockpit/test_cockpit_page.py installs the page the same way and drives it",
+    "vgpuadm hook install": "tests/libvirt/test_on_demand_embedded.py runs every line of it",
+    "vgpuadm sim build mixed lab": "tests/unit/test_readme_ops.py runs it as written",
+    "vagrant validate": "tests/unit/test_readme_ops.py runs it in the repository",
+}
+
+
+def blocks() -> list[tuple[int, str, str]]:
+    """(line, language, text) of every fenced block."""
+    out = []
+    for m in re.finditer(r"^```(\w+)\n(.*?)^```$", README.read_text(), re.M | re.S):
+        out.append((README.read_text()[: m.start()].count("\n") + 1, m[1], m[2]))
+    return out
+
+
+def _ids() -> list[str]:
+    return [f"line{line}-{lang}" for line, lang, _ in blocks()]
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> dict[str, Path]:
+    root = tmp_path / "host"
+    build("mixed", str(root))
+    define(root, *DOMAINS)
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("bench", "ansible", "inventory", "scripts", "Vagrantfile"):
+        (work / name).symlink_to(REPO / name)
+    (work / ".venv").symlink_to(sys.prefix)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vgpuadm").write_text(f'#!/bin/sh\nexec {sys.executable} -m vgpuadm "$@"\n')
+    (bin_dir / "systemctl").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/systemctl.calls\n')
+    for script in bin_dir.iterdir():
+        script.chmod(0o755)
+    return {"root": root, "work": work, "bin": bin_dir, "tmp": tmp_path}
+
+
+def _run(host: dict[str, Path], script: str) -> subprocess.CompletedProcess[str]:
+    env = _env({"VGPUADM_ROOT": str(host["root"]), "LIBVIRT_DEFAULT_URI": embed_uri(str(host["root"])),
+                "PATH": f"{host['bin']}:{os.environ['PATH']}", "HOME": str(host["tmp"])})  # fmt: skip
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=host["work"], capture_output=True,
+                          text=True, env=env, timeout=900, check=False)  # fmt: skip
+
+
+def _runnable(text: str) -> str:
+    lines = []
+    for line in text.splitlines():
+        for command in NOT_HERE:
+            line = line.replace(f"{command} && ", "").replace(command, "true")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize(("line", "lang", "text"), blocks(), ids=_ids())
+def test_readme_example_runs_as_written(line: int, lang: str, text: str, host: dict[str, Path]) -> None:
+    first = text.splitlines()[0]
+    if any(first.startswith(k) for k in BLOCKS_ELSEWHERE):
+        pytest.skip(next(v for k, v in BLOCKS_ELSEWHERE.items() if first.startswith(k)))
+    if lang == "sh":
+        r = _run(host, _runnable(text))
+        assert r.returncode == 0, f"README.md:{line}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+        if "systemctl" in text:  # the stub saw exactly the block's systemctl commands
+            calls = [seg.strip().removeprefix("systemctl ") for line in text.splitlines()
+                     for seg in line.split("#")[0].split("&&") if seg.strip().startswith("systemctl ")]  # fmt: skip
+            assert (host["tmp"] / "systemctl.calls").read_text() == "".join(f"{c}\n" for c in calls)
+        return
+    assert lang == "yaml", f"README.md:{line}: a ```{lang} block: teach this test how to run it"
+    doc = YAML(typ="safe", pure=True).load(text)
+    if "vms" in doc:  # the plan: apply it, then it is idempotent
+        (host["work"] / "plan.yaml").write_text(text)
+        done = _run(host, "vgpuadm apply -f plan.yaml")
+        assert done.returncode == 0, f"README.md:{line}: {done.stderr}"
+        again = _run(host, "vgpuadm apply -f plan.yaml")
+        assert again.stdout == "nothing to do: the host matches the plan\n", again.stderr
+        return
+    assert list(doc) == ["vgpu_allocations"], f"README.md:{line}: an unknown kind of YAML example"
+    lab = [a for f in sorted((REPO / "inventory/host_vars").glob("*.yml"))
+           for a in YAML(typ="safe", pure=True).load(f.read_text()).get("vgpu_allocations", [])]  # fmt: skip
+    assert all(a in lab for a in doc["vgpu_allocations"]), f"README.md:{line}: not the lab's host_vars"
+
+
+def test_every_block_is_run_or_listed() -> None:
+    found = blocks()
+    assert len(found) >= 9
+    for line, lang, text in found:
+        assert lang in ("sh", "yaml"), f"README.md:{line}: ```{lang}"
+        assert text.strip(), f"README.md:{line}: empty block"
+    firsts = [text.splitlines()[0] for _, _, text in found]
+    for key in BLOCKS_ELSEWHERE:  # no stale entry: each names a block the README has
+        assert any(first.startswith(key) for first in firsts), key

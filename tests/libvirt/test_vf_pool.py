@@ -1,0 +1,147 @@
+"""SR-IOV VF pools end to end: against a real libvirtd (qemu:///system, the `libvirtd` fixture) create on an Intel
+Flex 170 whose VFs are off enables them and gives the domain one VF on vfio-pci (exact hostdev, metadata, sysfs),
+destroy gives it back; on libvirt's embedded driver `apply -f` and `restore` after `vgpuadm sim reboot` treat the
+pool like any mode. Domains on the daemon are throwaway (unique names, undefined in teardown)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import uuid as uuid_mod
+from collections.abc import Iterator
+from pathlib import Path
+
+import libvirt
+import pytest
+from embedded_host import _env, allocations, define, hostdev_keys, vgpuadm
+from lxml import etree
+
+from vgpuadm.schemas import validate
+from vgpuadm.virt import xml
+
+pytestmark = pytest.mark.libvirt
+
+FLEX = "0000:4d:00.0"
+VF1 = "0000:4d:00.1"
+
+
+@pytest.fixture
+def conn(libvirtd: str) -> Iterator[libvirt.virConnect]:
+    c = libvirt.open(libvirtd)
+    names: list[str] = []
+    c.made = names  # type: ignore[attr-defined]
+    yield c
+    for name in names:
+        with contextlib.suppress(libvirt.libvirtError):
+            c.lookupByName(name).undefine()
+    c.close()
+
+
+def _sys(root: Path, rel: str) -> str:
+    return (root / "sys/bus/pci/devices" / rel).read_text().strip()
+
+
+def _driver(root: Path, vf: str) -> str | None:
+    link = root / "sys/bus/pci/devices" / vf / "driver"
+    return os.path.basename(os.readlink(link)) if os.path.islink(link) else None
+
+
+def test_create_enables_the_pool_and_attaches_one_vf_then_destroy_gives_it_back(sim_host, cli, conn, libvirtd):
+    root = sim_host("flex170-vf-pool")
+    vm = f"vgpuadm-test-{uuid_mod.uuid4().hex[:10]}-pool"
+    conn.defineXML(xml.domain_definition(vm, memory_mib=64))
+    conn.made.append(vm)
+    r = cli("--root", str(root), "--connect", libvirtd, "create", "--type", "vf-flex170", "--vm", vm)
+    assert r.code == 0, r.err
+    assert r.out.splitlines()[0] == f"attached pool vf-flex170 {VF1} on {FLEX} (to {vm})"
+    assert (_sys(root, f"{FLEX}/sriov_numvfs"), _sys(root, f"{FLEX}/sriov_drivers_autoprobe")) == ("31", "0")
+    assert (_driver(root, VF1), _sys(root, f"{VF1}/driver_override")) == ("vfio-pci", "vfio-pci")
+    assert _driver(root, "0000:4d:00.2") is None  # the other VFs came up with no driver (autoprobe 0)
+    doc = etree.fromstring(conn.lookupByName(vm).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE).encode(),
+                           etree.XMLParser(remove_blank_text=True))  # fmt: skip
+    [hd] = doc.findall("devices/hostdev")
+    hd.remove(hd.find("address"))  # the guest address libvirt assigns itself
+    assert etree.tostring(hd, encoding="unicode") == (
+        '<hostdev mode="subsystem" type="pci" managed="no">'
+        '<source><address domain="0x0000" bus="0x4d" slot="0x00" function="0x1"/></source></hostdev>'
+    )
+    meta = conn.lookupByName(vm).metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, xml.NS, libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+    assert meta == (
+        f'<vgpuadm version="1" host="sim:{root}">\n'
+        f'  <device slot="0" mode="pool" type="vf-flex170" parent="{FLEX}" address="{VF1}">\n'
+        '    <option name="host_driver" value=""/>\n'
+        "  </device>\n"
+        "</vgpuadm>"
+    )
+    r = cli("--root", str(root), "--connect", libvirtd, "destroy", "--vm", vm)
+    assert r.code == 0, r.err
+    assert (_driver(root, VF1), _sys(root, f"{VF1}/driver_override")) == (None, "(null)")
+    assert _sys(root, f"{FLEX}/sriov_numvfs") == "31"  # the pool stays enabled
+    doc = etree.fromstring(conn.lookupByName(vm).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE).encode())
+    assert doc.findall("devices/hostdev") == []
+
+
+def test_apply_and_restore_after_a_reboot_treat_the_pool_like_any_mode(sim_host, tmp_path: Path) -> None:
+    root = sim_host("flex170-vf-pool")  # i915 re-enables VFs through sriov_numvfs (GIM enables them at load instead)
+    define(root, "a", "b")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("vms:\n  a:\n    type: vf-flex170\n    count: 2\n  b:\n    type: vf-flex170\n")
+    res = vgpuadm(root, "apply", "-f", str(plan))
+    assert res.code == 0, res.err
+    assert hostdev_keys(root, "a") == ["0000:4d:00.1", "0000:4d:00.2"]
+    assert hostdev_keys(root, "b") == ["0000:4d:00.3"]
+    assert [a.mode for a in allocations(root, "a")] == ["pool", "pool"]
+    again = vgpuadm(root, "apply", "-f", str(plan))
+    assert again.code == 0, again.err
+    assert hostdev_keys(root, "a") == ["0000:4d:00.1", "0000:4d:00.2"]  # idempotent
+    inv = vgpuadm(root, "inventory", "--json")
+    assert inv.code == 0, inv.err
+    doc = json.loads(inv.out)
+    validate("inventory-v1", doc)
+    [row] = [t for t in doc["types"] if t["type_id"] == "vf-flex170"]
+    assert (row["used"], row["free"], row["max"]) == (3, 28, 31)
+    assert sorted((d["id"], d["kind"], d["domain"]) for d in doc["devices"]) == [
+        ("0000:4d:00.1", "pool", "a"), ("0000:4d:00.2", "pool", "a"), ("0000:4d:00.3", "pool", "b")]  # fmt: skip
+    assert doc["missing"] == []
+    res = vgpuadm(root, "sim", "reboot", str(root))
+    assert res.code == 0, res.err
+    assert not (root / "sys/bus/pci/devices/0000:4d:00.1").exists()
+    res = vgpuadm(root, "restore")
+    assert res.code == 0, res.err
+    assert [_driver(root, f"0000:4d:00.{f}") for f in (1, 2, 3)] == ["vfio-pci"] * 3
+    assert _driver(root, "0000:4d:00.4") == "i915"  # autoprobe is 1 again after a reboot: the host driver took it
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_readme_vf_pool_example_runs_as_written(tmp_path: Path) -> None:
+    """The sh block of README's "AMD and Intel SR-IOV GPUs (VF pools)" section, line by line in tmp_path, with its
+    exact outputs; web01 is defined in the root's own embedded driver before the first create (the README assumes a
+    VM; tests/libvirt/test_readme_examples.py runs the block too, with the mixed host's libvirt)."""
+    text = README.read_text()
+    section = text.split("## AMD and Intel SR-IOV GPUs (VF pools)", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    root = tmp_path / "flex"
+    lines = [line.split("#", 1)[0].strip() for line in block.splitlines()]
+    outputs = []
+    for line in filter(None, lines):
+        args = shlex.split(line)
+        assert args[0] == "vgpuadm"
+        if "create" in args and not outputs[2:]:
+            define(root, "web01")
+        proc = subprocess.run([sys.executable, "-m", "vgpuadm", *args[1:]], capture_output=True, text=True,
+                              env=_env(), timeout=300, check=False, cwd=tmp_path)  # fmt: skip
+        assert proc.returncode == 0, (line, proc.stderr)
+        outputs.append(proc.stdout)
+    assert (
+        "│ 0000:4d:00.0 │ Data Center GPU Flex 170 │ vf-pool │ vf-flex170 │ Flex170 VF │ 31        │ 31  │ 528             │"
+        in outputs[1]
+    )
+    assert outputs[2].splitlines()[0] == f"attached pool vf-flex170 {VF1} on {FLEX} (to web01)"
+    assert _driver(root, VF1) is None
+    assert outputs[4].splitlines()[0] == "attached virtio-gl virtio-gl /dev/dri/renderD129 on 0000:4d:00.0 (to web01)"

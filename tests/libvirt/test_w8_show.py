@@ -1,0 +1,53 @@
+"""`vgpuadm show --vm NAME` as an operator types it (one process per command, libvirt's embedded driver under a
+simulated P4 root): what the VM owns, where (GPU and model), params, on demand or kept, present or missing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.libvirt.embedded_host import define, mdevs, vgpuadm
+from vgpuadm.schemas import validate
+from vgpuadm.sim.profiles import build
+
+
+def test_show_vm_lists_its_devices_where_they_are_and_what_is_missing(tmp_path: Path) -> None:
+    root = tmp_path / "p4"
+    build("p4", str(root))
+    uuids = define(root, "sh-web01", "sh-idle")
+    made = vgpuadm(root, "create", "--type", "P4-1Q", "--vm", "sh-web01", "--total", "2", "--display", "on",
+                   "--param", "frame_rate_limiter=0")  # fmt: skip
+    assert made.code == 0, made.err
+    u0, u1 = (d["id"] for d in json.loads(vgpuadm(root, "show", "--vm", "sh-web01", "--json").out)["devices"])
+    assert sorted([u0, u1]) == sorted(mdevs(root))
+    r = vgpuadm(root, "show", "--vm", "sh-web01", "--json")
+    doc = json.loads(r.out)
+    validate("show", doc)
+
+    def device(slot: int, uuid: str, present: bool) -> dict[str, object]:
+        return {"slot": slot, "mode": "mdev", "id": uuid, "type_id": "nvidia-63", "name": "GRID P4-1Q",
+                "parent": "0000:01:00.0", "physical_gpu": "0000:01:00.0", "model": "Tesla P4",
+                "params": "frame_rate_limiter=0", "options": {"display": "on"}, "on_demand": False,
+                "present": present}  # fmt: skip
+
+    assert doc == {"domain": "sh-web01", "uuid": uuids["sh-web01"], "running": False,
+                   "devices": [device(0, u0, True), device(1, u1, True)]}  # fmt: skip
+    text = vgpuadm(root, "show", "--vm", "sh-web01")
+    assert text.code == 0 and text.out.startswith(
+        f"domain sh-web01 (shut off), uuid {uuids['sh-web01']}: 2 vgpuadm device(s)\n"
+    )
+    rows = [line for line in text.out.splitlines() if u0 in line or u1 in line]
+    assert len(rows) == 2 and all("Tesla P4" in x and "0000:01:00.0" in x and " yes " in x for x in rows), text.out
+    assert text.out.endswith("options slot 0: display=on\noptions slot 1: display=on\n")
+
+    assert vgpuadm(root, "sim", "reboot", str(root)).code == 0
+    after = json.loads(vgpuadm(root, "show", "--vm", "sh-web01", "--json").out)
+    assert [d["present"] for d in after["devices"]] == [False, False]
+    assert "MISSING (vgpuadm restore)" in vgpuadm(root, "show", "--vm", "sh-web01").out
+
+    idle = vgpuadm(root, "show", "--vm", "sh-idle")
+    assert (idle.code, idle.out) == (0, f"domain sh-idle (shut off), uuid {uuids['sh-idle']}: 0 vgpuadm device(s)\n"
+                                        "it owns nothing vgpuadm made; give it one: vgpuadm create --type T --vm "
+                                        "sh-idle\n")  # fmt: skip
+    missing = vgpuadm(root, "show", "--vm", "sh-nosuch", "--json")
+    assert missing.code == 3 and json.loads(missing.out)["error"] == "No domain named 'sh-nosuch'"

@@ -1,0 +1,155 @@
+"""`vgpuadm hook install|uninstall|status`: the qemu hook written under <root>/etc/libvirt/hooks through the executor
+(0755, root-owned, atomic), as qemu.d/vgpuadm or — with --single-script — as the qemu script chaining the one that
+was there (kept as qemu.vgpuadm-chained, put back by uninstall); idempotent; a file vgpuadm did not write is never
+overwritten or removed. The scripts are run here with /bin/sh exactly as libvirt runs them (arguments, XML on
+stdin)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from vgpuadm.io import hookfile
+
+HOOKS = "etc/libvirt/hooks"
+REPO = Path(__file__).resolve().parent.parent.parent
+
+
+def test_install_writes_qemu_d_once_0755_then_nothing_to_do(tmp_path: Path, cli) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    r = cli("--root", str(root), "hook", "install", "--dry-run")
+    assert (r.code, r.err) == (0, "")
+    assert r.out.splitlines() == [
+        "would install the vgpuadm qemu hook /etc/libvirt/hooks/qemu.d/vgpuadm:",
+        "  step 1/1 write libvirt hook /etc/libvirt/hooks/qemu.d/vgpuadm",
+    ]
+    assert not (root / "etc").exists()
+    r = cli("--root", str(root), "hook", "install")
+    assert r.code == 0, r.err
+    path = root / HOOKS / "qemu.d" / "vgpuadm"
+    st = path.stat()
+    assert (stat.S_IMODE(st.st_mode), st.st_uid) == (0o755, 0)
+    assert stat.S_IMODE((root / HOOKS / "qemu.d").stat().st_mode) == 0o755
+    command = f"{sys.executable} -m vgpuadm --root {root}"
+    assert r.out.splitlines() == [
+        "wrote /etc/libvirt/hooks/qemu.d/vgpuadm",
+        f"it runs: {command} hook run DOMAIN OPERATION SUB-OPERATION -",
+        "next: systemctl restart libvirtd (or virtqemud): libvirt looks for hook scripts only when it starts",
+    ]
+    assert f'    exec {command} hook run "$1" "$2" "$3" -\n' in path.read_text()
+    r = cli("--root", str(root), "hook", "install")
+    assert r.out == "nothing to do: /etc/libvirt/hooks/qemu.d/vgpuadm is installed and current\n"
+    r = cli("--root", str(root), "hook", "status", "--json")
+    doc = json.loads(r.out)
+    assert (doc["installed"], doc["current"], doc["path"], doc["chained"]) == (
+        True, True, "/etc/libvirt/hooks/qemu.d/vgpuadm", None)  # fmt: skip
+    path.chmod(0o700)
+    assert cli("--root", str(root), "hook", "status").out.endswith("differs from what this vgpuadm writes "
+                                                                   "(vgpuadm hook install)\n")  # fmt: skip
+    assert cli("--root", str(root), "hook", "install").out.startswith("wrote ")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o755
+    r = cli("--root", str(root), "hook", "uninstall")
+    assert r.out.splitlines()[0] == "removed /etc/libvirt/hooks/qemu.d/vgpuadm" and not path.exists()
+    r = cli("--root", str(root), "hook", "uninstall")
+    assert r.out == "nothing to do: /etc/libvirt/hooks/qemu.d/vgpuadm is not installed\n"
+
+
+def run_script(path: Path, *args: str, stdin: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    return subprocess.run(["/bin/sh", "-c", 'exec "$0" "$@"', str(path), *args], input=stdin, capture_output=True,
+                          text=True, env=env, timeout=120, check=False)  # fmt: skip
+
+
+def test_single_script_chains_the_existing_qemu_hook_and_uninstall_puts_it_back(tmp_path: Path, cli) -> None:
+    root = tmp_path / "root"
+    hooks = root / HOOKS
+    hooks.mkdir(parents=True)
+    theirs = f'#!/bin/sh\necho "$@" >> {tmp_path}/log\ncat >> {tmp_path}/log\nexit 3\n'
+    (hooks / "qemu").write_text(theirs)
+    (hooks / "qemu").chmod(0o755)
+    r = cli("--root", str(root), "hook", "install", "--single-script")
+    assert r.code == 0, r.err
+    assert r.out.splitlines()[:1] + r.out.splitlines()[2:3] == [
+        "wrote /etc/libvirt/hooks/qemu",
+        "and then the script that was there before, kept as /etc/libvirt/hooks/qemu.vgpuadm-chained",
+    ]
+    assert (hooks / "qemu.vgpuadm-chained").read_text() == theirs
+    assert stat.S_IMODE((hooks / "qemu.vgpuadm-chained").stat().st_mode) == 0o755
+    assert hookfile.is_ours((hooks / "qemu").read_text())
+    # an operation vgpuadm leaves alone reaches the chained script with the same arguments and the same XML
+    done = run_script(hooks / "qemu", "web01", "started", "begin", "-", stdin="<domain><name>web01</name></domain>")
+    assert done.returncode == 3
+    assert (tmp_path / "log").read_text() == "web01 started begin -\n<domain><name>web01</name></domain>\n"
+    assert cli("--root", str(root), "hook", "install", "--single-script").out.startswith("nothing to do")
+    status = json.loads(cli("--root", str(root), "hook", "status", "--json").out)
+    assert (status["path"], status["chained"]) == ("/etc/libvirt/hooks/qemu",
+                                                   "/etc/libvirt/hooks/qemu.vgpuadm-chained")  # fmt: skip
+    r = cli("--root", str(root), "hook", "uninstall")
+    assert r.code == 0, r.err
+    assert r.out.splitlines()[:2] == [
+        "removed /etc/libvirt/hooks/qemu",
+        "and put back the script it chained (/etc/libvirt/hooks/qemu.vgpuadm-chained) as /etc/libvirt/hooks/qemu",
+    ]
+    assert sorted(os.listdir(hooks)) == ["qemu"] and (hooks / "qemu").read_text() == theirs
+
+
+def test_a_foreign_file_is_never_overwritten_or_removed(tmp_path: Path, cli) -> None:
+    root = tmp_path / "root"
+    hooks = root / HOOKS
+    (hooks / "qemu.d").mkdir(parents=True)
+    (hooks / "qemu.d" / "vgpuadm").write_text("#!/bin/sh\n# someone else's\n")
+    (hooks / "qemu").write_text("#!/bin/sh\nexit 0\n")
+    (hooks / "qemu.vgpuadm-chained").write_text("#!/bin/sh\nexit 0\n")
+    r = cli("--root", str(root), "hook", "install", "--single-script")
+    assert r.code == 5 and r.err.splitlines()[0] == (
+        "error: /etc/libvirt/hooks/qemu is not vgpuadm's and /etc/libvirt/hooks/qemu.vgpuadm-chained exists already"
+    )
+    r = cli("--root", str(root), "hook", "uninstall")
+    assert r.out == "nothing to do: /etc/libvirt/hooks/qemu.d/vgpuadm is not installed\n"
+    assert (hooks / "qemu.d" / "vgpuadm").read_text() == "#!/bin/sh\n# someone else's\n"
+
+
+def test_a_symlinked_hooks_directory_is_refused(tmp_path: Path, cli) -> None:
+    root = tmp_path / "root"
+    (root / "etc" / "libvirt").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (root / HOOKS).symlink_to(tmp_path / "elsewhere")
+    r = cli("--root", str(root), "hook", "install")
+    assert r.code != 0 and "symlink" in r.err and os.listdir(tmp_path / "elsewhere") == []
+
+
+def test_a_journal_naming_another_hook_file_is_refused(tmp_path: Path, cli, sim_host) -> None:
+    """The journal is untrusted: a write-hook-file step may only name vgpuadm's own three hook files."""
+    root = sim_host("p4")
+    path = root / "var/lib/vgpuadm/journal.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    step = {"kind": "write-hook-file", "hook": "../../../etc/shadow", "text": "x", "previous": None}
+    path.write_text(json.dumps({"version": 1, "pid": 1, "state": "applying", "current": 0, "done": 0,
+                                "plan": {"summary": "x", "steps": [step]}}))  # fmt: skip
+    path.chmod(0o600)
+    r = cli("--root", str(root), "recover")
+    assert r.code == 6 and r.err.splitlines()[0] == (
+        "error: refusing the journal /var/lib/vgpuadm/journal.json: step write-hook-file field hook holds "
+        "'../../../etc/shadow', not a valid value")  # fmt: skip
+
+
+def test_an_install_interrupted_is_rolled_back_by_recover(cli, sim_host) -> None:
+    """--single-script over an existing qemu script is two steps (keep the old one, write ours): a crash after the
+    first leaves a journal, and `recover` puts the directory back as it was."""
+    root = sim_host("p4")
+    hooks = root / HOOKS
+    hooks.mkdir(parents=True)
+    (hooks / "qemu").write_text("#!/bin/sh\nexit 0\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "VGPUADM_TEST_CRASH_AFTER_STEP": "1"}
+    crashed = subprocess.run([sys.executable, "-m", "vgpuadm", "--root", str(root), "hook", "install",
+                              "--single-script"], env=env, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert crashed.returncode != 0
+    assert sorted(os.listdir(hooks)) == ["qemu", "qemu.vgpuadm-chained"]
+    r = cli("--root", str(root), "recover")
+    assert r.code == 0, r.err
+    assert sorted(os.listdir(hooks)) == ["qemu"] and (hooks / "qemu").read_text() == "#!/bin/sh\nexit 0\n"

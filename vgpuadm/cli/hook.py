@@ -1,0 +1,113 @@
+"""`vgpuadm hook run|install|uninstall|status`: libvirt's qemu hook for on-demand devices (vgpuadm/ops/hook.py).
+`hook run` is what libvirt executes: a failure is ONE line on stderr and a non-zero exit, which libvirt shows in
+the error of the refused start."""
+
+import sys
+from typing import Any
+
+from vgpuadm import api
+from vgpuadm.cli.console import Console
+from vgpuadm.errors import VgpuadmError
+
+
+def run_hook(console: Console, root: str | None, args: list[str], stdin: Any) -> int:
+    domain, operation, sub_operation = args[0], args[1], args[2]
+    try:
+        data = stdin.read(api.hook.MAX_DOMAIN_XML + 1) if api.hook.phase_of(operation, sub_operation) else b""
+        result = api.hook_run(root, domain, operation, sub_operation, data)
+    except VgpuadmError as exc:
+        hint = f" ({exc.hint})" if exc.hint else ""
+        console.err.write(f"vgpuadm: domain {domain}: {exc.message}{hint}\n".replace("\n", " ").rstrip() + "\n")
+        return exc.exit_code
+    for line in result.applied:
+        console.err.write(f"vgpuadm: domain {domain}: {line}\n")
+    return 0
+
+
+def _report(console: Console, result: Any, as_json: bool, done: str) -> None:
+    if as_json:
+        console.json(result.to_json())
+        return
+    if result.dry_run and not result.plan.empty:
+        console.line(f"would {result.plan.summary}:")
+        for line in result.plan.describe():
+            console.line(f"  {line}")
+        return
+    if result.plan.empty:
+        console.line(
+            f"nothing to do: {result.path} is {'installed and current' if result.installed else 'not installed'}"
+        )
+        return
+    console.line(f"{done} {result.path}")
+    if result.command:
+        console.line(f"it runs: {' '.join(result.command)} hook run DOMAIN OPERATION SUB-OPERATION -")
+    if result.chained and done == "wrote":
+        console.line(f"and then the script that was there before, kept as {result.chained}")
+    elif result.chained:
+        console.line(f"and put back the script it chained ({result.chained}) as {result.path}")
+    console.line(f"next: {api.hook.NEXT_STEP}")
+
+
+def register(app: Any) -> None:
+    """Add the `hook` group to the top-level typer app."""
+    import typer
+
+    hook_app = typer.Typer(help="libvirt's qemu hook: on-demand vGPUs made at start, freed at stop.",
+                           no_args_is_help=True)  # fmt: skip
+
+    @hook_app.command(
+        "run",
+        epilog="libvirt runs it (through the installed hook) as: vgpuadm hook run web01 prepare begin - < domain.xml",
+    )
+    def run_cmd(
+        ctx: typer.Context,
+        domain: str = typer.Argument(..., help="The domain libvirt starts or stops."),
+        operation: str = typer.Argument(..., help="libvirt's operation (prepare, release, …)."),
+        sub_operation: str = typer.Argument(..., help="libvirt's sub-operation (begin, end, …)."),
+        extra: str = typer.Argument("-", help="libvirt's extra argument (ignored)."),
+    ) -> None:
+        """Make (prepare/begin) or free (release/end) a domain's on-demand devices; its XML is read from stdin."""
+        code = run_hook(ctx.obj["console"], ctx.obj["root"], [domain, operation, sub_operation], sys.stdin.buffer)
+        if code:
+            raise typer.Exit(code)
+
+    from vgpuadm.cli.host import plan_options
+
+    dry_opt, json_opt = plan_options()
+
+    @hook_app.command("install", epilog="Example: vgpuadm hook install && systemctl restart libvirtd")
+    def install_cmd(
+        ctx: typer.Context,
+        single_script: bool = typer.Option(
+            False,
+            "--single-script",
+            help="Write hooks/qemu (chaining one that is there) instead of hooks/qemu.d/vgpuadm, for libvirt < 6.5.",
+        ),
+        dry_run: bool = dry_opt,
+        as_json: bool = json_opt,
+    ) -> None:
+        """Install libvirt's qemu hook that makes on-demand devices at start and frees them at stop (idempotent)."""
+        result = api.hook_install(ctx.obj["root"], single_script=single_script, dry_run=dry_run)
+        _report(ctx.obj["console"], result, as_json, "wrote")
+
+    @hook_app.command("uninstall", epilog="Example: vgpuadm hook uninstall")
+    def uninstall_cmd(ctx: typer.Context, dry_run: bool = dry_opt, as_json: bool = json_opt) -> None:
+        """Remove vgpuadm's qemu hook (a script it chained goes back to hooks/qemu); idempotent."""
+        _report(ctx.obj["console"], api.hook_uninstall(ctx.obj["root"], dry_run=dry_run), as_json, "removed")
+
+    @hook_app.command("status", epilog="Example: vgpuadm hook status --json")
+    def status_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+        """Whether the hook is installed and says what `vgpuadm hook install` would write."""
+        console: Console = ctx.obj["console"]
+        result = api.hook_status(ctx.obj["root"])
+        if as_json:
+            console.json(result.to_json())
+        elif not result.installed:
+            console.line(f"{result.path}: not installed (vgpuadm hook install writes it)")
+        elif result.current:
+            console.line(f"{result.path}: installed, runs {' '.join(result.command)} hook run"
+                         + (f"; chains {result.chained}" if result.chained else ""))  # fmt: skip
+        else:
+            console.line(f"{result.path}: installed but differs from what this vgpuadm writes (vgpuadm hook install)")
+
+    app.add_typer(hook_app, name="hook")

@@ -1,0 +1,120 @@
+"""Layout vf-pool: an AMD (GIM) or Intel (i915/xe) SR-IOV GPU whose VFs are handed to guests whole. A guest gets
+one free VF bound to vfio-pci — or to the VFIO variant driver the host has for it (xe-vfio-pci, which adds live
+migration) — as a `type='pci' managed='no'` hostdev: vgpuadm binds the VF itself, so libvirt must not rebind it
+(libvirt 9's schema has no `<driver model=…>` to name a variant driver; docs/reference/sriov-gpus.md §4).
+
+Taking a VF from a pool whose VFs are off enables all of them first, with sriov_drivers_autoprobe 0 so that no
+host driver probes them; freeing it gives the VF back (unbound, or to the host driver it had) and leaves the pool
+enabled: the other VFs may be in use, and disabling them is `vgpuadm sriov disable`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from typing import ClassVar
+
+from vgpuadm.errors import CapacityError, ConflictError, NotFoundError
+from vgpuadm.model import Allocation, HostSnapshot, Layout, VfPool
+from vgpuadm.modes.base import HostdevSpec, Mode
+from vgpuadm.steps import Bind, DriversProbe, SetDriverOverride, SetNumVfs, SetSriovAutoprobe, Step, Unbind
+
+VFIO = "vfio-pci"
+_DRIVER = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # a driver name from metadata, before it becomes a sysfs path
+
+
+class VfPoolMode(Mode):
+    name: ClassVar[str] = "pool"
+    layouts: ClassVar[tuple[Layout, ...]] = (Layout.VF_POOL,)
+
+    def find(self, snapshot: HostSnapshot, pf: str) -> VfPool:
+        pool = snapshot.vf_pools.get(pf)
+        if pool is None:
+            raise NotFoundError(f"{pf} is not an SR-IOV VF pool", "run `vgpuadm gpus` and pick a GPU of layout vf-pool")
+        return pool
+
+    def pool_of(self, snapshot: HostSnapshot, vf: str) -> VfPool | None:
+        return next((p for p in snapshot.vf_pools.values() if vf in p.vfs), None)
+
+    def validate(self, snapshot: HostSnapshot, device_id: str) -> None:
+        if device_id not in snapshot.vf_pools and self.pool_of(snapshot, device_id) is None:
+            self.find(snapshot, device_id)
+
+    def driver_for(self, pool: VfPool) -> str:
+        """What a guest's VF is bound to: the variant driver when the host has one, else vfio-pci."""
+        return pool.variant or VFIO
+
+    def plan_take(
+        self, snapshot: HostSnapshot, pf: str, exclude: Collection[str], enabling: set[str]
+    ) -> tuple[list[Step], str, str]:
+        """Steps that give one free VF of `pf` to a guest, the VF, and the host driver it had ("" for none).
+        `exclude`: VFs other domains reference or this plan already took; `enabling`: PFs this plan already
+        enables (updated), so the enable steps come once."""
+        pool = self.find(snapshot, pf)
+        vf = next((v for v in pool.free if v not in exclude), None)
+        if vf is None:
+            raise CapacityError(
+                f"No free VF left on {pf} ({pool.num_vfs or pool.total_vfs} VFs, all given to guests)",
+                "free one with `vgpuadm destroy --vm VM`, or pick another GPU",
+            )
+        steps: list[Step] = []
+        if not pool.num_vfs and pf not in enabling:
+            enabling.add(pf)
+            if pool.autoprobe:
+                steps.append(SetSriovAutoprobe(pf, False, True))
+            steps.append(SetNumVfs(pf, pool.total_vfs, 0))
+        fn = snapshot.functions.get(vf)
+        host_driver = (fn.driver or "") if fn is not None else ""
+        target = self.driver_for(pool)
+        if host_driver:
+            steps.append(Unbind(vf, host_driver))
+        previous = (fn.driver_override or "") if fn is not None else ""
+        if previous != target:
+            steps.append(SetDriverOverride(vf, target, previous=previous))
+        steps.append(DriversProbe(vf, target))
+        return steps, vf, host_driver
+
+    def plan_bind(self, snapshot: HostSnapshot, vf: str, host_driver: str = "") -> list[Step]:
+        """Bind an existing VF to its pool's guest driver again (restore after a reboot); [] when it is bound."""
+        pool = self.pool_of(snapshot, vf)
+        fn = snapshot.functions.get(vf)
+        if pool is None or fn is None:
+            raise NotFoundError(f"VF {vf} does not exist", "enable its GPU's VFs (`vgpuadm sriov enable PF`)")
+        target = self.driver_for(pool)
+        if fn.driver == target:
+            return []
+        if fn.driver in (VFIO, pool.variant):
+            raise ConflictError(
+                f"VF {vf} is bound to {fn.driver}, not {target}", f"unbind it: `vgpuadm vfio unbind {vf}`"
+            )
+        steps: list[Step] = [Unbind(vf, fn.driver)] if fn.driver else []
+        if fn.driver_override != target:
+            steps.append(SetDriverOverride(vf, target, previous=fn.driver_override or ""))
+        steps.append(DriversProbe(vf, target))
+        return steps
+
+    def plan_free(self, snapshot: HostSnapshot, a: Allocation, drivers: Mapping[str, str]) -> list[Step]:
+        fn = snapshot.functions.get(a.address or "")
+        pool = self.pool_of(snapshot, a.address or "")
+        if fn is None or pool is None:
+            return []
+        steps: list[Step] = []
+        if fn.driver and fn.driver in (VFIO, pool.variant):
+            steps.append(Unbind(fn.address, fn.driver))
+        if fn.driver_override:
+            steps.append(SetDriverOverride(fn.address, "", previous=fn.driver_override))
+        host_driver = a.extra.get("host_driver", "")
+        if host_driver and _DRIVER.match(host_driver) and fn.driver in (VFIO, pool.variant):
+            steps.append(Bind(fn.address, host_driver))
+        return steps
+
+    def missing(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        fn = snapshot.functions.get(a.address or "")
+        pool = self.pool_of(snapshot, a.address or "")
+        return fn is None or pool is None or fn.driver != self.driver_for(pool)
+
+    def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
+        return {"mode": "pool", "address": device_id, "managed": "no"}
+
+
+MODE = VfPoolMode()

@@ -1,0 +1,61 @@
+"""virtio-gl: a paravirtual virtio-gpu with 3D acceleration (virglrenderer) rendered on one of the host's DRM render
+nodes, for any GPU with a DRM driver (or none shared at all). No kernel change: the domain gets a virtio <video>
+with accel3d and an egl-headless (or SPICE GL) <graphics> naming /dev/dri/renderD<N> (docs/reference/sriov-gpus.md
+§5). Discovery lists the render nodes from /sys/class/drm/renderD* with the GPU each belongs to.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import ClassVar
+
+from vgpuadm.errors import NotFoundError
+from vgpuadm.model import Allocation, HostSnapshot, Layout
+from vgpuadm.modes.base import HostdevSpec, Mode
+from vgpuadm.steps import Step
+
+TYPE = "virtio-gl"
+GRAPHICS = ("egl-headless", "spice")
+RENDER_NODE = re.compile(r"^/dev/dri/renderD[0-9]{1,5}$")  # what metadata may name, before it becomes XML
+
+
+def render_path(node: str) -> str:
+    return f"/dev/dri/{node}"
+
+
+class VirtioGpuMode(Mode):
+    name: ClassVar[str] = TYPE
+    layouts: ClassVar[tuple[Layout, ...]] = ()
+
+    def pick(self, snapshot: HostSnapshot, gpu: str | None = None) -> tuple[str, str]:
+        """The render node (renderD128) to render on, and its GPU: the one of `gpu`, else the lowest numbered."""
+        nodes = sorted(snapshot.render_nodes.items(), key=lambda kv: int(kv[0].removeprefix("renderD")))
+        if not nodes:
+            raise NotFoundError(
+                "This host has no DRM render node (/sys/class/drm/renderD*) for virtio-gl",
+                "load the GPU's DRM driver (amdgpu, i915, xe, nouveau, virtio_gpu…) or pick another type",
+            )
+        if gpu is not None:
+            mine = [(n, g) for n, g in nodes if g == gpu]
+            if not mine:
+                listed = ", ".join(f"{n} ({g or 'not PCI'})" for n, g in nodes)
+                raise NotFoundError(f"GPU {gpu} has no render node", f"render nodes here: {listed}")
+            return mine[0]
+        return nodes[0]
+
+    def validate(self, snapshot: HostSnapshot, device_id: str) -> None:
+        if device_id.removeprefix("/dev/dri/") not in snapshot.render_nodes:
+            raise NotFoundError(f"No render node {device_id} on this host", "run `vgpuadm gpus` to list GPUs")
+
+    def plan_free(self, snapshot: HostSnapshot, a: Allocation, drivers: Mapping[str, str]) -> list[Step]:
+        return []  # nothing on the host to give back
+
+    def missing(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        return a.extra.get("rendernode", "").removeprefix("/dev/dri/") not in snapshot.render_nodes
+
+    def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
+        return {"mode": TYPE, "rendernode": render_path(device_id.removeprefix("/dev/dri/"))}
+
+
+MODE = VirtioGpuMode()

@@ -1,0 +1,100 @@
+"""`vgpuadm doctor`: read what the checks need from one host root (any root: this host, a simulated or an imported
+one), without the lock and without changing anything, and run the pure checks of report/doctor.py.
+
+Which tools count: nvidia-smi and sriov-manage as the verbs find them (the root's own on a simulated or captured
+root). QEMU and mdevctl are the ones libvirt and udev run: this machine's on `/` and on a simulated root (libvirt's
+embedded driver runs this machine's QEMU), the root's own on any other root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from vgpuadm.errors import VgpuadmError
+from vgpuadm.executor import read_journal
+from vgpuadm.executor.kernel import load_drivers
+from vgpuadm.host import nvidia_smi
+from vgpuadm.host.root import SRIOV_MANAGE, HostRoot
+from vgpuadm.host.sysfs import check_root
+from vgpuadm.ops.session import Session
+from vgpuadm.plan.reconcile import find_leaks
+from vgpuadm.report.doctor import Check, HostFacts, run_checks
+
+QEMU = ("/usr/bin/qemu-system-x86_64", "/usr/libexec/qemu-kvm", "/usr/bin/qemu-kvm", "/usr/bin/kvm")
+MDEVCTL = ("/usr/sbin/mdevctl", "/usr/bin/mdevctl")
+MAX_CMDLINE = 4096  # the kernel's COMMAND_LINE_SIZE on x86 is 2048; anything longer is not a command line
+
+
+def _machine_tool(root: HostRoot, candidates: tuple[str, ...]) -> str | None:
+    own = root.is_host or root.simulated
+    for host_path in candidates:
+        if os.access(host_path, os.X_OK) if own else root.has_executable(host_path):
+            return host_path
+    if own:
+        found = shutil.which(os.path.basename(candidates[0]))
+        return found
+    return None
+
+
+def _tools(root: HostRoot) -> dict[str, str | None]:
+    smi = nvidia_smi.locate(root)
+    return {
+        "sriov-manage": SRIOV_MANAGE if root.has_executable(SRIOV_MANAGE) else None,
+        "nvidia-smi": (("/" + os.path.relpath(smi, root.path)) if smi and smi.startswith(root.path + "/") else smi),
+        "qemu": _machine_tool(root, QEMU),
+        "mdevctl": _machine_tool(root, MDEVCTL),
+    }
+
+
+def facts(root: str | None, connect: str | None = None) -> HostFacts:
+    """Everything the checks judge, read once."""
+    with Session.read(root, connect) as s:
+        check_root(s.root.path)
+        sysfs = s.sysfs
+        snap = s.snap
+        cmdline = sysfs.read_opt("/proc/cmdline") if sysfs.exists("/proc/cmdline") else None
+        modules = frozenset(sysfs.listdir("/sys/module")) if sysfs.is_dir("/sys/module") else None
+        journal = journal_error = None
+        try:
+            doc = read_journal(s.root.path)
+        except VgpuadmError as exc:
+            journal_error = exc.message
+        else:
+            if doc is not None:
+                got = doc.get("plan")
+                plan = got if isinstance(got, dict) else {}
+                journal = f"{plan.get('summary') or 'a change'} (step {doc.get('current', '?')})"
+        version = error = leaks = None
+        uses_ramfb = False
+        try:
+            version = s.virt.lib_version()
+            doms = s.domains()
+            uses_ramfb = any("ramfb='on'" in x or 'ramfb="on"' in x for x in doms.xml.values())
+            leaks = tuple(
+                (lk.kind, lk.id, lk.detail) for lk in find_leaks(snap, doms.owned(), load_drivers(s.root.path))
+            )
+        except VgpuadmError as exc:
+            error = exc.message
+        except ImportError as exc:  # libvirt-python missing
+            error = str(exc)
+        return HostFacts(
+            snap=snap,
+            iommu_group_count=len(sysfs.listdir("/sys/kernel/iommu_groups")),
+            cmdline=cmdline[:MAX_CMDLINE] if cmdline is not None else None,
+            modules=modules,
+            pci_drivers=frozenset(sysfs.listdir("/sys/bus/pci/drivers")),
+            tools=_tools(s.root),
+            libvirt_uri=s.uri,
+            libvirt_version=version,
+            libvirt_error=error,
+            uses_ramfb=uses_ramfb,
+            journal=journal,
+            journal_error=journal_error,
+            leaks=leaks,
+        )
+
+
+def doctor(root: str | None, connect: str | None = None) -> tuple[HostFacts, list[Check]]:
+    f = facts(root, connect)
+    return f, run_checks(f)

@@ -1,0 +1,194 @@
+"""`vgpuadm hook run|install|uninstall|status`: on-demand devices through libvirt's qemu hook.
+
+`run` is what the installed hook executes for each domain libvirt starts and stops: on prepare/begin it makes the
+domain's on-demand devices (plan/ondemand.py: the same planner and capacity model as `create`), on release/end it
+removes them. It plans from the domain XML libvirt passes on stdin and the kernel alone, under the host lock, and
+never calls libvirt (libvirt documents that a hook calling back into its API deadlocks). Other operations do nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vgpuadm.errors import ConflictError, UsageError
+from vgpuadm.executor import load_drivers
+from vgpuadm.host.root import HostRoot
+from vgpuadm.io import hookfile
+from vgpuadm.ops.session import Session
+from vgpuadm.ops.unit import vgpuadm_command
+from vgpuadm.plan import ondemand
+from vgpuadm.steps import Plan, RemoveHookFile, Step, WriteHookFile
+from vgpuadm.virt import xml
+
+MAX_DOMAIN_XML = 4 * 1024 * 1024  # bytes: libvirt's own domain XML limit is 10 MB, real ones are a few KiB
+
+
+@dataclass(frozen=True)
+class HookRunResult:
+    domain: str
+    phase: str  # "start", "stop" or "" (an operation the hook leaves alone)
+    plan: Plan
+    applied: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"domain": self.domain, "phase": self.phase, "steps": self.plan.describe(),
+                "applied": list(self.applied)}  # fmt: skip
+
+
+def phase_of(operation: str, sub_operation: str) -> str:
+    if (operation, sub_operation) in ondemand.START:
+        return "start"
+    if (operation, sub_operation) in ondemand.STOP:
+        return "stop"
+    return ""
+
+
+def read_domain_xml(data: bytes) -> str:
+    """The domain XML from the hook's stdin: at most MAX_DOMAIN_XML bytes of UTF-8, well-formed."""
+    hint = "libvirt passes the domain XML on standard input; run the hook as libvirt does"
+    if len(data) > MAX_DOMAIN_XML:
+        raise UsageError(f"the domain XML on standard input is over {MAX_DOMAIN_XML} bytes", hint)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError("the domain XML on standard input is not UTF-8", hint) from None
+    if not text.strip():
+        raise UsageError("no domain XML on standard input", hint)
+    xml.parse_domain(text)
+    return text
+
+
+def run(root: str | None, domain: str, operation: str, sub_operation: str, domain_xml: bytes) -> HookRunResult:
+    """Make (start) or free (stop) the on-demand devices of `domain`, whose XML libvirt gave on stdin."""
+    phase = phase_of(operation, sub_operation)
+    if not phase:
+        return HookRunResult(domain, "", Plan.of([], f"{operation}/{sub_operation}: nothing to do"), ())
+    text = read_domain_xml(domain_xml)
+    name, _ = xml.domain_identity(text)
+    if name != domain:
+        raise UsageError(f"the domain XML on standard input is for {name!r}, not {domain!r}",
+                         "libvirt passes the domain's name as the first argument and its XML on stdin")  # fmt: skip
+    if not any(a.on_demand for a in xml.parse_allocations(text)):
+        # most domains: no lock, no discovery, and a pending journal never blocks their start
+        return HookRunResult(domain, phase, Plan.of([], f"domain {domain} has no on-demand devices"), ())
+    with Session.open(root) as s:  # s.virt is never opened here
+        if phase == "start":
+            plan = ondemand.plan_start(s.snap, text)
+        else:
+            plan = ondemand.plan_stop(s.snap, text, load_drivers(s.root.path))
+        applied = s.execute(plan).applied if not plan.empty else ()
+    return HookRunResult(domain, phase, plan, tuple(applied))
+
+
+# -- install / uninstall / status ------------------------------------------------------------------------------------
+
+NEXT_STEP = "systemctl restart libvirtd (or virtqemud): libvirt looks for hook scripts only when it starts"
+
+
+@dataclass(frozen=True)
+class HookInstallResult:
+    path: str  # the host path of the hook libvirt runs (/etc/libvirt/hooks/qemu.d/vgpuadm or …/qemu)
+    command: tuple[str, ...]  # what the hook runs (before `hook run …`)
+    plan: Plan
+    applied: tuple[str, ...]
+    dry_run: bool
+    installed: bool  # after the command (what it would be, with dry_run)
+    current: bool  # the file says what install writes, 0755, owned by root
+    chained: str | None = None  # the host path of the script the single `qemu` script chains
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.applied) and not self.dry_run
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "command": list(self.command), "changed": self.changed, "dry_run": self.dry_run,
+                "installed": self.installed, "current": self.current, "chained": self.chained,
+                "steps": self.plan.describe(), "next": NEXT_STEP if self.changed else ""}  # fmt: skip
+
+
+def hook_command(root: HostRoot, command: list[str] | None = None) -> list[str]:
+    """The vgpuadm the hook runs, with --root when the root is not `/`."""
+    return [*(command or vgpuadm_command()), *([] if root.is_host else ["--root", root.path])]
+
+
+def _current(root: str, name: str, text: str) -> bool:
+    return hookfile.read_hook(root, name) == text and hookfile.mode_and_owner(root, name) == (hookfile.MODE, 0)
+
+
+def install(
+    root: str | None, *, single_script: bool = False, dry_run: bool = False, command: list[str] | None = None
+) -> HookInstallResult:
+    """Write the hook: hooks/qemu.d/vgpuadm, or (`single_script`, for libvirt < 6.5) hooks/qemu, chaining a qemu
+    script that is there already (kept as qemu.vgpuadm-chained). Nothing to do when it is there and current."""
+    with Session.open(root, needs_sys=False) as s:
+        r = s.root.path
+        cmd = hook_command(s.root, command)
+        name = hookfile.SCRIPT if single_script else hookfile.DIR_HOOK
+        text = hookfile.render(cmd, name)
+        previous = hookfile.read_hook(r, name)
+        steps: list[Step] = []
+        chained = None
+        if name == hookfile.SCRIPT and previous is not None and not hookfile.is_ours(previous):
+            kept = hookfile.read_hook(r, hookfile.CHAINED)
+            if kept is not None:
+                raise ConflictError(
+                    f"{hookfile.host_path(hookfile.SCRIPT)} is not vgpuadm's and "
+                    f"{hookfile.host_path(hookfile.CHAINED)} exists already",
+                    "merge them by hand, or use the hooks/qemu.d/ directory (vgpuadm hook install)",
+                )
+            steps.append(WriteHookFile(hookfile.CHAINED, previous, None))
+        if previous != text or hookfile.mode_and_owner(r, name) != (hookfile.MODE, 0):
+            steps.append(WriteHookFile(name, text, previous))
+        if name == hookfile.SCRIPT and (steps or hookfile.read_hook(r, hookfile.CHAINED) is not None):
+            chained = hookfile.host_path(hookfile.CHAINED)
+        plan = Plan.of(steps, f"install the vgpuadm qemu hook {hookfile.host_path(name)}")
+        applied = s.execute(plan, dry_run=dry_run).applied if steps else ()
+        current = dry_run or _current(r, name, text)
+        if chained and not (dry_run or hookfile.read_hook(r, hookfile.CHAINED) is not None):
+            chained = None
+        return HookInstallResult(hookfile.host_path(name), tuple(cmd), plan, tuple(applied), dry_run, True, current,
+                                 chained)  # fmt: skip
+
+
+def uninstall(root: str | None, *, dry_run: bool = False) -> HookInstallResult:
+    """Remove vgpuadm's hook (either form); a chained script goes back to hooks/qemu. A file vgpuadm did not write
+    is left alone."""
+    with Session.open(root, needs_sys=False) as s:
+        r = s.root.path
+        steps: list[Step] = []
+        chained = None
+        shown = hookfile.host_path(hookfile.DIR_HOOK)
+        mine = hookfile.read_hook(r, hookfile.DIR_HOOK)
+        if mine is not None and hookfile.is_ours(mine):
+            steps.append(RemoveHookFile(hookfile.DIR_HOOK, mine))
+        script = hookfile.read_hook(r, hookfile.SCRIPT)
+        if script is not None and hookfile.is_ours(script):
+            shown = hookfile.host_path(hookfile.SCRIPT)
+            kept = hookfile.read_hook(r, hookfile.CHAINED)
+            if kept is not None:
+                steps += [WriteHookFile(hookfile.SCRIPT, kept, script), RemoveHookFile(hookfile.CHAINED, kept)]
+                chained = hookfile.host_path(hookfile.CHAINED)
+            else:
+                steps.append(RemoveHookFile(hookfile.SCRIPT, script))
+        plan = Plan.of(steps, "remove the vgpuadm qemu hook")
+        applied = s.execute(plan, dry_run=dry_run).applied if steps else ()
+        return HookInstallResult(shown, (), plan, tuple(applied), dry_run, False, False, chained)
+
+
+def status(root: str | None, *, command: list[str] | None = None) -> HookInstallResult:
+    """Which form is installed and whether it says what `hook install` (run as this vgpuadm) writes. Read-only."""
+    with Session.read(root) as s:
+        r = s.root.path
+        cmd = hook_command(s.root, command)
+        for name in (hookfile.DIR_HOOK, hookfile.SCRIPT):
+            text = hookfile.read_hook(r, name)
+            if text is not None and hookfile.is_ours(text):
+                chained = hookfile.read_hook(r, hookfile.CHAINED) if name == hookfile.SCRIPT else None
+                return HookInstallResult(
+                    hookfile.host_path(name), tuple(cmd), Plan.of([], ""), (), False, True,
+                    _current(r, name, hookfile.render(cmd, name)),
+                    hookfile.host_path(hookfile.CHAINED) if chained is not None else None,
+                )  # fmt: skip
+    return HookInstallResult(hookfile.host_path(hookfile.DIR_HOOK), tuple(cmd), Plan.of([], ""), (), False, False,
+                             False)  # fmt: skip
