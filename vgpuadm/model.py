@@ -428,6 +428,16 @@ class HostSnapshot(_Record):
         out.extend(t for pool in self.vf_pools.values() for t in pool.offered)
         return sorted(out, key=lambda t: (t.parent, t.numeric_id or 0, t.type_id))
 
+    def skipped(self, address: str, hint: str) -> str:
+        """Why discovery skipped `address` (its warning) when it did, else `hint`: a command naming a device that a
+        broken or hostile tree hid says what hid it."""
+        heads = (
+            f"skipped PCI function {address}: ",
+            f"skipped vendor-VFIO VF {address}: ",
+            f"skipped mdev parent {address}: ",
+        )
+        return next((w for w in self.warnings if w.startswith(heads)), hint)
+
     def physical_gpu(self, address: str) -> str:
         """The PF that a VF belongs to (itself for a PF or a non-PCI parent)."""
         fn = self.functions.get(address)

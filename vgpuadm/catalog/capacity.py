@@ -15,6 +15,7 @@ against, and never imports it.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -106,6 +107,20 @@ def conflicting_sizes(running: Iterable[int], framebuffer_mib: int | None) -> li
 def per_parent_room(t: VgpuType) -> int:
     """How many more of `t` its parent itself takes: one per VF on layouts B/C, else the kernel's count."""
     return 1 if t.layout in SR_IOV_LAYOUTS else t.available_instances
+
+
+def host_maximum(snapshot: HostSnapshot) -> int:
+    """The most vGPU devices this host could ever hold at once, whatever their types: per mdev parent on a PF the
+    largest count any one of its types allows (its max_instance, else what is free now plus what exists), one per
+    VF (layouts B and C). An upper bound: a request for more can never be placed."""
+    existing = Counter(m.parent for m in snapshot.mdevs.values())
+    total = 0
+    for name, p in snapshot.mdev_parents.items():
+        if p.layout in SR_IOV_LAYOUTS:
+            total += 1
+        else:
+            total += max((t.max_instances or t.available_instances + existing[name] for t in p.types), default=0)
+    return total + sum(1 for addr in snapshot.vendor_vfs if addr not in snapshot.mdev_parents)
 
 
 def gpu_room(t: VgpuType, running: int) -> int | None:

@@ -39,7 +39,7 @@ from filelock import FileLock, Timeout
 
 from vgpuadm.errors import ConflictError, HostIOError, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor.hints import errno_hint
-from vgpuadm.executor.journalcheck import check_document, check_owner
+from vgpuadm.executor.journalcheck import check_document, check_owner, check_progress_state
 from vgpuadm.host import root as host_root
 from vgpuadm.host.files import fsync_dir
 from vgpuadm.host.root import check_exists, check_writable
@@ -146,7 +146,7 @@ def host_lock(root: str, timeout: float | None = None) -> Iterator[None]:
     check_writable(root)
     wait = LOCK_POLICY.timeout if timeout is None else timeout
     path = os.path.join(root, LOCK_PATH)
-    private_dirs(os.path.dirname(path))
+    private_dirs(os.path.dirname(path), root)
     _refuse_link(root, path)
     with _LOCKS_GUARD:
         key = (os.getpid(), path)
@@ -252,14 +252,36 @@ def _unsafe(root: str, path: str) -> UnsafeError:
     )
 
 
+unsafe_path = _unsafe  # for the handlers that read state files (executor/kernel.py)
+
+
 def _refuse_link(root: str, path: str) -> None:
     if os.path.islink(path):
         raise _unsafe(root, path)
 
 
-def private_dirs(directory: str) -> None:
+def refuse_linked_dirs(root: str, directory: str) -> None:
+    """On a root other than /, no existing component of `directory` below the root is a symlink (UnsafeError): state
+    reached through a planted link would be read or written outside the root. On / they belong to root."""
+    if root == "/":
+        return
+    rel = os.path.relpath(directory, root)
+    if rel == "." or rel.startswith(".."):
+        return
+    current = root
+    for part in rel.split(os.sep):
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            raise _unsafe(root, current)
+        if not os.path.exists(current):
+            return
+
+
+def private_dirs(directory: str, root: str | None = None) -> None:
     """Create `directory` and its missing parents; the ones created here are 0700 whatever the umask. Existing
-    directories (a real host's /run) are left as they are."""
+    directories (a real host's /run) are left as they are. With `root`, a symlinked component is refused first."""
+    if root is not None:
+        refuse_linked_dirs(root, directory)
     missing: list[str] = []
     d = directory
     while not os.path.isdir(d):
@@ -314,7 +336,7 @@ def atomic_write_json(path: str, doc: Any, *, root: str, sync_dir: bool = True, 
     version (the journal's per-step updates accept that, see `recover`). sync=False skips every fsync: only
     for a file whose loss in a power cut loses nothing (see _Journal)."""
     directory = os.path.dirname(path)
-    private_dirs(directory)
+    private_dirs(directory, root)
     tmp = f"{path}.{os.getpid()}.tmp"
     with os.fdopen(_create_temp(root, tmp), "w") as f:
         json.dump(doc, f, indent=1, sort_keys=True)
@@ -358,6 +380,7 @@ def read_journal(root: str) -> dict[str, Any] | None:
     """The journal of an interrupted change, or None: the plan document with `current` and `state` taken from the
     last complete progress line after it."""
     path = journal_path(root)
+    refuse_linked_dirs(root, os.path.dirname(path))
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -383,7 +406,8 @@ def read_journal(root: str) -> dict[str, Any] | None:
         with contextlib.suppress(ValueError):
             record = json.loads(line) if line.strip() else None
             if isinstance(record, dict) and isinstance(record.get("current"), int):
-                doc.update(current=record["current"], done=record["current"], state=str(record.get("state")))
+                state = check_progress_state(record.get("state"))
+                doc.update(current=record["current"], done=record["current"], state=state)
                 if isinstance(record.get("undo"), list):
                     doc["undo"] = [i for i in record["undo"] if isinstance(i, int)]
     return doc

@@ -1,12 +1,15 @@
 """The journal is untrusted input: `recover` and `reconcile` act on it as root. Before anything reads its steps,
 the file must be owned by root or by the caller and not writable by group or others, and its document must match
 the journal's schema: the structure `execute` writes, known step kinds with exactly their fields, and every value
-matching its grammar (PCI addresses, UUIDs, type ids, driver, domain and unit names). Anything else is one
-UnsafeError naming /var/lib/vgpuadm/journal.json."""
+matching its grammar (PCI addresses, UUIDs, type ids, driver, domain and unit names); every free-text field has a
+bound too: vgpu_params in their `k=v` form, device XML a <hostdev> element, metadata an element, mdevctl definitions
+JSON objects, unit files and descriptions printable text, each with a length limit, and no XML declaration, DOCTYPE
+or entity anywhere. Anything else is one UnsafeError naming /var/lib/vgpuadm/journal.json."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import stat
@@ -25,12 +28,100 @@ TYPE_ID = re.compile(r"[A-Za-z0-9_.-]{0,64}")
 DRIVER = re.compile(r"[A-Za-z0-9_-]{0,64}")
 DOMAIN = re.compile(r"[^/\x00-\x1f\x7f]{1,255}")
 UNIT = re.compile(r"[A-Za-z0-9_@:-][A-Za-z0-9_.@:-]{0,254}")
+PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}=[^\s,]{1,256}")  # k=v, as modes/base.py's check_params allows
+_PRINTABLE = re.compile(r"[^\x00-\x08\x0b-\x1f\x7f]*")  # text: no control character but tab and newline
+_LINE = re.compile(r"[^\x00-\x1f\x7f]{0,1024}")
+STATES = ("applying", "rolling-back")
 GRAMMAR: dict[str, re.Pattern[str]] = {
     "parent": PCI, "address": PCI, "pf": PCI, "vf": PCI, "uuid": UUID, "type_id": TYPE_ID, "driver": DRIVER,
     "expect": DRIVER, "domain": DOMAIN, "name": UNIT, "device_path_kind": re.compile(r"mdev|vf"),
     "hook": re.compile(r"qemu\.d/vgpuadm|qemu|qemu\.vgpuadm-chained"),
     "profile": re.compile(r"[0-9]+[cg]\.[0-9a-z.]+(\+[a-z.]+)?"),  # a MIG profile name, 1g.18gb
 }  # fmt: skip
+
+
+def _text(limit: int) -> Any:
+    return lambda v: len(v) <= limit and _PRINTABLE.fullmatch(v) is not None
+
+
+def _xml(start: tuple[str, ...], limit: int) -> Any:
+    """An element as vgpuadm renders it: starting with one of `start`, no declaration, DOCTYPE, entity or CDATA."""
+
+    def ok(v: str) -> bool:
+        return (
+            len(v) <= limit and _PRINTABLE.fullmatch(v) is not None and v.lstrip().startswith(start)
+            and v.rstrip().endswith(">") and "<!" not in v and "<?" not in v and "&" not in v.replace("&amp;", "")
+            .replace("&lt;", "").replace("&gt;", "").replace("&apos;", "").replace("&quot;", "")
+        )  # fmt: skip
+
+    return ok
+
+
+def _json_object(limit: int) -> Any:
+    def ok(v: str) -> bool:
+        if len(v) > limit:
+            return False
+        try:
+            return isinstance(json.loads(v), dict)
+        except ValueError:
+            return False
+
+    return ok
+
+
+def _one_line(v: str) -> bool:
+    return _LINE.fullmatch(v) is not None
+
+
+def _params(v: str) -> bool:
+    pairs = [p for p in re.split(r"[ ,]+", v) if p]
+    return len(pairs) <= 64 and all(PARAM.fullmatch(p) for p in pairs)
+
+
+def _driver(v: str) -> bool:
+    return DRIVER.fullmatch(v) is not None
+
+
+_METADATA = _xml(("<vgpuadm",), 1024 * 1024)
+_HOSTDEVS = _xml(("<hostdev ", "<hostdev>", "<hostdev/"), 256 * 1024)  # one or more concatenated hostdev elements
+# (step kind, field) → check of a free-text value; "" passes where a field means "nothing" (no previous metadata).
+FREE_TEXT: dict[tuple[str, str], Any] = {
+    ("set-vgpu-params", "params"): lambda v: len(v) <= 4096 and _params(v),
+    # what the driver showed before (it keeps any text it was given): one line of at most its 1024 bytes
+    ("set-vgpu-params", "previous"): lambda v: len(v) <= 1024 and _LINE.fullmatch(v) is not None,
+    ("set-driver-override", "previous"): _driver,
+    ("write-mdevctl-definition", "text"): _json_object(64 * 1024),
+    ("write-mdevctl-definition", "previous"): _json_object(64 * 1024),
+    ("remove-mdevctl-definition", "previous"): _json_object(64 * 1024),
+    ("write-unit-file", "text"): _text(64 * 1024),
+    ("write-unit-file", "previous"): _text(64 * 1024),
+    ("remove-unit-file", "previous"): _text(64 * 1024),
+    ("attach-hostdev", "device_xml"): _xml(("<hostdev ", "<hostdev>", "<hostdev/"), 16 * 1024),
+    ("detach-hostdev", "device_xml"): _xml(("<hostdev ", "<hostdev>", "<hostdev/"), 16 * 1024),
+    ("attach-hostdev", "what"): lambda v: len(v) <= 512 and _LINE.fullmatch(v) is not None,
+    ("detach-hostdev", "what"): lambda v: len(v) <= 512 and _LINE.fullmatch(v) is not None,
+    ("write-hook-file", "text"): _text(64 * 1024),
+    ("write-hook-file", "previous"): _text(64 * 1024),
+    ("remove-hook-file", "previous"): _text(64 * 1024),
+    ("define-domain", "attach"): lambda v: v == "" or _HOSTDEVS(v),
+    ("define-domain", "detach"): lambda v: v == "" or _HOSTDEVS(v),
+    ("define-domain", "element"): lambda v: v == "" or _METADATA(v),
+    ("define-domain", "previous"): lambda v: v == "" or _METADATA(v),
+    ("define-domain", "attached"): lambda v: len(v) <= 4096 and _PRINTABLE.fullmatch(v) is not None and "\n" not in v,
+    ("define-domain", "detached"): lambda v: len(v) <= 4096 and _PRINTABLE.fullmatch(v) is not None and "\n" not in v,
+    ("set-virtio-gl", "rendernode"): lambda v: re.fullmatch(r"(/dev/dri/renderD[0-9]{1,4})?", v) is not None,
+    ("set-virtio-gl", "graphics"): lambda v: v in ("egl-headless", "spice"),
+    ("set-virtio-gl", "previous_video"): lambda v: re.fullmatch(r"[a-z0-9_-]{0,32}", v) is not None,
+    ("set-metadata", "element"): lambda v: v == "" or _METADATA(v),
+    ("set-metadata", "previous"): lambda v: v == "" or _METADATA(v),
+}
+
+
+def check_progress_state(state: Any) -> str:
+    """The `state` of a progress line: one the executor writes."""
+    if state not in STATES:
+        raise _bad(f"a progress line holds the state {str(state)[:60]!r}")
+    return str(state)
 
 
 def _bad(problem: str) -> UnsafeError:
@@ -67,6 +158,9 @@ def _value(kind: str, name: str, annotation: str, value: Any) -> None:
                 pattern = PCI if PCI.fullmatch(value) else UUID
             if pattern is not None and not (value == "" and name in ("type_id", "driver", "expect")):
                 ok = ok and pattern.fullmatch(value) is not None and ".." not in value.split("/")
+            if pattern is None:  # free text: its own check, else one printable line (tests/unit/test_journal_free_text)
+                free = FREE_TEXT.get((kind, name), _one_line)
+                ok = ok and bool(free(value))
     if not ok:
         raise _bad(f"{where} holds {str(value)[:60]!r}, not a valid value")
 
@@ -78,8 +172,9 @@ def check_document(doc: Any) -> None:
     plan = doc.get("plan")
     if not isinstance(plan, dict) or not isinstance(plan.get("steps"), list):
         raise _bad("it holds no plan steps")
-    if not isinstance(plan.get("summary", ""), str):
-        raise _bad("its plan summary is not text")
+    summary = plan.get("summary", "")
+    if not isinstance(summary, str) or len(summary) > 4096 or _PRINTABLE.fullmatch(summary) is None:
+        raise _bad("its plan summary is not a line of text")
     for key in ("current", "done", "pid"):
         if key in doc and (not isinstance(doc[key], int) or isinstance(doc[key], bool) or doc[key] < 0):
             raise _bad(f"{key} is not a non-negative integer")

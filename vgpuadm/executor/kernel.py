@@ -10,10 +10,13 @@ from __future__ import annotations
 import errno as errno_mod
 import json
 import os
+import stat
 import subprocess
 
-from vgpuadm.errors import HostIOError
-from vgpuadm.executor import DRIVERS, ExecContext, atomic_write_json, register
+from vgpuadm.errors import HostIOError, UnsafeError
+from vgpuadm.executor import DRIVERS, ExecContext, atomic_write_json, refuse_linked_dirs, register, unsafe_path
+from vgpuadm.executor.journalcheck import DRIVER as DRIVER_GRAMMAR
+from vgpuadm.executor.journalcheck import PCI as PCI_GRAMMAR
 from vgpuadm.modes.base import join_params, same_params, split_params
 from vgpuadm.steps import (
     SRIOV_MANAGE,
@@ -257,13 +260,36 @@ def _probed(s: DriversProbe, ctx: ExecContext) -> bool:
 
 
 def load_drivers(root: str) -> dict[str, str]:
-    """Original drivers remembered by `vfio bind` ({address: driver}, "" = was unbound)."""
+    """Original drivers remembered by `vfio bind` ({address: driver}, "" = was unbound). Untrusted: never read
+    through a symlink, and every entry must be a PCI address and a driver name (they become sysfs paths)."""
+    path = os.path.join(root, DRIVERS)
+    refuse_linked_dirs(root, os.path.dirname(path))
     try:
-        with open(os.path.join(root, DRIVERS)) as f:
-            doc = json.load(f)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno_mod.ELOOP:
+            raise unsafe_path(root, path) from None
+        return {}
+    try:
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise _bad_drivers("it is not a regular file")
+            doc = json.loads(f.read(MAX_DRIVERS_BYTES + 1)[: MAX_DRIVERS_BYTES + 1])
     except (OSError, ValueError):
         return {}
-    return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
+    if not isinstance(doc, dict):
+        return {}
+    for address, driver in doc.items():
+        if not (isinstance(driver, str) and PCI_GRAMMAR.fullmatch(address) and DRIVER_GRAMMAR.fullmatch(driver)):
+            raise _bad_drivers(f"entry {str(address)[:40]!r}: {str(driver)[:40]!r} is not a PCI address and a driver")
+    return dict(doc)
+
+
+MAX_DRIVERS_BYTES = 1024 * 1024
+
+
+def _bad_drivers(problem: str) -> UnsafeError:
+    return UnsafeError(f"refusing /{DRIVERS}: {problem}", f"inspect /{DRIVERS} and remove it by hand")
 
 
 def _save_drivers(root: str, drivers: dict[str, str]) -> None:

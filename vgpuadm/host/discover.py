@@ -6,6 +6,7 @@ Layout detection follows shared/docs/vgpu-sysfs.md §0, from sysfs only, never f
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 
@@ -101,7 +102,7 @@ def _read_functions(sysfs: Sysfs, warnings: list[str], listed: dict[int, list[st
         try:
             classes[addr] = sysfs.read(f"{PCI_DEVICES}/{addr}/class").strip()
         except HostIOError as exc:
-            if sysfs.is_dir(f"{PCI_DEVICES}/{addr}"):
+            if exc.errno in (errno.EXDEV, errno.ELOOP) or sysfs.is_dir(f"{PCI_DEVICES}/{addr}"):
                 warnings.append(f"skipped PCI function {addr}: {exc.message}")
             else:
                 warnings.append(f"skipped PCI function {addr}: {PCI_DEVICES}/{addr} is a dangling link")
@@ -135,6 +136,10 @@ def _read_functions(sysfs: Sysfs, warnings: list[str], listed: dict[int, list[st
             members = listed[fn.iommu_group] = sysfs.listdir(f"{IOMMU_GROUPS}/{fn.iommu_group}/devices")
             todo.extend(members)
         todo.extend(a for a in by_slot.get(fn.slot, ()) if a != addr)
+    for addr, fn in list(out.items()):
+        if fn.physfn and fn.physfn not in out:  # a VF stands with its PF: the snapshot never names a missing one
+            warnings.append(f"skipped PCI function {addr}: its PF {fn.physfn} was skipped")
+            del out[addr]
     return dict(sorted(out.items()))
 
 

@@ -116,28 +116,50 @@ class HostRoot:
         on a simulated root, chosen by ops.session: host/ sits below sim/)."""
         return Sysfs(self.path, writer_factory=writer_factory)
 
+    def read_small(self, host_path: str, limit: int = 4096) -> str | None:
+        """The first `limit` bytes of a small file under the root as text, None when it is missing or unreadable.
+        On a root other than / the file is opened without following a link at its name, in a directory that must
+        resolve inside the root (a planted link never shows another file's contents)."""
+        if self.is_host:
+            try:
+                with open(host_path, "rb") as f:
+                    return f.read(limit).decode(errors="replace")
+            except OSError:
+                return None
+        directory, name = os.path.split(self.real(host_path))
+        try:
+            dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            inside = os.path.realpath(self.path)
+            try:
+                where = os.readlink(f"/proc/self/fd/{dfd}")
+            except OSError:
+                where = os.path.realpath(directory)
+            if where != inside and not where.startswith(inside.rstrip("/") + "/"):
+                return None
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError:
+            return None
+        finally:
+            os.close(dfd)
+        try:
+            return os.read(fd, limit).decode(errors="replace")
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
     def machine_id(self) -> str:
         """`<root>/etc/machine-id` when present (stable across reboots), else the host name."""
-        try:
-            with open(self.real(MACHINE_ID)) as f:
-                ident = f.read().strip()
-                if ident:
-                    return ident
-        except OSError:
-            pass
-        return os.uname().nodename  # what socket.gethostname() returns, without importing socket
+        ident = (self.read_small(MACHINE_ID) or "").strip()
+        return ident or os.uname().nodename  # what socket.gethostname() returns, without importing socket
 
     def hostname(self) -> str:
         """The name a host's inventory carries: <root>/etc/hostname on a non-/ root when present, else this host's."""
-        if not self.is_host:
-            try:
-                with open(self.real(HOSTNAME)) as f:
-                    name = f.read().strip()
-                if name:
-                    return name
-            except OSError:
-                pass
-        return os.uname().nodename  # what socket.gethostname() returns, without importing socket
+        name = "" if self.is_host else (self.read_small(HOSTNAME) or "").strip()
+        return name or os.uname().nodename  # what socket.gethostname() returns, without importing socket
 
     def has_executable(self, host_path: str) -> bool:
         return os.access(self.real(host_path), os.X_OK)

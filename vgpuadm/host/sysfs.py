@@ -3,12 +3,21 @@
 Reads return attribute text without the kernel's trailing newline. Writes go to a `Writer`: plain file writes on a
 real host, or the simulated kernel (vgpuadm.sim.kernel) when the root carries the simulation marker. Any OSError
 becomes a HostIOError that names the host path and the errno, never the temporary root.
+
+On a root other than `/` the tree is untrusted (a copied or captured host: anyone who could write it may have
+planted symlinks), so nothing read, listed or written may lead out of `<root>/sys`: a file is opened relative to a
+descriptor of its directory, whose resolved path (/proc/self/fd) must lie inside `<root>/sys`, with O_NOFOLLOW on
+the last component (attributes are never links in sysfs). The kernel's own links that paths go through (a bus
+entry, `device`, `physfn`, `virtfnN`) are followed only because the directory check sees where they led; the
+links whose names discovery reads (`driver`, `iommu_group`, `mdev_type`, …) must resolve inside `<root>/sys` too.
+Leaving it is a HostIOError with errno EXDEV. On `/` every path is inside: no check, no extra system call.
 """
 
 from __future__ import annotations
 
 import errno as errno_mod
 import os
+import stat
 from collections.abc import Callable
 
 from vgpuadm.errors import HostIOError, NotFoundError
@@ -18,6 +27,9 @@ TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (
 SIM_MARKER = "vgpuadm-simulated-host.json"  # at the root of a simulated host; holds its hardware model
 _O_READ = os.O_RDONLY | os.O_CLOEXEC
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+# Confined opens: never follow a link at the last component, never block on a planted FIFO.
+_O_CONFINED = os.O_NOFOLLOW | os.O_NONBLOCK
+_O_PATH = getattr(os, "O_PATH", os.O_RDONLY) | os.O_CLOEXEC  # locates a file without opening it (no side effect)
 _CHUNK = 65536
 # read_tree's first read: attributes are short, and a buffer this small comes from Python's own allocator (a 64 KiB
 # one costs a malloc and a shrinking realloc per file). A full buffer means: read on, _CHUNK at a time.
@@ -37,14 +49,15 @@ else:
 
 
 class PlainWriter:
-    """A real host: the kernel applies the write and answers with an errno."""
+    """A real host: the kernel applies the write and answers with an errno. The file is opened as the Sysfs reads
+    (confined to `<root>/sys` on a root other than /)."""
 
-    def __init__(self, root: str) -> None:
-        self.root = root
+    def __init__(self, sysfs: Sysfs) -> None:
+        self.sysfs = sysfs
 
     def write(self, host_path: str, data: str) -> None:
         # One write(2) per attribute: sysfs store callbacks see exactly one buffer (no buffering splits).
-        fd = os.open(os.path.join(self.root, host_path.lstrip("/")), os.O_WRONLY)
+        fd = self.sysfs.open(host_path, os.O_WRONLY | os.O_CLOEXEC)
         try:
             os.write(fd, data.encode())
         finally:
@@ -60,13 +73,16 @@ class Sysfs:
     ) -> None:
         self.root = os.path.abspath(root)
         self._prefix = "" if self.root == "/" else self.root
+        # Where every opened path must resolve on a root other than / ("" on /: no checks).
+        self._inside = os.path.realpath(self.root) + "/sys" if self._prefix else ""
+        self._real_prefix = self._inside[:-4]
         self._writer = writer
         self._writer_factory = writer_factory
 
     @property
     def writer(self) -> Writer:
         if self._writer is None:
-            self._writer = self._writer_factory() if self._writer_factory else PlainWriter(self.root)
+            self._writer = self._writer_factory() if self._writer_factory else PlainWriter(self)
         return self._writer
 
     @writer.setter
@@ -83,9 +99,112 @@ class Sysfs:
 
     def host(self, real_path: str) -> str:
         """The host path of a real filesystem path under the root."""
-        if self._prefix and real_path.startswith(self._prefix):
-            return real_path[len(self._prefix) :] or "/"
-        return real_path
+        for prefix in (self._prefix, self._real_prefix):
+            if prefix and real_path.startswith(prefix + "/"):
+                return real_path[len(prefix) :]
+        return "/" if self._prefix and real_path in (self._prefix, self._real_prefix) else real_path
+
+    # -- confinement (roots other than /) -----------------------------------------------------------------------
+    def _escape(self, host_path: str, where: str) -> HostIOError:
+        shown = self.host(where)
+        return HostIOError(
+            f"refusing {host_path}: it leads outside the host root's /sys (to {shown})",
+            "a symlink under the host root points out of its /sys: remove it, or rebuild the root",
+            path=host_path,
+            errno=errno_mod.EXDEV,
+        )
+
+    def _is_inside(self, where: str) -> bool:
+        return where == self._inside or where.startswith(self._inside + "/")
+
+    def _where(self, fd: int, real_path: str) -> str:
+        """The resolved path of an open descriptor (realpath of the path it was opened by, without /proc)."""
+        try:
+            return os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return os.path.realpath(real_path)
+
+    def _check_fd(self, fd: int, host_path: str, real_path: str) -> None:
+        """Close `fd` and raise unless it resolves inside <root>/sys."""
+        where = self._where(fd, real_path)
+        if not self._is_inside(where):
+            os.close(fd)
+            raise self._escape(host_path, where)
+
+    def open_dir(self, host_dir: str) -> int:
+        """A descriptor of directory `host_dir`, checked to lie inside <root>/sys on a root other than /."""
+        real = self._prefix + host_dir
+        fd = os.open(real, _O_DIR)
+        if self._inside:
+            self._check_fd(fd, host_dir, real)
+        return fd
+
+    def open(self, host_path: str, flags: int) -> int:
+        """os.open of a host path; on a root other than / relative to its checked directory, with O_NOFOLLOW
+        (a symlink is a HostIOError, not ELOOP) and O_NONBLOCK. OSError as os.open raises it."""
+        if not self._inside:
+            return os.open(host_path, flags)
+        host_dir, _, name = host_path.rpartition("/")
+        dfd = self.open_dir(host_dir or "/")
+        try:
+            fd = os.open(name, flags | _O_CONFINED, dir_fd=dfd)
+        except OSError as exc:
+            if exc.errno == errno_mod.ELOOP:
+                raise self._link_refused(host_path) from None
+            raise
+        finally:
+            os.close(dfd)
+        if flags & os.O_ACCMODE != os.O_RDONLY:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:  # a hard link may share a file outside the root
+                os.close(fd)
+                raise HostIOError(
+                    f"refusing to write {host_path}: it is a hard link ({st.st_nlink} names), not a kernel attribute",
+                    "a hard link under the host root may be a file outside it: remove it, or rebuild the root",
+                    path=host_path,
+                    errno=errno_mod.EXDEV,
+                )
+        return fd
+
+    def _check_not_link(self, host_path: str) -> None:
+        """The path's directory lies inside <root>/sys and the path itself is no symlink (a missing one passes:
+        the writer answers ENOENT)."""
+        host_dir, _, name = host_path.rpartition("/")
+        dfd = self.open_dir(host_dir or "/")
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        finally:
+            os.close(dfd)
+        if stat.S_ISLNK(st.st_mode):
+            raise self._link_refused(host_path)
+
+    def _link_refused(self, host_path: str) -> HostIOError:
+        target = self.readlink(host_path) or "?"
+        return HostIOError(
+            f"refusing {host_path}: it is a symlink (to {target}), not a kernel attribute",
+            "a symlink under the host root stands where sysfs has a file: remove it, or rebuild the root",
+            path=host_path,
+            errno=errno_mod.ELOOP,
+        )
+
+    def _check_link(self, host_path: str, target: str) -> None:
+        """A kernel link (driver, iommu_group, physfn, mdev_type…) must resolve inside <root>/sys."""
+        real = self._prefix + host_path
+        try:
+            fd = os.open(real, _O_PATH)
+        except OSError:  # dangling: where it would lead, from the resolved directory holding it
+            where = os.path.normpath(os.path.join(os.path.realpath(os.path.dirname(real)), target))
+            if not self._is_inside(where):
+                raise self._escape(host_path, where) from None
+            return
+        try:
+            where = self._where(fd, real)
+        finally:
+            os.close(fd)
+        if not self._is_inside(where):
+            raise self._escape(host_path, where)
 
     def _fail(self, action: str, host_path: str, exc: OSError, hint: str = "") -> HostIOError:
         code = exc.errno or 0
@@ -96,7 +215,7 @@ class Sysfs:
     def _read_raw(self, host_path: str) -> str:
         # os.open/os.read rather than open(): discovery reads thousands of attributes and the io stack costs
         # several times the syscalls. A sysfs attribute arrives in one read; regular files may need more.
-        fd = os.open(self._prefix + host_path, _O_READ)
+        fd = self.open(host_path, _O_READ) if self._inside else os.open(host_path, _O_READ)
         try:
             data = os.read(fd, _CHUNK)
             if len(data) == _CHUNK:
@@ -134,37 +253,58 @@ class Sysfs:
         """{subdir: {name: text}} for `subdir/name` under `host_dir`, all opened relative to one directory fd
         (discovery reads four attributes of every mdev type: thousands of files on a big host)."""
         try:
-            dfd = os.open(self._prefix + host_dir, _O_DIR)
+            dfd = self.open_dir(host_dir)
         except FileNotFoundError:
             return {sub: dict.fromkeys(names) for sub, names in wanted.items()}
         except OSError as exc:
             raise self._fail("opening", host_dir, exc) from None
         out: dict[str, dict[str, str | None]] = {}
         open_, read, close = os.open, os.read, os.close  # locals: this loop runs once per file
+        confined = bool(self._inside)
+        flags = _O_READ | _O_CONFINED if confined else _O_READ
         try:
             for sub, names in wanted.items():
                 attrs: dict[str, str | None] = {}
                 base = f"{sub}/" if sub else ""
-                for name in names:
-                    rel = base + name
+                sfd = dfd
+                if confined and sub:
+                    # A subdirectory that is a link could lead anywhere: open it without following, read in it.
                     try:
-                        fd = open_(rel, _O_READ, dir_fd=dfd)
+                        sfd = open_(sub, _O_DIR | os.O_NOFOLLOW, dir_fd=dfd)
                     except FileNotFoundError:
-                        attrs[name] = None
+                        out[sub] = dict.fromkeys(names)
                         continue
                     except OSError as exc:
-                        raise self._fail("reading", f"{host_dir}/{rel}", exc) from None
-                    try:
-                        data = read(fd, _SMALL)
-                        if len(data) == _SMALL:
-                            while chunk := read(fd, _CHUNK):
-                                data += chunk
-                    except OSError as exc:
-                        raise self._fail("reading", f"{host_dir}/{rel}", exc) from None
-                    finally:
-                        close(fd)
-                    # Positional arguments: keywords cost a parse per call.
-                    attrs[name] = data.decode("utf-8", "replace").removesuffix("\n")
+                        if exc.errno in (errno_mod.ELOOP, errno_mod.ENOTDIR) and self.readlink(f"{host_dir}/{sub}"):
+                            raise self._link_refused(f"{host_dir}/{sub}") from None
+                        raise self._fail("opening", f"{host_dir}/{sub}", exc) from None
+                    base = ""
+                try:
+                    for name in names:
+                        rel = base + name
+                        try:
+                            fd = open_(rel, flags, dir_fd=sfd)
+                        except FileNotFoundError:
+                            attrs[name] = None
+                            continue
+                        except OSError as exc:
+                            if confined and exc.errno == errno_mod.ELOOP:
+                                raise self._link_refused(f"{host_dir}/{base or sub + '/'}{name}") from None
+                            raise self._fail("reading", f"{host_dir}/{rel}", exc) from None
+                        try:
+                            data = read(fd, _SMALL)
+                            if len(data) == _SMALL:
+                                while chunk := read(fd, _CHUNK):
+                                    data += chunk
+                        except OSError as exc:
+                            raise self._fail("reading", f"{host_dir}/{rel}", exc) from None
+                        finally:
+                            close(fd)
+                        # Positional arguments: keywords cost a parse per call.
+                        attrs[name] = data.decode("utf-8", "replace").removesuffix("\n")
+                finally:
+                    if sfd != dfd:
+                        close(sfd)
                 out[sub] = attrs
         finally:
             close(dfd)
@@ -181,15 +321,42 @@ class Sysfs:
             raise HostIOError(f"{host_path} holds {text.strip()[:40]!r}, not an integer", path=host_path) from None
 
     def exists(self, host_path: str) -> bool:
-        return os.path.lexists(self._prefix + host_path)
+        """Whether the entry exists (a link counts, followed or not)."""
+        if not self._inside:
+            return os.path.lexists(host_path)
+        host_dir, _, name = host_path.rpartition("/")
+        try:
+            dfd = self.open_dir(host_dir or "/")
+        except OSError:
+            return False
+        try:
+            os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(dfd)
 
     def is_dir(self, host_path: str) -> bool:
-        return os.path.isdir(self._prefix + host_path)
+        """Whether the path is a directory (following links: on a root other than /, one inside <root>/sys)."""
+        if not self._inside:
+            return os.path.isdir(host_path)
+        try:
+            os.close(self.open_dir(host_path))
+        except (OSError, HostIOError):  # outside <root>/sys: not a directory of this host
+            return False
+        return True
 
     def listdir(self, host_path: str) -> list[str]:
         """Sorted entry names; [] when the directory does not exist."""
         try:
-            return sorted(os.listdir(self._prefix + host_path))
+            if not self._inside:
+                return sorted(os.listdir(host_path))
+            fd = self.open_dir(host_path)
+            try:
+                return sorted(os.listdir(fd))
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             return []
         except OSError as exc:
@@ -198,41 +365,69 @@ class Sysfs:
     def entries(self, host_path: str) -> dict[str, bool]:
         """Entry name → is a symlink, in one scandir; {} when the directory does not exist."""
         try:
-            with os.scandir(self._prefix + host_path) as it:
-                return {e.name: e.is_symlink() for e in it}
+            if not self._inside:
+                with os.scandir(host_path) as it:
+                    return {e.name: e.is_symlink() for e in it}
+            fd = self.open_dir(host_path)
+            try:
+                with os.scandir(fd) as it:
+                    return {e.name: e.is_symlink() for e in it}
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             return {}
         except OSError as exc:
             raise self._fail("listing", host_path, exc) from None
 
     def readlink(self, host_path: str) -> str | None:
-        """The raw link target, None when the path is not a link."""
+        """The raw link target, None when the path is not a link (its directory is checked, the target is not:
+        it is only text here)."""
         try:
-            return os.readlink(self._prefix + host_path)
+            if not self._inside:
+                return os.readlink(host_path)
+            host_dir, _, name = host_path.rpartition("/")
+            dfd = self.open_dir(host_dir or "/")
+            try:
+                return os.readlink(name, dir_fd=dfd)
+            finally:
+                os.close(dfd)
         except OSError:
             return None
 
     def link_name(self, host_path: str) -> str | None:
-        """The last component of a link's target (driver → nvidia, iommu_group → 13)."""
+        """The last component of a kernel link's target (driver → nvidia, iommu_group → 13); on a root other than
+        /, a link leading outside <root>/sys is a HostIOError."""
         target = self.readlink(host_path)
+        if target and self._inside:
+            self._check_link(host_path, target)
         return os.path.basename(target) if target else None
 
     def resolve(self, host_path: str) -> str:
         """The host path with every link followed (/sys/bus/pci/devices/X → /sys/devices/pci.../X)."""
-        return self.host(os.path.realpath(self._prefix + host_path))
+        real = os.path.realpath(self._prefix + host_path)
+        if self._inside and not self._is_inside(real):
+            raise self._escape(host_path, real)
+        return self.host(real)
 
     def resolve_link(self, host_path: str) -> str:
         """Follow one link whose directory holds no links itself (/sys/bus/pci/devices/X, /sys/class/mdev_bus/X,
-        /sys/bus/mdev/devices/U): readlink + normpath, much cheaper than realpath. Not a link → the path."""
+        /sys/bus/mdev/devices/U): readlink + normpath, much cheaper than realpath. Not a link → the path. On a root
+        other than / the result must stay under /sys (every later open checks where it really leads)."""
         target = self.readlink(host_path)
         if target is None:
             return host_path
         if target.startswith("/"):
-            return self.host(target)
-        return os.path.normpath(os.path.join(os.path.dirname(host_path), target))
+            out = self.host(target)
+        else:
+            out = os.path.normpath(os.path.join(os.path.dirname(host_path), target))
+        if self._inside and not out.startswith("/sys/"):
+            raise self._escape(host_path, target if target.startswith("/") else self._prefix + out)
+        return out
 
     def write(self, host_path: str, data: str, hint: str = "") -> None:
         try:
+            if self._inside:
+                self._check_not_link(host_path)  # for every writer, the simulated kernel too
             self.writer.write(host_path, data)
         except OSError as exc:
             raise self._fail(f"writing {data.strip()!r} to", host_path, exc, hint) from None

@@ -35,7 +35,9 @@ class PassthroughMode(Mode):
     def find(self, snapshot: HostSnapshot, gpu: str) -> PciFunction:
         fn = snapshot.functions.get(gpu)
         if fn is None:
-            raise NotFoundError(f"No PCI function {gpu} on this host", "run `vgpuadm gpus` to list GPUs")
+            raise NotFoundError(
+                f"No PCI function {gpu} on this host", snapshot.skipped(gpu, "run `vgpuadm gpus` to list GPUs")
+            )
         return fn
 
     def endpoints(self, snapshot: HostSnapshot, gpu: str) -> list[PciFunction]:

@@ -18,7 +18,9 @@ class SriovMode(Mode):
     def find(self, snapshot: HostSnapshot, pf: str) -> PciFunction:
         fn = snapshot.functions.get(pf)
         if fn is None:
-            raise NotFoundError(f"No PCI function {pf} on this host", "run `vgpuadm gpus` to list GPUs")
+            raise NotFoundError(
+                f"No PCI function {pf} on this host", snapshot.skipped(pf, "run `vgpuadm gpus` to list GPUs")
+            )
         if fn.is_vf:
             raise UsageError(f"{pf} is a VF, not a PF", f"name its PF {fn.physfn}")
         if not fn.sriov_total_vfs:

@@ -20,7 +20,8 @@ class VfVgpuMode(Mode):
         found = snapshot.vendor_vfs.get(vf)
         if found is None:
             raise NotFoundError(
-                f"{vf} is not an NVIDIA vendor-VFIO VF", "run `vgpuadm gpus` and pick a VF of layout vendor-vfio"
+                f"{vf} is not an NVIDIA vendor-VFIO VF",
+                snapshot.skipped(vf, "run `vgpuadm gpus` and pick a VF of layout vendor-vfio"),
             )
         return found
 

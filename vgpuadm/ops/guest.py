@@ -221,7 +221,9 @@ def release(
     gpu = str(xml.PciAddress.parse(gpu))
     with Session.open(root, connect) as s:
         if gpu not in s.snap.functions:
-            raise NotFoundError(f"No PCI function {gpu} on this host", "run `vgpuadm gpus` to list GPUs")
+            raise NotFoundError(
+                f"No PCI function {gpu} on this host", s.snap.skipped(gpu, "run `vgpuadm gpus` to list GPUs")
+            )
         plan, holders, gone = planner.plan_release(s.snap, s.domains(), gpu, load_drivers(s.root.path))
         s.execute(plan, dry_run=dry_run, progress=progress)
         return GuestResult(", ".join(holders) or "no domain", s.uri, plan, dry_run, [], removed=gone,

@@ -24,7 +24,7 @@ from vgpuadm.modes.base import join_params, normalise_params
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.domains import Domains
 from vgpuadm.plan.ids import device_uuid
-from vgpuadm.plan.placement import check_count, resolve_on_host
+from vgpuadm.plan.placement import check_count, check_host_count, resolve_on_host
 from vgpuadm.steps import CreateMdev, Plan, Step
 from vgpuadm.virt import xml
 from vgpuadm.virt.steps import DefineDomain, SetVirtioGl
@@ -166,6 +166,7 @@ def plan_create_many(
     host_id = snap.machine_id
     wants: list[_Want] = []
     seen: set[str] = set()
+    check_host_count(snap, sum(count for _, count in requests), "devices")
     for domain_xml, count in requests:
         check_count(count, "devices")
         name, duuid = xml.domain_identity(domain_xml)

@@ -17,6 +17,7 @@ from vgpuadm.catalog.capacity import (
     GpuUsage,
     gpu_room,
     gpu_usage,
+    host_maximum,
     idle_for_vgpu,
     per_parent_room,
     why_no_types,
@@ -62,6 +63,17 @@ def check_count(count: int, unit: str = "instances") -> None:
         )
 
 
+def check_host_count(snapshot: HostSnapshot, count: int, unit: str = "instances") -> None:
+    """`count` devices fit what this host could ever hold (catalog/capacity.py host_maximum); checked before any
+    planning, so an impossible request is refused at once instead of being placed one by one."""
+    most = host_maximum(snapshot)
+    if count > most:
+        raise CapacityError(
+            f"{count} {unit} are more than this host could ever hold ({most} vGPU devices in all)",
+            "ask for what the host can hold: `vgpuadm types --available` lists the free instances",
+        )
+
+
 def place(
     snapshot: HostSnapshot,
     type_name: str,
@@ -78,6 +90,7 @@ def place(
     if policy not in POLICIES:
         raise UsageError(f'Unknown placement policy "{policy}"', "use --policy pack or --policy spread")
     check_count(count)
+    check_host_count(snapshot, count)
     types = snapshot.types()
     if gpu is not None:
         gpu = pci_address(gpu)

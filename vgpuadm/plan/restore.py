@@ -247,8 +247,11 @@ def _vgpu(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
         elif a.mode == DeviceMode.VF and a.type_id:
             vf_addr = a.address or a.parent or ""
             vf = snap.vendor_vfs.get(vf_addr)
-            want = int(a.type_id.rsplit("-", 1)[-1])
-            if vf is None:
+            number = a.type_id.rsplit("-", 1)[-1]
+            want = int(number) if number.isdecimal() else 0
+            if not want:  # recorded metadata is outside input: a VF's type is nvidia-<number>
+                problems.append(f"{a.domain}: vf device #{a.slot}: type {a.type_id[:80]!r} is not nvidia-<number>")
+            elif vf is None:
                 problems.append(f"{a.domain}: VF {vf_addr} does not exist (SR-IOV not enabled on its GPU)")
             elif vf.current_type == 0:
                 t = next((t for t in vf.offered if t.numeric_id == want), None)

@@ -67,7 +67,9 @@ def type_rows(
         gpu = normalize_address(gpu)
         known = {t.parent for t in types} | set(snap.functions)
         if gpu not in known:
-            raise NotFoundError(f"No GPU or mdev parent {gpu} on this host", "run `vgpuadm gpus` to list them")
+            raise NotFoundError(
+                f"No GPU or mdev parent {gpu} on this host", snap.skipped(gpu, "run `vgpuadm gpus` to list them")
+            )
         # A PF also stands for its VFs: `--gpu <PF>` lists the types of every VF on it.
         types = [t for t in types if t.parent == gpu or snap.physical_gpu(t.parent) == gpu]
     if available:

@@ -1,0 +1,150 @@
+"""Every string field of a journal step has a grammar or a bound (issue #20): free text (vgpu_params, device XML,
+metadata, mdevctl definitions, unit files, descriptions, the plan summary, progress states) is refused when it is
+not what vgpuadm writes there — before `recover` acts on any step."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import vgpuadm.api  # noqa: F401  (registers the libvirt step kinds)
+from vgpuadm.errors import UnsafeError
+from vgpuadm.executor.journalcheck import FREE_TEXT, GRAMMAR, check_document
+from vgpuadm.steps import STEP_KINDS
+
+UUID = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"
+HOSTDEV = (
+    "<hostdev mode='subsystem' type='mdev' managed='no' model='vfio-pci' display='off'>\n"
+    f"  <source>\n    <address uuid='{UUID}'/>\n  </source>\n</hostdev>\n"
+)
+METADATA = (
+    "<vgpuadm:vgpuadm xmlns:vgpuadm='https://vgpuadm.dev/xmlns/vgpuadm/1' version='1' host='h1'>"
+    f"<vgpuadm:device slot='0' mode='mdev' type='nvidia-63' parent='0000:01:00.0' uuid='{UUID}'/></vgpuadm:vgpuadm>"
+)
+UNIT = "[Unit]\nDescription=vgpuadm restore\n\n[Service]\nType=oneshot\nExecStart=/usr/bin/vgpuadm restore\n"
+MDEVCTL = json.dumps({"mdev_type": "nvidia-63", "start": "auto", "attrs": []})
+
+# One step of every kind with the values vgpuadm writes.
+VALID: dict[str, dict[str, Any]] = {
+    "create-mdev": {"parent": "0000:01:00.0", "type_id": "nvidia-63", "uuid": UUID},
+    "remove-mdev": {"parent": "0000:01:00.0", "uuid": UUID, "type_id": "nvidia-63"},
+    "set-vgpu-params": {"device_path_kind": "mdev", "id": UUID, "params": "frame_rate_limiter=0, disable_vnc=1",
+                        "previous": ""},
+    "set-vf-vgpu-type": {"vf": "0000:18:00.4", "type_num": 1420},
+    "clear-vf-vgpu-type": {"vf": "0000:18:00.4", "previous_type": 1420},
+    "set-num-vfs": {"pf": "0000:01:00.0", "count": 2, "previous": 0},
+    "sriov-manage": {"pf": "0000:18:00.0", "enable": True},
+    "set-driver-override": {"address": "0000:00:10.0", "driver": "vfio-pci", "previous": ""},
+    "unbind": {"address": "0000:00:10.0", "driver": "snd_hda_intel"},
+    "bind": {"address": "0000:00:10.0", "driver": "vfio-pci"},
+    "drivers-probe": {"address": "0000:00:10.0", "expect": "vfio-pci"},
+    "record-drivers": {"drivers": [["0000:00:10.0", ""]]},
+    "forget-drivers": {"drivers": [["0000:00:10.0", "nouveau"]]},
+    "write-mdevctl-definition": {"parent": "0000:01:00.0", "uuid": UUID, "text": MDEVCTL, "previous": None},
+    "remove-mdevctl-definition": {"parent": "0000:01:00.0", "uuid": UUID, "previous": MDEVCTL},
+    "write-unit-file": {"name": "vgpuadm-restore.service", "text": UNIT, "previous": None},
+    "remove-unit-file": {"name": "vgpuadm-restore.service", "previous": UNIT},
+    "attach-hostdev": {"domain": "web01", "device_xml": HOSTDEV, "what": f"mdev {UUID} (nvidia-63)"},
+    "detach-hostdev": {"domain": "web01", "device_xml": HOSTDEV, "what": f"mdev {UUID} (nvidia-63)"},
+    "set-metadata": {"domain": "web01", "element": METADATA, "previous": "", "devices": 1},
+    "write-hook-file": {"hook": "qemu.d/vgpuadm", "text": "#!/bin/sh\nexec vgpuadm hook \"$@\"\n", "previous": None},
+    "remove-hook-file": {"hook": "qemu.d/vgpuadm", "previous": "#!/bin/sh\nexec vgpuadm hook \"$@\"\n"},
+    "define-domain": {"domain": "web01", "attach": HOSTDEV + HOSTDEV, "detach": "", "element": METADATA,
+                      "previous": "", "devices": 2, "attached": f"mdev {UUID} (nvidia-63)", "detached": ""},
+    "set-virtio-gl": {"domain": "web01", "rendernode": "/dev/dri/renderD128", "graphics": "egl-headless",
+                      "enable": True, "previous_video": "vga"},
+    "set-sriov-autoprobe": {"pf": "0000:01:00.0", "enabled": False, "previous": True},
+}  # fmt: skip
+
+ENTITY = "<!DOCTYPE hostdev [<!ENTITY x SYSTEM 'file:///etc/shadow'>]>"
+HOSTILE: list[tuple[str, str, Any]] = [
+    ("set-vgpu-params", "params", "=1, frame_rate_limiter=0"),
+    ("set-vgpu-params", "params", "x=1\n/sys/kernel/y"),
+    ("set-vgpu-params", "previous", "a" * 1025),
+    ("set-vgpu-params", "previous", "\x1b]0;owned\x07"),
+    ("set-driver-override", "previous", "../../evil"),
+    ("write-mdevctl-definition", "text", "not json"),
+    ("write-mdevctl-definition", "text", "[1, 2]"),
+    ("write-mdevctl-definition", "previous", json.dumps({"x": "y" * 70000})),
+    ("remove-mdevctl-definition", "previous", "{"),
+    ("write-unit-file", "text", "[Service]\nExecStart=/bin/sh\x00"),
+    ("write-unit-file", "text", "x" * (64 * 1024 + 1)),
+    ("remove-unit-file", "previous", "\x1b[2J"),
+    ("attach-hostdev", "device_xml", ENTITY + "<hostdev mode='subsystem' type='pci'>&x;</hostdev>"),
+    ("attach-hostdev", "device_xml", "<disk type='file'><source file='/etc/shadow'/></disk>"),
+    ("detach-hostdev", "device_xml", "<hostdev mode='subsystem'>" + "x" * 20000 + "</hostdev>"),
+    ("attach-hostdev", "what", "x\nerror: forged line"),
+    ("detach-hostdev", "what", "w" * 513),
+    ("set-metadata", "element", "<?xml version='1.0'?><vgpuadm:vgpuadm/>"),
+    ("set-metadata", "element", "<domain><devices/></domain>"),
+    ("set-metadata", "previous", "<vgpuadm:vgpuadm>&xxe;</vgpuadm:vgpuadm>"),
+    ("write-hook-file", "text", "#!/bin/sh\x00"),
+    ("define-domain", "attach", ENTITY + "<hostdev mode='subsystem' type='pci'>&x;</hostdev>"),
+    ("define-domain", "detach", "<interface type='bridge'/>"),
+    ("define-domain", "element", "<domain/>"),
+    ("define-domain", "attached", "x\nerror: forged line"),
+    ("set-virtio-gl", "rendernode", "/dev/dri/../../etc/shadow"),
+    ("set-virtio-gl", "graphics", "vnc' autoport='yes"),
+    ("set-virtio-gl", "previous_video", "vga'/><disk"),
+]
+
+
+def journal(*steps: dict[str, Any], summary: str = "create 1 nvidia-63") -> dict[str, Any]:
+    return {"version": 1, "pid": 1, "state": "applying", "current": 0, "done": 0,
+            "plan": {"summary": summary, "steps": list(steps)}}  # fmt: skip
+
+
+def test_every_string_field_of_every_step_kind_has_a_check() -> None:
+    """The table of valid steps covers every kind vgpuadm defines, and each string field has its own grammar or
+    free-text check (a new kind with a new string field shows up here)."""
+    kinds = {k: c for k, c in STEP_KINDS.items() if c.__module__.startswith("vgpuadm.")}
+    assert sorted(VALID) == sorted(kinds)
+    for kind, cls in kinds.items():
+        fields = dataclasses.fields(cls)
+        assert sorted(VALID[kind]) == sorted(f.name for f in fields)
+        for f in fields:
+            if "str" in str(f.type) and not str(f.type).startswith("tuple"):
+                assert f.name in GRAMMAR or f.name == "id" or (kind, f.name) in FREE_TEXT, (kind, f.name)
+
+
+def test_the_steps_vgpuadm_writes_pass() -> None:
+    check_document(journal(*({"kind": k, **v} for k, v in VALID.items())))
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "value"), HOSTILE, ids=[f"{k}.{f}-{i}" for i, (k, f, _) in enumerate(HOSTILE)]
+)
+def test_free_text_that_vgpuadm_never_writes_is_refused(kind: str, field: str, value: Any) -> None:
+    with pytest.raises(UnsafeError) as info:
+        check_document(journal({"kind": kind, **VALID[kind], field: value}))
+    assert info.value.message == (
+        f"refusing the journal /var/lib/vgpuadm/journal.json: step {kind} field {field} holds {str(value)[:60]!r}, "
+        "not a valid value"
+    )
+
+
+@pytest.mark.parametrize("summary", ["x\x1b[31m", "s" * 4097])
+def test_a_summary_that_is_not_a_line_is_refused(summary: str) -> None:
+    with pytest.raises(UnsafeError, match="its plan summary is not a line of text"):
+        check_document(journal(summary=summary))
+
+
+def test_a_progress_line_with_an_unknown_state_is_refused(sim_host: Callable[[str], Path], cli: Any) -> None:
+    root = sim_host("p4")
+    path = root / "var/lib/vgpuadm/journal.json"
+    path.parent.mkdir(parents=True, mode=0o700)
+    doc = journal({"kind": "create-mdev", **VALID["create-mdev"]})
+    path.write_text(json.dumps(doc) + "\n" + json.dumps({"current": 0, "state": "\x1b[2Jdone"}) + "\n")
+    os.chmod(path, 0o600)
+    r = cli("--root", str(root), "recover")
+    assert r.code == 6
+    assert r.err.splitlines()[0] == (
+        "error: refusing the journal /var/lib/vgpuadm/journal.json: a progress line holds the state '\\x1b[2Jdone'"
+    )
+    assert path.exists()

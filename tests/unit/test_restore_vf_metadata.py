@@ -1,0 +1,27 @@
+"""Issue #20, re-run: domain metadata recording a `vf` device whose type is not `nvidia-<number>` ended `restore` in
+an internal error (exit 70) before any other domain was restored; it is now that domain's problem, named in one
+line, and restore reports it with its own exit code."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def test_a_vf_type_that_is_not_a_number_is_a_named_restore_problem(
+    sim_host: Callable[[str], Path], tmp_path: Path, cli: Any
+) -> None:
+    saved = tmp_path / "domains"
+    saved.mkdir()
+    (saved / "web01.xml").write_text(
+        "<domain type='kvm'><name>web01</name><uuid>6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a01</uuid><metadata>"
+        "<vgpuadm:vgpuadm xmlns:vgpuadm='https://vgpuadm.dev/xmlns/vgpuadm/1' version='1'>"
+        "<vgpuadm:device slot='0' mode='vf' type='nvidia-x'/></vgpuadm:vgpuadm></metadata></domain>"
+    )
+    res = cli("--root", str(sim_host("h200-vendor-vfio")), "restore", "--domain-xml-dir", str(saved))
+    assert res.code == 3
+    assert res.out == "vgpu: cannot restore: web01: vf device #0: type 'nvidia-x' is not nvidia-<number>\n"
+    assert res.err.splitlines()[0] == (
+        "error: 1 device(s) could not be restored: vgpu: web01: vf device #0: type 'nvidia-x' is not nvidia-<number>"
+    )
