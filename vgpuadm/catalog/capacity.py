@@ -112,7 +112,8 @@ def per_parent_room(t: VgpuType) -> int:
 def host_maximum(snapshot: HostSnapshot) -> int:
     """The most vGPU devices this host could ever hold at once, whatever their types: per mdev parent on a PF the
     largest count any one of its types allows (its max_instance, else what is free now plus what exists), one per
-    VF (layouts B and C). An upper bound: a request for more can never be placed."""
+    VF (layouts B and C) and per VF an SR-IOV pool may have. An upper bound: a request for more can never be
+    placed."""
     existing = Counter(m.parent for m in snapshot.mdevs.values())
     total = 0
     for name, p in snapshot.mdev_parents.items():
@@ -120,6 +121,7 @@ def host_maximum(snapshot: HostSnapshot) -> int:
             total += 1
         else:
             total += max((t.max_instances or t.available_instances + existing[name] for t in p.types), default=0)
+    total += sum(pool.total_vfs for pool in snapshot.vf_pools.values())
     return total + sum(1 for addr in snapshot.vendor_vfs if addr not in snapshot.mdev_parents)
 
 

@@ -9,6 +9,7 @@ DRIVERS = f"{STATE_DIR}/drivers.json"
 EMBED_LIBVIRT = f"{STATE_DIR}/libvirt"  # libvirt's embedded driver root on a simulated host
 MACHINE_ID = "/etc/machine-id"
 HOSTNAME = "/etc/hostname"
+PROC_CMDLINE = "/proc/cmdline"
 MDEVCTL_DIR = "/etc/mdevctl.d"
 SRIOV_MANAGE = "/usr/lib/nvidia/sriov-manage"  # NVIDIA's VF enable script (reference §3.1)
 NVIDIA_SMI = "/usr/bin/nvidia-smi"

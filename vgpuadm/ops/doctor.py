@@ -15,6 +15,7 @@ from vgpuadm.errors import VgpuadmError
 from vgpuadm.executor import read_journal
 from vgpuadm.executor.kernel import load_drivers
 from vgpuadm.host import nvidia_smi
+from vgpuadm.host.paths import PROC_CMDLINE
 from vgpuadm.host.root import SRIOV_MANAGE, HostRoot
 from vgpuadm.host.sysfs import check_root
 from vgpuadm.ops.session import Session
@@ -53,7 +54,7 @@ def facts(root: str | None, connect: str | None = None) -> HostFacts:
         check_root(s.root.path)
         sysfs = s.sysfs
         snap = s.snap
-        cmdline = sysfs.read_opt("/proc/cmdline") if sysfs.exists("/proc/cmdline") else None
+        cmdline = s.root.read_small(PROC_CMDLINE, MAX_CMDLINE)  # not sysfs: only <root>/sys is kernel-file reading
         modules = frozenset(sysfs.listdir("/sys/module")) if sysfs.is_dir("/sys/module") else None
         journal = journal_error = None
         try:
@@ -81,7 +82,7 @@ def facts(root: str | None, connect: str | None = None) -> HostFacts:
         return HostFacts(
             snap=snap,
             iommu_group_count=len(sysfs.listdir("/sys/kernel/iommu_groups")),
-            cmdline=cmdline[:MAX_CMDLINE] if cmdline is not None else None,
+            cmdline=cmdline,
             modules=modules,
             pci_drivers=frozenset(sysfs.listdir("/sys/bus/pci/drivers")),
             tools=_tools(s.root),
