@@ -225,7 +225,7 @@ def _confine(d: Device, source: str) -> None:
         raise UsageError(f"{source}: device {d.path} has SUBSYSTEM {sub!r}, not a subsystem name", _RECORD_HINT)
     for name, target in d.links.items():
         resolved = os.path.normpath(os.path.join(os.path.dirname(f"{d.path}/{name}"), target))
-        if os.path.isabs(target) or not _in_sys(resolved):
+        if not target or os.path.isabs(target) or not _in_sys(resolved):
             raise UsageError(f"{source}: link {d.path}/{name} -> {target!r} points outside /sys", _RECORD_HINT)
 
 
