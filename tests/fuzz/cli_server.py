@@ -97,6 +97,10 @@ def _copy_var(src: str, dst: str) -> None:
 
 def main() -> None:
     root = sys.argv[1]
+    # Held open for the process's life: libvirt registers the embedded driver anew on each first open after the
+    # last connection closed, and refuses after ~20 ("Too many drivers"); with this one open, it stays registered.
+    keeper = VirtConn(embed_uri(root))
+    keeper.list_domains()
     requests, answers = os.fdopen(os.dup(0), "r"), os.fdopen(os.dup(1), "w")
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)

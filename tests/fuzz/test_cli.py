@@ -157,6 +157,8 @@ class Host:
 
     def ask(self, req: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin and self.proc.stdout
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the CLI server is gone (exit {self.proc.returncode}): {self.log_tail()}")
         self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
         ready, _, _ = select.select([self.proc.stdout], [], [], TIMEOUT)
@@ -165,8 +167,12 @@ class Host:
             raise AssertionError(f"vgpuadm did not answer within {TIMEOUT:.0f} s: {req}")
         line = self.proc.stdout.readline()
         if not line:
-            raise AssertionError(f"the CLI server died on {req}; see {self.work / 'server.log'}")
+            raise AssertionError(f"the CLI server died on {req}: {self.log_tail()}")
         return dict(json.loads(line))
+
+    def log_tail(self) -> str:
+        self.log.flush()
+        return (self.work / "server.log").read_text(errors="replace")[-1500:]
 
     def run(self, argv: list[str]) -> dict[str, Any]:
         return self.ask({"op": "run", "argv": argv})
