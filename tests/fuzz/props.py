@@ -38,7 +38,7 @@ def clean_run(code: int, out: str, err: str) -> str:
     if not lines or not lines[0].startswith("error: ") or len(lines) > 2 or (len(lines) == 2 and not
                                                                             lines[1].startswith("hint: ")):  # fmt: skip
         return f"exit {code} without one `error:` line and an optional `hint:` line: {err[-600:]!r}"
-    if "internal error" in lines[0]:
+    if lines[0].startswith("error: internal error: "):  # vgpuadm's own (exit 70); libvirt's text may say it too
         return "internal error"
     return ""
 

@@ -1,4 +1,4 @@
-"""Parser-level fuzz targets, in-process and cheap, so that most of the lane's inputs go here: plan files, domain
+"""Parser-level fuzz targets, in-process and cheap (the whole lane today): plan files, domain
 metadata values, rendered domain XML, journals (what `recover` reads), inventory reports (what `inventory merge`
 reads) and umockdev recordings (what `sim import-umockdev` reads).
 
@@ -270,7 +270,7 @@ def _paths(node: Any, here: tuple[Any, ...] = ()) -> Any:
 _JOURNAL_VALUES = [*S.PCIS, *S.PCI_NEAR, *S.UUIDS, *S.UUID_NEAR, *S.TYPE_NEAR, *STEP_KINDS, 4097, -2]
 
 
-@examples(160)
+@examples(180)
 @given(seed=journal_doc(), rng=st.randoms(use_true_random=False))
 def test_journal_documents(tally: Tally, seed: Any, rng: Any) -> None:
     """The journal is untrusted: a document check_document accepts holds only step kinds and values of their
