@@ -113,3 +113,11 @@ def test_a_unit_command_with_a_newline_is_refused() -> None:
     with pytest.raises(UsageError) as e:
         render_unit(["/usr/bin/vgpuadm", "--root", "/srv/h\n"])
     assert e.value.message == "'/srv/h\\n' cannot be written into a systemd unit"
+
+
+def test_a_umockdev_line_with_a_nul_byte_is_one_error(tmp_path: Path) -> None:
+    rec = tmp_path / "rec.umockdev"
+    rec.write_text("P: /devices/pci0000:00/0000:00:02.0/0000:01:00.0\nA: ven\x00dor=1\n")
+    with pytest.raises(UsageError) as e:
+        load_umockdev(str(rec), str(tmp_path / "target"))
+    assert e.value.message == "rec.umockdev line 2: 'A: ven\\x00dor=1' is not a umockdev record line"

@@ -118,7 +118,7 @@ def parse(text: str, source: str = "recording") -> list[Device]:
             current = None
             continue
         tag, sep, rest = raw.partition(": ")
-        if not sep or len(tag) != 1:
+        if not sep or len(tag) != 1 or "\x00" in raw:  # a NUL can name no file
             raise UsageError(f"{source} line {lineno}: {raw[:60]!r} is not a umockdev record line",
                              "give a file written by `umockdev-record`")  # fmt: skip
         if tag == "P":
