@@ -96,15 +96,28 @@ def libvirtd(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 _CAMPAIGN_LINES: list[str] = []
+_FUZZ_COUNTS: list[list[object]] = []  # [target, inputs, clean errors, successes, violations] per fuzz test
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Collect the campaign's count lines (tests/campaign) from the reports, which pytest-xdist relays from its
-    workers (a worker's own stdout never reaches the terminal)."""
+    """Collect the campaign's count lines (tests/campaign) and the fuzz lane's counts (tests/fuzz) from the
+    reports, which pytest-xdist relays from its workers (a worker's own stdout never reaches the terminal)."""
     if report.when == "call":
         _CAMPAIGN_LINES.extend(str(v) for k, v in report.user_properties if k == "campaign")
+    elif report.when == "teardown":  # the fuzz lane's `tally` fixture records its counts as it is torn down
+        _FUZZ_COUNTS.extend(list(v) for k, v in report.user_properties if k == "fuzz")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for line in _CAMPAIGN_LINES:
         terminalreporter.write_line(line)
+    for target, *counts in _FUZZ_COUNTS:
+        terminalreporter.write_line(f"fuzz {target}: {_fuzz_line(counts)}")
+    if _FUZZ_COUNTS:
+        total = [sum(int(c[i]) for c in _FUZZ_COUNTS) for i in range(1, 5)]  # type: ignore[call-overload]
+        terminalreporter.write_line(f"fuzz total: {_fuzz_line(total)}")
+
+
+def _fuzz_line(counts: list) -> str:
+    inputs, errors, successes, violations = counts
+    return f"{inputs} inputs, {errors} clean errors, {successes} successes, violations={violations}"

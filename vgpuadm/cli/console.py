@@ -95,12 +95,21 @@ class Console:
             bar.update(task, completed=bar.tasks[0].total or 0)
 
     def warn(self, text: str) -> None:
-        self.err.write(f"warning: {text}\n")
+        self.err.write(f"warning: {one_line(text)}\n")
 
     def error(self, exc: VgpuadmError) -> None:
-        self.err.write(f"error: {exc.message}\n")
+        self.err.write(f"error: {one_line(exc.message)}\n")
         if exc.hint:
-            self.err.write(f"hint: {exc.hint}\n")
+            self.err.write(f"hint: {one_line(exc.hint)}\n")
+
+
+_LINE_BREAKING = {c: repr(chr(c))[1:-1] for c in [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]}
+
+
+def one_line(text: str) -> str:
+    """A message as one line of text: control characters and line separators a value brought into it (a VM name,
+    a plan key, a metadata value) are shown escaped (\\n, \\x1b), so they can neither break nor color the line."""
+    return text.translate(_LINE_BREAKING)
 
 
 def _rich_console(stream: TextIO, width: int | None = None) -> Any:

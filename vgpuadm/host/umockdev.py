@@ -118,7 +118,7 @@ def parse(text: str, source: str = "recording") -> list[Device]:
             current = None
             continue
         tag, sep, rest = raw.partition(": ")
-        if not sep or len(tag) != 1:
+        if not sep or len(tag) != 1 or "\x00" in raw:  # a NUL can name no file
             raise UsageError(f"{source} line {lineno}: {raw[:60]!r} is not a umockdev record line",
                              "give a file written by `umockdev-record`")  # fmt: skip
         if tag == "P":
@@ -225,7 +225,7 @@ def _confine(d: Device, source: str) -> None:
         raise UsageError(f"{source}: device {d.path} has SUBSYSTEM {sub!r}, not a subsystem name", _RECORD_HINT)
     for name, target in d.links.items():
         resolved = os.path.normpath(os.path.join(os.path.dirname(f"{d.path}/{name}"), target))
-        if os.path.isabs(target) or not _in_sys(resolved):
+        if not target or os.path.isabs(target) or not _in_sys(resolved):
             raise UsageError(f"{source}: link {d.path}/{name} -> {target!r} points outside /sys", _RECORD_HINT)
 
 

@@ -83,9 +83,9 @@ def definition_file(root: str, parent: str, uuid: str) -> str:
     address (or a plain device name such as mtty), `uuid` a lower-case UUID, and the path resolves under
     <root>/etc/mdevctl.d (a symlinked parent directory or file pointing out is refused)."""
     where = f"{CONFIG_DIR}/{parent}/{uuid}"
-    if not (_PCI.match(parent) or _DEVICE_NAME.match(parent)) or ".." in parent:
+    if not (_PCI.fullmatch(parent) or _DEVICE_NAME.fullmatch(parent)) or ".." in parent:
         raise UsageError(f"mdevctl definition parent {parent!r} is not a PCI address", "use DDDD:BB:DD.F")
-    if not _UUID.match(uuid):
+    if not _UUID.fullmatch(uuid):
         raise UsageError(f"mdevctl definition UUID {uuid!r} is not a UUID", "use the lower-case 8-4-4-4-12 form")
     base = _real(root, CONFIG_DIR)
     path = os.path.join(base, parent, uuid)
@@ -154,7 +154,7 @@ def read_definitions(root: str) -> list[Definition]:
         if parent == "scripts.d" or not os.path.isdir(pdir):
             continue
         for name in sorted(os.listdir(pdir)):
-            if not _UUID.match(name):
+            if not _UUID.fullmatch(name):
                 continue
             where = f"{CONFIG_DIR}/{parent}/{name}"
             try:

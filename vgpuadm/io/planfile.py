@@ -52,6 +52,7 @@ def parse_plan(text: str, source: str = "plan.yaml") -> DesiredPlan:
     from ruamel.yaml import YAML  # lazily: ~30 ms of imports only `apply -f` needs
     from ruamel.yaml.constructor import DuplicateKeyError
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
+    from ruamel.yaml.reader import ReaderError
 
     try:
         _screen(YAML(typ="safe", pure=True).parse(text), source)
@@ -63,14 +64,21 @@ def parse_plan(text: str, source: str = "plan.yaml") -> DesiredPlan:
         mark = exc.problem_mark
         line = mark.line + 1 if mark is not None else 0
         raise UsageError(f"{source}:{line}: not valid YAML: {exc.problem}", "fix the YAML syntax") from None
+    except ReaderError as exc:  # its text spans two lines; name the character and its line instead
+        line = text.count("\n", 0, exc.position) + 1
+        raise UsageError(
+            f"{source}:{line}: not valid YAML: character U+{exc.character:04X} is not allowed in YAML",
+            "remove control characters from the plan",
+        ) from None
     except YAMLError as exc:
-        raise UsageError(f"{source}: not valid YAML: {exc}", "fix the YAML syntax") from None
+        raise UsageError(f"{source}: not valid YAML: {str(exc).splitlines()[0]}", "fix the YAML syntax") from None
     if data is None:
         raise UsageError(f"{source}:1: the plan is empty", "write at least `vms: {web01: {type: nvidia-63}}`")
     _validate(data, marks, source)
     return _to_plan(data, marks, source)
 
 
+VM_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+:-]*")  # the schema's propertyNames pattern, matched whole
 MAX_DEPTH = 32  # nesting a plan needs: vms → name → params is 3; the composer recurses per level
 MAX_ALIASES = 64  # aliases (*name) a plan may use; each may copy a whole subtree (the "billion laughs")
 
@@ -259,7 +267,7 @@ def _key_line(marks: Any, path: Sequence[str]) -> int:
 
 
 def _fault(source: str, line: int, path: Sequence[str], problem: str, hint: str) -> UsageError:
-    where = ".".join(path) or "(top level)"
+    where = ".".join(p if p.isprintable() else repr(p) for p in path) or "(top level)"  # a key may hold a newline
     return UsageError(f"{source}:{line}: {where}: {problem}", hint)
 
 
@@ -286,6 +294,9 @@ def _to_plan(data: Mapping[str, Any], marks: Any, source: str) -> DesiredPlan:
         name = str(name)
         body = body or {}
         line = _key_line(marks, ["vms", name])
+        if not VM_NAME.fullmatch(name):  # the schema's pattern ends in `$`, which Python lets match before a "\n"
+            raise _fault(source, line, ["vms", name], f"{name!r} is not a valid VM name",
+                         "use the libvirt domain name (letters, digits, _.+:-)")  # fmt: skip
         has_type, has_pt = "type" in body, "passthrough" in body
         if has_type == has_pt:
             problem = "names both type and passthrough" if has_type else "needs a type or passthrough"

@@ -21,8 +21,10 @@ _PLAIN = re.compile(r"^[A-Za-z0-9/._+:@=,-]+$")
 
 def _word(arg: str) -> str:
     """One ExecStart word: systemd specifiers (%) and variables ($) doubled; quoted when it needs quoting."""
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in arg):  # a newline would end ExecStart, quoted or not
+        raise UsageError(f"{arg!r} cannot be written into a systemd unit", "use paths without control characters")
     text = arg.replace("%", "%%").replace("$", "$$")
-    if _PLAIN.match(text):
+    if _PLAIN.fullmatch(text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 

@@ -85,7 +85,7 @@ def normalise_params(text: str) -> str:
     """Validate vgpu_params text in either form and return the canonical `k=v, k=v`; UsageError on a bad pair."""
     pairs = split_params(text)
     for w in pairs:
-        if not _PARAM.match(w):
+        if not _PARAM.fullmatch(w):
             raise UsageError(
                 f'Malformed vgpu parameter "{w}"',
                 "write key=value, e.g. --param frame_rate_limiter=0",

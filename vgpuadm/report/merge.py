@@ -72,6 +72,55 @@ def check_report(doc: Any, path: str) -> None:
     for row in doc["types"]:
         if not isinstance(row, dict) or not row.keys() >= _TYPE:
             raise UsageError(f"{path}: a types[] row lacks one of {', '.join(sorted(_TYPE))}", _HINT)
+    _check_values(doc, path)
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _count_or_none(v: Any) -> bool:
+    return v is None or _count(v)
+
+
+def _text_or_none(v: Any) -> bool:
+    return v is None or isinstance(v, str)
+
+
+# The values merge and the fleet renderers compute with, per part of a host document: a report edited by hand
+# (or by a tool) must fail here with the file's name, not halfway through the sums.
+_SUMMARY_KINDS = {**dict.fromkeys(_SUMMARY, _count), "owned": _count_or_none, "unowned": _count_or_none,
+                  "framebuffer_stranded_mib": _count_or_none}  # fmt: skip
+_TYPE_KINDS = {"type_id": lambda v: isinstance(v, str), "name": _text_or_none, "framebuffer_mib": _count_or_none,
+               "used": _count, "free": _count, "stranded": _count, "max": _count_or_none}  # fmt: skip
+_LEAK_KINDS = {"id": lambda v: isinstance(v, str), "kind": lambda v: isinstance(v, str), "type_id": _text_or_none,
+               "physical_gpu": _text_or_none, "parent": _text_or_none}  # fmt: skip
+
+
+def _check_values(doc: dict[str, Any], path: str) -> None:
+    def bad(where: str) -> UsageError:
+        return UsageError(f"{path}: {where} has the wrong type", _HINT)
+
+    for key, ok in _SUMMARY_KINDS.items():
+        if key in doc["summary"] and not ok(doc["summary"][key]):
+            raise bad(f"summary.{key}")
+    if not _text_or_none(doc.get("ownership_source")):
+        raise bad("ownership_source")
+    for i, row in enumerate(doc["types"]):
+        for key, ok in _TYPE_KINDS.items():
+            if not ok(row[key]):
+                raise bad(f"types[{i}].{key}")
+    for part in ("gpus", "devices", "missing"):
+        for i, row in enumerate(doc[part]):
+            if not isinstance(row, dict):
+                raise bad(f"{part}[{i}]")
+    for i, row in enumerate(doc["devices"]):
+        if row.get("owned") is False:
+            for key, ok in _LEAK_KINDS.items():
+                if not ok(row.get(key)) or (key in ("id", "kind") and key not in row):
+                    raise bad(f"devices[{i}].{key}")
+    if not all(isinstance(w, str) for w in doc["warnings"]):
+        raise bad("warnings[]")
 
 
 def merge(reports: Iterable[tuple[str, dict[str, Any]]], *, generated_at: str) -> dict[str, Any]:

@@ -25,16 +25,17 @@ METADATA_VERSION = "1"
 
 MODES = tuple(m.value for m in DeviceMode)
 
-_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 # What metadata values may be before they become part of a sysfs path, an mdevctl file name or a command: anyone
 # allowed to edit a domain's metadata (libvirt per-domain ACLs) must not be able to steer root's writes.
-_CANONICAL_PCI = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]$")
+_CANONICAL_PCI = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]")
+# Matched whole (fullmatch): `$` would let a value end in "\n".
 _GRAMMAR = {
-    "type": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"),  # nvidia-63, i915-GVTg_V5_4, mtty-2
-    "parent": re.compile(r"^(?:[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]|[A-Za-z][A-Za-z0-9_-]{0,63})$"),  # or mtty
+    "type": re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"),  # nvidia-63, i915-GVTg_V5_4, mtty-2
+    "parent": re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]|[A-Za-z][A-Za-z0-9_-]{0,63}"),  # or mtty
     "uuid": _UUID,
     "address": _CANONICAL_PCI,
-    "params": re.compile(r"^[^\x00-\x1f]{0,1023}$"),
+    "params": re.compile(r"[^\x00-\x1f\x7f]{0,1023}"),
 }
 # The options of an on-demand request (the hook places it when the domain starts): the same rule, checked on read.
 _OPTION_GRAMMAR = {
@@ -91,7 +92,7 @@ def to_string(element: Any) -> str:
 
 
 def _check_uuid(uuid: str) -> str:
-    if not _UUID.match(uuid):
+    if not _UUID.fullmatch(uuid):
         raise UsageError(f"{uuid!r} is not an mdev UUID", "mdev UUIDs are lower-case 8-4-4-4-12 hex")
     return uuid
 
@@ -321,7 +322,7 @@ def parse_allocations(
             )
         for key, grammar in _GRAMMAR.items():
             value = dev.get(key)
-            if value is not None and not grammar.match(value):
+            if value is not None and not grammar.fullmatch(value):
                 raise ConflictError(
                     f"domain {name}: vgpuadm metadata device #{index} has a malformed {key} {value[:80]!r}", _META_HINT
                 )
