@@ -121,3 +121,24 @@ def test_a_umockdev_line_with_a_nul_byte_is_one_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as e:
         load_umockdev(str(rec), str(tmp_path / "target"))
     assert e.value.message == "rec.umockdev line 2: 'A: ven\\x00dor=1' is not a umockdev record line"
+
+
+def test_a_duplicate_key_inside_a_mapping_used_as_a_key_is_one_error() -> None:
+    """Found by the fuzz lane: naming the duplicate key re-read the plan with duplicates allowed, where ruamel cannot
+    hash a mapping used as a key (TypeError, exit 70)."""
+    with pytest.raises(UsageError) as exc:
+        parse_plan("? vms:\n    type: nvidia-63\n    type: nvidia-63\n  web01:\n", "plan.yaml")
+    assert (exc.value.message, exc.value.hint) == (
+        'plan.yaml:3: not valid YAML: found duplicate key "type" with value "nvidia-63" (original value: "nvidia-63")',
+        "name each key once",
+    )
+
+
+def test_a_plan_whose_key_is_a_mapping_is_one_error() -> None:
+    """Found by the fuzz lane: ruamel's round-trip loader raised TypeError on a mapping used as a key (exit 70)."""
+    with pytest.raises(UsageError) as exc:
+        parse_plan('{"vms": {}}:', "plan.yaml")
+    assert (exc.value.message, exc.value.hint) == (
+        "plan.yaml: a key of the plan is a mapping or a list",
+        "keys are names: VM names and setting names",
+    )

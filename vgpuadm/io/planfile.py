@@ -72,6 +72,9 @@ def parse_plan(text: str, source: str = "plan.yaml") -> DesiredPlan:
         ) from None
     except YAMLError as exc:
         raise UsageError(f"{source}: not valid YAML: {str(exc).splitlines()[0]}", "fix the YAML syntax") from None
+    except TypeError:  # ruamel's round-trip loader cannot hash a mapping used as a key (`{vms: {}}: 1`)
+        raise UsageError(f"{source}: a key of the plan is a mapping or a list",
+                         "keys are names: VM names and setting names") from None  # fmt: skip
     if data is None:
         raise UsageError(f"{source}:1: the plan is empty", "write at least `vms: {web01: {type: nvidia-63}}`")
     _validate(data, marks, source)
@@ -139,7 +142,11 @@ def _duplicate_key(text: str, exc: Any, source: str) -> UsageError:
     line = exc.problem_mark.line + 1
     loose = YAML(typ="rt")
     loose.allow_duplicate_keys = True
-    found = _path_to(loose.load(text), (exc.context_mark.line, exc.context_mark.column), ())
+    try:
+        tree = loose.load(text)
+    except TypeError:  # a mapping used as a key (`? {a: 1}`): ruamel cannot hash it once duplicates are allowed
+        tree = None
+    found = _path_to(tree, (exc.context_mark.line, exc.context_mark.column), ())
     path, mapping = found if found is not None else ((), {})
     # ruamel names the key only in its message; the closing quote tells `a` from `ab`
     key = next((str(k) for k in mapping if exc.problem.startswith(f'found duplicate key "{k}" with value')), None)
