@@ -37,8 +37,9 @@ class Result:
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("LIBVIRT_DEFAULT_URI", "VGPUADM_ROOT")}
+    env = {k: v for k, v in os.environ.items() if k not in ("LIBVIRT_DEFAULT_URI", "VGPUADM_ROOT", "COLUMNS")}
     env["PYTHONPATH"] = str(REPO)
+    env["COLUMNS"] = "160"  # what a pipe gets (cli/console.py), whatever $COLUMNS the runner has
     env.update(extra or {})
     return env
 

@@ -33,7 +33,7 @@ def test_apply_reads_the_plan_from_stdin_with_the_file_limit(tmp_path: Path) -> 
     root = _host(tmp_path, "fl-web01")
     check = _stdin(root, PLAN.encode(), "apply", "-f", "-", "--check")
     assert (check.returncode, check.stderr) == (0, b"")
-    assert check.stdout.decode() == "+ fl-web01: nvidia-63 ×2\nwould run 5 step(s); nothing was changed (--check)\n"
+    assert check.stdout.decode() == "+ fl-web01: nvidia-63 ×2\nwould run 3 step(s); nothing was changed (--check)\n"
     done = _stdin(root, PLAN.encode(), "apply", "-f", "-")
     assert done.returncode == 0, done.stderr
     assert len(mdevs(root)) == 2

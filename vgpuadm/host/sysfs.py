@@ -108,14 +108,17 @@ class Sysfs:
     def _escape(self, host_path: str, where: str) -> HostIOError:
         shown = self.host(where)
         return HostIOError(
-            f"refusing {host_path}: it leads outside the host root's /sys (to {shown})",
+            f"refusing {host_path}: it leads outside the host root's {'/dev' if host_path.startswith('/dev/') else '/sys'} "
+            f"(to {shown})",
             "a symlink under the host root points out of its /sys: remove it, or rebuild the root",
             path=host_path,
             errno=errno_mod.EXDEV,
         )
 
     def _is_inside(self, where: str) -> bool:
-        return where == self._inside or where.startswith(self._inside + "/")
+        """Inside <root>/sys, or <root>/dev (the VFIO group nodes and render nodes the kernel makes there)."""
+        dev = self._real_prefix + "/dev"
+        return any(where == top or where.startswith(top + "/") for top in (self._inside, dev))
 
     def _where(self, fd: int, real_path: str) -> str:
         """The resolved path of an open descriptor (realpath of the path it was opened by, without /proc)."""
