@@ -50,12 +50,12 @@ def register(app: Any) -> None:
                         no_args_is_help=True)  # fmt: skip
     json_opt = typer.Option(False, "--json", help="Print JSON (schemas in vgpuadm/schemas).")
 
-    @group.command("status")
+    @group.command("status", epilog="Example: vgpuadm mig status --json")
     def status_cmd(ctx: typer.Context, as_json: bool = json_opt) -> None:
         """MIG mode (current and pending) of every GPU."""
         status(ctx.obj["console"], ctx.obj["root"], as_json)
 
-    @group.command("profiles")
+    @group.command("profiles", epilog="Example: vgpuadm mig profiles --gpu 0000:18:00.0")
     def profiles_cmd(
         ctx: typer.Context,
         gpu: str = typer.Option(None, "--gpu", help="Only this GPU.", metavar="BDF"),
@@ -64,7 +64,7 @@ def register(app: Any) -> None:
         """GPU-instance profiles with free/total counts and placements."""
         profiles(ctx.obj["console"], ctx.obj["root"], gpu, as_json)
 
-    @group.command("instances")
+    @group.command("instances", epilog="Example: vgpuadm mig instances --json")
     def instances_cmd(ctx: typer.Context, as_json: bool = json_opt) -> None:
         """GPU instances, their placements and the vGPUs on them."""
         instances(ctx.obj["console"], ctx.obj["root"], as_json)
