@@ -4,6 +4,9 @@ simulated P4 root): what the VM owns, where (GPU and model), params, on demand o
 from __future__ import annotations
 
 import json
+import re
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tests.libvirt.embedded_host import define, mdevs, vgpuadm
@@ -15,6 +18,7 @@ def test_show_vm_lists_its_devices_where_they_are_and_what_is_missing(tmp_path: 
     root = tmp_path / "p4"
     build("p4", str(root))
     uuids = define(root, "sh-web01", "sh-idle")
+    started = _utc_now()
     made = vgpuadm(root, "create", "--type", "P4-1Q", "--vm", "sh-web01", "--total", "2", "--display", "on",
                    "--param", "frame_rate_limiter=0")  # fmt: skip
     assert made.code == 0, made.err
@@ -23,6 +27,8 @@ def test_show_vm_lists_its_devices_where_they_are_and_what_is_missing(tmp_path: 
     r = vgpuadm(root, "show", "--vm", "sh-web01", "--json")
     doc = json.loads(r.out)
     validate("show", doc)
+    changed = doc.pop("changed")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", changed) and started <= changed <= _utc_now(), changed
 
     def device(slot: int, uuid: str, present: bool) -> dict[str, object]:
         return {"slot": slot, "mode": "mdev", "id": uuid, "type_id": "nvidia-63", "name": "GRID P4-1Q",
@@ -34,7 +40,7 @@ def test_show_vm_lists_its_devices_where_they_are_and_what_is_missing(tmp_path: 
                    "devices": [device(0, u0, True), device(1, u1, True)]}  # fmt: skip
     text = vgpuadm(root, "show", "--vm", "sh-web01")
     assert text.code == 0 and text.out.startswith(
-        f"domain sh-web01 (shut off), uuid {uuids['sh-web01']}: 2 vgpuadm device(s)\n"
+        f"domain sh-web01 (shut off), uuid {uuids['sh-web01']}: 2 vgpuadm device(s)\nlast changed by vgpuadm: {changed}\n"
     )
     rows = [line for line in text.out.splitlines() if u0 in line or u1 in line]
     assert len(rows) == 2 and all("Tesla P4" in x and "0000:01:00.0" in x and " yes " in x for x in rows), text.out
@@ -45,9 +51,34 @@ def test_show_vm_lists_its_devices_where_they_are_and_what_is_missing(tmp_path: 
     assert [d["present"] for d in after["devices"]] == [False, False]
     assert "MISSING (vgpuadm restore)" in vgpuadm(root, "show", "--vm", "sh-web01").out
 
+    again = vgpuadm(root, "create", "--type", "P4-1Q", "--vm", "sh-web01", "--total", "2", "--display", "on",
+                    "--param", "frame_rate_limiter=0")  # fmt: skip
+    assert again.code == 0, again.err
+    assert json.loads(vgpuadm(root, "show", "--vm", "sh-web01", "--json").out)["changed"] == changed  # nothing changed
+
     idle = vgpuadm(root, "show", "--vm", "sh-idle")
     assert (idle.code, idle.out) == (0, f"domain sh-idle (shut off), uuid {uuids['sh-idle']}: 0 vgpuadm device(s)\n"
                                         "it owns nothing vgpuadm made; give it one: vgpuadm create --type T --vm "
                                         "sh-idle\n")  # fmt: skip
     missing = vgpuadm(root, "show", "--vm", "sh-nosuch", "--json")
     assert missing.code == 3 and json.loads(missing.out)["error"] == "No domain named 'sh-nosuch'"
+
+
+def _utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_change_rolled_back_keeps_the_time_of_the_last_one(tmp_path: Path) -> None:
+    """The metadata's `changed` stamp moves only when a change lands: a destroy whose mdev removal fails is undone,
+    and the undo puts back the stamp of the create before it."""
+    root = tmp_path / "p4"
+    build("p4", str(root))
+    define(root, "sh-web02")
+    assert vgpuadm(root, "create", "--type", "P4-1Q", "--vm", "sh-web02").code == 0
+    before = json.loads(vgpuadm(root, "show", "--vm", "sh-web02", "--json").out)
+    time.sleep(1.1)  # the stamp has a resolution of one second
+    assert vgpuadm(root, "sim", "fail", str(root), "/sys/bus/mdev/devices/*/remove", "EBUSY").code == 0
+    failed = vgpuadm(root, "destroy", "--vm", "sh-web02")
+    assert failed.code != 0 and "rolled back" in failed.err, failed.err
+    after = json.loads(vgpuadm(root, "show", "--vm", "sh-web02", "--json").out)
+    assert after == before and before["changed"] is not None

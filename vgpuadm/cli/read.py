@@ -157,6 +157,8 @@ def show(console: Console, root: str | None, vm: str, as_json: bool, connect: st
     state = {True: "running", False: "shut off", None: "unknown"}[view["running"]]
     devices = view["devices"]
     console.line(f"domain {view['domain']} ({state}), uuid {view['uuid'] or '-'}: {len(devices)} vgpuadm device(s)")
+    if view["changed"]:
+        console.line(f"last changed by vgpuadm: {view['changed']}")
     if not devices:
         console.line(f"it owns nothing vgpuadm made; give it one: vgpuadm create --type T --vm {vm}")
         return

@@ -94,8 +94,8 @@ def show_vm(root: str | None, vm: str, *, connect: str | None = None) -> dict[st
         d = s.domains().by_name.get(vm)
         if d is None:
             s.virt.xml(vm)  # raises NotFoundError naming the domain
-            return vm_view(s.snap, vm, None, None, ())
-        return vm_view(s.snap, d.name, d.uuid, d.running, d.allocations)
+            return vm_view(s.snap, vm, None, None, (), None)
+        return vm_view(s.snap, d.name, d.uuid, d.running, d.allocations, d.changed)
 
 
 def merge_inventories(paths: list[str]) -> dict[str, Any]:

@@ -27,12 +27,14 @@ class Domain:
     allocations: tuple[Allocation, ...]
     hostdevs: tuple[domxml.HostdevRef, ...]
     host: str | None  # the host its vgpuadm metadata names
+    changed: str | None  # when vgpuadm last changed its devices (UTC), None when not recorded
 
     @classmethod
     def read(cls, name: str, uuid: str, text: str, running: bool, metadata: str) -> Domain:
-        doc = domxml.parse_domain(text)  # once, for the three readings
+        doc = domxml.parse_domain(text)  # once, for the four readings
         return cls(name, uuid, text, running, metadata, tuple(domxml.parse_allocations(doc)),
-                   tuple(domxml.parse_hostdevs(doc)), domxml.metadata_host(doc))  # fmt: skip
+                   tuple(domxml.parse_hostdevs(doc)), domxml.metadata_host(doc),
+                   domxml.metadata_changed(doc, domain=name))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

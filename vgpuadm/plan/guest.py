@@ -39,21 +39,40 @@ def define_step(
     host: str,
     previous_host: str | None = None,
     *,
+    previous_changed: str | None = None,
     attach: Sequence[Allocation] = (),
     detach: Sequence[tuple[Allocation, str]] = (),
 ) -> DefineDomain:
     """The domain's whole change as one persistent definition: `attach` hot-plugged/added, `detach` (allocation,
-    its hostdev as attached now) taken out, and the metadata going from `before` to `after`."""
+    its hostdev as attached now) taken out, and the metadata going from `before` (last changed at
+    `previous_changed`, which an undo puts back) to `after`."""
     return DefineDomain(
         domain,
         "".join(xml.hostdev_for(a) for a in attach),
         "".join(hostdev for _, hostdev in detach),
         xml.metadata_xml(after, host) if after else "",
-        xml.metadata_xml(before, previous_host or host) if before else "",
+        xml.metadata_xml(before, previous_host or host, previous_changed) if before else "",
         len(after),
         attached=", ".join(_what(a) for a in attach),
         detached=", ".join(_what(a) for a, _ in detach),
     )
+
+
+def redefine_step(
+    domain: str,
+    before: Sequence[Allocation],
+    after: Sequence[Allocation],
+    host: str,
+    domain_xml: str,
+    *,
+    attach: Sequence[Allocation] = (),
+    detach: Sequence[tuple[Allocation, str]] = (),
+) -> DefineDomain:
+    """define_step for a domain whose current XML is at hand: the host and change time its metadata records now are
+    what an undo puts back."""
+    doc = xml.parse_domain(domain_xml)
+    return define_step(domain, before, after, host, xml.metadata_host(doc),
+                       previous_changed=xml.metadata_changed(doc), attach=attach, detach=detach)  # fmt: skip
 
 
 def free_slots(used: Collection[int], n: int) -> list[int]:
@@ -133,6 +152,7 @@ class _Want:
     slots: list[int]
     uuids: list[str]
     prev_host: str | None
+    prev_changed: str | None
     added: list[Allocation] = field(default_factory=list)
 
 
@@ -177,7 +197,7 @@ def plan_create_many(
         need = count - sum(1 for a in owned if a.type_id == type_id)
         slots = free_slots({a.slot for a in owned}, max(need, 0))
         w = _Want(name, duuid, owned, slots, [device_uuid(host_id, duuid, slot) for slot in slots],
-                  xml.metadata_host(domain_xml))  # fmt: skip
+                  xml.metadata_host(domain_xml), xml.metadata_changed(domain_xml))  # fmt: skip
         present = {(r.kind, r.key) for r in xml.parse_hostdevs(domain_xml)}
         for u in w.uuids:
             if ("mdev", u) in present:
@@ -235,7 +255,9 @@ def plan_create_many(
             w.added.append(a)
         check_display(domain_xml, w.added, turn_off="use --display off")
         after = sorted([*w.owned, *w.added], key=lambda a: a.slot)
-        define = define_step(w.name, w.owned, after, snap.host_key, w.prev_host, attach=w.added)
+        define = define_step(
+            w.name, w.owned, after, snap.host_key, w.prev_host, previous_changed=w.prev_changed, attach=w.added
+        )
         steps = [*kernel_steps, define] if w.added else []
         summary = (
             f"give domain {w.name} {len(w.added)} × {type_id}"
@@ -321,7 +343,11 @@ def _plan_on_demand(
                                          taken)  # fmt: skip
         check_display(domain_xml, w.added, turn_off="use --display off")
         after = sorted([*w.owned, *w.added], key=lambda a: a.slot)
-        steps: list[Step] = [define_step(w.name, w.owned, after, snap.host_key, w.prev_host, attach=w.added)]
+        steps: list[Step] = [
+            define_step(
+                w.name, w.owned, after, snap.host_key, w.prev_host, previous_changed=w.prev_changed, attach=w.added
+            )
+        ]
         out.append(DomainPlan(w.name, Plan.of(steps, f"record {len(w.added)} × {type_id} on demand for domain "
                                                      f"{w.name}"), w.added, after))  # fmt: skip
     return out
@@ -351,7 +377,7 @@ def _plan_virtio_gl(snap: HostSnapshot, domain_xml: str, count: int, gpu: str | 
                    extra={"rendernode": path, "graphics": "egl-headless", "previous_video": previous})  # fmt: skip
     after = sorted([*owned, a], key=lambda x: x.slot)
     steps: list[Step] = [virtio_gl_step(a, True),
-                         define_step(name, owned, after, snap.host_key, xml.metadata_host(domain_xml))]  # fmt: skip
+                         redefine_step(name, owned, after, snap.host_key, domain_xml)]  # fmt: skip
     return DomainPlan(name, Plan.of(steps, f"give domain {name} a virtio-gpu on {path}"), [a], after)
 
 
@@ -432,7 +458,7 @@ def plan_destroy(
     # The virtio-gl edit first (it is the domain's <video>, not a hostdev), then the one definition of the rest.
     steps: list[Step] = [virtio_gl_step(a, False) for a in gone if a.mode == DeviceMode.VIRTIO_GL]
     if gone:  # out of the definition (and the running guest) before the kernel frees the devices
-        steps.append(define_step(name, owned, after, snap.host_key, xml.metadata_host(domain_xml), detach=detach))
+        steps.append(redefine_step(name, owned, after, snap.host_key, domain_xml, detach=detach))
     steps += remove_steps(snap, gone, drivers or {})
     return Plan.of(steps, f"take {len(gone)} device(s) from domain {name}"), gone, after
 
@@ -529,7 +555,7 @@ def plan_passthrough(
     if on_demand:
         added = on_demand_passthrough(added, force)
     after = sorted([*owned, *added], key=lambda a: a.slot)
-    steps.append(define_step(name, owned, after, snap.host_key, xml.metadata_host(domain_xml), attach=added))
+    steps.append(redefine_step(name, owned, after, snap.host_key, domain_xml, attach=added))
     return Plan.of(steps, f"pass {gpu} ({len(functions)} function(s)) through to domain {name}"), added, after
 
 
@@ -548,8 +574,8 @@ def plan_release(snap: HostSnapshot, domains: Domains, gpu: str, drivers: dict[s
         holders.append(name)
         present = {(r.kind, r.key) for r in d.hostdevs}
         detach = [(a, xml.hostdev_as_attached(a, d.xml)) for a in mine if ("pci", a.address) in present]
-        steps.append(define_step(name, owned, [a for a in owned if a not in mine], snap.host_key,
-                                 xml.metadata_host(d.xml), detach=detach))  # fmt: skip
+        steps.append(redefine_step(name, owned, [a for a in owned if a not in mine], snap.host_key, d.xml,
+                                   detach=detach))  # fmt: skip
         gone += mine
     steps += device_plans.plan_vfio_restore(snap, gpu, drivers).steps
     return Plan.of(steps, f"release {gpu} from {', '.join(holders) or 'no domain'}"), holders, gone

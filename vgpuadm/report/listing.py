@@ -205,11 +205,16 @@ def vm_rows(domains: Domains) -> list[dict[str, Any]]:
 
 
 def vm_view(
-    snap: HostSnapshot, name: str, uuid: str | None, running: bool | None, allocations: Iterable[Allocation]
+    snap: HostSnapshot,
+    name: str,
+    uuid: str | None,
+    running: bool | None,
+    allocations: Iterable[Allocation],
+    changed: str | None,
 ) -> dict[str, Any]:
     """`vgpuadm show --vm NAME` (schemas/show.schema.json): what the domain owns as its vgpuadm metadata records
     it, where each device is (parent, physical GPU and its model), its vgpu_params and options, whether it exists
-    on the host now, and whether it is made on demand (at VM start) or kept."""
+    on the host now, whether it is made on demand (at VM start) or kept, and when vgpuadm last changed them."""
     devices = []
     for a in sorted(allocations, key=lambda a: a.slot):
         where = a.parent or a.address
@@ -230,7 +235,7 @@ def vm_view(
                 "present": _present(snap, a),
             }
         )
-    return {"domain": name, "uuid": uuid, "running": running, "devices": devices}
+    return {"domain": name, "uuid": uuid, "running": running, "changed": changed, "devices": devices}
 
 
 def _allocation_type_name(snap: HostSnapshot, a: Allocation) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from datetime import UTC, datetime
 from typing import Any
 
 from vgpuadm.errors import UsageError, VgpuadmError
@@ -25,6 +26,7 @@ from vgpuadm.virt.xml import (
     parse_hostdevs,
     redefine,
     same_metadata,
+    stamped,
     to_string,
     with_virtio_gl,
     without_virtio_gl,
@@ -134,11 +136,12 @@ def _unlive(ctx: Any, domain: str, plugged: list[str], unplugged: list[str]) -> 
             _virt(ctx).attach_live(domain, device)
 
 
-def _define(s: DefineDomain, ctx: Any) -> None:
+def _define(s: DefineDomain, ctx: Any, *, stamp: bool = True) -> None:
     """One persistent write (defineXML of the current secure definition with the change applied); when the domain
     runs, the live hot-plug/unplug first, and the devices go into the definition at the guest addresses the live
-    guest gave them."""
+    guest gave them. The metadata is stamped with the time of the change (`stamp`; an undo puts the old one back)."""
     virt = _virt(ctx)
+    element = stamped(s.element, _now()) if stamp and s.element else s.element
     plugged: list[str] = []
     unplugged: list[str] = []
     attach = s.attach
@@ -154,13 +157,17 @@ def _define(s: DefineDomain, ctx: Any) -> None:
     try:
         current = virt.xml(s.domain, secure=True)
         if not _has_effect(parse_domain(current), s):
-            virt.define(redefine(current, add=attach, remove=s.detach, element=s.element))
+            virt.define(redefine(current, add=attach, remove=s.detach, element=element))
         if virt.is_active(s.domain, fresh=False):
-            virt.set_metadata(s.domain, PREFIX, NS, for_libvirt_metadata(s.element) if s.element else None,
+            virt.set_metadata(s.domain, PREFIX, NS, for_libvirt_metadata(element) if element else None,
                               live_only=True)  # fmt: skip
     except VgpuadmError:
         _unlive(ctx, s.domain, plugged, unplugged)
         raise
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _reversed(s: DefineDomain) -> DefineDomain:
@@ -169,7 +176,7 @@ def _reversed(s: DefineDomain) -> DefineDomain:
 
 def _undo_define(s: DefineDomain, ctx: Any) -> None:
     """The same change reversed: the old hostdevs and metadata back; each part only when it is not there yet."""
-    _define(_reversed(s), ctx)
+    _define(_reversed(s), ctx, stamp=False)
 
 
 def _virtio_gl(s: SetVirtioGl, ctx: Any, enable: bool) -> None:

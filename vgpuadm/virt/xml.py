@@ -46,6 +46,9 @@ _OPTION_GRAMMAR = {
     "force": re.compile(r"^yes$"),
 }
 
+# The metadata's `changed` stamp: UTC to the second, as the executor writes it.
+_CHANGED = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
+
 # Never resolve entities or fetch anything: domain XML comes from libvirt, but names and params come from users.
 _PARSER = etree.XMLParser(resolve_entities=False, no_network=True, remove_blank_text=True, huge_tree=False)
 
@@ -259,9 +262,9 @@ def without_virtio_gl(domain_xml: str, rendernode: str, previous_video: str = ""
 _META_HINT = "inspect it with `virsh metadata DOMAIN https://vgpuadm.dev/xmlns/vgpuadm/1`"
 
 
-def metadata_xml(allocations: Iterable[Allocation], host: str | None = None) -> str:
+def metadata_xml(allocations: Iterable[Allocation], host: str | None = None, changed: str | None = None) -> str:
     """The vgpuadm element as it appears inside the domain's <metadata> (namespaced, prefix vgpuadm). `host` names
-    the host that made the devices (see metadata_host)."""
+    the host that made the devices (see metadata_host); `changed`, when they last changed (see metadata_changed)."""
     devices = sorted(allocations, key=lambda a: a.slot)
     for a in devices:
         if a.mode not in MODES:
@@ -271,7 +274,29 @@ def metadata_xml(allocations: Iterable[Allocation], host: str | None = None) -> 
                 raise UsageError(f"option name {key!r} is not allowed", "option names are lower-case identifiers")
             if key in _OPTION_GRAMMAR and not _OPTION_GRAMMAR[key].match(a.extra[key]):
                 raise UsageError(f"option {key}={a.extra[key]!r} is not allowed", "see vgpuadm/virt/xml.py")
-    return render("metadata.xml.j2", ns=NS, devices=devices, host=host)
+    if changed is not None and not _CHANGED.fullmatch(changed):
+        raise UsageError(f"change time {changed[:40]!r} is not allowed", "it is UTC, like 2026-12-01T13:40:00Z")
+    return render("metadata.xml.j2", ns=NS, devices=devices, host=host, changed=changed)
+
+
+def stamped(element: str, when: str) -> str:
+    """A vgpuadm metadata element (either form) with its `changed` time set to `when`."""
+    if not _CHANGED.fullmatch(when):
+        raise UsageError(f"change time {when[:40]!r} is not allowed", "it is UTC, like 2026-12-01T13:40:00Z")
+    root = etree.fromstring(element.encode(), _PARSER)
+    root.set("changed", when)
+    return to_string(root)
+
+
+def metadata_changed(domain_xml: str | Any, *, domain: str | None = None) -> str | None:
+    """When vgpuadm last changed the domain's devices (its metadata's `changed`, UTC), None when not recorded."""
+    doc = _document(domain_xml)
+    root = _metadata_root(doc)
+    value = None if root is None else root.get("changed")
+    if value is not None and not _CHANGED.fullmatch(value):
+        name = domain or doc.findtext("name") or ""
+        raise ConflictError(f"domain {name}: vgpuadm metadata has a malformed changed {value[:80]!r}", _META_HINT)
+    return value
 
 
 def metadata_for_libvirt(allocations: Iterable[Allocation], host: str | None = None) -> str:
