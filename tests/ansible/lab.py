@@ -97,6 +97,17 @@ def inactive_xml(domain: str) -> str:
         conn.close()
 
 
+def autostart(domain: str) -> None:
+    """Mark `domain` on the lab's libvirtd to start when libvirtd does (virsh autostart)."""
+    import libvirt
+
+    conn = libvirt.open(URI)
+    try:
+        conn.lookupByName(domain).setAutostart(1)
+    finally:
+        conn.close()
+
+
 def ansible_env(tmp: Path) -> dict[str, str]:
     collections = tmp / "collections" / "ansible_collections" / "vgpuadm"
     collections.mkdir(parents=True)

@@ -28,6 +28,14 @@ with VirtConn(embed_uri(sys.argv[1])) as c:
     print(json.dumps({n: c.uuid(c.define(domain_definition(n, memory_mib=64, vnc=vnc))) for n in sys.argv[3:]}))
 """
 
+_AUTOSTART = """
+import sys
+from vgpuadm.virt.conn import VirtConn, embed_uri
+with VirtConn(embed_uri(sys.argv[1])) as c:
+    for n in sys.argv[2:]:
+        c.domain(n).setAutostart(1)
+"""
+
 
 @dataclass
 class Result:
@@ -56,6 +64,12 @@ def define(root: Path, *names: str, vnc: bool = True) -> dict[str, str]:
     proc = subprocess.run([sys.executable, "-c", _DEFINE, str(root), "vnc" if vnc else "-", *names],
                           capture_output=True, text=True, env=_env(), timeout=300, check=True)  # fmt: skip
     return dict(json.loads(proc.stdout))
+
+
+def autostart(root: Path, *names: str) -> None:
+    """Mark domains of the root's embedded driver to start with the driver (virsh autostart)."""
+    subprocess.run([sys.executable, "-c", _AUTOSTART, str(root), *names], capture_output=True, text=True, env=_env(),
+                   timeout=300, check=True)  # fmt: skip
 
 
 def domain_xml(root: Path, name: str) -> str:

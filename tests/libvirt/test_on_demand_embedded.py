@@ -1,6 +1,6 @@
 """On-demand requests through libvirt's embedded driver on a simulated P4 host: `on_demand: true` in a plan file and
 `create --on-demand` record the request and the hostdev in the persistent XML and make nothing; `apply --check`
-warns when the requests could not all run at once; `inventory` tells them apart from devices held by running VMs
+warns when the requests of the domains that autostart could not all run at boot; `inventory` tells them apart from devices held by running VMs
 and devices reserved by stopped ones; `restore` leaves them to the hook; and the hook, fed the XML libvirt keeps,
 makes and frees exactly those devices."""
 
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from embedded_host import REPO, allocations, attr, define, domain_xml, hostdev_keys, mdevs, vgpuadm
+from embedded_host import REPO, allocations, attr, autostart, define, domain_xml, hostdev_keys, mdevs, vgpuadm
 
 from vgpuadm.host.root import HostRoot
 from vgpuadm.plan.ids import device_uuid
@@ -45,8 +45,16 @@ def test_plan_file_on_demand_requests_make_nothing_warn_and_start_through_the_ho
 
     check = vgpuadm(root, "apply", "-f", str(plan), "--check")
     assert check.code == 0, check.err
-    warning = ("warning: domain desk3: its on-demand request (1 × nvidia-66) would not fit if every domain with one "
-               "ran at once: No room for 1 × nvidia-66")  # fmt: skip
+    lines = ["+ desk1: nvidia-66 ×1 on demand", "+ desk2: nvidia-66 ×1 on demand", "+ desk3: nvidia-66 ×1 on demand",
+             "would run 3 step(s); nothing was changed (--check)"]  # fmt: skip
+    assert check.out.splitlines() == lines  # started by hand, three requests for two GPUs are what on-demand is for
+    autostart(root, "desk2", "desk3")
+    assert vgpuadm(root, "apply", "-f", str(plan), "--check").out.splitlines() == lines  # two fit at boot
+    autostart(root, "desk1")
+    check = vgpuadm(root, "apply", "-f", str(plan), "--check")
+    assert check.code == 0, check.err
+    warning = ("warning: domain desk3: its on-demand request (1 × nvidia-66) would not fit when every domain that "
+               "autostarts starts at boot: No room for 1 × nvidia-66")  # fmt: skip
     assert check.out.splitlines()[:3] == ["+ desk1: nvidia-66 ×1 on demand", "+ desk2: nvidia-66 ×1 on demand",
                                           "+ desk3: nvidia-66 ×1 on demand"]  # fmt: skip
     assert check.out.splitlines()[3].startswith(warning)

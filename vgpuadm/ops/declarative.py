@@ -44,7 +44,7 @@ class ApplyResult:
     plan: Plan
     applied: tuple[str, ...]
     checked_only: bool
-    warnings: tuple[str, ...] = ()  # on-demand requests that would not all fit if their domains ran at once
+    warnings: tuple[str, ...] = ()  # on-demand requests of autostarting domains that would not all fit at boot
 
     def to_json(self) -> dict[str, Any]:
         """The `apply --json` document (vgpuadm/schemas/apply.schema.json)."""
@@ -87,7 +87,10 @@ def apply_desired(
         d = desired.diff(plan_doc, Current(doms.allocations, doms.running), resolved, prune=prune)
         desired.check_safe(d, doms.running)
         plan = build_apply_plan(plan_doc, d, snap, doms, load_drivers(s.root.path))
-        warnings = tuple(ondemand.overcommit(projected(snap, doms, d, plan), allocations_after(doms, plan)))
+        after = allocations_after(doms, plan)
+        boots = {a.domain for a in after if a.on_demand}
+        autostart = {name for name in sorted(boots) if s.virt.autostart(name)}
+        warnings = tuple(ondemand.overcommit(projected(snap, doms, d, plan), after, autostart))
         if check or plan.empty:
             return ApplyResult(d, plan, tuple(plan.describe()), check, warnings)
         result = s.execute(plan, progress=progress)

@@ -9,7 +9,7 @@ model as `create`), a layout C VF to type, or a GPU whose IOMMU group goes to vf
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from vgpuadm import modes
 from vgpuadm.catalog.capacity import consume, release
@@ -80,10 +80,11 @@ def start_steps(snap: HostSnapshot, name: str, wanted: Sequence[Allocation]) -> 
     return steps, view
 
 
-def overcommit(snap: HostSnapshot, allocations: Sequence[Allocation]) -> list[str]:
-    """One warning per domain whose on-demand request would not fit if every domain with one ran at once (in name
-    order), the devices that are not on demand staying where they are. `snap` counts those (with_recorded)."""
-    wanted = [a for a in allocations if a.on_demand]
+def overcommit(snap: HostSnapshot, allocations: Sequence[Allocation], autostart: Collection[str]) -> list[str]:
+    """One warning per domain that autostarts whose on-demand request would not fit when they all start at boot (in
+    name order), the devices that are not on demand staying where they are. `snap` counts those (with_recorded).
+    Requests of domains started by hand may add up to more than the host: that is what on-demand is for."""
+    wanted = [a for a in allocations if a.on_demand and a.domain in autostart]
     made = [a for a in wanted if a.mode != DeviceMode.PCI and not modes.for_name(a.mode).missing(snap, a)]
     view = release(snap, made) if made else snap
     by_domain: dict[str, list[Allocation]] = {}
@@ -100,8 +101,8 @@ def overcommit(snap: HostSnapshot, allocations: Sequence[Allocation]) -> list[st
             _steps, view = start_steps(view, name, mine)
         except VgpuadmError as exc:
             need = ", ".join(f"{n} × {t}" for t, n in sorted(demand(mine).items()))
-            out.append(f"domain {name}: its on-demand request ({need}) would not fit if every domain with one ran at "
-                       f"once: {exc.message}")  # fmt: skip
+            out.append(f"domain {name}: its on-demand request ({need}) would not fit when every domain that autostarts "
+                       f"starts at boot: {exc.message}")  # fmt: skip
     return out
 
 

@@ -240,6 +240,14 @@ class VirtConn:
         except libvirt.libvirtError as exc:
             raise self._fail(exc, f"reading the UUID of '{name}'", name) from None
 
+    def autostart(self, name: str) -> bool:
+        """Whether libvirt starts the domain when the daemon starts (at boot)."""
+        libvirt = _libvirt()
+        try:
+            return bool(self.domain(name).autostart())
+        except libvirt.libvirtError as exc:
+            raise self._fail(exc, f"reading the autostart flag of '{name}'", name) from None
+
     def is_active(self, name: str, *, fresh: bool = True) -> bool:
         """Whether the domain runs. fresh=False may answer from this connection's earlier look (device changes of
         one command ask several times, and each look is a daemon round trip)."""
