@@ -13,10 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from vgpuadm import api
 from vgpuadm.io import hookfile
+from vgpuadm.virt.conn import library_version
 
 HOOKS = "etc/libvirt/hooks"
 REPO = Path(__file__).resolve().parent.parent.parent
+LIBVIRT = ".".join(map(str, library_version()))  # Debian 12's is 9.0.0
 
 
 def test_install_writes_qemu_d_once_0755_then_nothing_to_do(tmp_path: Path, cli) -> None:
@@ -38,6 +41,7 @@ def test_install_writes_qemu_d_once_0755_then_nothing_to_do(tmp_path: Path, cli)
     command = f"{sys.executable} -m vgpuadm --root {root}"
     assert r.out.splitlines() == [
         "wrote /etc/libvirt/hooks/qemu.d/vgpuadm",
+        f"why there: libvirt {LIBVIRT} runs every script in hooks/qemu.d/ (since 6.5.0)",
         f"it runs: {command} hook run DOMAIN OPERATION SUB-OPERATION -",
         "next: systemctl restart libvirtd (or virtqemud): libvirt looks for hook scripts only when it starts",
     ]
@@ -57,6 +61,24 @@ def test_install_writes_qemu_d_once_0755_then_nothing_to_do(tmp_path: Path, cli)
     assert r.out.splitlines()[0] == "removed /etc/libvirt/hooks/qemu.d/vgpuadm" and not path.exists()
     r = cli("--root", str(root), "hook", "uninstall")
     assert r.out == "nothing to do: /etc/libvirt/hooks/qemu.d/vgpuadm is not installed\n"
+
+
+def test_a_libvirt_older_than_6_5_gets_the_single_script_and_qemu_d_can_still_be_asked_for(tmp_path: Path, cli) -> None:
+    """libvirt before 6.5.0 runs only hooks/qemu (libvirt.org/hooks.html): the form is chosen by the version found.
+    An old libvirt cannot be installed here, so that version is passed to the Python API; the CLI runs the rest."""
+    root = tmp_path / "root"
+    root.mkdir()
+    old = api.hook_install(str(root), dry_run=True, libvirt_version=(6, 0, 0))
+    assert (old.path, old.why) == ("/etc/libvirt/hooks/qemu",
+                                   "libvirt 6.0.0 predates hooks/qemu.d/ (6.5.0): the single hooks/qemu script, chaining "
+                                   "one there")  # fmt: skip
+    assert (
+        api.hook_install(str(root), dry_run=True, libvirt_version=(6, 5, 0)).path == "/etc/libvirt/hooks/qemu.d/vgpuadm"
+    )
+    r = cli("--root", str(root), "hook", "install", "--qemu-d", "--json")
+    doc = json.loads(r.out)
+    assert (r.code, doc["path"], doc["why"]) == (0, "/etc/libvirt/hooks/qemu.d/vgpuadm", "")
+    assert (root / HOOKS / "qemu.d" / "vgpuadm").is_file() and not (root / HOOKS / "qemu").exists()
 
 
 def run_script(path: Path, *args: str, stdin: str) -> subprocess.CompletedProcess[str]:

@@ -39,6 +39,8 @@ def _report(console: Console, result: Any, as_json: bool, done: str) -> None:
         )
         return
     console.line(f"{done} {result.path}")
+    if result.why:
+        console.line(f"why there: {result.why}")
     if result.command:
         console.line(f"it runs: {' '.join(result.command)} hook run DOMAIN OPERATION SUB-OPERATION -")
     if result.chained and done == "wrote":
@@ -78,10 +80,12 @@ def register(app: Any) -> None:
     @hook_app.command("install", epilog="Example: vgpuadm hook install && systemctl restart libvirtd")
     def install_cmd(
         ctx: typer.Context,
-        single_script: bool = typer.Option(
-            False,
-            "--single-script",
-            help="Write hooks/qemu (chaining one that is there) instead of hooks/qemu.d/vgpuadm, for libvirt < 6.5.",
+        single_script: bool | None = typer.Option(
+            None,
+            "--single-script/--qemu-d",
+            help="Write hooks/qemu (chaining one that is there), or hooks/qemu.d/vgpuadm. Default: qemu.d/ when the "
+            "installed libvirt runs it (6.5.0 and later).",
+            show_default=False,
         ),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,

@@ -20,6 +20,7 @@ from vgpuadm.ops.unit import vgpuadm_command
 from vgpuadm.plan import ondemand
 from vgpuadm.steps import Plan, RemoveHookFile, Step, WriteHookFile
 from vgpuadm.virt import xml
+from vgpuadm.virt.conn import library_version
 
 MAX_DOMAIN_XML = 4 * 1024 * 1024  # bytes: libvirt's own domain XML limit is 10 MB, real ones are a few KiB
 
@@ -83,6 +84,7 @@ def run(root: str | None, domain: str, operation: str, sub_operation: str, domai
 
 # -- install / uninstall / status ------------------------------------------------------------------------------------
 
+QEMU_D_SINCE = (6, 5, 0)  # libvirt runs every executable in hooks/qemu.d/ since 6.5.0 (libvirt.org/hooks.html)
 NEXT_STEP = "systemctl restart libvirtd (or virtqemud): libvirt looks for hook scripts only when it starts"
 
 
@@ -96,6 +98,7 @@ class HookInstallResult:
     installed: bool  # after the command (what it would be, with dry_run)
     current: bool  # the file says what install writes, 0755, owned by root
     chained: str | None = None  # the host path of the script the single `qemu` script chains
+    why: str = ""  # why this form of the hook (the libvirt version found), "" when it was asked for
 
     @property
     def changed(self) -> bool:
@@ -104,7 +107,7 @@ class HookInstallResult:
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "command": list(self.command), "changed": self.changed, "dry_run": self.dry_run,
                 "installed": self.installed, "current": self.current, "chained": self.chained,
-                "steps": self.plan.describe(), "next": NEXT_STEP if self.changed else ""}  # fmt: skip
+                "steps": self.plan.describe(), "next": NEXT_STEP if self.changed else "", "why": self.why}  # fmt: skip
 
 
 def hook_command(root: HostRoot, command: list[str] | None = None) -> list[str]:
@@ -116,11 +119,28 @@ def _current(root: str, name: str, text: str) -> bool:
     return hookfile.read_hook(root, name) == text and hookfile.mode_and_owner(root, name) == (hookfile.MODE, 0)
 
 
+def hook_form(version: tuple[int, int, int]) -> tuple[bool, str]:
+    """Whether libvirt `version` needs the single qemu script (it predates hooks/qemu.d/), and why."""
+    shown = ".".join(map(str, version))
+    if version >= QEMU_D_SINCE:
+        return False, f"libvirt {shown} runs every script in hooks/qemu.d/ (since 6.5.0)"
+    return True, f"libvirt {shown} predates hooks/qemu.d/ (6.5.0): the single hooks/qemu script, chaining one there"
+
+
 def install(
-    root: str | None, *, single_script: bool = False, dry_run: bool = False, command: list[str] | None = None
+    root: str | None,
+    *,
+    single_script: bool | None = None,
+    dry_run: bool = False,
+    command: list[str] | None = None,
+    libvirt_version: tuple[int, int, int] | None = None,
 ) -> HookInstallResult:
     """Write the hook: hooks/qemu.d/vgpuadm, or (`single_script`, for libvirt < 6.5) hooks/qemu, chaining a qemu
-    script that is there already (kept as qemu.vgpuadm-chained). Nothing to do when it is there and current."""
+    script that is there already (kept as qemu.vgpuadm-chained). Nothing to do when it is there and current.
+    `single_script=None` chooses by the installed libvirt's version (`libvirt_version`, else the library's)."""
+    why = ""
+    if single_script is None:
+        single_script, why = hook_form(libvirt_version or library_version())
     with Session.open(root, needs_sys=False) as s:
         r = s.root.path
         cmd = hook_command(s.root, command)
@@ -148,7 +168,7 @@ def install(
         if chained and not (dry_run or hookfile.read_hook(r, hookfile.CHAINED) is not None):
             chained = None
         return HookInstallResult(hookfile.host_path(name), tuple(cmd), plan, tuple(applied), dry_run, True, current,
-                                 chained)  # fmt: skip
+                                 chained, why)  # fmt: skip
 
 
 def uninstall(root: str | None, *, dry_run: bool = False) -> HookInstallResult:

@@ -52,6 +52,12 @@ def _libvirt() -> Any:
     return libvirt
 
 
+def library_version() -> tuple[int, int, int]:
+    """The version of the libvirt installed here (the client library; the daemon comes from the same release)."""
+    v = int(_libvirt().getVersion())
+    return v // 1_000_000, v // 1000 % 1000, v % 1000
+
+
 def _caps_cache_store() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "vgpuadm", "qemu-capabilities")
