@@ -1,12 +1,15 @@
 """Configuration files vgpuadm writes under the host root for other programs (mdevctl definitions, systemd units):
 read without following a symlink, written atomically (a temp file created O_EXCL|O_NOFOLLOW in the same directory,
-fsync, rename, directory fsync) with an exact mode whatever the umask. OSError reaches the caller, which names the
-host path."""
+fsync, rename, directory fsync) with an exact mode whatever the umask. The low-level functions let OSError reach
+the caller; read_config/write_config/remove_config turn it into a HostIOError naming the host path."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
+
+from vgpuadm.errors import HostIOError, UsageError
 
 
 def read_nofollow(path: str) -> str | None:
@@ -34,10 +37,7 @@ def write_atomic(path: str, text: str, *, mode: int = 0o644, dir_mode: int = 0o7
     if not os.path.isdir(directory):
         os.makedirs(directory, exist_ok=True)
         os.chmod(directory, dir_mode)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.vgpuadm.{os.getpid()}.tmp")
-    with contextlib.suppress(FileNotFoundError):
-        if not os.path.islink(tmp):
-            os.unlink(tmp)  # a stale one of a crashed run with the same pid
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.vgpuadm.{secrets.token_hex(8)}.tmp")  # unguessable
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -51,3 +51,52 @@ def write_atomic(path: str, text: str, *, mode: int = 0o644, dir_mode: int = 0o7
             os.unlink(tmp)
         raise
     fsync_dir(directory)
+
+
+def _shown(root: str, path: str) -> str:
+    return "/" + os.path.relpath(path, root)
+
+
+def read_config(root: str, path: str) -> str | None:
+    """The text of a file vgpuadm installs under `root`, None when there is none; never through a symlink."""
+    try:
+        return read_nofollow(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "it is not text"
+        raise HostIOError(f"reading {_shown(root, path)} failed: {reason}", path=_shown(root, path),
+                          errno=getattr(exc, "errno", None)) from None  # fmt: skip
+
+
+def write_config(root: str, path: str, text: str, *, mode: int, levels: int = 1) -> None:
+    """Write a file vgpuadm installs under `root` atomically with `mode` whatever the umask; its directory (and the
+    `levels` - 1 above it) are created 0755 when absent and are never written through when they are symlinks."""
+    try:
+        directory = os.path.dirname(path)
+        dirs = [directory]
+        for _ in range(levels - 1):
+            dirs.insert(0, os.path.dirname(dirs[0]))
+        for d in dirs:
+            if os.path.islink(d):
+                raise UsageError(f"{_shown(root, d)} is a symlink", "vgpuadm does not write through symlinks")
+        os.makedirs(os.path.dirname(dirs[0]), exist_ok=True)
+        for d in dirs:
+            if not os.path.isdir(d):
+                os.mkdir(d)
+                os.chmod(d, 0o755)  # whatever the umask
+        write_atomic(path, text, mode=mode)
+    except OSError as exc:
+        raise HostIOError(f"writing {_shown(root, path)} failed: {exc.strerror}",
+                          "run as root, or point --root at a writable host root", path=_shown(root, path),
+                          errno=exc.errno) from None  # fmt: skip
+
+
+def remove_config(root: str, path: str) -> bool:
+    """Remove a file vgpuadm installed under `root`; False when there was none."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise HostIOError(f"removing {_shown(root, path)} failed: {exc.strerror}", path=_shown(root, path),
+                          errno=exc.errno) from None  # fmt: skip
+    return True

@@ -10,8 +10,8 @@ import os
 import shlex
 from collections.abc import Sequence
 
-from vgpuadm.errors import HostIOError, UsageError
-from vgpuadm.host.files import read_nofollow, write_atomic
+from vgpuadm.errors import UsageError
+from vgpuadm.host.files import read_config, remove_config, write_config
 from vgpuadm.host.paths import LIBVIRT_HOOKS
 from vgpuadm.virt.templating import template_dir
 
@@ -55,12 +55,7 @@ def is_ours(text: str | None) -> bool:
 
 def read_hook(root: str, name: str) -> str | None:
     """The file's current text, None when there is none."""
-    try:
-        return read_nofollow(hook_file(root, name))
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "it is not text"
-        raise HostIOError(f"reading {host_path(name)} failed: {reason}", path=host_path(name),
-                          errno=getattr(exc, "errno", None)) from None  # fmt: skip
+    return read_config(root, hook_file(root, name))
 
 
 def mode_and_owner(root: str, name: str) -> tuple[int, int] | None:
@@ -73,27 +68,9 @@ def mode_and_owner(root: str, name: str) -> tuple[int, int] | None:
 
 def write_hook(root: str, name: str, text: str) -> None:
     """Write the file atomically, 0755 whatever the umask; missing directories are created 0755."""
-    path = hook_file(root, name)
-    try:
-        for directory in (os.path.dirname(os.path.dirname(path)), os.path.dirname(path)):
-            if os.path.islink(directory):
-                raise UsageError(f"{directory.removeprefix(root.rstrip('/'))} is a symlink",
-                                 "vgpuadm does not write through symlinks")  # fmt: skip
-        os.makedirs(os.path.dirname(os.path.dirname(path)), mode=0o755, exist_ok=True)
-        write_atomic(path, text, mode=MODE, dir_mode=0o755)
-    except OSError as exc:
-        raise HostIOError(f"writing {host_path(name)} failed: {exc.strerror}",
-                          "run as root, or point --root at a writable host root", path=host_path(name),
-                          errno=exc.errno) from None  # fmt: skip
+    write_config(root, hook_file(root, name), text, mode=MODE, levels=2)
 
 
 def remove_hook(root: str, name: str) -> bool:
     """Remove the file; False when there was none."""
-    try:
-        os.unlink(hook_file(root, name))
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise HostIOError(f"removing {host_path(name)} failed: {exc.strerror}", path=host_path(name),
-                          errno=exc.errno) from None  # fmt: skip
-    return True
+    return remove_config(root, hook_file(root, name))

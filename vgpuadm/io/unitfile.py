@@ -8,8 +8,8 @@ import os
 import re
 from collections.abc import Sequence
 
-from vgpuadm.errors import HostIOError, UsageError
-from vgpuadm.host.files import read_nofollow, write_atomic
+from vgpuadm.errors import UsageError
+from vgpuadm.host.files import read_config, remove_config, write_config
 from vgpuadm.virt.templating import template_dir
 
 UNIT_DIR = "/etc/systemd/system"
@@ -53,34 +53,15 @@ def unit_file(root: str, name: str) -> str:
 
 def read_unit(root: str, name: str) -> str | None:
     """The unit file's current text, None when there is none."""
-    try:
-        return read_nofollow(unit_file(root, name))
-    except OSError as exc:
-        raise HostIOError(f"reading {host_path(name)} failed: {exc.strerror}", path=host_path(name),
-                          errno=exc.errno) from None  # fmt: skip
+    return read_config(root, unit_file(root, name))
 
 
 def write_unit(root: str, name: str, text: str) -> None:
-    """Write the unit atomically (temp file O_EXCL|O_NOFOLLOW, fsync, rename, directory fsync), mode 0644 whatever
-    the umask; <root>/etc/systemd/system is created 0755 when absent."""
-    path = unit_file(root, name)
-    try:
-        if os.path.islink(os.path.dirname(path)):
-            raise UsageError(f"{UNIT_DIR} is a symlink", "vgpuadm does not write through symlinks")
-        write_atomic(path, text)
-    except OSError as exc:
-        raise HostIOError(f"writing {host_path(name)} failed: {exc.strerror}",
-                          "run as root, or point --root at a writable host root", path=host_path(name),
-                          errno=exc.errno) from None  # fmt: skip
+    """Write the unit atomically, mode 0644 whatever the umask; <root>/etc/systemd/system is created 0755 when
+    absent."""
+    write_config(root, unit_file(root, name), text, mode=0o644)
 
 
 def remove_unit(root: str, name: str) -> bool:
     """Remove the unit file; False when there was none."""
-    try:
-        os.unlink(unit_file(root, name))
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise HostIOError(f"removing {host_path(name)} failed: {exc.strerror}", path=host_path(name),
-                          errno=exc.errno) from None  # fmt: skip
-    return True
+    return remove_config(root, unit_file(root, name))

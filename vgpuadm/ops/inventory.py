@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from vgpuadm.errors import ConflictError, LibvirtError
-from vgpuadm.executor import journal_path, pending_error
+from vgpuadm.errors import ConflictError, LibvirtError, VgpuadmError
+from vgpuadm.executor import pending_error, read_journal
 from vgpuadm.io.domainxml import read_domain_dir
 from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.ops.session import Session
@@ -50,8 +50,12 @@ def inventory(
             source = f"libvirt:{s.uri}"
         doc = build_inventory(snap, allocations, host=host or s.root.hostname(), generated_at=_now(), source=source,
                               running=running)  # fmt: skip
-        if os.path.lexists(journal_path(s.root.path)):
-            pending = pending_error()
+        pending: VgpuadmError | None
+        try:
+            pending = pending_error() if read_journal(s.root.path) is not None else None
+        except VgpuadmError as exc:  # unreadable or not a journal: still a change nobody finished
+            pending = exc
+        if pending is not None:
             doc["warnings"].append(f"{pending.message}: {pending.hint}")
         return doc
 
