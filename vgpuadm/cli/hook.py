@@ -7,6 +7,7 @@ from typing import Any
 
 from vgpuadm import api
 from vgpuadm.cli.console import Console
+from vgpuadm.cli.host import plan_options, reported_as_plan
 from vgpuadm.errors import VgpuadmError
 
 
@@ -25,13 +26,7 @@ def run_hook(console: Console, root: str | None, args: list[str], stdin: Any) ->
 
 
 def _report(console: Console, result: Any, as_json: bool, done: str) -> None:
-    if as_json:
-        console.json(result.to_json())
-        return
-    if result.dry_run and not result.plan.empty:
-        console.line(f"would {result.plan.summary}:")
-        for line in result.plan.describe():
-            console.line(f"  {line}")
+    if reported_as_plan(console, result, as_json):
         return
     if result.plan.empty:
         console.line(
@@ -72,8 +67,6 @@ def register(app: Any) -> None:
         code = run_hook(ctx.obj["console"], ctx.obj["root"], [domain, operation, sub_operation], sys.stdin.buffer)
         if code:
             raise typer.Exit(code)
-
-    from vgpuadm.cli.host import plan_options
 
     dry_opt, json_opt = plan_options()
 

@@ -68,6 +68,20 @@ def plan_options() -> tuple[Any, Any]:
     return dry, js
 
 
+def reported_as_plan(console: Console, result: Any, as_json: bool) -> bool:
+    """The part every install/uninstall report shares: the result as JSON, or a dry run's steps. False when the
+    caller still has to tell what was done."""
+    if as_json:
+        console.json(result.to_json())
+        return True
+    if result.dry_run and not result.plan.empty:
+        console.line(f"would {result.plan.summary}:")
+        for line in result.plan.describe():
+            console.line(f"  {line}")
+        return True
+    return False
+
+
 def _mdev_app() -> Any:
     import typer
 

@@ -6,17 +6,11 @@ from typing import Any
 
 from vgpuadm import api
 from vgpuadm.cli.console import Console
-from vgpuadm.cli.host import plan_options
+from vgpuadm.cli.host import plan_options, reported_as_plan
 
 
 def _report(console: Console, result: Any, as_json: bool, done: str) -> None:
-    if as_json:
-        console.json(result.to_json())
-        return
-    if result.dry_run and not result.plan.empty:
-        console.line(f"would {result.plan.summary}:")
-        for line in result.plan.describe():
-            console.line(f"  {line}")
+    if reported_as_plan(console, result, as_json):
         return
     if result.plan.empty:
         state = "installed and current" if done == "wrote" else "not installed"
