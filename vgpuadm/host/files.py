@@ -1,7 +1,7 @@
-"""Configuration files vgpuadm writes under the host root for other programs (mdevctl definitions, systemd units):
-read without following a symlink, written atomically (a temp file created O_EXCL|O_NOFOLLOW in the same directory,
-fsync, rename, directory fsync) with an exact mode whatever the umask. The low-level functions let OSError reach
-the caller; read_config/write_config/remove_config turn it into a HostIOError naming the host path."""
+"""Configuration files vgpuadm writes under the host root for other programs (mdevctl definitions, systemd units,
+libvirt hooks): read without following a symlink, written atomically (a temp file created O_EXCL|O_NOFOLLOW in the
+same directory, fsync, rename, directory fsync) with an exact mode whatever the umask. The low-level functions let
+OSError reach the caller; read_config/write_config/remove_config turn it into a HostIOError naming the host path."""
 
 from __future__ import annotations
 
