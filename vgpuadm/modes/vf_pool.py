@@ -14,6 +14,7 @@ import re
 from collections.abc import Collection, Mapping
 from typing import ClassVar
 
+from vgpuadm.catalog.sriov_boards import check_vfs_settable
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError
 from vgpuadm.model import Allocation, HostSnapshot, Layout, VfPool
 from vgpuadm.modes.base import HostdevSpec, Mode
@@ -59,6 +60,8 @@ class VfPoolMode(Mode):
             )
         steps: list[Step] = []
         if not pool.num_vfs and pf not in enabling:
+            pf_fn = snapshot.functions.get(pf)
+            check_vfs_settable(pf, pf_fn.driver if pf_fn is not None else None, pool.total_vfs)
             enabling.add(pf)
             if pool.autoprobe:
                 steps.append(SetSriovAutoprobe(pf, False, True))
@@ -83,7 +86,7 @@ class VfPoolMode(Mode):
         target = self.driver_for(pool)
         if fn.driver == target:
             return []
-        if fn.driver in (VFIO, pool.variant):
+        if fn.driver and fn.driver in (VFIO, pool.variant):  # pool.variant is None without a variant driver
             raise ConflictError(
                 f"VF {vf} is bound to {fn.driver}, not {target}", f"unbind it: `vgpuadm vfio unbind {vf}`"
             )
@@ -104,7 +107,7 @@ class VfPoolMode(Mode):
         if fn.driver_override:
             steps.append(SetDriverOverride(fn.address, "", previous=fn.driver_override))
         host_driver = a.extra.get("host_driver", "")
-        if host_driver and _DRIVER.match(host_driver) and fn.driver in (VFIO, pool.variant):
+        if host_driver and _DRIVER.match(host_driver) and fn.driver and fn.driver in (VFIO, pool.variant):
             steps.append(Bind(fn.address, host_driver))
         return steps
 
