@@ -21,6 +21,9 @@ from embedded_host import _env, allocations, define, domain_xml, hostdev_keys, v
 from lxml import etree
 
 from vgpuadm.schemas import validate
+from vgpuadm.sim.profiles import HostBuilder
+from vgpuadm.sim.state import load_model
+from vgpuadm.sim.tree import PciSpec
 from vgpuadm.virt import xml
 
 pytestmark = pytest.mark.libvirt
@@ -206,3 +209,23 @@ def test_a_gim_pool_whose_vfs_are_off_is_one_error_naming_gims_vf_num(sim_host) 
     assert (res.code, res.out, res.err.splitlines()) == (2, "", [f"error: {error}", hint])
     assert _sys(root, f"{MI300X}/sriov_numvfs") == "0"
     assert hostdev_keys(root, "b") == []
+
+
+def test_a_vf_whose_iommu_group_holds_a_host_device_is_refused_like_passthrough(sim_host) -> None:
+    """A NIC on i40e in the IOMMU group of the MI300X's first VF (a switch without ACS), laid down with the
+    simulator's own builder: create refuses that VF with passthrough's one-line rule and changes nothing."""
+    root = sim_host("mi300x-vf-pool")
+    h = HostBuilder.attach(str(root), load_model(str(root)))
+    h.tree.driver("i40e")
+    h.pci(
+        PciSpec("0000:84:00.0", "/sys/devices/pci0000:80/0000:80:01.0", "0x8086", "0x1572", "0x020000", "i40e", 22, 1)
+    )
+    h.finish()
+    define(root, "a")
+    res = vgpuadm(root, "create", "--type", "vf-mi300x", "--vm", "a")
+    assert (res.code, res.out, res.err.splitlines()) == (6, "", [
+        "error: IOMMU group 22 of 0000:83:00.1 also holds 0000:84:00.0 (class 0x020000, driver i40e), which the host "
+        "uses",
+        "hint: give the guest a VF of a GPU whose VFs have IOMMU groups of their own (ACS on the ports above it)",
+    ])  # fmt: skip
+    assert (_driver(root, "0000:83:00.1"), hostdev_keys(root, "a")) == (None, [])
