@@ -80,7 +80,7 @@ def test_apply_gives_and_takes_virtio_gl_from_a_plan_file(sim_host: Callable[[st
     plan.write_text(
         'vms:\n  web01:\n    virtio_gl: true\n  db02:\n    type: vf-uhd770\n    virtio_gl: {gpu: "00:02.0"}\n'
     )
-    diff = ["+ db02: virtio-gl on 0000:00:02.0", "+ db02: vf-uhd770 ×1", "+ web01: virtio-gl"]
+    diff = ["+ db02: vf-uhd770 ×1", "+ db02: virtio-gl on 0000:00:02.0", "+ web01: virtio-gl"]
     res = vgpuadm(root, "apply", "-f", str(plan), "--check")
     assert (res.code, res.err) == (0, "")
     assert res.out.splitlines() == [*diff, "would run 8 step(s); nothing was changed (--check)"]

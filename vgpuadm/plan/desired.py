@@ -156,6 +156,7 @@ def diff(desired: DesiredPlan, current: Current, resolved_types: Mapping[str, st
     removes: list[Allocation] = []
     set_params: list[SetParams] = []
     kept: list[Allocation] = []
+    virtio_adds: list[Add] = []
     for name in sorted(desired.vms):
         spec = desired.vms[name]
         owned = sorted(by_vm.get(name, []), key=lambda a: a.slot)
@@ -163,8 +164,8 @@ def diff(desired: DesiredPlan, current: Current, resolved_types: Mapping[str, st
         owned = [a for a in owned if a.mode != DeviceMode.VIRTIO_GL]
         kept.extend(virtio[:1] if spec.virtio_gl else [])
         removes.extend(virtio[1:] if spec.virtio_gl else virtio)
-        if spec.virtio_gl and not virtio:
-            adds.append(Add(vm=name, spec=spec, type_id=VIRTIO_GL, virtio_gl=True))
+        if spec.virtio_gl and not virtio:  # after every VM's hostdevs, so it takes the slot after theirs
+            virtio_adds.append(Add(vm=name, spec=spec, type_id=VIRTIO_GL, virtio_gl=True))
         if not spec.type and not spec.passthrough:
             removes.extend(owned)
             continue
@@ -192,6 +193,7 @@ def diff(desired: DesiredPlan, current: Current, resolved_types: Mapping[str, st
                 set_params.append(SetParams(a, spec.params))
         if len(matching) < spec.count:
             adds.append(Add(vm=name, spec=spec, type_id=type_id, count=spec.count - len(matching)))
+    adds.extend(virtio_adds)
     untouched = sorted(vm for vm in by_vm if vm not in desired.vms)
     if prune:
         removes.extend(a for vm in untouched for a in by_vm[vm])
