@@ -17,10 +17,13 @@ from pathlib import Path
 
 import libvirt
 import pytest
-from embedded_host import _env, allocations, define, hostdev_keys, vgpuadm
+from embedded_host import _env, allocations, define, domain_xml, hostdev_keys, vgpuadm
 from lxml import etree
 
 from vgpuadm.schemas import validate
+from vgpuadm.sim.profiles import HostBuilder
+from vgpuadm.sim.state import load_model
+from vgpuadm.sim.tree import PciSpec
 from vgpuadm.virt import xml
 
 pytestmark = pytest.mark.libvirt
@@ -145,3 +148,84 @@ def test_the_readme_vf_pool_example_runs_as_written(tmp_path: Path) -> None:
     assert outputs[2].splitlines()[0] == f"attached pool vf-flex170 {VF1} on {FLEX} (to web01)"
     assert _driver(root, VF1) is None
     assert outputs[4].splitlines()[0] == "attached virtio-gl virtio-gl /dev/dri/renderD129 on 0000:4d:00.0 (to web01)"
+
+
+MI300X = "0000:83:00.0"
+
+
+def test_mi300x_restore_after_a_reboot_brings_the_gim_pool_back_exactly(sim_host) -> None:
+    """GIM enables its VFs when it loads (vf_num; it has no sriov_configure, docs/reference/sriov-gpus.md §2): after
+    `vgpuadm sim reboot` the VFs are back unbound, and `restore` binds the recorded ones to vfio-pci again; the
+    domains keep their hostdevs; a second restore changes nothing."""
+    root = sim_host("mi300x-vf-pool")
+    define(root, "a", "b")
+    assert vgpuadm(root, "create", "--type", "vf-mi300x", "--vm", "a", "--total", "2").code == 0
+    assert vgpuadm(root, "create", "--type", "vf-mi300x", "--vm", "b").code == 0
+    before = {vm: (hostdev_keys(root, vm), domain_xml(root, vm)) for vm in ("a", "b")}
+    res = vgpuadm(root, "sim", "reboot", str(root))
+    assert res.code == 0, res.err
+    assert _sys(root, f"{MI300X}/sriov_numvfs") == "8"
+    assert [_driver(root, f"0000:83:00.{f}") for f in (1, 2, 3)] == [None, None, None]
+    res = vgpuadm(root, "restore")
+    assert (res.code, res.err) == (0, "")
+    assert res.out.splitlines() == [
+        "vfio: set driver_override of 0000:83:00.1 to vfio-pci",
+        "vfio: probe drivers for 0000:83:00.1 (expect vfio-pci)",
+        "vfio: set driver_override of 0000:83:00.2 to vfio-pci",
+        "vfio: probe drivers for 0000:83:00.2 (expect vfio-pci)",
+        "vfio: set driver_override of 0000:83:00.3 to vfio-pci",
+        "vfio: probe drivers for 0000:83:00.3 (expect vfio-pci)",
+        "restored: 6 step(s) for 3 recorded device(s)",
+    ]
+    assert [_driver(root, f"0000:83:00.{f}") for f in (1, 2, 3, 4)] == ["vfio-pci"] * 3 + [None]
+    assert sorted(os.listdir(root / "dev/vfio")) == ["22", "23", "24"]
+    assert {vm: (hostdev_keys(root, vm), domain_xml(root, vm)) for vm in ("a", "b")} == before
+    state = sorted(p.name for p in (root / "sys/bus/pci/drivers/vfio-pci").iterdir())
+    again = vgpuadm(root, "restore")
+    assert (again.code, again.out, again.err) == (0, "nothing to restore: all 3 recorded device(s) are in place\n", "")
+    assert sorted(p.name for p in (root / "sys/bus/pci/drivers/vfio-pci").iterdir()) == state
+
+
+def test_a_gim_pool_whose_vfs_are_off_is_one_error_naming_gims_vf_num(sim_host) -> None:
+    """GIM loaded without vf_num: its VFs stay off after the reboot, and neither restore, `sriov enable` nor create
+    writes sriov_numvfs (ENOENT); each names the module parameter instead, and nothing changes."""
+    root = sim_host("mi300x-vf-pool")
+    define(root, "a", "b")
+    assert vgpuadm(root, "create", "--type", "vf-mi300x", "--vm", "a").code == 0
+    (root / "sys/module/gim/parameters/vf_num").write_text("\n")  # `modprobe gim` with no vf_num at the next boot
+    assert vgpuadm(root, "sim", "reboot", str(root)).code == 0
+    assert _sys(root, f"{MI300X}/sriov_numvfs") == "0"
+    error = f"{MI300X} is driven by gim, which enables its VFs only when it loads (sriov_numvfs cannot: ENOENT)"
+    hint = ("hint: reload it with the VF count per GPU: `modprobe -r gim && modprobe gim vf_num=8` (no guest may use "
+            "its VFs meanwhile), then run the command again")  # fmt: skip
+    res = vgpuadm(root, "restore")
+    assert res.code == 3
+    assert res.out.splitlines() == [f"sriov: cannot restore: {MI300X}: {error}",
+                                    "vfio: cannot restore: a: 0000:83:00.1: VF 0000:83:00.1 does not exist"]  # fmt: skip
+    res = vgpuadm(root, "sriov", "enable", MI300X)
+    assert (res.code, res.out, res.err.splitlines()) == (2, "", [f"error: {error}", hint])
+    assert vgpuadm(root, "destroy", "--vm", "a").code == 0
+    res = vgpuadm(root, "create", "--type", "vf-mi300x", "--vm", "b")
+    assert (res.code, res.out, res.err.splitlines()) == (2, "", [f"error: {error}", hint])
+    assert _sys(root, f"{MI300X}/sriov_numvfs") == "0"
+    assert hostdev_keys(root, "b") == []
+
+
+def test_a_vf_whose_iommu_group_holds_a_host_device_is_refused_like_passthrough(sim_host) -> None:
+    """A NIC on i40e in the IOMMU group of the MI300X's first VF (a switch without ACS), laid down with the
+    simulator's own builder: create refuses that VF with passthrough's one-line rule and changes nothing."""
+    root = sim_host("mi300x-vf-pool")
+    h = HostBuilder.attach(str(root), load_model(str(root)))
+    h.tree.driver("i40e")
+    h.pci(
+        PciSpec("0000:84:00.0", "/sys/devices/pci0000:80/0000:80:01.0", "0x8086", "0x1572", "0x020000", "i40e", 22, 1)
+    )
+    h.finish()
+    define(root, "a")
+    res = vgpuadm(root, "create", "--type", "vf-mi300x", "--vm", "a")
+    assert (res.code, res.out, res.err.splitlines()) == (6, "", [
+        "error: IOMMU group 22 of 0000:83:00.1 also holds 0000:84:00.0 (class 0x020000, driver i40e), which the host "
+        "uses",
+        "hint: give the guest a VF of a GPU whose VFs have IOMMU groups of their own (ACS on the ports above it)",
+    ])  # fmt: skip
+    assert (_driver(root, "0000:83:00.1"), hostdev_keys(root, "a")) == (None, [])

@@ -6,6 +6,8 @@ never from this table: a board missing here is still a pool, named vf-<vendor>-<
 
 from __future__ import annotations
 
+from vgpuadm.errors import UsageError
+
 # (vendor, device) of the PF → (board, memory MiB or None for an iGPU that shares system RAM)
 BOARDS: dict[tuple[str, str], tuple[str, int | None]] = {
     ("0x1002", "0x74a1"): ("MI300X", 192 * 1024),  # 192 GB HBM3; PF 1002:74a1, VF 1002:74b5 (RHOSO MI300X VA)
@@ -16,6 +18,11 @@ BOARDS: dict[tuple[str, str], tuple[str, int | None]] = {
     ("0x8086", "0x4680"): ("UHD770", None),  # Alder Lake-S iGPU
     ("0x8086", "0x46a6"): ("IrisXe", None),  # Alder Lake-P iGPU
 }
+
+# PF drivers with no sriov_configure that enable their VFs themselves when they probe the GPU, so sriov_numvfs
+# cannot change them (the kernel answers ENOENT): AMD's GIM takes the count per GPU from its vf_num module
+# parameter (gim_config.c, module_param_array; docs/reference/sriov-gpus.md §2).
+LOAD_TIME_VFS = {"gim": "modprobe -r gim && modprobe gim vf_num={total}"}
 
 NVIDIA = "0x10de"  # NVIDIA's SR-IOV GPUs carry vGPUs on their VFs (layouts B and C), never a VF pool
 
@@ -40,3 +47,13 @@ def vf_share_mib(vendor: str, device: str, vfs: int) -> int | None:
     if board is None or board[1] is None or vfs < 1:
         return None
     return board[1] // vfs
+
+
+def check_vfs_settable(pf: str, driver: str | None, total: int) -> None:
+    """Refuse to plan an sriov_numvfs write on a PF whose driver enables its VFs only when it loads (GIM)."""
+    if driver in LOAD_TIME_VFS:
+        raise UsageError(
+            f"{pf} is driven by {driver}, which enables its VFs only when it loads (sriov_numvfs cannot: ENOENT)",
+            f"reload it with the VF count per GPU: `{LOAD_TIME_VFS[driver].format(total=total)}` "
+            "(no guest may use its VFs meanwhile), then run the command again",
+        )

@@ -305,10 +305,15 @@ def _to_plan(data: Mapping[str, Any], marks: Any, source: str) -> DesiredPlan:
             raise _fault(source, line, ["vms", name], f"{name!r} is not a valid VM name",
                          "use the libvirt domain name (letters, digits, _.+:-)")  # fmt: skip
         has_type, has_pt = "type" in body, "passthrough" in body
-        if has_type == has_pt:
+        virtio = body.get("virtio_gl", False)
+        if has_type == has_pt and not (virtio and not has_type):
             problem = "names both type and passthrough" if has_type else "needs a type or passthrough"
             raise _fault(
-                source, line, ["vms", name], problem, "give a VM either `type: …` (+ count) or `passthrough: BDF`"
+                source,
+                line,
+                ["vms", name],
+                problem,
+                "give a VM either `type: …` (+ count) or `passthrough: BDF` (and/or `virtio_gl: true`)",
             )
         if has_pt and "count" in body:
             raise _fault(
@@ -333,6 +338,10 @@ def _to_plan(data: Mapping[str, Any], marks: Any, source: str) -> DesiredPlan:
             params=_params(source, marks, name, body.get("params")),
             display=Display(**display),
             on_demand=bool(body.get("on_demand", False)),
+            virtio_gl=bool(virtio),
+            virtio_gl_gpu=_address(source, line, name, "virtio_gl", virtio["gpu"])
+            if isinstance(virtio, dict)
+            else None,
             line=line,
             key_lines={k: _key_line(marks, ["vms", name, str(k)]) for k in body},
         )

@@ -1,6 +1,6 @@
 """Layout D: whole-function passthrough. Binds the WHOLE IOMMU group to vfio-pci and gives it back.
 
-Viability (reference §5.3): bridges (class 0x0604xx or a pci_bus/ dir) are ignored; every other member must end up
+Viability (reference §5.3, the rule in catalog/iommu.py): bridges (class 0x0604xx or a pci_bus/ dir) are ignored; every other member must end up
 on vfio-pci. Functions in the GPU's own slot (HD audio, USB-C) are its companions and go along; any other member
 bound to a host driver (a NIC, a storage controller) makes the group unsafe unless --force. A boot_vga GPU is
 refused unless --force. Each function's original driver is recorded (RecordDrivers) so restore can rebind it.
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
+from vgpuadm.catalog import iommu
 from vgpuadm.errors import ConflictError, NotFoundError, UnsafeError
 from vgpuadm.model import Allocation, HostSnapshot, Layout, PciFunction
 from vgpuadm.modes.base import HostdevSpec, Mode
@@ -25,7 +26,6 @@ from vgpuadm.steps import (
 )
 
 VFIO = "vfio-pci"
-HARMLESS = (None, VFIO, "pci-stub")  # drivers a viable group may hold (reference §5.3)
 
 
 class PassthroughMode(Mode):
@@ -42,10 +42,7 @@ class PassthroughMode(Mode):
 
     def endpoints(self, snapshot: HostSnapshot, gpu: str) -> list[PciFunction]:
         """The group's non-bridge members, the GPU first."""
-        fn = self.find(snapshot, gpu)
-        members = [snapshot.functions[a] for a in snapshot.group_members(gpu) if a in snapshot.functions]
-        out = [m for m in members if not m.is_bridge and m.address != fn.address]
-        return [fn, *sorted(out, key=lambda m: m.address)]
+        return iommu.endpoints(snapshot, self.find(snapshot, gpu))
 
     def validate(self, snapshot: HostSnapshot, device_id: str, force: bool = False) -> None:
         fn = self.find(snapshot, device_id)
@@ -61,15 +58,11 @@ class PassthroughMode(Mode):
                 f"{fn.address} hosts vGPUs or VFs ({', '.join(vgpus[:3]) or f'{fn.sriov_num_vfs} VFs'})",
                 "remove its vGPUs and disable its VFs before passing the whole GPU through",
             )
-        host_used = [
-            m for m in self.endpoints(snapshot, device_id)[1:] if m.slot != fn.slot and m.driver not in HARMLESS
-        ]
-        if host_used and not force:
-            m = host_used[0]
-            more = f" and {len(host_used) - 1} more" if len(host_used) > 1 else ""
-            raise UnsafeError(
-                f"IOMMU group {fn.iommu_group} of {fn.address} also holds {m.address} (class {m.class_code}, "
-                f"driver {m.driver}){more}, which the host uses",
+        if not force:
+            companions = [m.address for m in self.endpoints(snapshot, device_id) if m.slot == fn.slot]
+            iommu.refuse_host_used(
+                fn,
+                iommu.host_used(snapshot, fn, companions),
                 "move the card to a slot with its own IOMMU group, or pass --force to give the whole group to vfio-pci",
             )
 

@@ -1,10 +1,12 @@
 """SR-IOV enablers: turn a PF's VFs on or off. Generic PFs take `sriov_numvfs` (through 0 when changing, since the
-kernel refuses N→M with EBUSY); NVIDIA PFs bound to `nvidia` need /usr/lib/nvidia/sriov-manage (reference §3.1)."""
+kernel refuses N→M with EBUSY); NVIDIA PFs bound to `nvidia` need /usr/lib/nvidia/sriov-manage (reference §3.1);
+AMD's GIM sets them only when it loads (catalog/sriov_boards.py LOAD_TIME_VFS)."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from vgpuadm.catalog.sriov_boards import check_vfs_settable
 from vgpuadm.errors import ConflictError, NotFoundError, UsageError
 from vgpuadm.model import HostSnapshot, Layout, PciFunction
 from vgpuadm.modes.base import HostdevSpec, Mode
@@ -73,6 +75,7 @@ class SriovMode(Mode):
             )
         if current == wanted:
             return []
+        check_vfs_settable(pf, fn.driver, wanted)
         if current:
             self._check_vfs_free(snapshot, fn)
             return [SetNumVfs(pf, 0, current), SetNumVfs(pf, wanted, 0)]
@@ -91,6 +94,7 @@ class SriovMode(Mode):
                     "install the NVIDIA vGPU host driver (it ships sriov-manage)",
                 )
             return [SriovManage(pf, False)]
+        check_vfs_settable(pf, fn.driver, 0)
         return [SetNumVfs(pf, 0, current)]
 
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:

@@ -14,8 +14,10 @@ import re
 from collections.abc import Collection, Mapping
 from typing import ClassVar
 
+from vgpuadm.catalog import iommu
+from vgpuadm.catalog.sriov_boards import check_vfs_settable
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError
-from vgpuadm.model import Allocation, HostSnapshot, Layout, VfPool
+from vgpuadm.model import Allocation, HostSnapshot, Layout, PciFunction, VfPool
 from vgpuadm.modes.base import HostdevSpec, Mode
 from vgpuadm.steps import Bind, DriversProbe, SetDriverOverride, SetNumVfs, SetSriovAutoprobe, Step, Unbind
 
@@ -44,6 +46,15 @@ class VfPoolMode(Mode):
         """What a guest's VF is bound to: the variant driver when the host has one, else vfio-pci."""
         return pool.variant or VFIO
 
+    def check_group(self, snapshot: HostSnapshot, pool: VfPool, fn: PciFunction) -> None:
+        """A VF goes to its guest alone: refuse one whose IOMMU group holds anything else the host uses (no ACS
+        between the VFs and their PF or a neighbour), as passthrough refuses such a group (catalog/iommu.py)."""
+        iommu.refuse_host_used(
+            fn,
+            iommu.host_used(snapshot, fn, harmless=[pool.variant] if pool.variant else ()),
+            "give the guest a VF of a GPU whose VFs have IOMMU groups of their own (ACS on the ports above it)",
+        )
+
     def plan_take(
         self, snapshot: HostSnapshot, pf: str, exclude: Collection[str], enabling: set[str]
     ) -> tuple[list[Step], str, str]:
@@ -59,11 +70,15 @@ class VfPoolMode(Mode):
             )
         steps: list[Step] = []
         if not pool.num_vfs and pf not in enabling:
+            pf_fn = snapshot.functions.get(pf)
+            check_vfs_settable(pf, pf_fn.driver if pf_fn is not None else None, pool.total_vfs)
             enabling.add(pf)
             if pool.autoprobe:
                 steps.append(SetSriovAutoprobe(pf, False, True))
             steps.append(SetNumVfs(pf, pool.total_vfs, 0))
         fn = snapshot.functions.get(vf)
+        if fn is not None:
+            self.check_group(snapshot, pool, fn)
         host_driver = (fn.driver or "") if fn is not None else ""
         target = self.driver_for(pool)
         if host_driver:
@@ -81,9 +96,10 @@ class VfPoolMode(Mode):
         if pool is None or fn is None:
             raise NotFoundError(f"VF {vf} does not exist", "enable its GPU's VFs (`vgpuadm sriov enable PF`)")
         target = self.driver_for(pool)
+        self.check_group(snapshot, pool, fn)
         if fn.driver == target:
             return []
-        if fn.driver in (VFIO, pool.variant):
+        if fn.driver and fn.driver in (VFIO, pool.variant):  # pool.variant is None without a variant driver
             raise ConflictError(
                 f"VF {vf} is bound to {fn.driver}, not {target}", f"unbind it: `vgpuadm vfio unbind {vf}`"
             )
@@ -104,7 +120,7 @@ class VfPoolMode(Mode):
         if fn.driver_override:
             steps.append(SetDriverOverride(fn.address, "", previous=fn.driver_override))
         host_driver = a.extra.get("host_driver", "")
-        if host_driver and _DRIVER.match(host_driver) and fn.driver in (VFIO, pool.variant):
+        if host_driver and _DRIVER.match(host_driver) and fn.driver and fn.driver in (VFIO, pool.variant):
             steps.append(Bind(fn.address, host_driver))
         return steps
 

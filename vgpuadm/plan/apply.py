@@ -2,8 +2,10 @@
 
 One persistent libvirt definition per changed domain (hostdevs plus metadata): a domain that loses devices is
 redefined before the kernel frees them, one that gains devices after the kernel made them (a domain that does both
-is redefined twice). Order: those definitions, removals, parameters, creates, the gaining domains' definitions. Every VM is placed before anything runs, against a projected snapshot (capacity after the
-removals and the earlier VMs' creates), so a plan that needs more than the host has fails with the host untouched.
+is redefined twice). Order: virtio-gl taken away, those definitions, removals, parameters, creates, virtio-gl given
+(the definition's <video>/<graphics> edit, no kernel change), the gaining domains' definitions. Every VM is placed
+before anything runs, against a projected snapshot (capacity after the removals and the earlier VMs' creates), so
+a plan that needs more than the host has fails with the host untouched.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from vgpuadm.plan.guest import (
     passthrough_allocations,
     passthrough_functions,
     remove_steps,
+    virtio_gl_allocation,
     virtio_gl_step,
 )
 from vgpuadm.plan.ids import device_uuid
@@ -103,10 +106,20 @@ def build_apply_plan(
     users = doms.users()
     gone_keys = {k for a in d.removes for k in device_keys(a)}
     taken_pci = {key: name for (kind, key), name in users.items() if kind == "pci" and (kind, key) not in gone_keys}
+    virtio_on: list[Step] = []
     for add in d.adds:
         vm, spec = add.vm, add.spec
         domain_uuid = doms.uuids[vm]
         mine = owned.setdefault(vm, [])
+        if add.virtio_gl:
+            try:
+                a = virtio_gl_allocation(snap, doms.xml.get(vm, "<domain/>"), vm, domain_uuid, mine, spec.virtio_gl_gpu)
+            except VgpuadmError as exc:
+                raise _located(plan_doc, vm, "virtio_gl", exc) from None
+            virtio_on.append(virtio_gl_step(a, True))
+            mine.append(a)
+            changed.add(vm)
+            continue
         if add.address:
             try:
                 created, bind = _passthrough(vsnap, vm, domain_uuid, add.address, mine, doms, taken, spec.force)
@@ -169,7 +182,7 @@ def build_apply_plan(
             last.append(_define(vm, [], attach[vm], previous, final, doms.host_key))
         elif vm in detach or not same_metadata(previous or None, metadata_xml(final, doms.host_key) if final else None):
             first.append(_define(vm, detach.get(vm, []), [], previous, final, doms.host_key))
-    steps = [*virtio_off, *first, *remove_steps(snap, list(d.removes), drivers), *steps, *last]
+    steps = [*virtio_off, *first, *remove_steps(snap, list(d.removes), drivers), *steps, *virtio_on, *last]
     summary = f"apply {plan_doc.source}: +{d.instances_needed} −{len(d.removes)} ~{len(d.set_params)}"
     return Plan.of(steps, summary)
 

@@ -15,6 +15,7 @@ from typing import Any
 from vgpuadm.errors import ConflictError
 from vgpuadm.model import Allocation, DeviceMode
 from vgpuadm.modes.base import join_params, normalise_params, same_params
+from vgpuadm.modes.virtio_gpu import TYPE as VIRTIO_GL
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class Display:
 
 @dataclass(frozen=True)
 class VmSpec:
-    """What one VM should own: `count` devices of `type`, or the functions in `passthrough`."""
+    """What one VM should own: `count` devices of `type`, or the functions in `passthrough`; and/or virtio-gl."""
 
     name: str
     type: str | None = None
@@ -38,6 +39,8 @@ class VmSpec:
     display: Display = Display()
     force: bool = False  # pass a GPU through even when vgpuadm calls it unsafe (not in plan files: the module's force)
     on_demand: bool = False  # recorded now, made by the qemu hook when the domain starts (vgpuadm hook install)
+    virtio_gl: bool = False  # a virtio-gpu with 3D besides (or instead of) the type/passthrough devices
+    virtio_gl_gpu: str | None = None  # render on this GPU's node (else the lowest numbered)
     line: int = 0  # where the VM is named in the plan file (for messages)
     key_lines: dict[str, int] = field(default_factory=dict, hash=False, compare=False)  # key → line
 
@@ -53,13 +56,15 @@ class DesiredPlan:
 
 @dataclass(frozen=True)
 class Add:
-    """Create `count` devices of `type_id` (typed) or give the VM the function `address` (passthrough)."""
+    """Create `count` devices of `type_id` (typed), give the VM the function `address` (passthrough), or give it
+    a virtio-gl device (`virtio_gl`)."""
 
     vm: str
     spec: VmSpec
     type_id: str | None = None
     count: int = 1
     address: str | None = None
+    virtio_gl: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,8 @@ class Diff:
             )
         for add in self.adds:
             what = f"passthrough {add.address}" if add.address else f"{add.type_id} ×{add.count}"
+            if add.virtio_gl:
+                what = VIRTIO_GL + (f" on {add.spec.virtio_gl_gpu}" if add.spec.virtio_gl_gpu else "")
             what += " on demand" if add.spec.on_demand else ""
             out.append((add.vm, 2, f"+ {add.vm}: {what}"))
         return [text for _, _, text in sorted(out, key=lambda t: (t[0], t[1]))]
@@ -104,6 +111,9 @@ class Diff:
 def describe_allocation(a: Allocation) -> str:
     if a.mode == DeviceMode.PCI:
         return f"passthrough {a.address}"
+    if a.mode == DeviceMode.VIRTIO_GL:
+        node = a.extra.get("rendernode", "")
+        return f"{VIRTIO_GL} {node} on {a.parent}" if a.parent else f"{VIRTIO_GL} {node}"
     ident = a.uuid or a.address
     return f"{a.type_id} {ident} on {a.parent}" if a.parent and a.parent != ident else f"{a.type_id} {ident}"
 
@@ -146,9 +156,19 @@ def diff(desired: DesiredPlan, current: Current, resolved_types: Mapping[str, st
     removes: list[Allocation] = []
     set_params: list[SetParams] = []
     kept: list[Allocation] = []
+    virtio_adds: list[Add] = []
     for name in sorted(desired.vms):
         spec = desired.vms[name]
         owned = sorted(by_vm.get(name, []), key=lambda a: a.slot)
+        virtio = [a for a in owned if a.mode == DeviceMode.VIRTIO_GL]  # the domain's <video>, apart from hostdevs
+        owned = [a for a in owned if a.mode != DeviceMode.VIRTIO_GL]
+        kept.extend(virtio[:1] if spec.virtio_gl else [])
+        removes.extend(virtio[1:] if spec.virtio_gl else virtio)
+        if spec.virtio_gl and not virtio:  # after every VM's hostdevs, so it takes the slot after theirs
+            virtio_adds.append(Add(vm=name, spec=spec, type_id=VIRTIO_GL, virtio_gl=True))
+        if not spec.type and not spec.passthrough:
+            removes.extend(owned)
+            continue
         if spec.passthrough:
             # A listed address names a GPU: it is passed through with its whole IOMMU group (its audio function),
             # recorded as one allocation per function whose `parent` is the GPU.
@@ -173,6 +193,7 @@ def diff(desired: DesiredPlan, current: Current, resolved_types: Mapping[str, st
                 set_params.append(SetParams(a, spec.params))
         if len(matching) < spec.count:
             adds.append(Add(vm=name, spec=spec, type_id=type_id, count=spec.count - len(matching)))
+    adds.extend(virtio_adds)
     untouched = sorted(vm for vm in by_vm if vm not in desired.vms)
     if prune:
         removes.extend(a for vm in untouched for a in by_vm[vm])

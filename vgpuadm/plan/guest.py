@@ -359,6 +359,19 @@ def virtio_gl_step(a: Allocation, enable: bool) -> SetVirtioGl:
                        a.extra.get("previous_video", ""))  # fmt: skip
 
 
+def virtio_gl_allocation(
+    snap: HostSnapshot, domain_xml: str, name: str, duuid: str, owned: Sequence[Allocation], gpu: str | None
+) -> Allocation:
+    """The record of a new virtio-gl device for domain `name`: the render node of `gpu` (else the lowest), the
+    first free slot, and the video model its <video> had (put back when it goes). Pure."""
+    node, gpu_address = virtio_gpu.MODE.pick(snap, gpu)
+    path = virtio_gpu.render_path(node)
+    previous = xml.with_virtio_gl(domain_xml, path)[1]
+    [slot] = free_slots({a.slot for a in owned}, 1)
+    return Allocation(name, DeviceMode.VIRTIO_GL, virtio_gpu.TYPE, gpu_address or None, domain_uuid=duuid, slot=slot,
+                      extra={"rendernode": path, "graphics": "egl-headless", "previous_video": previous})  # fmt: skip
+
+
 def _plan_virtio_gl(snap: HostSnapshot, domain_xml: str, count: int, gpu: str | None) -> DomainPlan:
     """One domain's virtio-gl device: the render node of `gpu` (else the lowest), the domain's definition edited
     (SetVirtioGl), the metadata record. Pure."""
@@ -369,12 +382,8 @@ def _plan_virtio_gl(snap: HostSnapshot, domain_xml: str, count: int, gpu: str | 
     owned = xml.parse_allocations(domain_xml)
     if any(a.mode == DeviceMode.VIRTIO_GL for a in owned):
         return DomainPlan(name, Plan.of([], f"domain {name} already has a virtio-gpu"), [], owned)
-    node, gpu_address = virtio_gpu.MODE.pick(snap, pci_address(gpu) if gpu else None)
-    path = virtio_gpu.render_path(node)
-    previous = xml.with_virtio_gl(domain_xml, path)[1]
-    [slot] = free_slots({a.slot for a in owned}, 1)
-    a = Allocation(name, DeviceMode.VIRTIO_GL, virtio_gpu.TYPE, gpu_address or None, domain_uuid=duuid, slot=slot,
-                   extra={"rendernode": path, "graphics": "egl-headless", "previous_video": previous})  # fmt: skip
+    a = virtio_gl_allocation(snap, domain_xml, name, duuid, owned, pci_address(gpu) if gpu else None)
+    path = a.extra["rendernode"]
     after = sorted([*owned, a], key=lambda x: x.slot)
     steps: list[Step] = [virtio_gl_step(a, True),
                          redefine_step(name, owned, after, snap.host_key, domain_xml)]  # fmt: skip

@@ -255,5 +255,9 @@ def _present(snap: HostSnapshot, a: Allocation) -> bool:
     if a.mode == DeviceMode.VF:
         vf = snap.vendor_vfs.get(a.address or "")
         return vf is not None and vf.in_use and f"nvidia-{vf.current_type}" == a.type_id
+    # virtio-gl and pool as their modes' missing() say (not imported: the fast read path stays off modes/)
+    if a.mode == DeviceMode.VIRTIO_GL:  # the render node exists
+        return a.extra.get("rendernode", "").removeprefix("/dev/dri/") in snap.render_nodes
     fn = snap.functions.get(a.address or "")
-    return fn is not None and fn.driver == "vfio-pci"
+    pool = snap.vf_pools.get(a.parent or "") if a.mode == DeviceMode.POOL else None
+    return fn is not None and fn.driver is not None and fn.driver in ("vfio-pci", pool.variant if pool else None)

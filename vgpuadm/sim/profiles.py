@@ -126,8 +126,9 @@ GVT_TYPES = [
 ]
 # PF drivers with an sriov_configure callback (reference §3.1, §4.2; nvme: the lab's emulated SR-IOV device).
 SRIOV_CONFIGURE_DRIVERS = ("pci-pf-stub", "nvme", "xe", "i915", "ixgbe", "igb", "mlx5_core")
-# AMD's GIM is left out: it configures and enables the VFs itself when it loads (MxGPU-Virtualization README, "GPU
-# IOV initialization, Virtual function configuration and enablement"), so the MI300X profile starts with them on.
+# AMD's GIM is left out: it has no sriov_configure and enables the VFs itself when it probes a GPU, vf_num[x] of them
+# on GPUx (sim/gim.py), so the MI300X profile starts with them on and its GIM's parameter file says how many.
+GIM_VF_NUM = "/sys/module/gim/parameters/vf_num"  # module_param_array(vf_num, uint, …, 0444): "N0,N1,…"
 
 # NVIDIA A2 (GA107GL, 10de:25b6), layout B — the real recording in shared/fixtures/public/harvester-a2
 # (one VF's 15 mdev types): id, name, heads, frl, fb MiB, max resolution, max_instance.
@@ -611,6 +612,7 @@ def add_mi300x(h: HostBuilder) -> None:
     host, so the VFs have no driver. 192 GB HBM3 shared evenly: 24 GB per VF (no per-VF sysfs: amd-smi reports it)."""
     port = h.root_port("0000:80:01.0", "pci0000:80", group=20)
     _vf_pool_pf(h, "0000:83:00.0", port, "0x1002", "0x74a1", "0x120000", "gim", 21, 1, 8, 8, "0x74b5", None)
+    h.tree.attr(GIM_VF_NUM, "8", 0o444)  # loaded as `modprobe gim vf_num=8` (MxGPU-Virtualization#13)
 
 
 def add_flex170(h: HostBuilder) -> None:

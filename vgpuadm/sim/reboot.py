@@ -1,14 +1,15 @@
 """`vgpuadm sim reboot DIR`: what a reboot does to a simulated host. Runtime state goes — mdevs, SR-IOV VFs (with
 their vGPU types; profiles built with VFs enabled stand for a host after sriov-manage, so after a reboot they are
-gone), driver overrides, binds other than the native driver, /dev/vfio groups. Hardware and drivers stay; every
-function is bound to its native driver again (mdev types reappear with full counts); sriov_drivers_autoprobe is 1.
+gone — except on the GPUs AMD's GIM drives: it enables vf_num of them again when it loads, sim/gim.py), driver
+overrides, binds other than the native driver, /dev/vfio groups. Hardware and drivers stay; every function is bound
+to its native driver again (mdev types reappear with full counts); sriov_drivers_autoprobe is 1.
 MIG mode stays (a pending one takes effect); GPU and compute instances go.
 Injected faults are test instructions, not kernel state: they stay.
 """
 
 from __future__ import annotations
 
-from vgpuadm.sim import mdevs, mig, pci, usage, vendor_vfio
+from vgpuadm.sim import gim, mdevs, mig, pci, usage, vendor_vfio
 from vgpuadm.sim.state import SimHost, load_model, require_simulated, root_lock
 from vgpuadm.sim.tree import PCI_DEVICES
 
@@ -35,6 +36,7 @@ def reboot(root: str) -> None:
                 pci.detach(host, bdf, dev)
                 if native is not None:
                     pci.attach(host, bdf, dev, native)
+        gim.probe_all(host)  # GIM loads at boot and enables its GPUs' VFs again (sriov_numvfs cannot)
         for node in host.listdir("/dev/vfio"):
             host.tree.unlink(f"/dev/vfio/{node}")
         usage.forget(host)  # no guest survives a reboot

@@ -14,7 +14,6 @@ Why the Python API and not the JSON CLI: the module runs under the Python vgpuad
 process), and vgpuadm's errors as objects whose one-line message and hint become the task's msg and hint.
 """
 
-
 DOCUMENTATION = r"""
 ---
 module: vgpu_allocation
@@ -28,7 +27,7 @@ description:
     devices, attach the hostdevs, record them in the domain's vgpuadm metadata) under vgpuadm's host lock and
     journaled; a failed step rolls back what the plan did, and C(vgpuadm reconcile) rolls back a plan whose
     process died mid-way.
-  - As in a vgpuadm plan file, a VM owns one kind of device. O(state=present) with a O(type) takes back the VM's
+  - As in a vgpuadm plan file, a VM owns one kind of device (plus, with O(virtio_gl), a virtio-gpu). O(state=present) with a O(type) takes back the VM's
     devices of other types and its passed-through GPUs; with O(passthrough) it keeps the GPUs the VM already has
     passed through and takes back its vGPUs. A running VM's devices are never taken back (the task fails).
   - Idempotent. What a VM owns is read from its vgpuadm metadata, so a VM that already has its devices gives an
@@ -103,6 +102,14 @@ options:
     description: Pass a GPU through even when vgpuadm calls it unsafe (boot VGA, host devices in its IOMMU group).
     type: bool
     default: false
+  virtio_gl:
+    description:
+      - A paravirtual virtio-gpu with 3D (virgl) on a host render node, besides the O(type) or O(passthrough)
+        devices or alone (vgpuadm's C(virtio-gl), C(virtio_gl) in a plan file). It edits the VM's C(<video>) and
+        adds an egl-headless C(<graphics>); taking it back restores the video model the VM had.
+      - With O(state=present), V(true) gives the VM one and V(false) takes it back; omitted, the VM's virtio-gpu
+        is left as it is. With O(state=absent), V(true) takes back only the virtio-gpu.
+    type: bool
   on_demand:
     description:
       - Record the request and the hostdev only; the devices are made when the VM starts and freed when it stops,
@@ -215,6 +222,7 @@ from ansible_collections.vgpuadm.vgpu.plugins.module_utils.vgpuadm_common import
 )
 
 SOURCE = "vgpu_allocation"  # the plan's name in vgpuadm's messages
+VIRTIO_GL = "virtio-gl"  # the mode (and type id) of a virtio-gpu record
 
 
 class Task:
@@ -285,8 +293,25 @@ class Task:
 
     def desired(self, before):
         if self.p["state"] == "present":
-            return self.present_passthrough(before) if self.p["passthrough"] else self.present_type(before)
+            if self.p["passthrough"]:
+                return self.present_passthrough(before)
+            if self.p["type"]:
+                return self.present_type(before)
+            return self.present_virtio(before)
         return self.absent(before)
+
+    def virtio(self, before):
+        """Whether the VM is to have a virtio-gpu: as the task says, else as it has now."""
+        if self.p["virtio_gl"] is not None:
+            return self.p["virtio_gl"]
+        return any(a.mode == VIRTIO_GL for a in before)
+
+    def present_virtio(self, before):
+        """virtio_gl alone: the VM keeps its other devices and gets (or loses) the virtio-gpu."""
+        rest = [a for a in before if a.mode != VIRTIO_GL]
+        if self.virtio(before) == (len(rest) != len(before)):
+            return None
+        return self.keep(rest, virtio=self.virtio(before))
 
     def present_type(self, before):
         from vgpuadm.plan.desired import format_params, params_equal
@@ -296,6 +321,8 @@ class Task:
             self.module.fail_json(msg="count must be at least 1, not %d" % p["count"],
                                   hint="use state=absent to take every device of the type back")
         body = dict(type=p["type"], count=p["count"], policy=p["policy"], display=dict(enabled=p["display"]))
+        if self.virtio(before):
+            body["virtio_gl"] = True
         if p["on_demand"]:
             body["on_demand"] = True
         if p["gpu"]:
@@ -328,33 +355,43 @@ class Task:
         import dataclasses
 
         gpus = passed_through(before) | {pci(self.p["passthrough"])}
-        plan_doc = self.plan(dict(passthrough=sorted(gpus), **({"on_demand": True} if self.p["on_demand"] else {})))
+        body = dict(passthrough=sorted(gpus), **({"on_demand": True} if self.p["on_demand"] else {}))
+        if self.virtio(before):
+            body["virtio_gl"] = True
+        plan_doc = self.plan(body)
         spec = dataclasses.replace(plan_doc.vms[self.vm], force=self.p["force"])
         return dataclasses.replace(plan_doc, vms={self.vm: spec})
 
     def absent(self, before):
         p = self.p
+        gone = [a for a in before if a.mode == VIRTIO_GL and p["virtio_gl"]]
         if p["passthrough"]:
             gpu = pci(p["passthrough"])
-            gone = [a for a in before if a.mode == "pci" and pci(a.parent or a.address) == gpu]
+            gone += [a for a in before if a.mode == "pci" and pci(a.parent or a.address) == gpu]
         elif p["type"]:
             type_id = self.type_id(self.plan(dict(type=p["type"])), before)
-            gone = [a for a in before if a.mode != "pci" and a.type_id == type_id]
-        else:
+            gone += [a for a in before if a.mode not in ("pci", VIRTIO_GL) and a.type_id == type_id]
+        elif not p["virtio_gl"]:
             gone = list(before)
         if not gone:
             return None
-        return self.keep([a for a in before if a not in gone])
+        rest = [a for a in before if a not in gone]
+        return self.keep([a for a in rest if a.mode != VIRTIO_GL], virtio=any(a.mode == VIRTIO_GL for a in rest))
 
-    def keep(self, rest):
-        """The plan in which the VM owns exactly `rest` (what it keeps after an absent task)."""
+    def keep(self, rest, virtio=False):
+        """The plan in which the VM owns exactly `rest` (what it keeps after an absent task), and a virtio-gpu if
+        `virtio`."""
         from vgpuadm.errors import ConflictError
         from vgpuadm.plan.desired import DesiredPlan, VmSpec
 
-        if not rest:  # no type, no passthrough, count 0: the VM owns nothing
+        extra = {"virtio_gl": True} if virtio else {}
+        if not rest:  # no type, no passthrough, count 0: the VM owns nothing (but a virtio-gpu if `virtio`)
+            if virtio:
+                return self.plan(extra)
             return DesiredPlan(source=SOURCE, vms={self.vm: VmSpec(name=self.vm, count=0)})
         on_demand = {a.on_demand for a in rest}
         kept = {"on_demand": True} if on_demand == {True} else {}
+        kept.update(extra)
         if all(a.mode == "pci" for a in rest) and len(on_demand) == 1:
             return self.plan(dict(passthrough=sorted(passed_through(rest)), **kept))
         kinds = {(a.mode == "pci", a.type_id, a.params or "", a.on_demand) for a in rest}
@@ -416,10 +453,11 @@ def main():
             passthrough=dict(type="str", no_log=False),  # a PCI address, not a secret
             force=dict(type="bool", default=False),
             on_demand=dict(type="bool", default=False),
+            virtio_gl=dict(type="bool"),
             **COMMON_ARGS
         ),
         mutually_exclusive=[("type", "passthrough")],
-        required_if=[("state", "present", ("type", "passthrough"), True)],
+        required_if=[("state", "present", ("type", "passthrough", "virtio_gl"), True)],
         supports_check_mode=True,
     )
     require_vgpuadm(module)
