@@ -90,16 +90,15 @@ def test_errors_are_those_of_the_whole_app(
 
 
 def test_a_command_imports_only_its_own_module(sim_host: Callable[[str], Path]) -> None:
-    """`restore` imports the declarative commands, not the host, guest, MIG or hook commands (their modules import
-    the whole API)."""
+    """`recover` imports the host commands, not the guest, declarative, MIG or hook commands."""
     code = (
         "import sys; from vgpuadm.cli.app import run; code = run(sys.argv[1:]); "
         "print(code, sorted(m for m in sys.modules if m.startswith('vgpuadm.cli.')))"
     )
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    r = subprocess.run([sys.executable, "-c", code, "--root", str(sim_host("p4")), "restore"],
+    r = subprocess.run([sys.executable, "-c", code, "--root", str(sim_host("p4")), "recover"],
                        capture_output=True, text=True, env=env, check=True)  # fmt: skip
     assert r.stdout.splitlines()[-1] == (
-        "0 ['vgpuadm.cli.app', 'vgpuadm.cli.completion', 'vgpuadm.cli.console', 'vgpuadm.cli.declarative', "
-        "'vgpuadm.cli.fast', 'vgpuadm.cli.read']"
+        "0 ['vgpuadm.cli.app', 'vgpuadm.cli.completion', 'vgpuadm.cli.console', 'vgpuadm.cli.fast', "
+        "'vgpuadm.cli.host', 'vgpuadm.cli.read']"
     )
