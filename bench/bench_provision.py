@@ -97,7 +97,7 @@ def run_vgpuadm(names: list[str], tmpdir: str | None) -> float:
 
 def run_cli(names: list[str], tmpdir: str | None, tree: str | None = None) -> float:
     """`vgpuadm apply -f` of a plan naming `names`; `tree`: run that source tree's vgpuadm (PYTHONPATH)."""
-    root = tempfile.mkdtemp(prefix="bench-vgpuadm-", dir=tmpdir)
+    root = os.path.abspath(tempfile.mkdtemp(prefix="bench-vgpuadm-", dir=tmpdir))
     try:
         build_host(root)
         plan = os.path.join(root, "plan.yaml")
@@ -107,7 +107,8 @@ def run_cli(names: list[str], tmpdir: str | None, tree: str | None = None) -> fl
         start = time.perf_counter()
         env = bytecode_env(os.path.join(tmpdir or "/var/tmp", f"bench-pycache-{os.getpid()}-{bool(tree)}"),
                            dict(os.environ, PYTHONPATH=tree) if tree else None)  # fmt: skip
-        r = subprocess.run(argv, capture_output=True, text=True, env=env)
+        # cwd "/": `python -m` puts the working directory ahead of PYTHONPATH (see bench_restore.timed)
+        r = subprocess.run(argv, capture_output=True, text=True, env=env, cwd="/")
         elapsed = time.perf_counter() - start
         if r.returncode != 0:
             sys.exit(f"vgpuadm apply failed: {r.stderr.strip()}")

@@ -27,7 +27,11 @@ from vgpuadm.host.root import HostRoot
 from vgpuadm.report.listing import type_rows
 
 _recording: list[str] | None = None
-_cwd = [""]  # the directory discovery opened last: its relative opens (dir_fd) are under it
+# The directory discovery opened last by absolute path, and the one its relative opens (dir_fd) are under: on a
+# confined root (--root) read_tree opens each type's directory relative to the parent's (O_NOFOLLOW), then the
+# attributes relative to that; unconfined, the attributes as "type/name" relative to the parent's.
+_base = [""]
+_cwd = [""]
 
 
 def _audit(event: str, args: tuple[object, ...]) -> None:
@@ -35,7 +39,10 @@ def _audit(event: str, args: tuple[object, ...]) -> None:
         return
     path, flags = args[0], args[2]
     if isinstance(flags, int) and flags & os.O_DIRECTORY:
-        _cwd[0] = path
+        if path.startswith("/"):
+            _base[0] = _cwd[0] = path
+        else:
+            _cwd[0] = os.path.join(_base[0], path)
         return
     _recording.append(path if path.startswith("/") else os.path.join(_cwd[0], path))
 

@@ -19,6 +19,7 @@ CASES = {
     "bench_discovery.py": (["--runs", "1", "--pfs", "1", "--vfs", "1", "--types", "2"], "ratio vgpuadm/mdevctl:"),
     "bench_scaling.py": (["--runs", "1", "--sizes", "16", "--types", "2"], "largest host:"),
     "bench_merge.py": (["--hosts", "6", "--runs", "1", "--before"], "after / before"),
+    "bench_merge_trees.py": (["--hosts", "6", "--runs", "1", ".", "."], "CPU last / first tree:"),
     "bench_restore.py": (["--runs", "1", "--gpus", "1", "--per-gpu", "1"], "ratio vgpuadm / mdevctl:"),
     "bench_provision.py": (["--vms", "2", "--repeat", "1"], "ratio vgpuadm / loop:"),
     "bench_executor.py": (["--runs", "1", "--count", "1"], ""),

@@ -22,10 +22,67 @@ EPILOG = (
 )
 
 
-def build_app() -> "Any":
+# The command modules, in registration order (the order `--help` lists them in), and the top-level commands each
+# registers (tests/unit/test_cli_lazy.py checks this table against the modules). `register(app)` modules first,
+# then the typer sub-apps. The four read commands are built here, in build_app.
+READ_COMMANDS = ("gpus", "types", "devices", "show")
+MODULES = (
+    ("sim", ("sim",)),
+    ("host", ("recover", "mdev", "vf", "sriov", "vfio")),
+    ("guest", ("create", "destroy", "give-back", "remove", "passthrough", "release", "demo")),
+    ("declarative", ("apply", "restore", "reconcile", "mdevctl")),
+    ("unit", ("unit",)),
+    ("doctor", ("doctor",)),
+    ("snapshot", ("snapshot",)),
+    ("manpage", ("man",)),
+    ("vms", ("vms",)),
+    ("hook", ("hook",)),
+    ("mig", ("mig",)),
+    ("inventory", ("inventory",)),
+)
+SUB_APPS = ("sim", "inventory")  # modules with build_app() (a typer sub-app), not register(app)
+WHOLE_TREE = ("man",)  # commands that read the whole command tree (the man page renders every command)
+GLOBAL_VALUE_OPTIONS = ("--root", "--connect", "-c", "--wait")  # the root callback's options that take a value
+
+
+def command_word(argv: Sequence[str]) -> str | None:
+    """The top-level command argv invokes (the first word after the global options), or None (bare `vgpuadm`,
+    `--help`, `--version`, `--install-completion`, …)."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in GLOBAL_VALUE_OPTIONS:
+            i += 2
+        elif arg.startswith("-"):
+            if arg == "--" or not (arg.startswith(tuple(o + "=" for o in GLOBAL_VALUE_OPTIONS)) or arg == "--no-wait"):
+                return None  # --help, --version, completion options, a typo: the whole app answers them
+            i += 1
+        else:
+            return arg
+    return None
+
+
+def modules_for(argv: Sequence[str]) -> "tuple[str, ...] | None":
+    """The command modules one run needs: only the invoked command's (its sibling commands' modules are not
+    imported, nor their typer commands built: bench/bench_provision.py), or None for the whole app — no command
+    word, an unknown one (click's own error names the near misses), a command reading the whole tree, and shell
+    completion (typer completes from the whole tree)."""
+    word = command_word(argv)
+    if word is None or word in WHOLE_TREE or any(k.startswith("_VGPUADM_COMPLETE") for k in os.environ):
+        return None
+    if word in READ_COMMANDS:
+        return ()
+    found = tuple(m for m, words in MODULES if word in words)
+    return found or None
+
+
+def build_app(only: "Sequence[str] | None" = None) -> "Any":
+    """The typer app; `only`: register just these command modules (see modules_for), None: every one."""
+    import importlib
+
     import typer
 
-    from vgpuadm.cli import read, sim
+    from vgpuadm.cli import read
 
     app = typer.Typer(
         name="vgpuadm",
@@ -122,20 +179,14 @@ def build_app() -> "Any":
         made on demand or kept, and whether each exists on the host now."""
         read.show(ctx.obj["console"], ctx.obj["root"], vm, as_json, connect=ctx.obj.get("connect"))
 
-    app.add_typer(sim.build_app(), name="sim")
-    __import__("vgpuadm.cli.host", fromlist=["register"]).register(app)
-    __import__("vgpuadm.cli.guest", fromlist=["register"]).register(app)
-    __import__("vgpuadm.cli.declarative", fromlist=["register"]).register(app)
-    __import__("vgpuadm.cli.unit", fromlist=["register"]).register(app)
-    __import__("vgpuadm.cli.doctor", fromlist=["register"]).register(app)
-    __import__("vgpuadm.cli.snapshot", fromlist=["register"]).register(app)
-    __import__("vgpuadm.cli.manpage", fromlist=["register"]).register(app)
-    __import__("vgpuadm.cli.vms", fromlist=["register"]).register(app)
-    __import__("vgpuadm.cli.hook", fromlist=["register"]).register(app)
-    __import__("vgpuadm.cli.mig", fromlist=["register"]).register(app)
-    from vgpuadm.cli import inventory
-
-    app.add_typer(inventory.build_app(), name="inventory")
+    for name, _words in MODULES:
+        if only is not None and name not in only:
+            continue
+        module = importlib.import_module(f"vgpuadm.cli.{name}")
+        if name in SUB_APPS:
+            app.add_typer(module.build_app(), name=name)
+        else:
+            module.register(app)
     return app
 
 
@@ -217,7 +268,7 @@ def _run(argv: Sequence[str], console: Console) -> int:
 
         from vgpuadm.cli import completion
 
-        command = finish_tree(typer.main.get_command(build_app()))
+        command = finish_tree(typer.main.get_command(build_app(modules_for(argv))))
         completion.attach(command)
         try:
             result = command.main(args=list(argv), prog_name="vgpuadm", standalone_mode=False,

@@ -1,14 +1,19 @@
-"""A typer-free path for the read commands' JSON form, the ones scripts call in loops.
+"""A typer-free path for the read commands' JSON form, the ones scripts call in loops, and for `restore` as the
+boot unit runs it (`restore --domain-xml-dir DIR --timeout S`).
 
 Importing typer costs ~0.13 s here against ~0.02 s for a bare interpreter, which alone would break the cold-start
-budget of `vgpuadm types --json` (≤ 3× `python -c pass`). Only exact, simple argument lists take this path;
-anything else (help, typos, other commands) goes to the typer app, which owns the real parsing and messages."""
+budget of `vgpuadm types --json` (≤ 3× `python -c pass`); for `restore`, typer's import, its command tree and its
+per-option coercion were a quarter of the command's CPU (bench/bench_restore.py). Only exact, simple argument lists
+take this path; anything else (help, typos, other commands, an option given twice, a value that typer might read
+otherwise) goes to the typer app, which owns the real parsing and messages."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from vgpuadm.cli.console import Console
+
+_RESTORE_OPTIONS = ("--domain-xml-dir", "--timeout")
 
 _COMMANDS = {"gpus": set(), "types": {"--available", "--gpu"}, "devices": set()}
 
@@ -21,6 +26,8 @@ def try_run(argv: Sequence[str], console: Console) -> bool:
         root, args = args[1], args[2:]
     elif args and args[0].startswith("--root="):
         root, args = args[0].split("=", 1)[1], args[1:]
+    if args and args[0] == "restore":
+        return _restore(argv, args[1:], root, console)
     if not args or args[0] not in _COMMANDS or "--json" not in args:
         return False
     command, rest = args[0], [a for a in args[1:] if a != "--json"]
@@ -56,4 +63,39 @@ def try_run(argv: Sequence[str], console: Console) -> bool:
     finally:
         if collecting:
             gc.enable()
+    return True
+
+
+def _restore(argv: Sequence[str], rest: list[str], root: str | None, console: Console) -> bool:
+    """`restore [--domain-xml-dir DIR] [--timeout S] [--json]`, each at most once; S plain decimal seconds."""
+    values: dict[str, str] = {}
+    as_json = False
+    while rest:
+        flag = rest.pop(0)
+        name, eq, value = flag.partition("=")
+        if flag == "--json" and not as_json:
+            as_json = True
+            continue
+        if name not in _RESTORE_OPTIONS or name in values:
+            return False
+        if not eq:
+            if not rest:
+                return False
+            value = rest.pop(0)
+        if not value or value.startswith("-"):
+            return False
+        values[name] = value
+    seconds = values.get("--timeout", "60")
+    whole, dot, fraction = seconds.partition(".")
+    if not (whole.isdigit() and whole.isascii() and (not dot or (fraction.isdigit() and fraction.isascii()))):
+        return False  # typer's own float reading decides anything else (1e3, inf, " 5")
+    from vgpuadm import api
+    from vgpuadm.cli import declarative
+
+    # As the typer app's global options do: the default lock wait, the waits told on stderr, argv as the holder.
+    api.set_lock_policy(None, console.warn, ("vgpuadm", *argv))
+    try:
+        declarative.restore(console, root, None, values.get("--domain-xml-dir"), float(seconds), as_json)
+    finally:
+        api.set_lock_policy()
     return True

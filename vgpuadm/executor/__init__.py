@@ -31,7 +31,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -423,8 +423,8 @@ class _Journal:
     A plan of runtime kernel steps only (no Step.durable: mdevs, VFs, binds — all gone after a power loss) is
     journaled without any fsync and its removal's directory fsync is left to the host lock's release: a process
     crash keeps the page cache, and a power loss takes the changes the journal describes with it (a journal that
-    survived is rolled back at boot by `restore`, whose undo steps find nothing to undo). `restore` runs one such
-    plan per device: 2 fsyncs per device before, one per command now."""
+    survived is rolled back at boot by `restore`, whose undo steps find nothing to undo). `restore` journals each
+    phase as one such plan (`execute_units`): one journal per phase, where it was one per device."""
 
     def __init__(self, root: str) -> None:
         self.root = root
@@ -491,52 +491,105 @@ def execute(plan: Plan, ctx: ExecContext, *, dry_run: bool = False, progress: Pr
     with host_lock(ctx.root, ctx.lock_timeout):
         if read_journal(ctx.root) is not None:
             raise pending_error()
-        done: list[tuple[int, Step]] = []  # (index, step) of the steps to undo on failure
-        total = len(plan.steps)
-        crash_after = int(os.environ.get(CRASH_HOOK, "0") or 0)
         journal = _Journal(ctx.root)
         try:
-            for i, step in enumerate(plan.steps):
-                before = True  # until checked: a step interrupted before it started is not undone
-                try:
-                    if i == 0:
-                        journal.begin(plan)
-                    else:
-                        journal.step(i)
-                    if progress:
-                        progress(i + 1, total, step.describe())
-                    before = _already_applied(step, ctx)
-                    ours = True
-                    try:
-                        _apply_one(step, ctx)
-                    except (VgpuadmError, OSError):
-                        if not _already_applied(step, ctx):
-                            raise
-                        # The write was refused but its effect is there exactly (EEXIST for an identical mdev,
-                        # EBUSY for the type already on the VF): the step counts as done. It is undone later
-                        # only when this run caused that effect, never when it was there before (another VM's).
-                        ours = not before
-                except VgpuadmError as exc:
-                    _fail(plan, ctx, journal, done, step, i, exc)
-                except OSError as exc:  # the journal or a state file under <root>/var/lib/vgpuadm
-                    err = HostIOError(f"{exc.strerror or exc}: {exc.filename}", errno=exc.errno)
-                    _fail(plan, ctx, journal, done, step, i, err)
-                except BaseException:
-                    # A bug or ^C: leave the host as it was, then let it surface. The step in flight is undone
-                    # only when its effect appeared during this run.
-                    inflight = [(i, step)] if not before and _already_applied(step, ctx) else []
-                    rollback([s for _, s in [*done, *inflight]], ctx)
-                    journal.remove()
-                    raise
-                if ours:
-                    done.append((i, step))
-                if crash_after == i + 1:
-                    journal.close()
-                    os._exit(99)
+            _run_unit(plan, 0, plan, ctx, journal, progress)
             journal.remove()
         finally:
             journal.close()
     return ExecResult(plan, tuple(plan.describe()))
+
+
+def execute_units(units: Sequence[Plan], ctx: ExecContext, summary: str) -> list[VgpuadmError | None]:
+    """Apply independent plans (`restore`'s units: one per device) under one host lock and ONE journal: the
+    journal holds every unit's steps, written once (fsynced once when durable), with one progress line per step.
+    A unit that fails is rolled back alone, as `execute` would; the units before it are then done, so the journal
+    is removed and the units after it run under a new one. A crash at any point leaves a journal whose recovery
+    undoes the steps of the units not yet reported (undo is tolerant of steps that never ran). Returns, per unit,
+    None (applied) or the error `execute` would have raised for it alone; after a rollback that was incomplete,
+    the journal stays and every later unit gets the pending-journal error, as `execute` gives it."""
+    for unit in units:
+        for step in unit.steps:
+            handler_for(step)
+    out: list[VgpuadmError | None] = []
+    rest = [u for u in units if not u.empty]
+    with host_lock(ctx.root, ctx.lock_timeout):
+        if rest and read_journal(ctx.root) is not None:
+            out, rest = [pending_error() for _ in rest], []
+        while rest:
+            batch = Plan(tuple(s for u in rest for s in u.steps), summary)
+            journal = _Journal(ctx.root)
+            failed = None
+            try:
+                offset = 0
+                for k, unit in enumerate(rest):
+                    try:
+                        _run_unit(unit, offset, batch, ctx, journal, None)
+                    except VgpuadmError as exc:
+                        failed = k
+                        out.append(exc)
+                        break
+                    out.append(None)
+                    offset += len(unit.steps)
+                if failed is None:
+                    journal.remove()  # (a unit's clean rollback removed it already)
+            finally:
+                journal.close()
+            if failed is None:
+                break
+            rest = rest[failed + 1 :]
+            if read_journal(ctx.root) is not None:  # an incomplete rollback: `recover` must run first
+                out += [pending_error() for _ in rest]
+                break
+    results = iter(out)
+    return [None if u.empty else next(results) for u in units]
+
+
+def _run_unit(unit: Plan, offset: int, journaled: Plan, ctx: ExecContext, journal: _Journal,
+              progress: Progress | None) -> None:  # fmt: skip
+    """Apply `unit`, whose steps sit at `offset` in the `journaled` plan (begun already): on its first failure its
+    own applied steps are undone and the error (naming the step within `unit`) raised."""
+    done: list[tuple[int, Step]] = []  # (index in the journaled plan, step) of the steps to undo on failure
+    total = len(unit.steps)
+    crash_after = int(os.environ.get(CRASH_HOOK, "0") or 0)
+    for n, step in enumerate(unit.steps):
+        i = offset + n
+        before = True  # until checked: a step interrupted before it started is not undone
+        try:
+            if i == 0:
+                journal.begin(journaled)
+            else:
+                journal.step(i)
+            if progress:
+                progress(n + 1, total, step.describe())
+            before = _already_applied(step, ctx)
+            ours = True
+            try:
+                _apply_one(step, ctx)
+            except (VgpuadmError, OSError):
+                if not _already_applied(step, ctx):
+                    raise
+                # The write was refused but its effect is there exactly (EEXIST for an identical mdev,
+                # EBUSY for the type already on the VF): the step counts as done. It is undone later
+                # only when this run caused that effect, never when it was there before (another VM's).
+                ours = not before
+        except VgpuadmError as exc:
+            _fail(unit, n, ctx, journal, done, step, i, exc)
+        except OSError as exc:  # the journal or a state file under <root>/var/lib/vgpuadm
+            err = HostIOError(f"{exc.strerror or exc}: {exc.filename}", errno=exc.errno)
+            _fail(unit, n, ctx, journal, done, step, i, err)
+        except BaseException:
+            # A bug or ^C: leave the host as it was, then let it surface. The step in flight is undone
+            # only when its effect appeared during this run.
+            inflight = [(i, step)] if not before and _already_applied(step, ctx) else []
+            rollback([s for _, s in [*done, *inflight]], ctx)
+            journal.remove()
+            raise
+        if ours:
+            done.append((i, step))
+        if crash_after == i + 1:
+            journal.close()
+            os._exit(99)
 
 
 def _apply_one(step: Step, ctx: ExecContext) -> None:
@@ -563,15 +616,16 @@ def _already_applied(step: Step, ctx: ExecContext) -> bool:
 
 def _fail(
     plan: Plan,
+    index: int,
     ctx: ExecContext,
     journal: _Journal,
     done: list[tuple[int, Step]],
     step: Step,
-    index: int,
+    journal_index: int,
     exc: VgpuadmError,
 ) -> None:
     with contextlib.suppress(OSError):  # a full disk must not stop the rollback itself
-        journal.step(index, "rolling-back", durable=True, undo=[i for i, _ in done])
+        journal.step(journal_index, "rolling-back", durable=True, undo=[i for i, _ in done])
     # Only the steps before the failed one are undone: a refused write did not happen (its effect is absent, see
     # execute), and undoing it would remove what the refusal protected (another VM's mdev with that UUID, the
     # vGPU on a busy VF).
@@ -663,6 +717,7 @@ __all__ = [
     "Handler",
     "errno_hint",
     "execute",
+    "execute_units",
     "handler_for",
     "host_lock",
     "load_drivers",

@@ -32,8 +32,14 @@ def read_input(
         if st.st_size > limit:
             raise UsageError(f"{name} is {st.st_size} bytes, over the {_mib(limit)} limit", hint)
         os.set_blocking(fd, True)
-        with os.fdopen(os.dup(fd), "rb") as f:  # the file may grow between fstat and read: read one byte more
-            data = f.read(limit + 1)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            # The file may grow between fstat and read: read one byte more than it had, then, if that byte came,
+            # on up to one byte over the limit. (One read of limit + 1 would allocate the limit for every file:
+            # 16 MiB per report in `inventory merge`.)
+            want = min(st.st_size, limit) + 1
+            data = f.read(want)
+            if len(data) == want and want <= limit:
+                data += f.read(limit + 1 - want)
     except OSError as exc:
         raise UsageError(f"cannot read {name}: {exc.strerror}", hint) from None
     finally:

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 from vgpuadm import modes
 from vgpuadm.catalog.capacity import consume, release
 from vgpuadm.errors import ConflictError, NotFoundError, UnsafeError, UsageError, VgpuadmError
-from vgpuadm.executor import execute, load_drivers, recover
+from vgpuadm.executor import execute_units, load_drivers, recover
 from vgpuadm.host.mig import read as mig_read
 from vgpuadm.host.root import EMBED_LIBVIRT, SRIOV_MANAGE
 from vgpuadm.io.domainxml import read_domain_dir
@@ -163,18 +163,21 @@ def restore(
         if not domain_xml_dir:
             ctx.virt = s.virt
         try:
-            for line in recover(ctx):
-                say(f"recovered: {line}")
+            recovered = recover(ctx)
         except VgpuadmError as exc:
             raise ConflictError(
                 f"an interrupted change is pending and could not be rolled back: {exc.message}",
                 "run `vgpuadm reconcile` once libvirt runs, then `vgpuadm restore` again",
             ) from None
+        for line in recovered:
+            say(f"recovered: {line}")
         allocs = [a for a in doms.allocations if not a.on_demand]  # the qemu hook makes those at start
         out.devices = len(allocs)
         sriov_manage = s.root.has_executable(SRIOV_MANAGE)
+        snap, stale = s.snap, bool(recovered)  # the host is read again only after something changed it
         for phase in restore_plan.PHASES:
-            snap = s.refresh()
+            if stale:
+                snap = s.refresh()
             missing = restore_plan.missing_devices(allocs, snap) if phase == "vgpu" and not out.problems else []
             if missing:
                 say(f"waiting up to {timeout:g}s for {', '.join(missing)} to register")
@@ -185,12 +188,13 @@ def restore(
             for line in pp.skipped:
                 say(f"{phase}: skipped: {line}")
                 out.skipped.append(line)
-            for unit in pp.units:
-                try:
-                    execute(unit, ctx)
-                except VgpuadmError as exc:
-                    out.problems.append(f"{phase}: {exc.message}")
-                    say(f"{phase}: FAILED: {exc.message}")
+            # One journal for the phase; each unit still fails (and is rolled back) alone.
+            errors = execute_units(pp.units, ctx, f"restore: {phase}") if pp.units else []
+            stale = bool(pp.units)
+            for unit, error in zip(pp.units, errors, strict=True):
+                if error is not None:
+                    out.problems.append(f"{phase}: {error.message}")
+                    say(f"{phase}: FAILED: {error.message}")
                     continue
                 for step in unit.steps:
                     out.done.append(f"{phase}: {step.describe()}")
