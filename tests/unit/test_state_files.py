@@ -85,3 +85,13 @@ def test_stale_temp_file_is_replaced(tmp_path: Path, umask0: None) -> None:
     execute(PLAN, _ctx(tmp_path))
     assert (state / "drivers.json").read_text().startswith("{")
     assert _mode(state / "drivers.json") == 0o600
+
+
+def test_a_lock_file_others_could_open_is_made_private(tmp_path: Path) -> None:
+    """Issue #20's lock denial of service: a 0644 lock (an older vgpuadm's, or planted) lets any user open it and
+    hold the flock; the first changing run makes it 0600, so no other user can open it again."""
+    (tmp_path / "run").mkdir(mode=0o755)
+    (tmp_path / "run/vgpuadm.lock").write_text("")
+    os.chmod(tmp_path / "run/vgpuadm.lock", 0o644)
+    execute(PLAN, _ctx(tmp_path))
+    assert _mode(tmp_path / "run/vgpuadm.lock") == 0o600

@@ -17,6 +17,7 @@ from vgpuadm.errors import HostIOError, UnsafeError
 from vgpuadm.executor import DRIVERS, ExecContext, atomic_write_json, refuse_linked_dirs, register, unsafe_path
 from vgpuadm.executor.journalcheck import DRIVER as DRIVER_GRAMMAR
 from vgpuadm.executor.journalcheck import PCI as PCI_GRAMMAR
+from vgpuadm.host.root import HostRoot
 from vgpuadm.modes.base import join_params, same_params, split_params
 from vgpuadm.steps import (
     SRIOV_MANAGE,
@@ -169,8 +170,8 @@ def _undo_autoprobe(s: SetSriovAutoprobe, ctx: ExecContext) -> None:
 
 def run_sriov_manage(ctx: ExecContext, pf: str, enable: bool) -> None:
     """Run NVIDIA's script (under the root; VGPUADM_ROOT tells a simulated one where the host is)."""
-    script = os.path.join(ctx.root, SRIOV_MANAGE.lstrip("/"))
-    if not os.access(script, os.X_OK):
+    script = HostRoot(ctx.root).executable(SRIOV_MANAGE)
+    if script is None:
         raise HostIOError(
             f"{SRIOV_MANAGE} is missing or not executable",
             "install the NVIDIA vGPU host driver, which ships sriov-manage",

@@ -19,8 +19,9 @@ MAX_OUTPUT = 4 << 20  # bytes of output believed
 def locate(root: HostRoot) -> str | None:
     import shutil  # stdlib, but only hosts whose VFs need the driver's word pay for it
 
-    if not root.is_host and root.has_executable(NVIDIA_SMI):
-        return root.real(NVIDIA_SMI)
+    own = None if root.is_host else root.executable(NVIDIA_SMI)
+    if own is not None:
+        return own
     return os.environ.get("VGPUADM_NVIDIA_SMI") or shutil.which("nvidia-smi")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from vgpuadm.errors import NeedsRootError, NotFoundError, UsageError
+from vgpuadm.errors import NeedsRootError, NotFoundError, UnsafeError, UsageError
 from vgpuadm.host.paths import (
     DEFAULT_ROOT,
     DRIVERS,
@@ -74,6 +74,16 @@ def check_writable(root: str, host_dirs: tuple[str, ...] = ("/run", STATE_DIR)) 
                 f"changing the host needs root (or write access to {shown}){where}",
                 "rerun as root, e.g. with sudo; read-only commands and --dry-run need no root",
             )
+
+
+_ENOENT = 2  # errno.ENOENT, without importing errno on the read commands' fast path
+
+
+def _refuse(host_path: str, root: str, problem: str) -> str:
+    raise UnsafeError(
+        f"refusing to run {host_path} of host root {root}: it {problem}",
+        f"install {os.path.basename(host_path)} as a regular root-owned file inside the root (not a link out of it)",
+    )
 
 
 class HostRoot:
@@ -162,4 +172,33 @@ class HostRoot:
         return name or os.uname().nodename  # what socket.gethostname() returns, without importing socket
 
     def has_executable(self, host_path: str) -> bool:
-        return os.access(self.real(host_path), os.X_OK)
+        return self.executable(host_path) is not None
+
+    def executable(self, host_path: str) -> str | None:
+        """The real path to run for a tool the root brings (`/usr/bin/nvidia-smi`), None when it has none. On a
+        root other than /, a tool that resolves outside the root (a link or a linked directory leaving it), is not
+        a regular file, or is owned by another user than root or this process, or writable by group or others, is
+        refused with a one-line error: running it would run whatever another user put there, as root."""
+        path = self.real(host_path)
+        if self.is_host:
+            return path if os.access(path, os.X_OK) else None
+        if not os.path.lexists(path):
+            return None
+        inside, where = os.path.realpath(self.path), os.path.realpath(path)
+        problem = ""
+        if not where.startswith(inside.rstrip("/") + "/"):
+            problem = f"resolves to {where}, outside the host root"
+        else:
+            try:
+                st = os.stat(where)
+            except OSError as exc:
+                return None if exc.errno == _ENOENT else _refuse(host_path, self.path, exc.strerror or "unreadable")
+            if (st.st_mode & 0o170000) != 0o100000:
+                problem = "is not a regular file"
+            elif st.st_uid not in (0, os.geteuid()):
+                problem = f"is owned by uid {st.st_uid}, not by root"
+            elif st.st_mode & 0o022:
+                problem = "is writable by group or others"
+            elif not os.access(where, os.X_OK):
+                return None
+        return _refuse(host_path, self.path, problem) if problem else where
