@@ -46,9 +46,9 @@ def test_mig_instances_json(cli, h200):
     validate("mig-instances", doc)
     assert doc == [
         {"gpu_index": 0, "address": "0000:18:00.0", "name": "2g.35gb", "profile_id": 14, "instance_id": 2, "start": 0,
-         "size": 2, "owner": None, "vgpus": []},
+         "size": 2, "owner": None, "vgpus": [], "state": "by-hand", "made_for": None},
         {"gpu_index": 0, "address": "0000:18:00.0", "name": "1g.18gb", "profile_id": 19, "instance_id": 1, "start": 6,
-         "size": 1, "owner": None, "vgpus": ["0000:18:00.4"]},
+         "size": 1, "owner": None, "vgpus": ["0000:18:00.4"], "state": "used", "made_for": None},
     ]  # fmt: skip
 
 

@@ -44,6 +44,7 @@ _OPTION_GRAMMAR = {
     "policy": re.compile(r"^(?:pack|spread)$"),
     "numa": re.compile(r"^[0-9]{1,4}$"),
     "force": re.compile(r"^yes$"),
+    "mig_instance": re.compile(r"^[0-9]{1,3}:[0-9]{1,2}$"),  # the GPU instance vgpuadm made for it: profile id:start
 }
 
 # Never resolve entities or fetch anything: domain XML comes from libvirt, but names and params come from users.
