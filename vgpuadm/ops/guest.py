@@ -132,10 +132,11 @@ def create_many(
 
 
 def _mig_gpus(s: Session) -> list[MigGpu]:
-    """The MIG state, or none when this host has no nvidia-smi (the vGPU writes then meet the driver's answer)."""
+    """The MIG state, or none when this host has no nvidia-smi or it fails (the vGPU writes then meet the driver's
+    answer)."""
     try:
         return host_mig.read(s.root)
-    except NotFoundError:
+    except VgpuadmError:
         return []
 
 
