@@ -137,7 +137,7 @@ def test_bad_input_is_one_line_and_changes_nothing(cli, tmp_path):
     kernel = SimKernel(str(root))
     kernel.write("/sys/bus/pci/devices/0000:18:00.5/nvidia/current_vgpu_type", "1420\n")  # a time-sliced vGPU
     r = cli("--root", str(root), "mig", "enable", "--gpu", gpu)
-    assert (r.code, r.err.splitlines()[0]) == (5, "error: cannot enable MIG mode on 0000:18:00.0: 1 vGPU run on "
+    assert (r.code, r.err.splitlines()[0]) == (5, "error: cannot enable MIG mode on 0000:18:00.0: 1 vGPU runs on "
                                                   "it (0000:18:00.5)")  # fmt: skip
     kernel.write("/sys/bus/pci/devices/0000:18:00.5/nvidia/current_vgpu_type", "0\n")
     _enable(cli, root, gpu)
