@@ -418,11 +418,15 @@ class Plan:
 @step_kind("set-mig-mode")
 @dataclass(frozen=True)
 class SetMigMode(Step):
-    """Run `nvidia-smi -i <gpu_index> -mig 1|0` for the GPU at `address`. Undo: the opposite mode."""
+    """Run `nvidia-smi -i <gpu_index> -mig 1|0` for the GPU at `address`. Undo: the opposite mode. `effective`:
+    the steps after it need the mode in effect now (GPU instances for a vGPU), so a change the board leaves pending
+    until a GPU reset is taken back and fails the step; without it a pending change is the step done (`mig enable`).
+    The one MIG-enable step every planner uses (`mig enable`, `create`, `restore`, plan files)."""
 
     address: str
     gpu_index: int
     enable: bool
+    effective: bool = False
 
     def describe(self) -> str:
         return (

@@ -37,7 +37,7 @@ VALID: dict[str, dict[str, Any]] = {
                             "start": 0},
     "destroy-gpu-instance": {"address": "0000:18:00.0", "gpu_index": 0, "instance_id": 7, "profile": "1g.18gb",
                              "profile_id": 19, "start": 0},
-    "set-mig-mode": {"address": "0000:18:00.0", "gpu_index": 0, "enable": True},
+    "set-mig-mode": {"address": "0000:18:00.0", "gpu_index": 0, "enable": True, "effective": True},
     "remove-mdev": {"parent": "0000:01:00.0", "uuid": UUID, "type_id": "nvidia-63"},
     "set-vgpu-params": {"device_path_kind": "mdev", "id": UUID, "params": "frame_rate_limiter=0, disable_vnc=1",
                         "previous": ""},

@@ -46,9 +46,9 @@ def test_mig_instances_json(cli, h200):
     validate("mig-instances", doc)
     assert doc == [
         {"gpu_index": 0, "address": "0000:18:00.0", "name": "2g.35gb", "profile_id": 14, "instance_id": 2, "start": 0,
-         "size": 2, "owner": None, "vgpus": []},
+         "size": 2, "owner": None, "vgpus": [], "state": "by-hand", "made_for": None},
         {"gpu_index": 0, "address": "0000:18:00.0", "name": "1g.18gb", "profile_id": 19, "instance_id": 1, "start": 6,
-         "size": 1, "owner": None, "vgpus": ["0000:18:00.4"]},
+         "size": 1, "owner": None, "vgpus": ["0000:18:00.4"], "state": "used", "made_for": None},
     ]  # fmt: skip
 
 
@@ -137,7 +137,7 @@ def test_bad_input_is_one_line_and_changes_nothing(cli, tmp_path):
     kernel = SimKernel(str(root))
     kernel.write("/sys/bus/pci/devices/0000:18:00.5/nvidia/current_vgpu_type", "1420\n")  # a time-sliced vGPU
     r = cli("--root", str(root), "mig", "enable", "--gpu", gpu)
-    assert (r.code, r.err.splitlines()[0]) == (5, "error: cannot enable MIG mode on 0000:18:00.0: 1 vGPU run on "
+    assert (r.code, r.err.splitlines()[0]) == (5, "error: cannot enable MIG mode on 0000:18:00.0: 1 vGPU runs on "
                                                   "it (0000:18:00.5)")  # fmt: skip
     kernel.write("/sys/bus/pci/devices/0000:18:00.5/nvidia/current_vgpu_type", "0\n")
     _enable(cli, root, gpu)

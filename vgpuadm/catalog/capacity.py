@@ -45,6 +45,7 @@ def gpu_usage(snapshot: HostSnapshot) -> dict[str, GpuUsage]:
     """Per physical GPU (PF address, or the parent name for non-PCI parents), what vGPUs exist now."""
     names = {(t.parent, t.type_id): t for t in snapshot.types()}
     fb_by_id: dict[str, int] = {t.type_id: t.framebuffer_mib for t in names.values() if t.framebuffer_mib}
+    name_by_id = {t.type_id: t.name for t in names.values()}  # a typed layout C VF lists nothing: another VF names it
     count: dict[str, int] = {}
     types: dict[str, dict[str, str]] = {}
     sizes: dict[str, set[int]] = {}
@@ -66,7 +67,7 @@ def gpu_usage(snapshot: HostSnapshot) -> dict[str, GpuUsage]:
     for vf in snapshot.vendor_vfs.values():
         if vf.in_use:
             tid = f"nvidia-{vf.current_type}"
-            add(snapshot.physical_gpu(vf.address), tid, tid, vf.address)
+            add(snapshot.physical_gpu(vf.address), tid, name_by_id.get(tid, tid), vf.address)
     for pool in snapshot.vf_pools.values():  # a VF pool's VFs in use: on vfio-pci (or a variant driver)
         for t in pool.offered:
             for addr in pool.vfs[: pool.num_vfs]:
@@ -144,6 +145,11 @@ def gpu_maximum(vfs: int, t: VgpuType, total_fb: int | None) -> int | None:
     return None
 
 
+def mig_only(t: VgpuType, usage: GpuUsage) -> bool:
+    """MIG-backed `t` on a GPU whose vGPUs are all MIG-backed: profiles mix there (see _mig_only)."""
+    return size_key(t)[1] and all(describe_nvidia_name(n).slices is not None for n in usage.types.values())
+
+
 def why_not(
     snapshot: HostSnapshot, t: VgpuType, usage: GpuUsage, numa: int | None, owner: str | None = None
 ) -> str | None:
@@ -161,7 +167,7 @@ def why_not(
     if t.layout in SR_IOV_LAYOUTS:
         if t.parent in usage.busy_vfs:
             return f"VF already hosts a vGPU ({usage.busy_vfs[t.parent]}); one vGPU per VF"
-        other = conflicting_sizes(usage.sizes, t.framebuffer_mib)
+        other = [] if mig_only(t, usage) else conflicting_sizes(usage.sizes, t.framebuffer_mib)
         if other:
             return f"GPU runs {other[0]} MiB vGPUs; one framebuffer size per GPU"
     elif t.layout == Layout.MDEV_PF and is_nvidia(t.type_id):
@@ -346,9 +352,15 @@ def size_key(t: VgpuType) -> tuple[int, bool]:
     return t.framebuffer_mib or 0, describe_nvidia_name(t.name).slices is not None
 
 
+def _mig_only(t: VgpuType, keys: set[tuple[int, bool] | None]) -> bool:
+    """MIG-backed `t` on a GPU running only MIG-backed vGPUs: profiles mix there (each vGPU has its own GPU
+    instance), so where it fits is the GPU-instance placement rule's (place_gpu_instances), not one size per GPU."""
+    return size_key(t)[1] and None not in keys and all(k is not None and k[1] for k in keys)
+
+
 def _fits(t: VgpuType, running: int, keys: set[tuple[int, bool] | None]) -> bool:
     """Whether a free VF of a GPU running `running` vGPUs of size `keys` (None: unknown) offers `t`."""
-    if not running:
+    if not running or _mig_only(t, keys):
         return True
     if None in keys or keys != {size_key(t)}:
         return False
@@ -479,6 +491,13 @@ def _room(rule: str, vfs: int, entries: Sequence[VgpuType], running: Sequence[Ru
         mx = gpu_maximum(vfs, t, None if t.max_instances is not None else total_fb)
         sizes = sorted({r.framebuffer_mib for r in running if r.framebuffer_mib is not None})
         keys = {k for k in map(_running_key, running) if k is not None}
+        if sizes and _mig_only(t, set(map(_running_key, running))):  # placed by GPU instances, not by size
+            busy = {r.parent for r in running}
+            free = sum(1 for e in entries if e.parent not in busy and e.available_instances > 0)
+            if mx is not None:
+                free = min(free, mx - used)
+            return Room(used, mx, free) if free > 0 else Room(used, mx, 0, _full(used, mx) if mx is not None
+                                                              and used >= mx else "no free VF")  # fmt: skip
         if sizes and (t.framebuffer_mib not in sizes or (t.framebuffer_mib and keys - {size_key(t)})):
             size = "/".join(f"{s} MiB" for s in sizes)
             if t.framebuffer_mib in sizes:  # same size, the other kind: MIG-backed vs time-sliced (reference §3.4)

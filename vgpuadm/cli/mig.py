@@ -9,7 +9,7 @@ from vgpuadm.cli.console import Console
 from vgpuadm.cli.host import plan_options, run_plan
 from vgpuadm.errors import UsageError
 from vgpuadm.model import is_pci_address, pci_address
-from vgpuadm.report.mig import instance_rows, profile_rows, status_rows
+from vgpuadm.report.mig import profile_rows, status_rows
 
 
 def status(console: Console, root: str | None, as_json: bool) -> None:
@@ -32,14 +32,15 @@ def profiles(console: Console, root: str | None, gpu: str | None, as_json: bool)
                     " ".join(f"{p['start']}:{p['size']}" for p in r["placements"])) for r in rows])  # fmt: skip
 
 
-def instances(console: Console, root: str | None, as_json: bool) -> None:
-    rows = instance_rows(api.mig.read(root))
+def instances(console: Console, root: str | None, as_json: bool, connect: str | None = None) -> None:
+    rows = api.mig.instances(root, connect)
     if as_json:
         console.json(rows)
         return
-    console.table("MIG GPU instances", ["GPU", "profile", "instance", "placement", "vGPUs"],
-                  [(r["gpu_index"], r["name"], r["instance_id"], f"{r['start']}:{r['size']}",
-                    " ".join(r["vgpus"]) or "free") for r in rows])  # fmt: skip
+    console.table("MIG GPU instances", ["GPU", "profile", "instance", "placement", "state", "vGPUs", "VM",
+                                        "made for"],
+                  [(r["gpu_index"], r["name"], r["instance_id"], f"{r['start']}:{r['size']}", r["state"],
+                    " ".join(r["vgpus"]) or "-", r["owner"] or "-", r["made_for"] or "-") for r in rows])  # fmt: skip
 
 
 def register(app: Any) -> None:
@@ -67,7 +68,7 @@ def register(app: Any) -> None:
     @group.command("instances", epilog="Example: vgpuadm mig instances --json")
     def instances_cmd(ctx: typer.Context, as_json: bool = json_opt) -> None:
         """GPU instances, their placements and the vGPUs on them."""
-        instances(ctx.obj["console"], ctx.obj["root"], as_json)
+        instances(ctx.obj["console"], ctx.obj["root"], as_json, ctx.obj.get("connect"))
 
     dry_opt, plan_json = plan_options()
     gpu_opt = typer.Option(..., "--gpu", help="The GPU (PF address).", metavar="BDF")

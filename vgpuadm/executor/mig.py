@@ -41,9 +41,24 @@ def _set_mode(ctx: ExecContext, s: SetMigMode, enable: bool) -> None:
     _smi(ctx, ["-i", str(s.gpu_index), "-mig", "1" if enable else "0"])
 
 
+def _apply_mode(s: SetMigMode, ctx: ExecContext) -> None:
+    _set_mode(ctx, s, s.enable)
+    if s.effective and _mode(ctx, s.address)[0] != ("Enabled" if s.enable else "Disabled"):
+        _set_mode(ctx, s, not s.enable)  # the pending change is taken back: the step did nothing
+        word = "enable" if s.enable else "disable"
+        raise HostIOError(
+            f"MIG mode on {s.address} changes only after a GPU reset on this board",
+            f"run `vgpuadm mig {word} --gpu {s.address}`, then `nvidia-smi -r -i {s.gpu_index}` (no VM may use the "
+            "GPU) or reboot, and run this command again",
+        )
+
+
 def _mode_is(ctx: ExecContext, s: SetMigMode, enable: bool) -> bool:
-    """The mode asked for is current or pending (a board that needs a reset reports it pending)."""
-    return ("Enabled" if enable else "Disabled") in _mode(ctx, s.address)[1:]
+    """The mode asked for is current or pending (a board that needs a reset reports it pending); current only when
+    the step needs it in effect."""
+    current, pending = _mode(ctx, s.address)
+    word = "Enabled" if enable else "Disabled"
+    return current == word if s.effective and enable == s.enable else word in (current, pending)
 
 
 def _create(ctx: ExecContext, profile_id: int, gpu_index: int, start: int) -> None:
@@ -70,7 +85,7 @@ def _undo_destroy(s: DestroyGpuInstance, ctx: ExecContext) -> None:
         _create(ctx, s.profile_id, s.gpu_index, s.start)
 
 
-register(SetMigMode, lambda s, ctx: _set_mode(ctx, s, s.enable), _undo_mode, lambda s, ctx: _mode_is(ctx, s, s.enable))
+register(SetMigMode, _apply_mode, _undo_mode, lambda s, ctx: _mode_is(ctx, s, s.enable))
 register(CreateGpuInstance, lambda s, ctx: _create(ctx, s.profile_id, s.gpu_index, s.start),
          lambda s, ctx: _destroy_at(ctx, s.gpu_index, s.profile_id, s.start),
          lambda s, ctx: _instance_at(ctx, s.gpu_index, s.profile_id, s.start) is not None)  # fmt: skip

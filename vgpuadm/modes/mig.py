@@ -15,8 +15,10 @@ from typing import ClassVar
 
 from vgpuadm.catalog.capacity import place_gpu_instances
 from vgpuadm.catalog.mig import MigGpu, MigInstance
+from vgpuadm.catalog.naming import describe_nvidia_name
+from vgpuadm.catalog.vendor_types import vendor_vf_types
 from vgpuadm.errors import ConflictError, NotFoundError, UsageError
-from vgpuadm.model import HostSnapshot, Layout
+from vgpuadm.model import Allocation, HostSnapshot, Layout
 from vgpuadm.modes.base import HostdevSpec, Mode
 from vgpuadm.steps import CreateGpuInstance, DestroyGpuInstance, SetMigMode, Step
 
@@ -52,7 +54,7 @@ class MigMode(Mode):
         busy = self._vgpus_on(snapshot, g.address)
         if busy:
             raise ConflictError(
-                f"cannot {verb} MIG mode on {g.address}: {len(busy)} vGPU{'s' if len(busy) > 1 else ''} run on it "
+                f"cannot {verb} MIG mode on {g.address}: {len(busy)} vGPU{'s run' if len(busy) > 1 else ' runs'} on it "
                 f"({', '.join(busy[:3])}{'…' if len(busy) > 3 else ''})",
                 "destroy them first (`vgpuadm devices --gpu " + g.address + "` lists them)",
             )
@@ -117,17 +119,26 @@ class MigMode(Mode):
         return [DestroyGpuInstance(g.address, g.index, gi.instance_id, gi.name, gi.profile_id, gi.start)
                 for gi in targets]  # fmt: skip
 
-    def plan_for_vgpus(self, gpus: Sequence[MigGpu], needs: Sequence[tuple[str, str]]) -> list[Step]:
-        """GPU instances for new MIG-backed vGPUs, `needs` holding (PF, GPU-instance profile) per vGPU: per PF
-        and profile, one instance for each vGPU beyond the free ones, placed by the capacity model (seeing the
-        instances planned before it). MIG mode must be on: only then does a GPU list its MIG-backed types."""
+    def plan_for_vgpus(
+        self, snapshot: HostSnapshot, gpus: Sequence[MigGpu], needs: Sequence[tuple[str, str]]
+    ) -> list[Step]:
+        """What new MIG-backed vGPUs need first, `needs` holding (PF, GPU-instance profile) per vGPU: MIG mode on
+        where it is off (refused while a vGPU runs on the GPU or while the change waits for a reset), then per PF
+        and profile one instance for each vGPU beyond the free ones, placed by the capacity model (seeing the
+        instances planned before it)."""
         counts: dict[tuple[str, str], int] = {}
         for need in needs:
             counts[need] = counts.get(need, 0) + 1
         planned: dict[str, list[MigInstance]] = {}
         out: list[Step] = []
+        on: set[str] = set()
         for (pf, profile), n in sorted(counts.items()):
             g = self.gpu(gpus, pf)
+            if not g.enabled and pf not in on:
+                out += self.plan_enable_now(snapshot, g)
+                on.add(pf)
+            if pf in on:
+                g = replace(g, mig_current="Enabled", mig_pending="Enabled")
             free = sum(1 for gi in g.instances if gi.name == profile and not gi.users)
             if n <= free:
                 continue
@@ -141,8 +152,77 @@ class MigMode(Mode):
             out += steps
         return out
 
+    def plan_release(self, snapshot: HostSnapshot, gpus: Sequence[MigGpu], gone: Sequence[Allocation]) -> list[Step]:
+        """The GPU instances vgpuadm made for the vGPUs in `gone` (recorded as `mig_instance` = profile id:start),
+        destroyed once those vGPUs are: each only while it is there and no other vGPU runs on it. An instance
+        nobody recorded — made by hand — is never touched."""
+        freed = {d for a in gone for d in (a.address, a.parent) if d}
+        out: list[Step] = []
+        for a in gone:
+            made = a.extra.get("mig_instance", "")
+            pid, _, start = made.partition(":")
+            if not (pid.isdecimal() and start.isdecimal()):
+                continue
+            pf = snapshot.physical_gpu(a.address or a.parent or "")
+            g = next((g for g in gpus if g.address == pf), None)
+            gi = next((gi for gi in (g.instances if g else ()) if (gi.profile_id, gi.start) == (int(pid), int(start))),
+                      None)  # fmt: skip
+            if g is None or gi is None or set(gi.users) - freed:
+                continue
+            st = DestroyGpuInstance(g.address, g.index, gi.instance_id, gi.name, gi.profile_id, gi.start)
+            if st not in out:
+                out.append(st)
+        return out
+
+    def plan_enable_now(self, snapshot: HostSnapshot, g: MigGpu) -> list[Step]:
+        """MIG mode on, in effect before the next step (GPU instances follow it): a change already waiting for a
+        GPU reset is refused here, one the board leaves pending is refused by the step (nothing changed)."""
+        if g.mig_pending == "Enabled" and not g.enabled:
+            raise ConflictError(f"MIG mode on {g.address} is pending until a GPU reset",
+                                f"reset the GPU (`nvidia-smi -r -i {g.index}`, no VM may use it) or reboot, then run "
+                                "this command again")  # fmt: skip
+        self._check_idle(snapshot, g, "enable")
+        return [SetMigMode(g.address, g.index, True, effective=True)]
+
+    def project(
+        self,
+        snapshot: HostSnapshot,
+        gpus: Sequence[MigGpu],
+        supported: Mapping[str, Sequence[tuple[int, str]]],
+        *,
+        blocked_too: bool = False,
+    ) -> HostSnapshot:
+        """The snapshot as the driver will list it once the MIG-backed vGPUs' prerequisites exist: on every
+        MIG-capable GPU with MIG on, or off and idle (no vGPU, no change pending), each free VF offers the GPU's
+        MIG-backed types — layout C from `supported` (`nvidia-smi vgpu -s -v`, PF → (type id, name)), layout B
+        from the VF's own mdev types. Whether their GPU instances fit is plan_for_vgpus' (the capacity model).
+        `blocked_too`: also the GPUs whose MIG mode cannot go on now, so that planning on them says why."""
+        vfs = dict(snapshot.vendor_vfs)
+        parents = dict(snapshot.mdev_parents)
+        busy = {m.parent for m in snapshot.mdevs.values()}
+        for g in gpus:
+            if not g.mig_capable or g.address not in snapshot.functions:
+                continue
+            blocked = g.mig_pending == "Enabled" or bool(self._vgpus_on(snapshot, g.address))
+            if not g.enabled and blocked and not blocked_too:
+                continue
+            mig_types = [(n, name) for n, name in supported.get(g.address, ()) if describe_nvidia_name(name).slices]
+            for addr in snapshot.functions[g.address].virtfns:
+                vf = vfs.get(addr)
+                if vf is not None and not vf.in_use and mig_types:
+                    new = {t.type_id: t for t in vendor_vf_types(addr, mig_types)}
+                    offered = tuple(t for t in vf.offered if t.type_id not in new) + tuple(new.values())
+                    creatable = tuple(c for c in vf.creatable if f"nvidia-{c[0]}" not in new) + tuple(mig_types)
+                    vfs[addr] = replace(vf, offered=offered, creatable=creatable)
+                q = parents.get(addr)
+                if q is not None and q.layout == Layout.MDEV_VF and addr not in busy:
+                    types = tuple(t.with_available(1) if "mig_slices" in t.attributes else t for t in q.types)
+                    parents[addr] = replace(q, types=types)
+        return replace(snapshot, vendor_vfs=vfs, mdev_parents=parents)
+
     def with_planned(self, gpus: Sequence[MigGpu], steps: Sequence[Step]) -> list[MigGpu]:
-        """`gpus` as they will be after `steps` create their instances (taken: the vGPUs planned with them)."""
+        """`gpus` as they will be after `steps` turn MIG on and create their instances (taken: the vGPUs planned
+        with them)."""
         out = []
         for g in gpus:
             new = []
@@ -150,6 +230,8 @@ class MigMode(Mode):
                 if isinstance(st, CreateGpuInstance) and st.address == g.address:
                     size = next((p.size for p in g.profiles if p.profile_id == st.profile_id), 1)
                     new.append(MigInstance(st.profile, st.profile_id, -1, st.start, size, ("planned",)))
+                if isinstance(st, SetMigMode) and st.address == g.address and st.enable:
+                    g = replace(g, mig_current="Enabled", mig_pending="Enabled")
             out.append(replace(g, instances=g.instances + tuple(new)) if new else g)
         return out
 

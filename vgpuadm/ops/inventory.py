@@ -11,12 +11,15 @@ from typing import Any
 
 from vgpuadm.errors import ConflictError, LibvirtError, VgpuadmError
 from vgpuadm.executor import pending_error, read_journal
+from vgpuadm.host import mig as host_mig
+from vgpuadm.host import nvidia_smi
 from vgpuadm.io.domainxml import read_domain_dir
 from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.ops.session import Session
 from vgpuadm.report.inventory import inventory as build_inventory
 from vgpuadm.report.listing import vm_rows, vm_view
 from vgpuadm.report.merge import load_report, merge
+from vgpuadm.report.mig import gpu_occupancy, instance_rows, layout_b_users, made_by
 
 
 def _now() -> str:
@@ -48,8 +51,11 @@ def inventory(
             allocations = [a for a in s.domains().allocations if wanted is None or a.domain in wanted]
             running = s.domains().running
             source = f"libvirt:{s.uri}"
+        warnings: list[str] = []
+        mig = _mig_occupancy(s, allocations, warnings)
         doc = build_inventory(snap, allocations, host=host or s.root.hostname(), generated_at=_now(), source=source,
-                              running=running)  # fmt: skip
+                              running=running, mig=mig)  # fmt: skip
+        doc["warnings"] += warnings
         pending: VgpuadmError | None
         try:
             pending = pending_error() if read_journal(s.root.path) is not None else None
@@ -58,6 +64,27 @@ def inventory(
         if pending is not None:
             doc["warnings"].append(f"{pending.message}: {pending.hint}")
         return doc
+
+
+def _mig_occupancy(
+    s: Session, allocations: list[Allocation] | None, warnings: list[str]
+) -> dict[str, dict[str, Any]] | None:
+    """GPU-instance occupancy per MIG-capable GPU (None on hosts without NVIDIA GPUs or nvidia-smi); owners and
+    who vgpuadm made an instance for come from `allocations` (unknown, null, when they are None)."""
+    if not any(fn.vendor_id == "0x10de" for fn in s.snap.functions.values()) or nvidia_smi.locate(s.root) is None:
+        return None
+    try:
+        gpus = [g for g in host_mig.read(s.root) if g.mig_capable]
+    except VgpuadmError as exc:
+        warnings.append(f"MIG state not read: {exc.message}")
+        return None
+    owners = made = mdev_users = None
+    if allocations is not None:
+        owners = {key: a.domain for a in allocations for key in (a.uuid, a.address) if key}
+        made = made_by(allocations, s.snap.physical_gpu)
+        mdev_users = layout_b_users(allocations, s.snap.physical_gpu, s.snap.mdevs)
+    rows = instance_rows(gpus, owners, made, mdev_users)
+    return {g.address: gpu_occupancy(g, rows) for g in gpus}
 
 
 def device_users(

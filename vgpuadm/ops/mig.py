@@ -5,18 +5,42 @@ the executor runs the steps (executor/mig.py)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from vgpuadm.catalog.mig import MigGpu
+from vgpuadm.errors import ConflictError, LibvirtError
 from vgpuadm.host import mig as host_mig
 from vgpuadm.host.root import HostRoot
 from vgpuadm.model import HostSnapshot, pci_address
 from vgpuadm.modes import mig as mig_mode
 from vgpuadm.ops.host import Planner
+from vgpuadm.ops.session import Session
+from vgpuadm.report.mig import Made, instance_rows, layout_b_users, made_by
 from vgpuadm.steps import Plan
 
 
 def read(root: str | None) -> list[MigGpu]:
     return host_mig.read(HostRoot(root))
+
+
+def instances(root: str | None, connect: str | None = None) -> list[dict[str, Any]]:
+    """`vgpuadm mig instances`: every GPU instance with the VM whose vGPU uses it and the VM vgpuadm made it for
+    (from this host's domains; both unknown, null, when libvirt cannot be reached)."""
+    with Session.read(root, connect) as s:
+        gpus = host_mig.read(s.root)
+        return instance_rows(gpus, *ownership(s))
+
+
+def ownership(s: Session) -> tuple[dict[str, str] | None, Made | None, dict[tuple[str, int, int], str] | None]:
+    """VF address / mdev UUID → the VM that owns it, the instances vgpuadm made, and the layout B mdevs on them
+    (report/mig.made_by, layout_b_users); all None when the domains cannot be read."""
+    try:
+        domains = s.domains()
+    except (LibvirtError, ConflictError, ImportError):
+        return None, None, None
+    owners = {key: vm for (_kind, key), vm in domains.users().items()}
+    allocs = domains.allocations
+    return owners, made_by(allocs, s.snap.physical_gpu), layout_b_users(allocs, s.snap.physical_gpu, s.snap.mdevs)
 
 
 def _gpus(snap: HostSnapshot) -> list[MigGpu]:

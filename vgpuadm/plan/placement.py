@@ -19,6 +19,7 @@ from vgpuadm.catalog.capacity import (
     gpu_usage,
     host_maximum,
     idle_for_vgpu,
+    mig_only,
     per_parent_room,
     why_no_types,
     why_not,
@@ -134,7 +135,10 @@ def place(
     gpu_left: dict[str, int] = {}
     for t in by_parent.values():
         phys = snapshot.physical_gpu(t.parent)
-        room = gpu_room(t, used[phys])
+        st = usage.get(phys, NO_USAGE)
+        # MIG profiles mix: a MIG-backed type's maximum counts its own vGPUs; the GPU instances decide the rest
+        mine = sum(1 for tid in st.busy_vfs.values() if tid == t.type_id) if mig_only(t, st) else used[phys]
+        room = gpu_room(t, mine)
         if room is not None:
             gpu_left[phys] = room
     choices: list[tuple[str, VgpuType]] = []

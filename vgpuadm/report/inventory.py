@@ -68,9 +68,11 @@ def inventory(
     generated_at: str,
     source: str = "",
     running: Collection[str] | None = None,
+    mig: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The inventory document of one host (schema vgpuadm-inventory/1). `running`: the domains that run (None:
-    not known, e.g. from saved XML); a device is then held by a running domain or reserved by a stopped one."""
+    not known, e.g. from saved XML); a device is then held by a running domain or reserved by a stopped one.
+    `mig`: per MIG-capable GPU its GPU-instance occupancy (report/mig.gpu_occupancy), shown as the row's `mig`."""
     warnings = list(snap.warnings)
     gpus = _physical_gpus(snap)
     devices = _devices(snap, gpus, {a.address for a in allocations or [] if a.mode == DeviceMode.PCI and a.address})
@@ -81,6 +83,9 @@ def inventory(
         del m["on_demand"]
     type_rows = _type_rows(gpus)
     gpu_rows = [_gpu_row(snap, g, owners) for g in gpus.values()]
+    for row in gpu_rows:
+        if mig and row["address"] in mig:
+            row["mig"] = mig[row["address"]]
     device_rows = [_device_row(snap, d, owners, allocations is not None) for d in devices]
     for row in device_rows:
         row["held"] = None if running is None or row["domain"] is None else (

@@ -97,6 +97,33 @@ def host_tables(doc: dict[str, Any]) -> list[Table]:
                 ],
             )
         )
+    mig = [(g["address"], g["mig"]) for g in doc["gpus"] if g.get("mig")]
+    if mig:
+        tables.append(
+            Table(
+                "MIG GPU instances (used / free / made by hand)",
+                ["gpu", "MIG", "slots free", "instance", "profile", "placement", "state", "domain", "made for"],
+                [
+                    [
+                        gpu,
+                        m["mode"],
+                        f"{m['slots_free']}/{m['slots']}",
+                        i["instance_id"],
+                        i["name"],
+                        f"{i['start']}:{i['size']}",
+                        i["state"],
+                        i["owner"],
+                        i["made_for"],
+                    ]
+                    for gpu, m in mig
+                    for i in m["instances"]
+                ]
+                or [
+                    [gpu, m["mode"], f"{m['slots_free']}/{m['slots']}", None, None, None, None, None, None]
+                    for gpu, m in mig
+                ],
+            )
+        )
     demand = doc.get("on_demand") or {}
     if demand.get("requests"):
         tables.append(

@@ -44,6 +44,7 @@ _OPTION_GRAMMAR = {
     "policy": re.compile(r"^(?:pack|spread)$"),
     "numa": re.compile(r"^[0-9]{1,4}$"),
     "force": re.compile(r"^yes$"),
+    "mig_instance": re.compile(r"^[0-9]{1,3}:[0-9]{1,2}$"),  # the GPU instance vgpuadm made for it: profile id:start
 }
 
 # The metadata's `changed` stamp: UTC to the second, as the executor writes it.
