@@ -137,6 +137,22 @@ class SetVfVgpuType(Step):
         return f"set vGPU type {self.type_num} (nvidia-{self.type_num}) on VF {self.vf}"
 
 
+@step_kind("set-vf-placement")
+@dataclass(frozen=True)
+class SetVfPlacement(Step):
+    """Write placement_id to <vf>/nvidia/placement_id before the type (heterogeneous mode: the vGPU's first slot;
+    -1 lets the driver choose). Undo: write previous."""
+
+    durable: ClassVar[bool] = False
+
+    vf: str
+    placement_id: int
+    previous: int = -1
+
+    def describe(self) -> str:
+        return f"set placement ID {self.placement_id} on VF {self.vf}"
+
+
 @step_kind("clear-vf-vgpu-type")
 @dataclass(frozen=True)
 class ClearVfVgpuType(Step):

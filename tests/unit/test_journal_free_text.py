@@ -42,6 +42,7 @@ VALID: dict[str, dict[str, Any]] = {
     "set-vgpu-params": {"device_path_kind": "mdev", "id": UUID, "params": "frame_rate_limiter=0, disable_vnc=1",
                         "previous": ""},
     "set-vf-vgpu-type": {"vf": "0000:18:00.4", "type_num": 1420},
+    "set-vf-placement": {"vf": "0000:18:00.4", "placement_id": 8, "previous": -1},
     "clear-vf-vgpu-type": {"vf": "0000:18:00.4", "previous_type": 1420},
     "set-num-vfs": {"pf": "0000:01:00.0", "count": 2, "previous": 0},
     "sriov-manage": {"pf": "0000:18:00.0", "enable": True},

@@ -44,6 +44,7 @@ _OPTION_GRAMMAR = {
     "policy": re.compile(r"^(?:pack|spread)$"),
     "numa": re.compile(r"^[0-9]{1,4}$"),
     "force": re.compile(r"^yes$"),
+    "placement_id": re.compile(r"^[0-9]{1,4}$"),
 }
 
 # Never resolve entities or fetch anything: domain XML comes from libvirt, but names and params come from users.
