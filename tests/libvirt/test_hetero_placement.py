@@ -65,6 +65,16 @@ def test_small_vgpus_pack_beside_a_hand_made_one_and_the_largest_still_fits(
     assert placements(root, "small") == [("0000:81:00.5", "2011", "48"), ("0000:81:00.6", "2011", "60")]
     assert creatable_ids(root, "NVIDIA DC-48C") == "0"  # the largest size that can fit still does
     assert [a.extra for a in allocations(root, "small")] == [{"placement_id": "48"}, {"placement_id": "60"}]
+    # the inventory: free slots 0–47, 56–59, 72–95
+    inv = vgpuadm(root, "inventory")
+    assert inv.code == 0, inv.err
+    lines = [line.rstrip() for line in inv.out.splitlines()]
+    start = lines.index("Mixed-size GPUs (heterogeneous mode): free framebuffer")
+    assert lines[start + 4] == "│ 0000:81:00.0 │ 76 GiB free in 3 pieces; largest 48 GiB │ NVIDIA DC-48C          │"
+    gpu = json.loads(vgpuadm(root, "inventory", "--json").out)["gpus"][0]
+    assert (gpu["rule"], gpu["locked_to"], gpu["mixed_size"]) == ("mixed-size", [], {
+        "free_mib": 77824, "pieces": 3, "largest_mib": 49152, "largest_type": "NVIDIA DC-48C",
+        "summary": "76 GiB free in 3 pieces; largest 48 GiB"})  # fmt: skip
     # and one more plan takes it
     define(root, "big")
     res = vgpuadm(root, "create", "--vm", "big", "--type", "DC-48C")

@@ -3,6 +3,8 @@
 Rules (shared/docs/vgpu-sysfs.md §2.4, §3.2-3.4, §4.1, §4.4):
   one-type  (layout A, NVIDIA pre-Ampere): one vGPU type per physical GPU, `max_instance` of it;
   one-size  (layouts B/C, SR-IOV): one vGPU per VF, one framebuffer size per physical GPU, `max_instance` per GPU;
+  mixed-size (layout C in NVIDIA's heterogeneous mode): one vGPU per VF, any sizes, each at a free placement ID of
+            its type (the placement section at the end of this module);
   kernel    (other mdev drivers: mtty, mdpy, mbochs, GVT-g): the types of a parent share one budget, in the driver's
             own units (ports, a count, MiB, aperture), and the kernel's `available_instances` is believed;
   whole     (passthrough): no sharing.
@@ -499,6 +501,10 @@ def _room(rule: str, vfs: int, entries: Sequence[VgpuType], running: Sequence[Ru
         if free > 0:
             return Room(used, mx, free)
         return Room(used, mx, 0, _full(len(running), mx) if mx is not None and len(running) >= mx else "no free VF")
+    if rule == "mixed-size":  # the driver lists a type on a free VF while one of its placements is free
+        busy = {r.parent for r in running}
+        free = sum(1 for e in entries if e.parent not in busy and e.available_instances > 0)
+        return Room(used, None, free, "" if free else "no free placement (see the mixed-size table)")
     return Room(
         used, t.max_instances, available, "" if available > 0 else "the kernel reports 0 available (shared budget)"
     )
