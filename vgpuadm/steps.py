@@ -428,6 +428,55 @@ class Plan:
         return cls(tuple(steps), summary)
 
 
+# --- NVIDIA host policies (nvidia-smi; files in io/policyfile.py) -----------------------------------------------
+
+
+@step_kind("set-heterogeneous-mode")
+@dataclass(frozen=True)
+class SetHeterogeneousMode(Step):
+    """Run `nvidia-smi vgpu -i <gpu_index> -shm 1|0` for the GPU at `address`. Undo: the opposite."""
+
+    address: str
+    gpu_index: int
+    enable: bool
+
+    def describe(self) -> str:
+        word = "enable" if self.enable else "disable"
+        return f"{word} heterogeneous (mixed-size) vGPU mode on GPU {self.address} (nvidia-smi -i {self.gpu_index})"
+
+
+@step_kind("set-vgpu-scheduler")
+@dataclass(frozen=True)
+class SetVgpuScheduler(Step):
+    """Set the running vGPU scheduler of a GPU through nvidia-smi. Undo: the previous policy and time slice."""
+
+    address: str
+    gpu_index: int
+    policy: str
+    timeslice_ms: int
+    previous_policy: str
+    previous_timeslice_ms: int
+
+    def describe(self) -> str:
+        ts = f", time slice {self.timeslice_ms} ms" if self.timeslice_ms else ""
+        return f"set the vGPU scheduler of GPU {self.address} to {self.policy}{ts} (nvidia-smi -i {self.gpu_index})"
+
+
+@step_kind("write-policy-file")
+@dataclass(frozen=True)
+class WritePolicyFile(Step):
+    """Write `text` to a host-policy file (`name`: modprobe or state, io/policyfile.py; None removes it). Undo:
+    `previous` back (None: no file)."""
+
+    name: str
+    text: str | None
+    previous: str | None = None
+
+    def describe(self) -> str:
+        paths = {"modprobe": "/etc/modprobe.d/vgpuadm-nvidia.conf", "state": "/var/lib/vgpuadm/gpus.json"}
+        return f"{'write' if self.text is not None else 'remove'} {paths.get(self.name, self.name)}"
+
+
 # --- MIG (nvidia-smi) -------------------------------------------------------------------------------------------
 
 

@@ -17,14 +17,14 @@ def wanted(snap: HostSnapshot) -> bool:
     return any(vf.placement_id is not None for vf in snap.vendor_vfs.values())
 
 
-def read(root: HostRoot, *, scheduler: bool = False) -> dict[str, GpuPolicy]:
+def read(root: HostRoot, *, scheduler: bool = False, placements: bool = False) -> dict[str, GpuPolicy]:
     """GPU address → its policies; {} without nvidia-smi or when it reports nothing. The placements are read only
     when some GPU is in heterogeneous mode, the scheduler only when asked (each is one more nvidia-smi run)."""
     q = nvidia_smi.run(root, "-q")
     if not q:
         return {}
     modes = parse_query_text(q)
-    on = any(m.heterogeneous_mode == "Enabled" for m in modes.values())
+    on = placements or any(m.heterogeneous_mode == "Enabled" for m in modes.values())
     blocks = parse_type_blocks(nvidia_smi.run(root, "vgpu", "-s", "-v") or "") if on else {}
     sched = parse_scheduler_state(nvidia_smi.run(root, "vgpu", "-ss") or "") if scheduler else {}
     out = {}

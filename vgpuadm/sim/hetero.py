@@ -181,17 +181,20 @@ def registry_scheduler(root: str) -> tuple[tuple[str, int] | None, dict[str, tup
                 if not m:
                     continue
                 for per_device, body in _DWORDS.findall(m.group(1)):
-                    fields = dict(p.split("=", 1) for p in body.split(";") if "=" in p)
-                    if "RmPVMRL" not in fields:
-                        continue
-                    try:
-                        value = decode_rmpvmrl(int(fields["RmPVMRL"], 0))
-                    except ValueError:
-                        continue
-                    if per_device and "pci" in fields:
-                        per[fields["pci"].lower()] = value
-                    elif not per_device:
-                        glob = value
+                    device = None  # per device: `pci=BDF;Key=value;…` applies to that BDF until the next pci=
+                    for part in body.split(";"):
+                        key, _, value = part.partition("=")
+                        if key == "pci" and per_device:
+                            device = value.strip().lower()
+                        elif key == "RmPVMRL":
+                            try:
+                                decoded = decode_rmpvmrl(int(value, 0))
+                            except ValueError:
+                                continue
+                            if per_device and device:
+                                per[device] = decoded
+                            elif not per_device:
+                                glob = decoded
     return glob, per
 
 
