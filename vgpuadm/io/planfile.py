@@ -131,7 +131,8 @@ def plan_from_data(data: Mapping[str, Any], source: str = "plan") -> DesiredPlan
     except UsageError as exc:
         raise UsageError(re.sub(rf"^{re.escape(source)}:\d+: ", f"{source}: ", exc.message), exc.hint) from None
     vms = {name: dataclasses.replace(spec, line=0, key_lines={}) for name, spec in plan.vms.items()}
-    return DesiredPlan(source=source, vms=vms)
+    gpus = {gpu: dataclasses.replace(spec, line=0) for gpu, spec in plan.gpus.items()}
+    return DesiredPlan(source=source, vms=vms, gpus=gpus)
 
 
 def _duplicate_key(text: str, exc: Any, source: str) -> UsageError:

@@ -14,7 +14,6 @@ Why the Python API and not the JSON CLI: the module runs under the Python vgpuad
 process), and vgpuadm's errors as objects whose one-line message and hint become the task's msg and hint.
 """
 
-
 DOCUMENTATION = r"""
 ---
 module: vgpu_allocation
@@ -110,6 +109,14 @@ options:
       - A warning says when the on-demand requests of the host's VMs could not all run at once.
     type: bool
     default: false
+  gpus:
+    description:
+      - NVIDIA host policies per GPU, applied before the VM's devices, the keys of a plan file's C(gpus:) section
+        (PCI address of the PF to a mapping of V(heterogeneous) (bool), V(scheduler) (V(best-effort),
+        V(equal-share), V(fixed-share)), V(timeslice_ms) (1-30) and V(mig) (C({enabled: true})).
+      - Kept across reboots by C(vgpuadm restore) (heterogeneous mode, placement IDs) and a modprobe file (the
+        scheduler).
+    type: dict
   root:
     description: Host root vgpuadm reads and changes; V(/) on a real host, a simulated host's directory otherwise.
     type: path
@@ -274,7 +281,10 @@ class Task:
     def plan(self, body):
         from vgpuadm.io.planfile import plan_from_data
 
-        return plan_from_data({"vms": {self.vm: body}}, SOURCE)
+        doc = {"vms": {self.vm: body}}
+        if self.p.get("gpus"):
+            doc["gpus"] = self.p["gpus"]
+        return plan_from_data(doc, SOURCE)
 
     def type_id(self, plan_doc, before):
         """The type id the plan's type names on this host (or among the ids the VM already owns)."""
@@ -293,8 +303,10 @@ class Task:
 
         p = self.p
         if p["count"] < 1:
-            self.module.fail_json(msg="count must be at least 1, not %d" % p["count"],
-                                  hint="use state=absent to take every device of the type back")
+            self.module.fail_json(
+                msg="count must be at least 1, not %d" % p["count"],
+                hint="use state=absent to take every device of the type back",
+            )
         body = dict(type=p["type"], count=p["count"], policy=p["policy"], display=dict(enabled=p["display"]))
         if p["on_demand"]:
             body["on_demand"] = True
@@ -416,7 +428,8 @@ def main():
             passthrough=dict(type="str", no_log=False),  # a PCI address, not a secret
             force=dict(type="bool", default=False),
             on_demand=dict(type="bool", default=False),
-            **COMMON_ARGS
+            gpus=dict(type="dict"),
+            **COMMON_ARGS,
         ),
         mutually_exclusive=[("type", "passthrough")],
         required_if=[("state", "present", ("type", "passthrough"), True)],
