@@ -27,7 +27,9 @@ def test_gpus_option_sets_policies_then_places_mixed_sizes(ansible_lab: Any) -> 
     ]
     second = lab.module("gpu-h200", "vgpu_allocation", {"vm": vm8, "type": "H200X-8C", "gpus": GPUS})
     assert second["changed"] is True
-    assert [d["options"]["placement_id"] for d in second["devices"]] == ["136", "132", "120"]
+    assert [d["options"]["placement_id"] for d in first["devices"]] == ["136", "132"]
+    # the task names the VM's whole state: its 4 GiB vGPUs go, the 8 GiB one takes the high end
+    assert [d["options"]["placement_id"] for d in second["devices"]] == ["128"]
     again = lab.module("gpu-h200", "vgpu_allocation", {"vm": vm8, "type": "H200X-8C", "gpus": GPUS})
     assert again["changed"] is False and again["plan"] == []
     ss = subprocess.run([f"{root}/usr/bin/nvidia-smi", "vgpu", "-ss"], capture_output=True, text=True, check=True)
