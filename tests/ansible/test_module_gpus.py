@@ -38,9 +38,8 @@ def test_gpus_option_sets_policies_then_places_mixed_sizes(ansible_lab: Any) -> 
     before = tree_state(root)
     bad = lab.module("gpu-h200", "vgpu_allocation", {"vm": vm8, "type": "H200X-8C", "count": 2,
                                                       "gpus": {"0000:18:00.0": {"scheduler": "fixed-share"}}})  # fmt: skip
-    assert bad["failed"] is True
-    assert (
-        bad["msg"]
-        == "vgpu_allocation: gpus.0000:18:00.0: fixed-share scheduling does not work with mixed sizes (heterogeneous)"
+    assert bad["status"] == "failed" and bad["error"] == "ConflictError"
+    assert bad["msg"] == (
+        "vgpu_allocation: gpus.0000:18:00.0: fixed-share scheduling does not work with mixed sizes (heterogeneous)"
     )
     assert tree_state(root) == before

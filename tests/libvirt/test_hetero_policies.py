@@ -157,3 +157,22 @@ def test_mode_change_on_a_gpu_with_vgpus_is_refused_and_frame_rate_limiter_warne
         "warning: GPU 0000:81:00.0: the frame-rate limiter is off under equal-share; frame_rate_limiter=1 has no "
         "effect there",
     ]
+
+
+def test_gpus_section_turns_mig_on_through_the_mig_mode(sim_host: Callable[[str], Path], tmp_path: Path) -> None:
+    root = sim_host("h200-mig")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("gpus:\n  0000:18:00.0:\n    mig: {enabled: true}\n    heterogeneous: true\nvms: {}\n")
+    res = vgpuadm(root, "apply", "-f", str(plan), "--check")
+    assert (res.code, res.err) == (5, (
+        "error: plan.yaml:2: gpus.0000:18:00.0: heterogeneous time-sliced sizes and MIG mode do not mix on one GPU\n"
+        "hint: choose mig: {enabled: true} or heterogeneous: true for this GPU\n"))  # fmt: skip
+    plan.write_text("gpus:\n  0000:18:00.0:\n    mig: {enabled: true}\nvms: {}\n")
+    res = vgpuadm(root, "apply", "-f", str(plan))
+    assert res.code == 0, res.err
+    assert res.out.splitlines()[:2] == [
+        "[1/2] enable MIG mode on GPU 0000:18:00.0 (nvidia-smi -i 0)",
+        "[2/2] write /var/lib/vgpuadm/gpus.json",
+    ]
+    assert json.loads(vgpuadm(root, "mig", "status", "--json").out)[0]["mig_current"] == "Enabled"
+    assert vgpuadm(root, "apply", "-f", str(plan)).out == "nothing to do: the host matches the plan\n"

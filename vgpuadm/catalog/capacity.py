@@ -167,7 +167,7 @@ def why_not(
             return f"VF already hosts a vGPU ({usage.busy_vfs[t.parent]}); one vGPU per VF"
         other = conflicting_sizes(usage.sizes, t.framebuffer_mib)
         if other and not heterogeneous(snapshot, snapshot.physical_gpu(t.parent)):
-            return f"GPU runs {other[0]} MiB vGPUs; one framebuffer size per GPU (heterogeneous mode off)"
+            return f"GPU runs {other[0]} MiB vGPUs; one framebuffer size per GPU"
     elif t.layout == Layout.MDEV_PF and is_nvidia(t.type_id):
         other_types = conflicting_types(usage.types, t.type_id)
         if other_types:

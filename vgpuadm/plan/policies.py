@@ -38,8 +38,9 @@ def _vgpus(snap: HostSnapshot, gpu: str) -> list[str]:
 def _policy(snap: HostSnapshot, spec: GpuSpec, source: str) -> GpuPolicy:
     p = policy_of(snap, spec.address)
     if p is None:
+        where = f"{source}:{spec.line}" if spec.line else source
         raise NotFoundError(
-            f"{source}:{spec.line}: gpus.{spec.address}: nvidia-smi reports no GPU {spec.address} with vGPU policies",
+            f"{where}: gpus.{spec.address}: nvidia-smi reports no GPU {spec.address} with vGPU policies",
             "name the GPU's PF address (`vgpuadm gpus`); the NVIDIA vGPU host driver must be loaded",
         )
     return p
@@ -58,7 +59,7 @@ def plan_gpus(
     policies: dict[str, Any] = dict(snap.policies)
     for gpu, spec in sorted(gpus.items()):
         p = _policy(snap, spec, source)
-        where = f"{source}:{spec.line}: gpus.{gpu}"
+        where = f"{source}:{spec.line}: gpus.{gpu}" if spec.line else f"{source}: gpus.{gpu}"
         cur_het, cur_sched, cur_ts = p.heterogeneous, p.scheduler or "best-effort", p.timeslice_ms
         want_het = cur_het if spec.heterogeneous is None else spec.heterogeneous
         want_sched = cur_sched if spec.scheduler is None else spec.scheduler
@@ -66,6 +67,9 @@ def plan_gpus(
         if want_het and not p.supported:
             raise ConflictError(f"{where}: GPU {gpu} does not support heterogeneous time-slice sizes",
                                 "`nvidia-smi -q` shows Heterogeneous Time-Slice Sizes; use one size per GPU here")  # fmt: skip
+        if want_het and spec.mig:
+            raise ConflictError(f"{where}: heterogeneous time-sliced sizes and MIG mode do not mix on one GPU",
+                                "choose mig: {enabled: true} or heterogeneous: true for this GPU")  # fmt: skip
         if want_het and want_sched == "fixed-share":
             raise ConflictError(f"{where}: fixed-share scheduling does not work with mixed sizes (heterogeneous)",
                                 "use scheduler: equal-share or best-effort, or heterogeneous: false")  # fmt: skip
