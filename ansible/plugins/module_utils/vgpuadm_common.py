@@ -3,6 +3,7 @@
 """Shared by the collection's modules: import vgpuadm from the module's interpreter, the common options, and
 turning vgpuadm's errors (one-line message + hint) into a module failure."""
 
+
 import traceback
 
 __all__ = ["COMMON_ARGS", "HAS_VGPUADM", "VgpuadmError", "fail_from", "require_vgpuadm"]
@@ -36,5 +37,9 @@ def require_vgpuadm(module):
 def fail_from(module, exc, **extra):
     """A vgpuadm error as a module failure: msg is vgpuadm's message, hint its hint, error its class."""
     module.fail_json(
-        msg=exc.message, hint=exc.hint, error=type(exc).__name__, exit_code=getattr(exc, "exit_code", 1), **extra
+        msg=exc.message,
+        hint=exc.hint,
+        error=type(exc).__name__,
+        exit_code=getattr(exc, "exit_code", 1),
+        **extra
     )

@@ -14,6 +14,7 @@ Why the Python API and not the JSON CLI: the module runs under the Python vgpuad
 process), and vgpuadm's errors as objects whose one-line message and hint become the task's msg and hint.
 """
 
+
 DOCUMENTATION = r"""
 ---
 module: vgpu_allocation
@@ -303,10 +304,8 @@ class Task:
 
         p = self.p
         if p["count"] < 1:
-            self.module.fail_json(
-                msg="count must be at least 1, not %d" % p["count"],
-                hint="use state=absent to take every device of the type back",
-            )
+            self.module.fail_json(msg="count must be at least 1, not %d" % p["count"],
+                                  hint="use state=absent to take every device of the type back")
         body = dict(type=p["type"], count=p["count"], policy=p["policy"], display=dict(enabled=p["display"]))
         if p["on_demand"]:
             body["on_demand"] = True
@@ -429,7 +428,7 @@ def main():
             force=dict(type="bool", default=False),
             on_demand=dict(type="bool", default=False),
             gpus=dict(type="dict"),
-            **COMMON_ARGS,
+            **COMMON_ARGS
         ),
         mutually_exclusive=[("type", "passthrough")],
         required_if=[("state", "present", ("type", "passthrough"), True)],

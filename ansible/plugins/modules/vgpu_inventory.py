@@ -7,6 +7,7 @@ Calls vgpuadm.api.inventory in the module's interpreter (the same function `vgpu
 prints), for the reasons given in vgpu_allocation.py: data instead of scraped output, vgpuadm's errors as objects.
 """
 
+
 DOCUMENTATION = r"""
 ---
 module: vgpu_inventory
@@ -122,7 +123,7 @@ def main():
             domains=dict(type="list", elements="str"),
             use_libvirt=dict(type="bool", default=True),
             dest=dict(type="path"),
-            **COMMON_ARGS,
+            **COMMON_ARGS
         ),
         supports_check_mode=True,
     )
