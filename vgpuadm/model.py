@@ -287,6 +287,7 @@ class VendorVf(_Record):
     current_type: int
     vgpu_params: str | None
     offered: tuple[VgpuType, ...]  # the creatable types as VgpuType records (one instance each while free)
+    placement_id: int | None  # nvidia/placement_id (heterogeneous mode; -1: the driver chooses); None: no file
 
     def __init__(
         self,
@@ -296,6 +297,7 @@ class VendorVf(_Record):
         current_type: int,
         vgpu_params: str | None = None,
         offered: tuple[VgpuType, ...] = (),
+        placement_id: int | None = None,
     ) -> None:
         self.__dict__.update(
             address=address,
@@ -304,6 +306,7 @@ class VendorVf(_Record):
             current_type=current_type,
             vgpu_params=vgpu_params,
             offered=offered,
+            placement_id=placement_id,
         )
 
     @property
@@ -371,6 +374,9 @@ class HostSnapshot(_Record):
     vf_pools: dict[str, VfPool]  # PF address → its SR-IOV VF pool (AMD/Intel)
     render_nodes: dict[str, str]  # DRM render node (renderD128) → the PCI address of its GPU ("" when not PCI)
     models: dict[str, str]  # GPU address → model name from pci.ids ("Tesla P4"); only when discovery was asked
+    # GPU address → catalog.hetero.GpuPolicy (heterogeneous mode, placements, scheduler), read by host/hetero.py
+    # through nvidia-smi when the driver has placement IDs; {} otherwise (typed there: this module imports no layer)
+    policies: dict[str, Any]
     _uncompared = ("models",)
 
     def __init__(
@@ -388,6 +394,7 @@ class HostSnapshot(_Record):
         vf_pools: dict[str, VfPool] | None = None,
         render_nodes: dict[str, str] | None = None,
         models: dict[str, str] | None = None,
+        policies: dict[str, Any] | None = None,
     ) -> None:
         self.__dict__.update(
             root=root,
@@ -403,6 +410,7 @@ class HostSnapshot(_Record):
             vf_pools={} if vf_pools is None else vf_pools,
             render_nodes={} if render_nodes is None else render_nodes,
             models={} if models is None else models,
+            policies={} if policies is None else policies,
         )
 
     def label(self, address: str) -> str:

@@ -137,6 +137,22 @@ class SetVfVgpuType(Step):
         return f"set vGPU type {self.type_num} (nvidia-{self.type_num}) on VF {self.vf}"
 
 
+@step_kind("set-vf-placement")
+@dataclass(frozen=True)
+class SetVfPlacement(Step):
+    """Write placement_id to <vf>/nvidia/placement_id before the type (heterogeneous mode: the vGPU's first slot;
+    -1 lets the driver choose). Undo: write previous."""
+
+    durable: ClassVar[bool] = False
+
+    vf: str
+    placement_id: int
+    previous: int = -1
+
+    def describe(self) -> str:
+        return f"set placement ID {self.placement_id} on VF {self.vf}"
+
+
 @step_kind("clear-vf-vgpu-type")
 @dataclass(frozen=True)
 class ClearVfVgpuType(Step):
@@ -410,6 +426,55 @@ class Plan:
     @classmethod
     def of(cls, steps: Iterable[Step], summary: str) -> Plan:
         return cls(tuple(steps), summary)
+
+
+# --- NVIDIA host policies (nvidia-smi; files in io/policyfile.py) -----------------------------------------------
+
+
+@step_kind("set-heterogeneous-mode")
+@dataclass(frozen=True)
+class SetHeterogeneousMode(Step):
+    """Run `nvidia-smi vgpu -i <gpu_index> -shm 1|0` for the GPU at `address`. Undo: the opposite."""
+
+    address: str
+    gpu_index: int
+    enable: bool
+
+    def describe(self) -> str:
+        word = "enable" if self.enable else "disable"
+        return f"{word} heterogeneous (mixed-size) vGPU mode on GPU {self.address} (nvidia-smi -i {self.gpu_index})"
+
+
+@step_kind("set-vgpu-scheduler")
+@dataclass(frozen=True)
+class SetVgpuScheduler(Step):
+    """Set the running vGPU scheduler of a GPU through nvidia-smi. Undo: the previous policy and time slice."""
+
+    address: str
+    gpu_index: int
+    policy: str
+    timeslice_ms: int
+    previous_policy: str
+    previous_timeslice_ms: int
+
+    def describe(self) -> str:
+        ts = f", time slice {self.timeslice_ms} ms" if self.timeslice_ms else ""
+        return f"set the vGPU scheduler of GPU {self.address} to {self.policy}{ts} (nvidia-smi -i {self.gpu_index})"
+
+
+@step_kind("write-policy-file")
+@dataclass(frozen=True)
+class WritePolicyFile(Step):
+    """Write `text` to a host-policy file (`name`: modprobe or state, io/policyfile.py; None removes it). Undo:
+    `previous` back (None: no file)."""
+
+    name: str
+    text: str | None
+    previous: str | None = None
+
+    def describe(self) -> str:
+        paths = {"modprobe": "/etc/modprobe.d/vgpuadm-nvidia.conf", "state": "/var/lib/vgpuadm/gpus.json"}
+        return f"{'write' if self.text is not None else 'remove'} {paths.get(self.name, self.name)}"
 
 
 # --- MIG (nvidia-smi) -------------------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from vgpuadm.steps import CreateMdev, SetVfVgpuType, SriovManage
 VF = "0000:18:00.5"
 
 
-def test_phase_order_is_driver_sriov_mig_vgpu_params_vfio() -> None:
-    assert PHASES == ("driver", "sriov", "mig", "vgpu", "params", "vfio")
+def test_phase_order_is_driver_sriov_policies_mig_vgpu_params_vfio() -> None:
+    assert PHASES == ("driver", "sriov", "policies", "mig", "vgpu", "params", "vfio")
 
 
 def test_layout_c_needs_sriov_before_types(sim_host: Callable[[str], Path]) -> None:
@@ -25,7 +25,7 @@ def test_layout_c_needs_sriov_before_types(sim_host: Callable[[str], Path]) -> N
     snap = discover(str(root))
     assert missing_devices([alloc], snap) == []
     assert [plan_phase(p, [alloc], snap, sriov_manage=True).steps for p in PHASES] == [
-        [], [], [], [SetVfVgpuType(VF, 1420)], [], []
+        [], [], [], [], [SetVfVgpuType(VF, 1420)], [], []
     ]  # fmt: skip
     # VFs gone (sriov_numvfs 0): the PF on the VF's bus gets sriov-manage, nothing else can be planned yet.
     from vgpuadm.sim.reboot import reboot

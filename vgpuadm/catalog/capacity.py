@@ -3,6 +3,8 @@
 Rules (shared/docs/vgpu-sysfs.md §2.4, §3.2-3.4, §4.1, §4.4):
   one-type  (layout A, NVIDIA pre-Ampere): one vGPU type per physical GPU, `max_instance` of it;
   one-size  (layouts B/C, SR-IOV): one vGPU per VF, one framebuffer size per physical GPU, `max_instance` per GPU;
+  mixed-size (layout C in NVIDIA's heterogeneous mode): one vGPU per VF, any sizes, each at a free placement ID of
+            its type (the placement section at the end of this module);
   kernel    (other mdev drivers: mtty, mdpy, mbochs, GVT-g): the types of a parent share one budget, in the driver's
             own units (ports, a count, MiB, aperture), and the kernel's `available_instances` is believed;
   whole     (passthrough): no sharing.
@@ -19,6 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from vgpuadm.catalog.hetero import GpuPolicy
 from vgpuadm.catalog.mig import MigGpu, MigProfile
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.errors import CapacityError
@@ -126,10 +129,11 @@ def host_maximum(snapshot: HostSnapshot) -> int:
     return total + sum(1 for addr in snapshot.vendor_vfs if addr not in snapshot.mdev_parents)
 
 
-def gpu_room(t: VgpuType, running: int) -> int | None:
+def gpu_room(t: VgpuType, running: int, mixed: bool = False) -> int | None:
     """How many more vGPUs of `t`'s size its physical GPU takes on layouts B/C (max_instance counts vGPUs of this
-    size across all VFs), or None when there is no per-GPU cap."""
-    if t.layout in SR_IOV_LAYOUTS and t.max_instances:
+    size across all VFs), or None when there is no per-GPU cap (`mixed`: heterogeneous mode, where the free
+    placements decide)."""
+    if t.layout in SR_IOV_LAYOUTS and t.max_instances and not mixed:
         return t.max_instances - running
     return None
 
@@ -168,7 +172,7 @@ def why_not(
         if t.parent in usage.busy_vfs:
             return f"VF already hosts a vGPU ({usage.busy_vfs[t.parent]}); one vGPU per VF"
         other = [] if mig_only(t, usage) else conflicting_sizes(usage.sizes, t.framebuffer_mib)
-        if other:
+        if other and not heterogeneous(snapshot, snapshot.physical_gpu(t.parent)):
             return f"GPU runs {other[0]} MiB vGPUs; one framebuffer size per GPU"
     elif t.layout == Layout.MDEV_PF and is_nvidia(t.type_id):
         other_types = conflicting_types(usage.types, t.type_id)
@@ -289,7 +293,9 @@ def consume(snap: HostSnapshot, created: Sequence[Allocation]) -> HostSnapshot:
         elif a.mode == DeviceMode.VF and a.address and a.type_id:
             vf = vfs.get(a.address)
             if vf is not None:
-                vfs[a.address] = dataclasses.replace(vf, current_type=int(a.type_id.rsplit("-", 1)[-1]))
+                pid = a.extra.get("placement_id", "")
+                vfs[a.address] = dataclasses.replace(vf, current_type=int(a.type_id.rsplit("-", 1)[-1]),
+                                                     placement_id=int(pid) if pid.isdecimal() else vf.placement_id)  # fmt: skip
     return _pools_after(_one_size(snap, created, mdevs, vfs, parents), created, take=True)
 
 
@@ -402,14 +408,16 @@ def _one_size(
         for vf in c_vfs:
             for t in vf.offered:
                 pool.setdefault(t.type_id, t)
+        mixed = heterogeneous(snap, gpu)
         for vf in c_vfs:
             if vf.in_use:
                 continue
             offered = tuple(
                 dataclasses.replace(t, parent=vf.address, available_instances=1)
                 for t in sorted(pool.values(), key=lambda t: t.numeric_id or 0)
-                if _fits(t, len(running), keys)
-            )
+                if (choose_placement(snap, gpu, t.numeric_id or 0, vfs=vfs) is not None if mixed
+                    else _fits(t, len(running), keys))
+            )  # fmt: skip
             creatable = tuple((t.numeric_id or 0, t.name) for t in offered)
             vfs[vf.address] = dataclasses.replace(vf, offered=offered, creatable=creatable)
     return dataclasses.replace(snap, mdevs=mdevs, vendor_vfs=vfs, mdev_parents=parents)
@@ -512,6 +520,10 @@ def _room(rule: str, vfs: int, entries: Sequence[VgpuType], running: Sequence[Ru
         if free > 0:
             return Room(used, mx, free)
         return Room(used, mx, 0, _full(len(running), mx) if mx is not None and len(running) >= mx else "no free VF")
+    if rule == "mixed-size":  # the driver lists a type on a free VF while one of its placements is free
+        busy = {r.parent for r in running}
+        free = sum(1 for e in entries if e.parent not in busy and e.available_instances > 0)
+        return Room(used, None, free, "" if free else "no free placement (see the mixed-size table)")
     return Room(
         used, t.max_instances, available, "" if available > 0 else "the kernel reports 0 available (shared budget)"
     )
@@ -596,3 +608,119 @@ def place_gpu_instances(gpu: MigGpu, profile: MigProfile, count: int = 1, start:
         chosen.append(best)
         used |= set(range(best, best + profile.size))
     return chosen
+
+
+# -- heterogeneous (mixed-size) time-sliced vGPU: placement IDs (docs/reference/nvidia-host-policies.md) -----------
+# A GPU in heterogeneous mode runs time-sliced vGPUs of different sizes; each takes the slots [id, id + size) of
+# one of its type's supported placement IDs. Which free ID a new vGPU takes decides what still fits: the planner
+# takes the one that blocks the fewest still-free placements of larger types (small vGPUs pack together, at the
+# high end on a tie), so the largest sizes stay placeable.
+
+
+def policy_of(snap: HostSnapshot, gpu: str) -> GpuPolicy | None:
+    found = snap.policies.get(gpu)
+    return found if isinstance(found, GpuPolicy) else None
+
+
+def heterogeneous(snap: HostSnapshot, gpu: str) -> bool:
+    p = policy_of(snap, gpu)
+    return p is not None and p.heterogeneous
+
+
+def placed(snap: HostSnapshot, gpu: str, vfs: Mapping[str, VendorVf] | None = None) -> dict[str, tuple[int, int]]:
+    """VF → (placement ID, size) of each vGPU running on `gpu` with a placement (`vfs`: a projected VF table)."""
+    p = policy_of(snap, gpu)
+    out: dict[str, tuple[int, int]] = {}
+    for addr, vf in sorted((snap.vendor_vfs if vfs is None else vfs).items()):
+        tp = p.placement(vf.current_type) if p is not None and vf.in_use else None
+        if tp is not None and vf.placement_id is not None and vf.placement_id >= 0 and vf.physfn == gpu:
+            out[addr] = (vf.placement_id, tp.size)
+    return out
+
+
+def _used(held: Iterable[tuple[int, int]]) -> set[int]:
+    return {s for start, size in held for s in range(start, start + size)}
+
+
+def free_placements(p: GpuPolicy, type_num: int, used: set[int]) -> list[int]:
+    tp = p.placement(type_num)
+    if tp is None:
+        return []
+    return [i for i in tp.ids if not used & set(range(i, i + tp.size))]
+
+
+def choose_placement(
+    snap: HostSnapshot, gpu: str, type_num: int, also: Iterable[tuple[int, int]] = (),
+    vfs: Mapping[str, VendorVf] | None = None,
+) -> int | None:  # fmt: skip
+    """The placement ID a new vGPU of `type_num` takes on `gpu` (`also`: placements planned but not made yet), or
+    None when no supported ID is free."""
+    p = policy_of(snap, gpu)
+    if p is None:
+        return None
+    used = _used([*placed(snap, gpu, vfs).values(), *also])
+    free = free_placements(p, type_num, used)
+    tp = p.placement(type_num)
+    if not free or tp is None:
+        return None
+    larger = [(t, free_placements(p, t.type_num, used)) for t in p.types if t.size > tp.size]
+
+    def blocked(i: int) -> int:
+        mine = set(range(i, i + tp.size))
+        return sum(1 for t, ids in larger for j in ids if mine & set(range(j, j + t.size)))
+
+    return min(free, key=lambda i: (blocked(i), -i))
+
+
+@dataclass(frozen=True, slots=True)
+class Fragmentation:
+    """Free framebuffer of a GPU in heterogeneous mode: MiB free, in how many contiguous pieces, and the largest
+    vGPU that still fits (its framebuffer in MiB and name; 0 and None when none does)."""
+
+    free_mib: int
+    pieces: int
+    largest_mib: int
+    largest: str | None
+
+    def describe(self) -> str:
+        n = "piece" if self.pieces == 1 else "pieces"
+        largest = f"largest {_gib(self.largest_mib)}" if self.largest_mib else "no vGPU fits"
+        return f"{_gib(self.free_mib)} free in {self.pieces} {n}; {largest}"
+
+
+def _gib(mib: int) -> str:
+    return f"{mib // 1024} GiB" if mib % 1024 == 0 else f"{mib / 1024:.1f} GiB"
+
+
+def fragmentation(snap: HostSnapshot, gpu: str, also: Iterable[tuple[int, int]] = ()) -> Fragmentation | None:
+    """None unless `gpu` is in heterogeneous mode with known placements (`also`: placements planned)."""
+    p = policy_of(snap, gpu)
+    if p is None or not p.heterogeneous or not p.slots or not p.slot_mib:
+        return None
+    used = _used([*placed(snap, gpu).values(), *also])
+    free = [s for s in range(p.slots) if s not in used]
+    pieces = sum(1 for i, s in enumerate(free) if i == 0 or free[i - 1] != s - 1)
+    fitting = [t for t in p.types if t.fb_mib and free_placements(p, t.type_num, used)]
+    best = max(fitting, key=lambda t: (t.size, t.fb_mib or 0), default=None)
+    return Fragmentation(len(free) * p.slot_mib, pieces, (best.fb_mib or 0) if best else 0,
+                         best.name if best else None)  # fmt: skip
+
+
+def why_no_placement(snap: HostSnapshot, gpu: str, type_num: int, also: Iterable[tuple[int, int]] = ()) -> str:
+    """Why a vGPU of `type_num` has no free placement on `gpu`: which vGPUs hold the slots of its IDs."""
+    p = policy_of(snap, gpu)
+    tp = p.placement(type_num) if p is not None else None
+    if p is None or tp is None:
+        return f"nvidia-{type_num} has no placement in heterogeneous mode (MIG-backed or not time-sliced)"
+    held = placed(snap, gpu)
+    taken = ", ".join(f"{vf} at {start}–{start + size - 1}" for vf, (start, size) in held.items())
+    planned = ", ".join(f"{start}–{start + size - 1}" for start, size in also)
+    frag = fragmentation(snap, gpu, also)
+    parts = [f"{tp.name} needs {tp.size} slots at {', '.join(map(str, tp.ids))}"]
+    if taken:
+        parts.append(f"vGPUs hold {taken}")
+    if planned:
+        parts.append(f"this plan takes {planned}")
+    if frag is not None:
+        parts.append(frag.describe())
+    return "; ".join(parts)

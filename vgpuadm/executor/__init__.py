@@ -706,6 +706,7 @@ def recover(ctx: ExecContext, *, finish: bool = False) -> list[str]:
 # Registers the kernel and file step handlers (and re-exports the remembered-drivers reader for api.py).
 from vgpuadm.executor import files as files  # noqa: E402
 from vgpuadm.executor import mig as mig  # noqa: E402
+from vgpuadm.executor import policies as policies  # noqa: E402
 from vgpuadm.executor.kernel import load_drivers  # noqa: E402
 
 __all__ = [

@@ -12,6 +12,7 @@ from vgpuadm.steps import (
     DriversProbe,
     RemoveMdev,
     SetNumVfs,
+    SetVfPlacement,
     SetVfVgpuType,
     Step,
     Unbind,
@@ -29,9 +30,14 @@ _HINTS: dict[type, dict[str, str]] = {
     RemoveMdev: {"EBUSY": "the mdev is in use by a running VM; stop the VM first"},
     SetVfVgpuType: {
         "EPERM": "the VF already runs a vGPU; clear it first with `vgpuadm vf clear`",
-        "EINVAL": "the type is incompatible with what already runs on that GPU (one framebuffer size per GPU), or "
-        "the NVIDIA vGPU manager is not running",
+        "EINVAL": "the type is incompatible with what already runs on that GPU (one framebuffer size per GPU; in "
+        "heterogeneous mode its placement ID overlaps a vGPU or is not one of the type's), or the NVIDIA vGPU manager "
+        "is not running",
         "EIO": "a MIG-backed type needs a free matching GPU instance (`nvidia-smi mig -cgi`)",
+    },
+    SetVfPlacement: {
+        "EBUSY": "the VF runs a vGPU; its placement is fixed until it is cleared",
+        "EINVAL": "not a placement ID of this GPU (`nvidia-smi vgpu -s -v` lists the supported ones)",
     },
     ClearVfVgpuType: {
         "EPERM": "the VF runs no vGPU",

@@ -112,6 +112,10 @@ FREE_TEXT: dict[tuple[str, str], Any] = {
     ("set-virtio-gl", "rendernode"): lambda v: re.fullmatch(r"(/dev/dri/renderD[0-9]{1,4})?", v) is not None,
     ("set-virtio-gl", "graphics"): lambda v: v in ("egl-headless", "spice"),
     ("set-virtio-gl", "previous_video"): lambda v: re.fullmatch(r"[a-z0-9_-]{0,32}", v) is not None,
+    ("set-vgpu-scheduler", "policy"): lambda v: v in ("best-effort", "equal-share", "fixed-share"),
+    ("set-vgpu-scheduler", "previous_policy"): lambda v: v in ("best-effort", "equal-share", "fixed-share"),
+    ("write-policy-file", "text"): _text(64 * 1024),
+    ("write-policy-file", "previous"): _text(64 * 1024),
     ("set-metadata", "element"): lambda v: v == "" or _METADATA(v),
     ("set-metadata", "previous"): lambda v: v == "" or _METADATA(v),
 }

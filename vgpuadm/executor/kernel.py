@@ -31,6 +31,7 @@ from vgpuadm.steps import (
     SetDriverOverride,
     SetNumVfs,
     SetSriovAutoprobe,
+    SetVfPlacement,
     SetVfVgpuType,
     SetVgpuParams,
     SriovManage,
@@ -119,6 +120,16 @@ def _apply_vf_type(s: SetVfVgpuType, ctx: ExecContext) -> None:
 def _undo_vf_type(s: SetVfVgpuType, ctx: ExecContext) -> None:
     if _vf_type(ctx, s.vf) != 0:
         ctx.sysfs.write(_vf_type_path(s.vf), "0\n")
+
+
+def _placement_path(vf: str) -> str:
+    return f"{PCI}/devices/{vf}/nvidia/placement_id"
+
+
+def _placement(ctx: ExecContext, vf: str) -> int | None:
+    text = ctx.sysfs.read_opt(_placement_path(vf))
+    value = (text or "").strip()
+    return int(value) if value.lstrip("-").isdecimal() and len(value) <= 5 else None
 
 
 def _apply_vf_clear(s: ClearVfVgpuType, ctx: ExecContext) -> None:
@@ -324,6 +335,9 @@ register(CreateMdev, _apply_create, _undo_create, _created)
 register(RemoveMdev, _apply_remove, _undo_remove, lambda s, ctx: not ctx.sysfs.exists(_mdev_dir(s.uuid)))
 register(SetVgpuParams, _apply_params, _undo_params, _params_set)
 register(SetVfVgpuType, _apply_vf_type, _undo_vf_type, lambda s, ctx: _vf_type(ctx, s.vf) == s.type_num)
+register(SetVfPlacement, lambda s, ctx: ctx.sysfs.write(_placement_path(s.vf), f"{s.placement_id}\n"),
+         lambda s, ctx: ctx.sysfs.write(_placement_path(s.vf), f"{s.previous}\n"),
+         lambda s, ctx: _placement(ctx, s.vf) == s.placement_id)  # fmt: skip
 register(ClearVfVgpuType, _apply_vf_clear, _undo_vf_clear, lambda s, ctx: _vf_type(ctx, s.vf) == 0)
 register(SetNumVfs, _apply_numvfs, _undo_numvfs, lambda s, ctx: _numvfs(ctx, s.pf) == s.count)
 register(SetSriovAutoprobe, _apply_autoprobe, _undo_autoprobe, lambda s, ctx: _autoprobe(ctx, s.pf) == s.enabled)

@@ -362,8 +362,23 @@ def _with_supported_types(sysfs: Sysfs, vfs: dict[str, VendorVf]) -> dict[str, V
         listed = supported.get(vf.physfn or "")
         if not vf.creatable and listed:
             offered = tuple(t.with_available(0) for t in vendor_vf_types(addr, listed))
-            out[addr] = VendorVf(addr, vf.physfn, vf.creatable, vf.current_type, vf.vgpu_params, offered)
+            out[addr] = VendorVf(addr, vf.physfn, vf.creatable, vf.current_type, vf.vgpu_params, offered,
+                                 vf.placement_id)  # fmt: skip
     return out
+
+
+_PLACEMENT_MAX = 4096  # placement slots a GPU may have (the largest board has a few hundred)
+
+
+def _placement(text: str | None, host_path: str) -> int | None:
+    """nvidia/placement_id: -1 or empty (none chosen: the driver chooses; the real L40S capture in
+    tests/data/harvester-a2 reads empty) or a slot number; anything else is refused with the path."""
+    if text is None:
+        return None
+    value = text.strip() or "-1"
+    if value == "-1" or (value.isdecimal() and len(value) <= 4 and int(value) < _PLACEMENT_MAX):
+        return int(value)
+    raise HostIOError(f"{host_path} holds {value[:40]!r}, not a placement ID", "check the NVIDIA driver")
 
 
 def _read_vendor_vfs(sysfs: Sysfs, functions: dict[str, PciFunction], warnings: list[str]) -> dict[str, VendorVf]:
@@ -378,6 +393,7 @@ def _read_vendor_vfs(sysfs: Sysfs, functions: dict[str, PciFunction], warnings: 
                 continue
             current = sysfs.read_int(f"{d}/current_vgpu_type") or 0
             params = sysfs.read_opt(f"{d}/vgpu_params")
+            placement = sysfs.read_opt(f"{d}/placement_id")
             creatable = tuple(parse_creatable(text))
             out[addr] = VendorVf(
                 address=addr,
@@ -386,6 +402,7 @@ def _read_vendor_vfs(sysfs: Sysfs, functions: dict[str, PciFunction], warnings: 
                 offered=vendor_vf_types(addr, creatable),
                 current_type=current,
                 vgpu_params=params.strip() if params is not None else None,
+                placement_id=_placement(placement, f"{d}/placement_id"),
             )
         except HostIOError as exc:
             warnings.append(f"skipped vendor-VFIO VF {addr}: {exc.message}")

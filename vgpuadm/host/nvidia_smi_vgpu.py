@@ -1,5 +1,7 @@
-"""Parsers for nvidia-smi's GPU and vGPU reports: `vgpu -s`/`-c` (with and without `-v`), `vgpu -q`, `-q -x`
-(MIG mode current/pending, virtualization mode, host vGPU mode) and `--query-gpu … --format=csv`. Pure.
+"""Parsers for nvidia-smi's GPU and vGPU reports: `vgpu -s`/`-c` (with and without `-v`; placement size and IDs),
+`vgpu -q`, `-q -x` (MIG mode current/pending, virtualization mode, host vGPU mode), `-q` (vGPU heterogeneous mode
+and the Heterogeneous Time-Slice Sizes capability), `vgpu -ss` (scheduler state) and `--query-gpu … --format=csv`.
+Pure.
 
 Tested on the real H200 (tests/data/h200-passthrough-guest/: `-q -x`, `--query-gpu`, and the answer "No supported
 devices in vGPU mode") and the published outputs of tests/data/nvidia-smi-published/ (provenance in
@@ -32,6 +34,23 @@ class VgpuTypeInfo:
     gi_profile_id: int | None  # the MIG GPU-instance profile a MIG-backed type needs; None for time-sliced
     max_instances: int | None
     fb_mib: int | None
+    placement_size: int | None = None  # slots one vGPU of the type takes (heterogeneous time-slice sizes)
+    placement_ids: tuple[int, ...] | None = None  # Supported (-s) or Creatable (-c) Placement IDs; None: not shown
+
+
+MAX_PLACEMENT_IDS = 1024
+
+
+def _ids(value: str | None) -> tuple[int, ...] | None:
+    """`0 8 16` (or `None`) → (0, 8, 16); a malformed list → None (not believed)."""
+    if value is None:
+        return None
+    words = value.replace(",", " ").split()
+    if words == ["None"] or words == ["N/A"]:
+        return ()
+    if len(words) > MAX_PLACEMENT_IDS or not all(w.isdecimal() and len(w) <= 4 for w in words):
+        return None
+    return tuple(int(w) for w in words)
 
 
 def _int(value: str, base: int = 10) -> int | None:
@@ -49,8 +68,10 @@ def parse_type_blocks(text: str) -> dict[str, tuple[VgpuTypeInfo, ...]]:
         for block in blocks:
             tid = _int(block.get("vGPU Type ID", ""), 0)
             if tid is not None and block.get("Name"):
+                ids = block.get("Supported Placement IDs", block.get("Creatable Placement IDs"))
                 infos.append(VgpuTypeInfo(tid, block["Name"], _int(block.get("GPU Instance Profile ID", "N/A")),
-                                          _int(block.get("Max Instances", "")), _int(block.get("FB Memory", ""))))  # fmt: skip
+                                          _int(block.get("Max Instances", "")), _int(block.get("FB Memory", "")),
+                                          _int(block.get("Placement Size", "")), _ids(ids)))  # fmt: skip
         out[address] = tuple(infos)
     return out
 
@@ -179,3 +200,59 @@ def parse_query_gpu(text: str) -> list[dict[str, str]]:
         if len(values) == len(header):
             rows.append(dict(zip(header, values, strict=True)))
     return rows
+
+
+@dataclass(frozen=True)
+class GpuPolicies:
+    """A GPU's `-q` vGPU fields and its `vgpu -ss` scheduler."""
+
+    heterogeneous_supported: bool  # vGPU Device Capability › Heterogeneous Time-Slice Sizes : Supported
+    heterogeneous_mode: str  # Enabled, Disabled, N/A
+    scheduler: str | None = None  # best-effort, equal-share, fixed-share; None when not reported
+    timeslice_ms: int = 0  # 0: the default time slice
+
+
+def parse_query_text(text: str) -> dict[str, GpuPolicies]:
+    """`nvidia-smi -q`: PCI address → the heterogeneous capability and mode (other sections are skipped)."""
+    out: dict[str, GpuPolicies] = {}
+    address: str | None = None
+    fields: dict[str, str] = {}
+
+    def flush() -> None:
+        if address:
+            out[address] = GpuPolicies(fields.get("Heterogeneous Time-Slice Sizes") == "Supported",
+                                       fields.get("vGPU Heterogeneous Mode", "N/A"))  # fmt: skip
+
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            flush()
+            address, fields = pci_address(line[4:]), {}
+            continue
+        key, colon, value = line.partition(":")
+        if colon and address:
+            fields.setdefault(key.strip(), value.strip())
+    flush()
+    return out
+
+
+_POLICY_WORDS = {"Best Effort": "best-effort", "Equal Share": "equal-share", "Fixed Share": "fixed-share"}
+
+
+def parse_scheduler_state(text: str) -> dict[str, tuple[str, int]]:
+    """`nvidia-smi vgpu -ss`: PCI address → (policy, time slice in ms; 0 for the default)."""
+    out: dict[str, tuple[str, int]] = {}
+    address: str | None = None
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            address = pci_address(line[4:])
+            continue
+        key, colon, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if not colon or not address:
+            continue
+        if key == "Scheduler Policy" and value in _POLICY_WORDS:
+            out[address] = (_POLICY_WORDS[value], out.get(address, ("", 0))[1])
+        elif key == "Time Slice" and address in out:
+            ms = value.removesuffix(" ms")
+            out[address] = (out[address][0], int(ms) if ms.isdecimal() and len(ms) <= 3 else 0)
+    return out

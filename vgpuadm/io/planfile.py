@@ -19,7 +19,7 @@ from typing import Any
 from vgpuadm.errors import UsageError
 from vgpuadm.host.inputs import read_input, read_stream
 from vgpuadm.model import PCI_HINT, pci_address
-from vgpuadm.plan.desired import DesiredPlan, Display, VmSpec, format_params
+from vgpuadm.plan.desired import DesiredPlan, Display, GpuSpec, VmSpec, format_params
 from vgpuadm.schemas import load
 
 # -- loading ------------------------------------------------------------------------------------------------------
@@ -131,7 +131,8 @@ def plan_from_data(data: Mapping[str, Any], source: str = "plan") -> DesiredPlan
     except UsageError as exc:
         raise UsageError(re.sub(rf"^{re.escape(source)}:\d+: ", f"{source}: ", exc.message), exc.hint) from None
     vms = {name: dataclasses.replace(spec, line=0, key_lines={}) for name, spec in plan.vms.items()}
-    return DesiredPlan(source=source, vms=vms)
+    gpus = {gpu: dataclasses.replace(spec, line=0) for gpu, spec in plan.gpus.items()}
+    return DesiredPlan(source=source, vms=vms, gpus=gpus)
 
 
 def _duplicate_key(text: str, exc: Any, source: str) -> UsageError:
@@ -219,6 +220,8 @@ def _explain(err: Any) -> tuple[str, str]:
         known = ", ".join(sorted(err.schema.get("properties", {})))
         return f"unknown key {', '.join(_unknown_keys(err))}", f"known keys here: {known}"
     if v == "pattern" or (v == "oneOf" and isinstance(err.instance, str)):
+        return f"{err.instance!r} is not a PCI address", PCI_HINT
+    if v == "propertyNames" and list(err.absolute_path)[:1] == ["gpus"]:
         return f"{err.instance!r} is not a PCI address", PCI_HINT
     if v == "propertyNames":
         return f"{err.instance!r} is not a valid VM name", "use the libvirt domain name (letters, digits, _.+:-)"
@@ -345,4 +348,26 @@ def _to_plan(data: Mapping[str, Any], marks: Any, source: str) -> DesiredPlan:
             line=line,
             key_lines={k: _key_line(marks, ["vms", name, str(k)]) for k in body},
         )
-    return DesiredPlan(source=source, vms=vms)
+    return DesiredPlan(source=source, vms=vms, gpus=_gpus(data, marks, source))
+
+
+def _gpus(data: Mapping[str, Any], marks: Any, source: str) -> dict[str, GpuSpec]:
+    """The `gpus:` section (its shape is the schema's): canonical addresses, a time slice only with a scheduler that
+    has one."""
+    out: dict[str, GpuSpec] = {}
+    for key, body in (data.get("gpus") or {}).items():
+        body = body or {}
+        line = _key_line(marks, ["gpus", str(key)])
+        try:
+            address = pci_address(str(key))
+        except UsageError as exc:
+            raise _fault(source, line, ["gpus", str(key)], exc.message, exc.hint) from None
+        if address in out:
+            raise _fault(source, line, ["gpus", str(key)], f"names GPU {address} twice", "list each GPU once")
+        if "timeslice_ms" in body and body.get("scheduler") not in ("equal-share", "fixed-share"):
+            raise _fault(source, _key_line(marks, ["gpus", str(key), "timeslice_ms"]), ["gpus", str(key), "timeslice_ms"],
+                         "needs scheduler: equal-share or fixed-share", "best effort has no time slice")  # fmt: skip
+        mig = body.get("mig")
+        out[address] = GpuSpec(address, body.get("heterogeneous"), body.get("scheduler"), body.get("timeslice_ms"),
+                               mig["enabled"] if isinstance(mig, dict) else None, line)  # fmt: skip
+    return out

@@ -9,7 +9,7 @@ from typing import ClassVar
 from vgpuadm.errors import ConflictError, NotFoundError
 from vgpuadm.model import Allocation, HostSnapshot, Layout, VendorVf, VgpuType
 from vgpuadm.modes.base import HostdevSpec, Mode, check_params
-from vgpuadm.steps import ClearVfVgpuType, SetVfVgpuType, SetVgpuParams, Step
+from vgpuadm.steps import ClearVfVgpuType, SetVfPlacement, SetVfVgpuType, SetVgpuParams, Step
 
 
 class VfVgpuMode(Mode):
@@ -28,7 +28,10 @@ class VfVgpuMode(Mode):
     def validate(self, snapshot: HostSnapshot, device_id: str) -> None:
         self.find(snapshot, device_id)
 
-    def plan_create(self, snapshot: HostSnapshot, t: VgpuType, params: str = "") -> list[Step]:
+    def plan_create(
+        self, snapshot: HostSnapshot, t: VgpuType, params: str = "", placement: int | None = None
+    ) -> list[Step]:
+        """`placement`: the placement ID (heterogeneous mode, catalog/capacity.choose_placement), written first."""
         vf = self.find(snapshot, t.parent)
         number = t.numeric_id
         if vf.in_use:
@@ -38,7 +41,10 @@ class VfVgpuMode(Mode):
                 f"VF {vf.address} already runs nvidia-{vf.current_type}",
                 f"clear it first with `vgpuadm vf clear {vf.address}` or pick another VF",
             )
-        steps: list[Step] = [SetVfVgpuType(vf.address, int(number or 0))]
+        steps: list[Step] = []
+        if placement is not None and vf.placement_id != placement:
+            steps.append(SetVfPlacement(vf.address, placement, -1 if vf.placement_id is None else vf.placement_id))
+        steps.append(SetVfVgpuType(vf.address, int(number or 0)))
         params = check_params(params, t.type_id)
         if params:
             steps.append(SetVgpuParams("vf", vf.address, params, previous=vf.vgpu_params or ""))

@@ -4,6 +4,7 @@ lock — and asks the pure planners (plan/apply.py, plan/restore.py, plan/reconc
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,20 +15,25 @@ from vgpuadm import modes
 from vgpuadm.catalog.capacity import consume, release
 from vgpuadm.errors import ConflictError, NotFoundError, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor import execute_units, load_drivers, recover
+from vgpuadm.host import hetero as host_hetero
 from vgpuadm.host.mig import read as mig_read
 from vgpuadm.host.root import EMBED_LIBVIRT, SRIOV_MANAGE
 from vgpuadm.io.domainxml import read_domain_dir
 from vgpuadm.io.planfile import load_plan
+from vgpuadm.io.policyfile import read_file as read_policy
 from vgpuadm.model import Allocation, HostSnapshot
+from vgpuadm.modes import mig as mig_mode
 from vgpuadm.ops.session import Session
 from vgpuadm.plan import desired, ondemand
+from vgpuadm.plan import policies as policies_plan
 from vgpuadm.plan import reconcile as reconcile_plan
 from vgpuadm.plan import restore as restore_plan
 from vgpuadm.plan.apply import build_apply_plan, resolve_types
 from vgpuadm.plan.desired import Current, DesiredPlan, Diff, describe_allocation
 from vgpuadm.plan.domains import Domains, with_recorded
+from vgpuadm.plan.policies import PolicyPlan
 from vgpuadm.plan.reconcile import Leak
-from vgpuadm.steps import Plan
+from vgpuadm.steps import Plan, Step
 from vgpuadm.virt.steps import DefineDomain
 from vgpuadm.virt.xml import parse_allocations
 
@@ -86,15 +92,48 @@ def apply_desired(
         resolved = resolve_types(plan_doc, snap, doms.allocations)
         d = desired.diff(plan_doc, Current(doms.allocations, doms.running), resolved, prune=prune)
         desired.check_safe(d, doms.running)
+        first: tuple[Step, ...] = ()
+        policy_warnings: tuple[str, ...] = ()
+        if plan_doc.gpus:  # host policies first: the VMs' devices are placed under the new mode
+            pp = _plan_gpus(s, snap, doms, plan_doc)
+            snap, first, policy_warnings = pp.snap, pp.steps, pp.warnings
+            d = dataclasses.replace(d, gpus=pp.lines)
         plan = build_apply_plan(plan_doc, d, snap, doms, load_drivers(s.root.path))
+        plan = Plan((*first, *plan.steps), plan.summary) if first else plan
         after = allocations_after(doms, plan)
         boots = {a.domain for a in after if a.on_demand}
         autostart = {name for name in sorted(boots) if s.virt.autostart(name)}
-        warnings = tuple(ondemand.overcommit(projected(snap, doms, d, plan), after, autostart))
+        warnings = policy_warnings + tuple(ondemand.overcommit(projected(snap, doms, d, plan), after, autostart))
         if check or plan.empty:
             return ApplyResult(d, plan, tuple(plan.describe()), check, warnings)
         result = s.execute(plan, progress=progress)
         return ApplyResult(d, plan, result.applied, False, warnings)
+
+
+def _plan_gpus(s: Session, snap: HostSnapshot, doms: Domains, plan_doc: DesiredPlan) -> PolicyPlan:
+    """The `gpus:` section's steps (plan/policies.py), with MIG mode on or off through the mig mode's planner."""
+    snap = dataclasses.replace(snap, policies=host_hetero.read(s.root, scheduler=True, placements=True))
+    running: dict[str, set[str]] = {}
+    for a in doms.allocations:
+        dev = a.address or a.parent
+        if a.domain in doms.running and dev:
+            running.setdefault(snap.physical_gpu(dev), set()).add(a.domain)
+    limited = any("frame_rate_limiter=1" in v.params.replace(" ", "") for v in plan_doc.vms.values())
+    pp = policies_plan.plan_gpus(snap, plan_doc.gpus, running, state_text=read_policy(s.root.path, "state"),
+                                 modprobe_text=read_policy(s.root.path, "modprobe"), source=plan_doc.source,
+                                 frame_rate_limited=limited)  # fmt: skip
+    wants_mig = {g: spec.mig for g, spec in plan_doc.gpus.items() if spec.mig is not None}
+    if not wants_mig:
+        return pp
+    gpus = mig_read(s.root)
+    mig_steps: list[Step] = []
+    lines = list(pp.lines)
+    for gpu, on in sorted(wants_mig.items()):
+        more = (mig_mode.MODE.plan_enable if on else mig_mode.MODE.plan_disable)(snap, gpus, gpu)
+        if more:
+            lines.append(f"~ gpu {gpu}: MIG {'off → on' if on else 'on → off'}")
+        mig_steps += more
+    return dataclasses.replace(pp, steps=(*mig_steps, *pp.steps), lines=tuple(lines))
 
 
 def allocations_after(doms: Domains, plan: Plan) -> list[Allocation]:
@@ -184,7 +223,12 @@ def restore(
                 snap = restore_plan.wait_until(s.refresh, lambda sn: not restore_plan.missing_devices(allocs, sn),
                                                timeout)  # fmt: skip
             gpus = mig_read(s.root) if phase == "mig" and restore_plan.needs_mig(allocs, snap) else None
-            pp = restore_plan.plan_phase(phase, allocs, snap, sriov_manage=sriov_manage, mig_gpus=gpus)
+            state = None
+            if phase == "policies" and host_hetero.wanted(snap):
+                state = read_policy(s.root.path, "state")
+                snap = dataclasses.replace(snap, policies=host_hetero.read(s.root, scheduler=True, placements=True))
+            pp = restore_plan.plan_phase(phase, allocs, snap, sriov_manage=sriov_manage, mig_gpus=gpus,
+                                         policy_state=state)  # fmt: skip
             for line in pp.skipped:
                 say(f"{phase}: skipped: {line}")
                 out.skipped.append(line)

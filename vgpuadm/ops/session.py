@@ -8,6 +8,7 @@ stale view. Read-only commands use the same object without the lock.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -22,6 +23,7 @@ from vgpuadm.executor import (
     read_journal,
     register,
 )
+from vgpuadm.host import hetero as host_hetero
 from vgpuadm.host.discover import snapshot
 from vgpuadm.host.root import HostRoot, check_exists, check_writable
 from vgpuadm.host.sysfs import Sysfs, Writer, check_root
@@ -95,13 +97,21 @@ class Session:
     @property
     def snap(self) -> HostSnapshot:
         if self._snap is None:
-            self._snap = snapshot(self.sysfs, names=True)
+            self._snap = self._read_snapshot()
         return self._snap
 
     def refresh(self) -> HostSnapshot:
         """Read the host again (after a phase of changes)."""
-        self._snap = snapshot(self.sysfs, names=True)
+        self._snap = self._read_snapshot()
         return self._snap
+
+    def _read_snapshot(self) -> HostSnapshot:
+        """sysfs, plus the GPUs' heterogeneous mode and placements from nvidia-smi where the driver has placement
+        IDs (the planner needs them to place mixed sizes)."""
+        snap = snapshot(self.sysfs, names=True)
+        if host_hetero.wanted(snap):
+            snap = dataclasses.replace(snap, policies=host_hetero.read(self.root))
+        return snap
 
     @property
     def simulated(self) -> bool:

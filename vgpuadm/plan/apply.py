@@ -241,12 +241,15 @@ def _allocations_of(steps: Sequence[Step], vm: str, domain_uuid: str, slots: lis
         if spec.display.ramfb:
             extra["ramfb"] = "on"
     out: list[Allocation] = []
+    placements = device_plans.placements_of(steps)
     for step in steps:
         slot = slots[len(out)] if len(out) < len(slots) else len(out)
         if isinstance(step, CreateMdev):
             out.append(Allocation(vm, DeviceMode.MDEV, step.type_id, step.parent, step.uuid, params=spec.params or None,
                                   domain_uuid=domain_uuid, slot=slot, extra=dict(extra)))  # fmt: skip
         elif isinstance(step, SetVfVgpuType):
+            placed = {"placement_id": placements[step.vf]} if step.vf in placements else {}
             out.append(Allocation(vm, DeviceMode.VF, f"nvidia-{step.type_num}", step.vf, address=step.vf,
-                                  params=spec.params or None, domain_uuid=domain_uuid, slot=slot))  # fmt: skip
+                                  params=spec.params or None, domain_uuid=domain_uuid, slot=slot,
+                                  extra=placed))  # fmt: skip
     return out

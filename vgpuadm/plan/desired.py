@@ -49,9 +49,22 @@ class VmSpec:
 
 
 @dataclass(frozen=True)
+class GpuSpec:
+    """A GPU's NVIDIA host policies (`gpus:` in a plan file); None: leave as it is."""
+
+    address: str
+    heterogeneous: bool | None = None
+    scheduler: str | None = None
+    timeslice_ms: int | None = None
+    mig: bool | None = None
+    line: int = 0
+
+
+@dataclass(frozen=True)
 class DesiredPlan:
     source: str
     vms: dict[str, VmSpec]
+    gpus: dict[str, GpuSpec] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -80,10 +93,11 @@ class Diff:
     set_params: tuple[SetParams, ...] = ()
     kept: tuple[Allocation, ...] = ()
     untouched: tuple[str, ...] = ()  # domains with devices the plan does not name (left alone without --prune)
+    gpus: tuple[str, ...] = ()  # `~ gpu …` lines: host-policy changes (plan/policies.py)
 
     @property
     def empty(self) -> bool:
-        return not (self.adds or self.removes or self.set_params)
+        return not (self.adds or self.removes or self.set_params or self.gpus)
 
     @property
     def instances_needed(self) -> int:
@@ -105,7 +119,7 @@ class Diff:
                 what = VIRTIO_GL + (f" on {add.spec.virtio_gl_gpu}" if add.spec.virtio_gl_gpu else "")
             what += " on demand" if add.spec.on_demand else ""
             out.append((add.vm, 2, f"+ {add.vm}: {what}"))
-        return [text for _, _, text in sorted(out, key=lambda t: (t[0], t[1]))]
+        return [*self.gpus, *(text for _, _, text in sorted(out, key=lambda t: (t[0], t[1])))]
 
 
 def describe_allocation(a: Allocation) -> str:

@@ -6,13 +6,14 @@ from __future__ import annotations
 import uuid as uuid_mod
 from collections.abc import Mapping, Sequence
 
+from vgpuadm.catalog import capacity
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
-from vgpuadm.model import HostSnapshot, Layout, device_key, pci_address
+from vgpuadm.model import HostSnapshot, Layout, VgpuType, device_key, pci_address
 from vgpuadm.modes import mdev, passthrough, sriov, vf_pool, vf_vgpu
 from vgpuadm.modes.base import check_uuid
 from vgpuadm.plan.placement import place
-from vgpuadm.steps import Plan, Step
+from vgpuadm.steps import Plan, SetVfPlacement, Step
 
 
 def plan_create(
@@ -47,6 +48,7 @@ def plan_create(
     steps: list[Step] = []
     ids: list[str] = []
     enabling: set[str] = set()
+    planned: dict[str, list[tuple[int, int]]] = {}  # GPU in heterogeneous mode → placements this plan takes
     for i, (_parent, t) in enumerate(placement.choices):
         if t.layout == Layout.VF_POOL:  # the device is a free VF of the pool, bound to vfio-pci for the guest
             more, vf, host_driver = vf_pool.MODE.plan_take(snap, t.parent, {*(taken or {}), *ids}, enabling)
@@ -54,7 +56,7 @@ def plan_create(
             ids.append(vf)
             host_drivers[vf] = host_driver
         elif t.layout == Layout.VENDOR_VFIO:
-            steps += vf_vgpu.MODE.plan_create(snap, t, params)
+            steps += vf_vgpu.MODE.plan_create(snap, t, params, _placement(snap, t, planned))
             ids.append(t.parent)
         else:
             dev = check_uuid(uuids[i]) if uuids else str(uuid_mod.uuid4())
@@ -64,6 +66,30 @@ def plan_create(
             ids.append(dev)
     where = ", ".join(sorted({p for p, _ in placement.choices}))
     return Plan.of(steps, f"create {count} × {placement.type_id} on {where}"), ids
+
+
+def _placement(snap: HostSnapshot, t: VgpuType, planned: dict[str, list[tuple[int, int]]]) -> int | None:
+    """The placement ID of one more vGPU of `t` on its GPU in heterogeneous mode (None elsewhere), counting what
+    this plan already placed; a CapacityError saying which vGPUs hold the slots when none is free."""
+    gpu = snap.physical_gpu(t.parent)
+    policy = capacity.policy_of(snap, gpu)
+    tp = policy.placement(t.numeric_id or 0) if policy is not None and policy.heterogeneous else None
+    if tp is None:
+        return None
+    also = planned.setdefault(gpu, [])
+    pid = capacity.choose_placement(snap, gpu, tp.type_num, also)
+    if pid is None:
+        raise CapacityError(
+            f"No room for one more {t.type_id} ({tp.name}) on {gpu}: {capacity.why_no_placement(snap, gpu, tp.type_num, also)}",
+            "free a vGPU on that GPU or pick a smaller type; `vgpuadm inventory` shows each GPU's free pieces",
+        )
+    also.append((pid, tp.size))
+    return pid
+
+
+def placements_of(steps: Sequence[Step]) -> dict[str, str]:
+    """VF → the placement ID a plan writes (heterogeneous mode), as an allocation records it."""
+    return {s.vf: str(s.placement_id) for s in steps if isinstance(s, SetVfPlacement)}
 
 
 def explain_placement(

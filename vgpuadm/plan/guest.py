@@ -234,6 +234,7 @@ def plan_create_many(
         by_device.setdefault(str(key), []).extend([*pending, s])
         pending = []
     parents = {s.uuid: s.parent for s in kernel.steps if isinstance(s, CreateMdev)}
+    placements = device_plans.placements_of(kernel.steps)
     extra = {"display": "on" if display else "off", **({"ramfb": "on"} if ramfb else {})}
     devices = iter(ids)
     out = []
@@ -249,9 +250,10 @@ def plan_create_many(
                 pf = next(p for p, pool in snap.vf_pools.items() if dev in pool.vfs)
                 a = Allocation(w.name, DeviceMode.POOL, type_id, pf, address=dev,
                                domain_uuid=w.duuid, slot=slot, extra={"host_driver": pool_vfs[dev]})  # fmt: skip
-            else:  # layout C: the device is the VF itself
+            else:  # layout C: the device is the VF itself (its placement ID recorded, to restore it exactly)
                 a = Allocation(w.name, DeviceMode.VF, type_id, dev, address=dev, params=joined or None,
-                               domain_uuid=w.duuid, slot=slot)  # fmt: skip
+                               domain_uuid=w.duuid, slot=slot,
+                               extra={"placement_id": placements[dev]} if dev in placements else {})  # fmt: skip
             w.added.append(a)
         check_display(domain_xml, w.added, turn_off="use --display off")
         after = sorted([*w.owned, *w.added], key=lambda a: a.slot)

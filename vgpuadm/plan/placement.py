@@ -17,10 +17,13 @@ from vgpuadm.catalog.capacity import (
     GpuUsage,
     gpu_room,
     gpu_usage,
+    heterogeneous,
     host_maximum,
     idle_for_vgpu,
     mig_only,
     per_parent_room,
+    policy_of,
+    why_no_placement,
     why_no_types,
     why_not,
 )
@@ -138,7 +141,7 @@ def place(
         st = usage.get(phys, NO_USAGE)
         # MIG profiles mix: a MIG-backed type's maximum counts its own vGPUs; the GPU instances decide the rest
         mine = sum(1 for tid in st.busy_vfs.values() if tid == t.type_id) if mig_only(t, st) else used[phys]
-        room = gpu_room(t, mine)
+        room = gpu_room(t, mine, heterogeneous(snapshot, phys))
         if room is not None:
             gpu_left[phys] = room
     choices: list[tuple[str, VgpuType]] = []
@@ -274,9 +277,20 @@ def _vendor_vfs_full(snapshot: HostSnapshot, type_name: str, count: int) -> None
         busy_free = per_pf.setdefault(snapshot.physical_gpu(vf.address), [0, 0])
         busy_free[0 if vf.in_use else 1] += 1
     parts = [f"{pf}: {b} VFs host vGPUs" + (f", {f} free VFs do not list it" if f else "")
-             for pf, (b, f) in sorted(per_pf.items()) if b]  # fmt: skip
+             + _no_placement(snapshot, pf, type_name) for pf, (b, f) in sorted(per_pf.items()) if b]  # fmt: skip
     if parts:
         raise CapacityError(
             f"No room for {count} × {type_name}: no VF lists it in nvidia/creatable_vgpu_types ({'; '.join(parts)})",
             "the GPU is full or runs another framebuffer size; free VFs with `vgpuadm vf clear`",
         )
+
+
+def _no_placement(snapshot: HostSnapshot, gpu: str, type_name: str) -> str:
+    """On a GPU in heterogeneous mode, why the type has no free placement (catalog/capacity.py)."""
+    policy = policy_of(snapshot, gpu)
+    if policy is None or not policy.heterogeneous:
+        return ""
+    word = type_name.lower()
+    tp = next((t for t in policy.types if word in (f"nvidia-{t.type_num}", t.name.lower(),
+                                                   t.name.split()[-1].lower())), None)  # fmt: skip
+    return f"; {why_no_placement(snapshot, gpu, tp.type_num)}" if tp is not None else ""

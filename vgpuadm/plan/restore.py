@@ -5,9 +5,13 @@ order, re-discovering between them, because each phase makes the devices the nex
 
   driver  vendor driver bound to every PF a vGPU needs (nothing to do when the boot bound it)
   sriov   SR-IOV VFs enabled on the PFs whose VFs the allocations name (VFs vanish at reboot, reference §7)
+  policies  heterogeneous (mixed-size) mode on again where the applied `gpus:` section or a recorded placement ID
+          wants it (the mode does not survive a reboot), the scheduler where the driver did not load it
+          (plan/policies.py)
   mig     MIG mode on, then one GPU instance per MIG-backed allocation that has no free instance of its profile,
           placed by the capacity model (the same order places them where vgpuadm placed them before)
-  vgpu    mdevs (layouts A/B) with the UUIDs the domain XML names, VF vGPU types (layout C)
+  vgpu    mdevs (layouts A/B) with the UUIDs the domain XML names, VF vGPU types (layout C) at their recorded
+          placement IDs
   params  vgpu_params written after create and before the guest starts (reference §2.5)
   vfio    passthrough functions bound to vfio-pci again
 
@@ -22,12 +26,14 @@ from typing import TypeVar
 
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
 
+from vgpuadm.catalog.capacity import heterogeneous
 from vgpuadm.catalog.mig import MigGpu
 from vgpuadm.catalog.naming import mig_profile_name
 from vgpuadm.errors import VgpuadmError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
 from vgpuadm.modes import mdev, mig, passthrough, sriov, vf_pool, vf_vgpu
 from vgpuadm.modes.base import join_params, split_params
+from vgpuadm.plan import policies
 from vgpuadm.plan.desired import params_equal
 from vgpuadm.steps import (
     DriversProbe,
@@ -36,7 +42,7 @@ from vgpuadm.steps import (
     Step,
 )
 
-PHASES = ("driver", "sriov", "mig", "vgpu", "params", "vfio")
+PHASES = ("driver", "sriov", "policies", "mig", "vgpu", "params", "vfio")
 T = TypeVar("T")
 
 
@@ -84,7 +90,7 @@ def missing_devices(allocations: Iterable[Allocation], snap: HostSnapshot) -> li
 
 def plan_phase(
     phase: str, allocations: Sequence[Allocation], snap: HostSnapshot, *, sriov_manage: bool = False,
-    mig_gpus: Sequence[MigGpu] | None = None,
+    mig_gpus: Sequence[MigGpu] | None = None, policy_state: str | None = None,
 ) -> PhasePlan:  # fmt: skip
     """The work of one phase. `sriov_manage`: NVIDIA's sriov-manage is installed (the only way to enable the VFs
     of a PF bound to nvidia). `mig_gpus`: the MIG state nvidia-smi reports (read when `needs_mig` says so)."""
@@ -92,6 +98,10 @@ def plan_phase(
         return _sriov(allocations, snap, sriov_manage)
     if phase == "mig":
         return _mig(allocations, snap, mig_gpus)
+    if phase == "policies":
+        placed = {snap.physical_gpu(a.address) for a in allocations
+                  if a.mode == DeviceMode.VF and a.address and "placement_id" in a.extra}  # fmt: skip
+        return PhasePlan("policies", _units(policies.restore_steps(snap, policy_state, placed), "host policies"))
     builders: dict[str, Callable[[Sequence[Allocation], HostSnapshot], PhasePlan]] = {
         "driver": _driver,
         "vgpu": _vgpu,
@@ -257,11 +267,17 @@ def _vgpu(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
                 t = next((t for t in vf.offered if t.numeric_id == want), None)
                 if t is None:
                     problems.append(f"{a.domain}: VF {vf_addr} does not offer {a.type_id} (creatable_vgpu_types)")
-                else:  # the VF mode's own planner; parameters follow in their phase
-                    steps += vf_vgpu.MODE.plan_create(snap, t)
+                else:  # the VF mode's own planner, at the recorded placement; parameters follow in their phase
+                    steps += vf_vgpu.MODE.plan_create(snap, t, placement=_placement(a, snap, vf_addr))
             elif vf.current_type != want:
                 problems.append(f"{a.domain}: VF {vf_addr} runs nvidia-{vf.current_type}, the domain wants {a.type_id}")
     return PhasePlan("vgpu", _units(steps, "re-create vGPUs"), tuple(problems))
+
+
+def _placement(a: Allocation, snap: HostSnapshot, vf: str) -> int | None:
+    """The placement ID the domain recorded, on a GPU in heterogeneous mode (the metadata grammar: 1–4 digits)."""
+    pid = a.extra.get("placement_id", "")
+    return int(pid) if pid.isdecimal() and heterogeneous(snap, snap.physical_gpu(vf)) else None
 
 
 def _params(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:

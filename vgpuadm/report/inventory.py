@@ -26,7 +26,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuadm.catalog.boards import board_framebuffer_mib
-from vgpuadm.catalog.capacity import Room, Running, sharing_rule, stranded_framebuffer, type_room, whole_gpu_room
+from vgpuadm.catalog.capacity import (
+    Room,
+    Running,
+    fragmentation,
+    heterogeneous,
+    sharing_rule,
+    stranded_framebuffer,
+    type_room,
+    whole_gpu_room,
+)
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, Layout, VgpuType
 
@@ -54,7 +63,7 @@ class _Gpu:
 
     address: str
     layout: str
-    rule: str  # one-type | one-size | kernel | whole
+    rule: str  # one-type | one-size | mixed-size | kernel | whole
     vfs: int = 0  # enabled VFs: at most one vGPU each on layouts B and C
     types: dict[str, list[VgpuType]] = field(default_factory=dict)  # type_id → one entry per parent offering it
     devices: list[_Device] = field(default_factory=list)
@@ -166,7 +175,7 @@ def _physical_gpus(snap: HostSnapshot) -> dict[str, _Gpu]:
 
 
 def _rule(layout: Layout, gpu: str, snap: HostSnapshot) -> str:
-    return sharing_rule(layout, snap.mdev_parents.get(gpu))
+    return "mixed-size" if heterogeneous(snap, gpu) else sharing_rule(layout, snap.mdev_parents.get(gpu))
 
 
 def _devices(snap: HostSnapshot, gpus: dict[str, _Gpu], passed_through: set[str]) -> list[_Device]:
@@ -330,7 +339,8 @@ def _framebuffer(g: _Gpu) -> tuple[int | None, int]:
 
 
 def _locked_to(g: _Gpu) -> list[str]:
-    """What a GPU is locked to by what runs on it: type ids (one-type) or framebuffer sizes (one-size)."""
+    """What a GPU is locked to by what runs on it: type ids (one-type) or framebuffer sizes (one-size); nothing in
+    mixed-size mode."""
     if g.rule == "one-type":
         return sorted({d.type_id for d in g.devices if d.type_id})
     if g.rule == "one-size":
@@ -419,7 +429,17 @@ def _gpu_row(snap: HostSnapshot, g: _Gpu, owners: dict[str, str]) -> dict[str, A
         "framebuffer_stranded_mib": _stranded_fb(g),
         "whole_gpu_free": whole_gpu_room(len(g.devices)) if g.rule == "whole" else None,
         "domains": domains,
+        **_mixed_size(snap, g.address),
     }
+
+
+def _mixed_size(snap: HostSnapshot, gpu: str) -> dict[str, Any]:
+    """A GPU in heterogeneous mode: its free framebuffer in pieces and the largest vGPU that still fits."""
+    frag = fragmentation(snap, gpu)
+    if frag is None:
+        return {}
+    return {"mixed_size": {"free_mib": frag.free_mib, "pieces": frag.pieces, "largest_mib": frag.largest_mib,
+                           "largest_type": frag.largest, "summary": frag.describe()}}  # fmt: skip
 
 
 def _function_rows(snap: HostSnapshot, devices: list[_Device]) -> list[dict[str, Any]]:

@@ -86,6 +86,13 @@ def host_tables(doc: dict[str, Any]) -> list[Table]:
             ],
         ),
     ]
+    mixed = [g for g in doc["gpus"] if g.get("mixed_size")]
+    if mixed:
+        tables.insert(1, Table(
+            "Mixed-size GPUs (heterogeneous mode): free framebuffer",
+            ["gpu", "free", "largest vGPU that fits"],
+            [[g["address"], g["mixed_size"]["summary"], g["mixed_size"]["largest_type"]] for g in mixed],
+        ))  # fmt: skip
     if doc["missing"]:
         tables.append(
             Table(

@@ -19,7 +19,7 @@ import os
 import stat
 from typing import Any
 
-from vgpuadm.sim import faults, mdevs, pci, vendor_vfio
+from vgpuadm.sim import faults, hetero, mdevs, pci, vendor_vfio
 from vgpuadm.sim.state import SimHost, fail, load_model, marker_path, root_lock
 from vgpuadm.sim.tree import PCI_DRIVERS
 
@@ -67,6 +67,8 @@ def dispatch(host: SimHost, path: str, data: bytes) -> None:
         mdevs.remove_store(host, path, data)
     elif os.path.basename(parent) == "nvidia" and name == "current_vgpu_type":
         vendor_vfio.set_current_type(host, path, data)
+    elif os.path.basename(parent) == "nvidia" and name == "placement_id":
+        hetero.set_placement(host, path, data)
     elif os.path.basename(parent) == "nvidia" and name == "vgpu_params":
         vendor_vfio.set_params(host, path, data)
     elif path == "/sys/bus/pci/drivers_probe":

@@ -3,6 +3,11 @@ layouts (the real H200's `mig -lgip`/`-lgipp`, the published `-lgi`/`-lci`; test
 
   vgpu -s [-v]                every vGPU type each GPU supports, whether or not one can be created now
   -q -x                       MIG mode current/pending, virtualization mode, host vGPU mode
+  -q                          the same as text, with the vGPU heterogeneous mode and device capabilities
+  vgpu -c -v                  the types creatable now, with Placement Size and Creatable Placement IDs
+  vgpu -i N -shm 1|0          heterogeneous (mixed-size) time-sliced mode (sim/hetero.py)
+  vgpu -ss                    the vGPU scheduler state of each GPU
+  vgpu -i N --set-vgpu-scheduler-state POLICY [--timeslice MS]   set it (POLICY bestEffort|equalShare|fixedShare)
   -i N -mig 1|0, -r -i N      MIG mode (sim/mig.py: refused while busy, pending where the board needs a reset)
   mig -lgip|-lgipp|-lgi|-lci  profiles, placements, GPU and compute instances (`-i N` filters)
   mig -i N -cgi P[:S],… [-C]  create GPU instances (profile id or name, optional start slot), with compute instances
@@ -21,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 from xml.sax.saxutils import escape
 
-from vgpuadm.sim import mdevs, mig, migmodel, vendor_vfio
+from vgpuadm.sim import hetero, heteromodel, mdevs, mig, migmodel, vendor_vfio
 from vgpuadm.sim.state import SimHost, load_model, root_lock
 from vgpuadm.sim.tools import install_tool
 
@@ -81,6 +86,89 @@ def supported_types(model: dict[str, Any], verbose: bool = True) -> str:
                 "        Max Instances Per VM              : 1",
                 f"        FB Memory                         : {fb_mib} MiB",
             ]
+            out += _placement_lines(model, pf, num, fb_mib, "Supported")
+    return "\n".join(out) + "\n" if out else "No supported devices in vGPU mode\n"
+
+
+def _placement_lines(model: dict[str, Any], pf: str, num: int, fb_mib: int, word: str, ids: list[int] | None = None
+                     ) -> list[str]:  # fmt: skip
+    """`Placement Size` and `<word> Placement IDs` of a time-sliced type on a GPU with heterogeneous support [I:
+    IDs separated by spaces; shown whatever the mode, as NVML's heterogeneous placement lists]."""
+    st = hetero.state_of(model, pf)
+    if not hetero.has_placement(st, num) or not fb_mib:
+        return []
+    assert st is not None
+    shown = heteromodel.supported_ids(st, fb_mib) if ids is None else ids
+    return [
+        f"        Placement Size                    : {heteromodel.placement_size(fb_mib)}",
+        f"        {word + ' Placement IDs':<34}: {' '.join(map(str, shown)) if shown else 'None'}",
+    ]
+
+
+def creatable_types(host: SimHost) -> str:
+    """`vgpu -c -v`: per GPU, the types a free VF can take now, with the placements free now."""
+    out = []
+    for pf in migmodel.gpu_order(host.model):
+        info = host.model["sriov"].get(pf)
+        types = (host.model["vendor_vfio"].get(pf) or {}).get("types") or []
+        if info is None or not types:
+            continue
+        listed: set[int] = set()
+        for vf in info["vfs"]:
+            text = host.read(f"{info['parent_dir']}/{vf}/nvidia/creatable_vgpu_types") or ""
+            listed |= {int(x.split(":")[0]) for x in text.splitlines()[1:] if x.split(":")[0].strip().isdigit()}
+        out.append(f"GPU {mig.nv_address(pf)}")
+        for num, name, fb_mib, _mx in types:
+            if num not in listed:
+                continue
+            out += [f"    vGPU Type ID                          : {num:#x}",
+                    f"        Name                              : {name}"]  # fmt: skip
+            out += _placement_lines(host.model, pf, num, fb_mib, "Creatable", hetero.creatable_ids(host, pf, num, fb_mib)
+                                    if hetero.enabled(hetero.state_of(host, pf)) else None)  # fmt: skip
+    return "\n".join(out) + "\n" if out else "No supported devices in vGPU mode\n"
+
+
+_POLICY_WORDS = {"best-effort": "Best Effort", "equal-share": "Equal Share", "fixed-share": "Fixed Share"}
+_POLICY_ARGS = {"bestEffort": "best-effort", "equalShare": "equal-share", "fixedShare": "fixed-share"}
+
+
+def query_text(model: dict[str, Any]) -> str:
+    """`-q`, the vGPU fields vgpuadm reads [I: the section layout of the real -q, trimmed]."""
+    states = model.get("mig") or {}
+    order = migmodel.gpu_order(model)
+    out = ["", "==============NVSMI LOG==============", "", f"{'Attached GPUs':<42}: {len(order)}"]
+    for pf in order:
+        st, hs = states.get(pf), hetero.state_of(model, pf)
+        out += [
+            f"GPU {mig.nv_address(pf)}",
+            f"    {'Product Name':<38}: {model.get('profile')}",
+            "    MIG Mode",
+            f"        {'Current':<34}: {st['mode'] if st else 'N/A'}",
+            f"        {'Pending':<34}: {st['pending'] if st else 'N/A'}",
+            "    GPU Virtualization Mode",
+            f"        {'Virtualization Mode':<34}: Host VGPU",
+            f"        {'Host VGPU Mode':<34}: SR-IOV",
+            f"        {'vGPU Heterogeneous Mode':<34}: "
+            + ("N/A" if hs is None else "Enabled" if hs["enabled"] else "Disabled"),
+            "    vGPU Device Capability",
+            f"        {'Heterogeneous Time-Slice Sizes':<34}: "
+            + ("Supported" if hs and hs["supported"] else "Not Supported"),
+        ]
+    return "\n".join(out) + "\n"
+
+
+def scheduler_state(model: dict[str, Any]) -> str:
+    """`vgpu -ss` [I: layout]: policy and time slice of each GPU."""
+    out = []
+    for pf in migmodel.gpu_order(model):
+        hs = hetero.state_of(model, pf)
+        if hs is None:
+            continue
+        sched = hs["scheduler"]
+        ts = f"{sched['timeslice_ms']} ms" if sched["timeslice_ms"] else "Default"
+        out += [f"GPU {mig.nv_address(pf)}", "    vGPU Scheduler State",
+                f"        {'Scheduler Policy':<34}: {_POLICY_WORDS[sched['policy']]}",
+                f"        {'Time Slice':<34}: {ts}"]  # fmt: skip
     return "\n".join(out) + "\n" if out else "No supported devices in vGPU mode\n"
 
 
@@ -206,6 +294,13 @@ def change(root: str, args: list[str]) -> str:
     index = int(index_text)
     with root_lock(root):
         host = SimHost(root, load_model(root))
+        if args[:1] == ["vgpu"]:
+            pf = migmodel.gpu_order(host.model)[index] if index < len(migmodel.gpu_order(host.model)) else None
+            if pf is None:
+                raise mig.MigError(f"No GPU with index {index}", 6)
+            text = _policy_change(host, pf, args)
+            vendor_vfio.recompute(host, pf)
+            return text
         if "-mig" in args:
             value = _opt(args, "-mig")
             if value not in ("0", "1"):
@@ -228,13 +323,30 @@ def change(root: str, args: list[str]) -> str:
     return text
 
 
+def _policy_change(host: SimHost, pf: str, args: list[str]) -> str:
+    try:
+        if "-shm" in args:
+            value = _opt(args, "-shm")
+            if value not in ("0", "1"):
+                raise mig.MigError(INVALID.strip(), 2)
+            return hetero.set_mode(host, pf, mig.nv_address(pf), value == "1")
+        policy = _POLICY_ARGS.get(_opt(args, "--set-vgpu-scheduler-state") or "")
+        ts_text = _opt(args, "--timeslice") if "--timeslice" in args else "0"
+        if policy is None or ts_text is None or not ts_text.isdecimal():
+            raise mig.MigError(INVALID.strip(), 2)
+        return hetero.set_scheduler(host, pf, mig.nv_address(pf), policy, int(ts_text))
+    except hetero.PolicyError as exc:
+        raise mig.MigError(exc.message, exc.code) from exc
+
+
 def main(argv: Sequence[str]) -> int:
     root, args = argv[0], list(argv[1:])
     index_text = _opt(args, "-i")
     index = int(index_text) if index_text and index_text.isdecimal() else None
     reads = {
         ("vgpu", "-s", "-v"): lambda m: supported_types(m), ("vgpu", "-v", "-s"): lambda m: supported_types(m),
-        ("vgpu", "-s"): lambda m: supported_types(m, verbose=False), ("-q", "-x"): query_xml,
+        ("vgpu", "-s"): lambda m: supported_types(m, verbose=False), ("-q", "-x"): query_xml, ("-q",): query_text,
+        ("vgpu", "-ss"): scheduler_state,
         ("mig", "-lgip"): lambda m: gi_profiles(m, index), ("mig", "-lgipp"): lambda m: gi_placements(m, index),
         ("mig", "-lgi"): lambda m: gpu_instances(m, index), ("mig", "-lci"): lambda m: compute_instances(m, index),
     }  # fmt: skip
@@ -242,6 +354,12 @@ def main(argv: Sequence[str]) -> int:
     try:
         if plain in reads:
             sys.stdout.write(reads[plain](load_model(root)))
+            return 0
+        if plain in (("vgpu", "-c", "-v"), ("vgpu", "-v", "-c")):
+            sys.stdout.write(creatable_types(SimHost(root, load_model(root))))
+            return 0
+        if args[:1] == ["vgpu"] and {"-shm", "--set-vgpu-scheduler-state"} & set(args):
+            sys.stdout.write(change(root, args))
             return 0
         if {"-mig", "-r"} & set(args) or (args[:1] == ["mig"] and {"-cgi", "-dgi", "-cci", "-dci"} & set(args)):
             sys.stdout.write(change(root, args))

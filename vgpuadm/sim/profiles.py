@@ -30,6 +30,7 @@ from typing import Any
 from vgpuadm.catalog.boards import equal_size_max
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.errors import UsageError
+from vgpuadm.sim import heteromodel as hetero
 from vgpuadm.sim import migmodel, pciids
 from vgpuadm.sim.tools import install_tool
 from vgpuadm.sim.tree import MdevTypeSpec, PciSpec, TreeBuilder
@@ -94,6 +95,7 @@ H200_TYPES = [
 # -lgip ids (sim/migmodel.py).
 H200_MIG_PROFILE = {"H200X-1-18C": 19, "H200X-1-18CME": 20, "H200X-1-35C": 15, "H200X-2-35C": 14, "H200X-3-71C": 9,
                     "H200X-4-71C": 5, "H200X-7-141C": 0}  # fmt: skip
+_H200_MIG_NAMES = {f"NVIDIA {p}" for p in H200_MIG_PROFILE}
 
 # A100 PCIe 80GB (A100D), layout B: the type names and maxima of the reference §3.6 (A100D row: MIG 7-80C … 1-10CME,
 # time-sliced 80C 1 … 4C 20, equal-size); the type ids 600–613 are [I] (no published A100D id list); GPU-instance
@@ -325,6 +327,8 @@ def add_vf_driver_attrs(h: HostBuilder, pf: str, index: int) -> None:
         h.tree.creatable(dev, [(num, name) for num, name, _fb, _mx in info["vf_types"] if migmodel.offered(state, num)])
         h.tree.attr(f"{dev}/nvidia/current_vgpu_type", 0)
         h.tree.attr(f"{dev}/nvidia/vgpu_params", "")
+        if pf in (h.model.get("hetero") or {}):
+            h.tree.attr(f"{dev}/nvidia/placement_id", hetero.NO_PLACEMENT, 0o644)
 
 
 def add_a100_mdev_vf(h: HostBuilder, address: str, host_bridge: str, group: int, numa: int, vfs: int) -> None:
@@ -349,6 +353,7 @@ def add_h200(h: HostBuilder, address: str, host_bridge: str, group: int, numa: i
     types = [[num, f"NVIDIA {p}", describe_nvidia_name(p).framebuffer_mib, mx] for num, p, mx in H200_TYPES]
     _sriov_pf(h, address, port, "0x2335", vfs, enabled, "vendor-vfio", types, group, numa, "0x2335")
     h.model["vendor_vfio"][address] = {"types": types}
+    h.model.setdefault("hetero", {})[address] = hetero.gpu_state([t for t in types if t[1] not in _H200_MIG_NAMES])
     if mig:
         # MIG off (the real H200's -q -x): the GPU offers its time-sliced types only; the H200X-<n>-<GB>C types need
         # MIG mode and a GPU instance of their profile (H200_MIG_PROFILE), one vGPU per instance.
@@ -387,6 +392,9 @@ def add_rtxpro6000(h: HostBuilder, address: str, host_bridge: str, group: int, n
     h.model.setdefault("mig", {})[address] = migmodel.gpu_state(migmodel.RTXPRO6000_PROFILES, need, reset_needed=False)
     _sriov_pf(h, address, port, "0x2bb5", vfs, True, "vendor-vfio", types, group, numa, "0x2bb5")
     h.model["vendor_vfio"][address] = {"types": types}
+    h.model.setdefault("hetero", {})[address] = hetero.gpu_state(
+        [t for t, r in zip(types, RTXPRO6000_TYPES, strict=True) if r[3] is None]
+    )
     for i in range(vfs):
         add_sriov_vf(h, address, i)
 

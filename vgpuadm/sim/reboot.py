@@ -3,13 +3,14 @@ their vGPU types; profiles built with VFs enabled stand for a host after sriov-m
 gone — except on the GPUs AMD's GIM drives: it enables vf_num of them again when it loads, sim/gim.py), driver
 overrides, binds other than the native driver, /dev/vfio groups. Hardware and drivers stay; every function is bound
 to its native driver again (mdev types reappear with full counts); sriov_drivers_autoprobe is 1.
-MIG mode stays (a pending one takes effect); GPU and compute instances go.
+MIG mode stays (a pending one takes effect); GPU and compute instances go. Heterogeneous vGPU mode goes; the vGPU
+scheduler is the RmPVMRL registry key's from <root>/etc/modprobe.d (sim/hetero.py).
 Injected faults are test instructions, not kernel state: they stay.
 """
 
 from __future__ import annotations
 
-from vgpuadm.sim import gim, mdevs, mig, pci, usage, vendor_vfio
+from vgpuadm.sim import gim, hetero, mdevs, mig, pci, usage, vendor_vfio
 from vgpuadm.sim.state import SimHost, load_model, require_simulated, root_lock
 from vgpuadm.sim.tree import PCI_DEVICES
 
@@ -41,6 +42,7 @@ def reboot(root: str) -> None:
             host.tree.unlink(f"/dev/vfio/{node}")
         usage.forget(host)  # no guest survives a reboot
         mig.reboot(host)  # a pending MIG mode takes effect; GPU and compute instances are gone
+        hetero.reboot(host)  # heterogeneous mode off; the scheduler from the modprobe files' RmPVMRL
         for pf in host.model["vendor_vfio"]:
             vendor_vfio.recompute(host, pf)
         mdevs.recompute(host, host.parent_names())

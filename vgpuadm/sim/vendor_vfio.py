@@ -4,6 +4,9 @@ the equal-size narrowing of every VF's `creatable_vgpu_types`.
 Equal-size mode: with no vGPU on the PF every free VF lists all types; after the first, free VFs list only the
 types of the same framebuffer size whose max_instance is not yet reached (header only once it is). A VF that holds
 a vGPU lists the header only — nothing more can be created on it [I].
+
+Heterogeneous mode on (sim/hetero.py): a free VF lists every time-sliced type with a free supported placement,
+whatever sizes run; the type write places the vGPU (EINVAL when its placement cannot be had).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import errno as errno_mod
 from typing import Any
 
-from vgpuadm.sim import mig, migmodel, usage
+from vgpuadm.sim import hetero, mig, migmodel, usage
 from vgpuadm.sim.mdevs import size_key
 from vgpuadm.sim.state import SimHost, fail, kstrtol
 
@@ -44,6 +47,8 @@ def recompute(host: SimHost, pf: str) -> None:
     for d in vfs:
         if current[d]:
             listed: list[list[Any]] = []
+        elif hetero.enabled(hetero.state_of(host, pf)):
+            listed = [t for t in types if hetero.creatable_ids(host, pf, int(t[0]), int(t[2]))]
         elif not running or migmodel.enabled(state):
             listed = types
         else:
@@ -70,6 +75,8 @@ def set_current_type(host: SimHost, path: str, data: bytes) -> None:
         ids = {int(line.split(":")[0]) for line in text.splitlines()[1:] if line.split(":")[0].strip().isdigit()}
         if value not in ids:
             fail(errno_mod.EINVAL)
+    if value != 0:
+        hetero.place(host, pf, vf_dir, value)  # EINVAL when its placement cannot be had (nothing changed yet)
     state = mig.state_of_pf(host, pf)
     if value != 0 and migmodel.is_mig_type(state, value):
         gi = mig.bind(host, pf, value, vf_dir)  # EIO when no matching instance is free
@@ -77,6 +84,7 @@ def set_current_type(host: SimHost, path: str, data: bytes) -> None:
     host.tree.attr(path, value)
     if value == 0:
         host.set_attr(f"{vf_dir}/nvidia/vgpu_params", "", 0o644)  # the vGPU's parameters go with it [I]
+        hetero.cleared(host, vf_dir)
         usage.forget(host, [vf_dir])
         mig.unbind(host, vf_dir)
         # reading gpu_instance_id without a vGPU fails with ENXIO (reference §3.3); a simulated file cannot fail a

@@ -45,6 +45,7 @@ _OPTION_GRAMMAR = {
     "numa": re.compile(r"^[0-9]{1,4}$"),
     "force": re.compile(r"^yes$"),
     "mig_instance": re.compile(r"^[0-9]{1,3}:[0-9]{1,2}$"),  # the GPU instance vgpuadm made for it: profile id:start
+    "placement_id": re.compile(r"^[0-9]{1,4}$"),
 }
 
 # The metadata's `changed` stamp: UTC to the second, as the executor writes it.

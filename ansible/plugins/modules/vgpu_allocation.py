@@ -117,6 +117,14 @@ options:
       - A warning says when the on-demand requests of the host's VMs could not all run at once.
     type: bool
     default: false
+  gpus:
+    description:
+      - NVIDIA host policies per GPU, applied before the VM's devices, the keys of a plan file's C(gpus:) section
+        (PCI address of the PF to a mapping of V(heterogeneous) (bool), V(scheduler) (V(best-effort),
+        V(equal-share), V(fixed-share)), V(timeslice_ms) (1-30) and V(mig) (C({enabled: true})).
+      - Kept across reboots by C(vgpuadm restore) (heterogeneous mode, placement IDs) and a modprobe file (the
+        scheduler).
+    type: dict
   root:
     description: Host root vgpuadm reads and changes; V(/) on a real host, a simulated host's directory otherwise.
     type: path
@@ -282,7 +290,10 @@ class Task:
     def plan(self, body):
         from vgpuadm.io.planfile import plan_from_data
 
-        return plan_from_data({"vms": {self.vm: body}}, SOURCE)
+        doc = {"vms": {self.vm: body}}
+        if self.p.get("gpus"):
+            doc["gpus"] = self.p["gpus"]
+        return plan_from_data(doc, SOURCE)
 
     def type_id(self, plan_doc, before):
         """The type id the plan's type names on this host (or among the ids the VM already owns)."""
@@ -454,6 +465,7 @@ def main():
             force=dict(type="bool", default=False),
             on_demand=dict(type="bool", default=False),
             virtio_gl=dict(type="bool"),
+            gpus=dict(type="dict"),
             **COMMON_ARGS
         ),
         mutually_exclusive=[("type", "passthrough")],
