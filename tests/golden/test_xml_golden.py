@@ -74,7 +74,7 @@ CASES: dict[str, Callable[[], list[str]]] = {
     "vf-guest-address": lambda: [xml.vf_hostdev("0000:41:00.5", guest_address=PciAddress(0, 0, 0x11, 0))],
     "metadata-all-modes": lambda: [xml.metadata_xml([MDEV_ALLOC, VF_ALLOC, *PCI_ALLOCS], host="sim:/srv/lab/h1")],
     "pool-vf": lambda: [xml.hostdev_for(POOL_ALLOC)],
-    "metadata-pool": lambda: [xml.metadata_xml([POOL_ALLOC], host="sim:/srv/lab/h1")],
+    "metadata-pool": lambda: [xml.metadata_xml([POOL_ALLOC], host="sim:/srv/lab/h1", changed="2026-12-01T13:40:00Z")],
     "virtio-gl-egl-headless": lambda: [xml.hostdev_for(VIRTIO_ALLOC)],
     "virtio-gl-spice": lambda: xml.virtio_gl_elements("/dev/dri/renderD129", "spice"),
     "metadata-escaped": lambda: [
