@@ -96,6 +96,7 @@ read -r passed failed skipped <<<"$summary"
 VGPUADM_KERNEL_RESULTS="$results" "$repo/.venv/bin/python" -m pytest "$here/test_differential.py" \
   -p no:cacheprovider -q --junitxml "$results/junit-differential.xml" >"$results/differential.log" 2>&1
 diff_rc=$?
+cat "$results/differential-counts.txt" 2>/dev/null
 [ "$diff_rc" = 0 ] && diff_state=identical || { cat "$results/differential.log"; diff_state=DIFFERENT; }
 
 status=PASSED

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import differential_scenario as scenario
 import pytest
+from guest_virsh import virsh
+from tenacity import Retrying, stop_after_delay, wait_fixed
 
 from vgpuadm import api
 from vgpuadm.host.sysfs import Sysfs
+from vgpuadm.virt.xml import domain_definition
 
 IN_GUEST = os.environ.get("VGPUADM_KERNEL_GUEST") == "1"
 
@@ -69,3 +73,34 @@ def enabled_vfs(cli, sysfs: Sysfs) -> tuple[str, list[str]]:
     assert result.code == 0, result.err
     assert json.loads(result.out)["steps"] == [f"step 1/1 set sriov_numvfs of {pf} to 2 (was 0)"]
     return pf, [sysfs.link_name(f"/sys/bus/pci/devices/{pf}/virtfn{i}") or "" for i in range(2)]
+
+
+@pytest.fixture(scope="session")
+def libvirtd(results: Path) -> None:
+    """guest-entry.sh started libvirtd in the background at boot; under TCG it needs ~35 s before it answers on a
+    quiet host, several minutes on a slow one (the lane's timing.log records it)."""
+    started = (results / "libvirtd.rc").read_text().strip()
+    assert started == "0", f"libvirtd did not start: {(results / 'libvirtd.log').read_text().strip()}"
+    for attempt in Retrying(stop=stop_after_delay(900), wait=wait_fixed(2), reraise=True):
+        with attempt:
+            virsh("version")
+
+
+@pytest.fixture
+def domain(libvirtd: None, cli) -> Iterator[Callable[[str], str]]:
+    """A small diskless q35 guest without graphics, removed with every device vgpuadm gave it."""
+    names: list[str] = []
+
+    def define(name: str) -> str:
+        with tempfile.NamedTemporaryFile("w", suffix=".xml") as f:
+            f.write(domain_definition(name, vnc=False))
+            f.flush()
+            virsh("define", f.name)
+        names.append(name)
+        return name
+
+    yield define
+    for name in names:
+        virsh("destroy", name, check=False)
+        cli("destroy", "--vm", name, "--all")
+        virsh("undefine", name, check=False)
