@@ -35,12 +35,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason="runs only inside the kernel lane's guest (run-lane.sh)"))
 
 
+_PART_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Where the guest's time goes: setup, call and teardown seconds per test file."""
+    part = Path(report.nodeid.split("::")[0]).stem.removeprefix("test_")
+    _PART_SECONDS[part] = _PART_SECONDS.get(part, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if IN_GUEST and _PART_SECONDS:
+        lines = [f"  {part:<18} {s:6.1f}s" for part, s in sorted(_PART_SECONDS.items(), key=lambda kv: -kv[1])]
+        text = f"guest time per part ({sum(_PART_SECONDS.values()):.0f}s in tests):\n" + "\n".join(lines) + "\n"
+        (Path(os.environ["VGPUADM_KERNEL_RESULTS"]) / "parts.log").write_text(text)
+
+
 @pytest.fixture(scope="session")
 def results() -> Path:
     """The folder the host reads back after the guest exits (run-lane.sh's --rwdir)."""
     path = Path(os.environ["VGPUADM_KERNEL_RESULTS"])
     assert path.is_dir(), f"{path} (VGPUADM_KERNEL_RESULTS) is not a directory"
     return path
+
+
+@pytest.fixture
+def mark(results: Path, request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """Append a progress line (guest uptime, test, what) to <results>/progress.log: the host can read it even when
+    the lane's timeout kills the guest in the middle of a step."""
+
+    def write(what: str) -> None:
+        uptime = Path("/proc/uptime").read_text().split()[0]
+        with open(results / "progress.log", "a") as f:
+            f.write(f"{uptime:>9}s {request.node.name}: {what}\n")
+
+    return write
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from guest_virsh import URI
 from vgpuadm.host.sysfs import Sysfs
 
 
-def test_verb_scenario_on_the_real_kernel(cli, sysfs: Sysfs, libvirtd: None, results: Path) -> None:
+def test_verb_scenario_on_the_real_kernel(cli, sysfs: Sysfs, libvirtd: None, results: Path, mark) -> None:
     conn = libvirt.open(URI)
     verbs.undefine_domains(conn)
     verbs.define_domains(conn)
@@ -24,6 +24,7 @@ def test_verb_scenario_on_the_real_kernel(cli, sysfs: Sysfs, libvirtd: None, res
     finally:
         verbs.undefine_domains(conn)
         conn.close()
+    mark("done")
     (results / "machine-id").write_text(Path("/etc/machine-id").read_text())
     (results / "real-verbs.json").write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
     exits = [(" ".join(r["command"]), r["exit"]) for r in records if "command" in r]
