@@ -72,7 +72,7 @@ guest_s=$((SECONDS - start))
 
 if [ "$vng_rc" = 124 ] || [ "$vng_rc" = 137 ]; then
   # Where it stalled: the guest writes its logs straight into $results, so they are complete up to the kill.
-  for f in setup.log timing.log pytest.log console.log; do
+  for f in setup.log timing.log progress.log failures.log pytest.log console.log; do
     [ -s "$results/$f" ] && { echo "--- tail of $f"; tail -n 40 "$results/$f"; }
   done
   fail "the guest did not finish within ${timeout_s}s (see $results/console.log)"

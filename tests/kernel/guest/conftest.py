@@ -42,6 +42,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Where the guest's time goes: setup, call and teardown seconds per test file."""
     part = Path(report.nodeid.split("::")[0]).stem.removeprefix("test_")
     _PART_SECONDS[part] = _PART_SECONDS.get(part, 0.0) + report.duration
+    if IN_GUEST and report.failed:  # at once: pytest's own summary is lost when the lane's timeout kills the guest
+        with open(Path(os.environ["VGPUADM_KERNEL_RESULTS"]) / "failures.log", "a") as f:
+            f.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext}\n")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
