@@ -5,10 +5,14 @@
 set -u
 results=$1
 modules=$2
+# The test files to run (run-lane.sh's VGPUADM_KERNEL_TESTS), in that order; empty: the whole guest suite.
+read -r -a tests <<<"${3:-}"
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 export PATH="$repo/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-export VGPUADM_KERNEL_GUEST=1 VGPUADM_KERNEL_RESULTS="$results" PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/root
+# PYTHONPATH: this checkout's vgpuadm also in child processes, whatever the venv's editable install points to.
+export VGPUADM_KERNEL_GUEST=1 VGPUADM_KERNEL_RESULTS="$results" VGPUADM_KERNEL_MODULES="$modules" PYTHONPATH="$repo"
+export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/root
 export LANG=C.UTF-8
 finish() { echo "$1" > "$results/rc"; exit "$1"; }
 uptime_s() { cut -d. -f1 /proc/uptime; }
@@ -32,6 +36,8 @@ fi
 # /var/log and /var/cache are empty tmpfs mounts in the guest: give libvirt its directories first. libvirtd needs
 # ~40 s under TCG before it answers; tests/kernel/guest/test_libvirt.py waits for it.
 mkdir -p /var/log/libvirt/qemu /var/cache/libvirt/qemu
+# The on-demand hook test installs vgpuadm's qemu hook: into a tmpfs, never into the host's /etc/libvirt/hooks.
+mkdir -p /etc/libvirt/hooks && mount -t tmpfs -o mode=0755 lane-hooks /etc/libvirt/hooks
 # libvirtd probes every installed qemu-system-* binary when it starts, each one a QEMU run under TCG inside TCG
 # (tens of seconds, minutes on a slow host). The tests only start x86_64 guests: hide the i386 emulator from it.
 [ -e /usr/bin/qemu-system-i386 ] && mount --bind /dev/null /usr/bin/qemu-system-i386
@@ -44,7 +50,8 @@ echo $? > "$results/libvirtd.rc"
 cd "$repo" || finish 4
 echo "pytest starts $(uptime_s)s after boot" >> "$results/timing.log"
 # -v and an unbuffered stdout: pytest.log names the running test, so a lane killed by its timeout still tells.
-python -m pytest tests/kernel/guest -p no:cacheprovider -v -rA --durations=0 --timeout=1200 \
+[ "${#tests[@]}" = 0 ] && tests=(tests/kernel/guest) || tests=("${tests[@]/#/tests/kernel/guest/}")
+python -m pytest "${tests[@]}" -p no:cacheprovider -v -rA --durations=0 --timeout=1200 \
   --junitxml "$results/junit.xml" > "$results/pytest.log" 2>&1
 rc=$?
 cat "$results/pytest.log"

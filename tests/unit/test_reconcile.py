@@ -89,3 +89,23 @@ def test_leaks_are_listed_and_fixed(sim_host: Callable[[str], Path]) -> None:
     assert "removed: mdev 11111111-2222-3333-4444-555555555555 (nvidia-63 on 0000:01:00.0)" in fixed.out
     assert mdevs(root) == []
     assert tree_state(root) == state
+
+
+def test_a_crash_on_a_virtual_mdev_parent_is_rolled_back(sim_host: Callable[[str], Path]) -> None:
+    """The kernel's sample drivers are mdev parents named `mtty`, not PCI functions: the journal of a crashed
+    `create` on one must still be accepted by `reconcile` (found by the kernel lane's verb differential)."""
+    root = sim_host("kernel-samples")
+    define(root, "web01")
+    state = tree_state(root)
+    crashed = vgpuadm(root, "create", "--type", "mtty-2", "--vm", "web01", env={CRASH: "1"})
+    assert crashed.code == 99, crashed.err
+    (uuid,) = mdevs(root)
+
+    res = vgpuadm(root, "reconcile")
+    assert res.code == 0, res.err
+    assert res.out.splitlines() == [
+        f"journal: rolled back: create mdev {uuid} of type mtty-2 on mtty",
+        "no leaked devices",
+    ]
+    assert not (root / "var/lib/vgpuadm/journal.json").exists()
+    assert tree_state(root) == state

@@ -23,6 +23,9 @@ HINT = f"inspect {JOURNAL_HOST} and remove it by hand if no vgpuadm change was i
 MAX_TEXT = 1024 * 1024
 
 PCI = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+# An mdev parent is a PCI function or, for a virtual parent such as the kernel's sample drivers, its device name
+# (mtty, mdpy): the same rule the domain metadata holds it to (virt/xml.py).
+PARENT = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]|[A-Za-z][A-Za-z0-9_-]{0,63}")
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 TYPE_ID = re.compile(r"[A-Za-z0-9_.-]{0,64}")
 DRIVER = re.compile(r"[A-Za-z0-9_-]{0,64}")
@@ -33,7 +36,7 @@ _PRINTABLE = re.compile(r"[^\x00-\x08\x0b-\x1f\x7f]*")  # text: no control chara
 _LINE = re.compile(r"[^\x00-\x1f\x7f]{0,1024}")
 STATES = ("applying", "rolling-back")
 GRAMMAR: dict[str, re.Pattern[str]] = {
-    "parent": PCI, "address": PCI, "pf": PCI, "vf": PCI, "uuid": UUID, "type_id": TYPE_ID, "driver": DRIVER,
+    "parent": PARENT, "address": PCI, "pf": PCI, "vf": PCI, "uuid": UUID, "type_id": TYPE_ID, "driver": DRIVER,
     "expect": DRIVER, "domain": DOMAIN, "name": UNIT, "device_path_kind": re.compile(r"mdev|vf"),
     "hook": re.compile(r"qemu\.d/vgpuadm|qemu|qemu\.vgpuadm-chained"),
     "profile": re.compile(r"[0-9]+[cg]\.[0-9a-z.]+(\+[a-z.]+)?"),  # a MIG profile name, 1g.18gb

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import differential_scenario as scenario
 import pytest
+from guest_virsh import virsh
+from tenacity import Retrying, stop_after_delay, wait_fixed
 
 from vgpuadm import api
 from vgpuadm.host.sysfs import Sysfs
+from vgpuadm.virt.xml import domain_definition
 
 IN_GUEST = os.environ.get("VGPUADM_KERNEL_GUEST") == "1"
 
@@ -31,12 +35,44 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason="runs only inside the kernel lane's guest (run-lane.sh)"))
 
 
+_PART_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Where the guest's time goes: setup, call and teardown seconds per test file."""
+    part = Path(report.nodeid.split("::")[0]).stem.removeprefix("test_")
+    _PART_SECONDS[part] = _PART_SECONDS.get(part, 0.0) + report.duration
+    if IN_GUEST and report.failed:  # at once: pytest's own summary is lost when the lane's timeout kills the guest
+        with open(Path(os.environ["VGPUADM_KERNEL_RESULTS"]) / "failures.log", "a") as f:
+            f.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext}\n")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if IN_GUEST and _PART_SECONDS:
+        lines = [f"  {part:<18} {s:6.1f}s" for part, s in sorted(_PART_SECONDS.items(), key=lambda kv: -kv[1])]
+        text = f"guest time per part ({sum(_PART_SECONDS.values()):.0f}s in tests):\n" + "\n".join(lines) + "\n"
+        (Path(os.environ["VGPUADM_KERNEL_RESULTS"]) / "parts.log").write_text(text)
+
+
 @pytest.fixture(scope="session")
 def results() -> Path:
     """The folder the host reads back after the guest exits (run-lane.sh's --rwdir)."""
     path = Path(os.environ["VGPUADM_KERNEL_RESULTS"])
     assert path.is_dir(), f"{path} (VGPUADM_KERNEL_RESULTS) is not a directory"
     return path
+
+
+@pytest.fixture
+def mark(results: Path, request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """Append a progress line (guest uptime, test, what) to <results>/progress.log: the host can read it even when
+    the lane's timeout kills the guest in the middle of a step."""
+
+    def write(what: str) -> None:
+        uptime = Path("/proc/uptime").read_text().split()[0]
+        with open(results / "progress.log", "a") as f:
+            f.write(f"{uptime:>9}s {request.node.name}: {what}\n")
+
+    return write
 
 
 @pytest.fixture
@@ -69,3 +105,34 @@ def enabled_vfs(cli, sysfs: Sysfs) -> tuple[str, list[str]]:
     assert result.code == 0, result.err
     assert json.loads(result.out)["steps"] == [f"step 1/1 set sriov_numvfs of {pf} to 2 (was 0)"]
     return pf, [sysfs.link_name(f"/sys/bus/pci/devices/{pf}/virtfn{i}") or "" for i in range(2)]
+
+
+@pytest.fixture(scope="session")
+def libvirtd(results: Path) -> None:
+    """guest-entry.sh started libvirtd in the background at boot; under TCG it needs ~35 s before it answers on a
+    quiet host, several minutes on a slow one (the lane's timing.log records it)."""
+    started = (results / "libvirtd.rc").read_text().strip()
+    assert started == "0", f"libvirtd did not start: {(results / 'libvirtd.log').read_text().strip()}"
+    for attempt in Retrying(stop=stop_after_delay(900), wait=wait_fixed(2), reraise=True):
+        with attempt:
+            virsh("version")
+
+
+@pytest.fixture
+def domain(libvirtd: None, cli) -> Iterator[Callable[[str], str]]:
+    """A small diskless q35 guest without graphics, removed with every device vgpuadm gave it."""
+    names: list[str] = []
+
+    def define(name: str) -> str:
+        with tempfile.NamedTemporaryFile("w", suffix=".xml") as f:
+            f.write(domain_definition(name, vnc=False))
+            f.flush()
+            virsh("define", f.name)
+        names.append(name)
+        return name
+
+    yield define
+    for name in names:
+        virsh("destroy", name, check=False)
+        cli("destroy", "--vm", name, "--all")
+        virsh("undefine", name, check=False)

@@ -4,58 +4,13 @@ guest-entry.sh started in the guest: the domain XML vgpuadm writes must really s
 from __future__ import annotations
 
 import json
-import subprocess
-import tempfile
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
-import pytest
+from guest_virsh import URI, virsh
 from lxml import etree
-from tenacity import Retrying, stop_after_delay, wait_fixed
 
 from vgpuadm.host.sysfs import Sysfs
-from vgpuadm.virt.xml import domain_definition
 
-URI = "qemu:///system"
 PCI = "/sys/bus/pci/devices"
-
-
-def virsh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(["virsh", "-c", URI, *args], capture_output=True, text=True, timeout=900)
-    if check:
-        assert result.returncode == 0, f"virsh {' '.join(args)}: {result.stderr.strip()}"
-    return result
-
-
-@pytest.fixture(scope="module")
-def libvirtd(results: Path) -> None:
-    """guest-entry.sh started libvirtd in the background at boot; under TCG it needs ~35 s before it answers on a
-    quiet host, several minutes on a slow one (the lane's timing.log records it)."""
-    started = (results / "libvirtd.rc").read_text().strip()
-    assert started == "0", f"libvirtd did not start: {(results / 'libvirtd.log').read_text().strip()}"
-    for attempt in Retrying(stop=stop_after_delay(900), wait=wait_fixed(2), reraise=True):
-        with attempt:
-            virsh("version")
-
-
-@pytest.fixture
-def domain(libvirtd: None, cli) -> Iterator[Callable[[str], str]]:
-    """A small diskless q35 guest without graphics, removed with every device vgpuadm gave it."""
-    names: list[str] = []
-
-    def define(name: str) -> str:
-        with tempfile.NamedTemporaryFile("w", suffix=".xml") as f:
-            f.write(domain_definition(name, vnc=False))
-            f.flush()
-            virsh("define", f.name)
-        names.append(name)
-        return name
-
-    yield define
-    for name in names:
-        virsh("destroy", name, check=False)
-        cli("destroy", "--vm", name, "--all")
-        virsh("undefine", name, check=False)
 
 
 def _hostdevs(name: str) -> list[etree._Element]:
