@@ -46,7 +46,7 @@ SERVER = Path(__file__).with_name("cli_zygote.py")
 REPO = Path(__file__).resolve().parents[2]
 # Not part of the tree's state: the lock files (rewritten by every changing run) and the embedded driver's
 # runtime, cache and logs; its persistent domain XML (…/libvirt/etc) is compared.
-SKIP = frozenset({"run/vgpuadm.lock", "run/vgpuadm.lock.owner"} | {f"var/lib/vgpuadm/libvirt/{d}" for d in
+SKIP = frozenset({"run/vgpuadm/lock", "run/vgpuadm/lock.owner"} | {f"var/lib/vgpuadm/libvirt/{d}" for d in
                                                                  ("run", "cache", "lib", "log")})  # fmt: skip
 NO_LIBVIRT = "qemu+unix:///system?socket=/nonexistent/vgpuadm-fuzz.sock"
 SAFE_URIS = [NO_LIBVIRT, "test:///default", "qemu:///embed?root=/nonexistent/fuzz", "bogus://x", "", "[/x]"]

@@ -120,7 +120,7 @@ def test_a_held_lock_names_its_holder_at_once_and_wait_no_wait(tmp_path: Path) -
         assert waited.err == (
             f"warning: waiting for {who} (up to 0.5 s; --no-wait fails at once)\n"
             f"error: another vgpuadm is changing this host: {who}, still after 0.5 s\n"
-            "hint: retry when it has finished, or wait for it with --wait SECONDS; the lock is /run/vgpuadm.lock\n"
+            "hint: retry when it has finished, or wait for it with --wait SECONDS; the lock is /run/vgpuadm/lock\n"
         )
         now = vgpuadm(root, "--no-wait", "mdev", "create", "--type", "nvidia-63", "--json")
         assert now.code == 5 and json.loads(now.out)["error"] == f"another vgpuadm is changing this host: {who}"

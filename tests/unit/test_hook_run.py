@@ -168,7 +168,7 @@ def test_other_operations_do_nothing_and_read_nothing(sim_host, cli, monkeypatch
     before = tree_state(root)
     r = hook(cli, monkeypatch, root, "web01", op, sub, b"not xml at all")
     assert (r.code, r.out, r.err) == (0, "", "")
-    assert tree_state(root) == before and not (root / "run" / "vgpuadm.lock").exists()
+    assert tree_state(root) == before and not (root / "run" / "vgpuadm" / "lock").exists()
 
 
 @pytest.mark.parametrize(
@@ -218,7 +218,7 @@ def test_a_domain_without_on_demand_requests_is_not_even_locked(sim_host, cli, m
     for op, sub in (("prepare", "begin"), ("release", "end")):
         r = hook(cli, monkeypatch, root, "web01", op, sub, bare("web01", UUIDS[0]))
         assert (r.code, r.out, r.err) == (0, "", "")
-    assert not (root / "run" / "vgpuadm.lock").exists()
+    assert not (root / "run" / "vgpuadm" / "lock").exists()
     dom = on_demand(root, "web01", UUIDS[0], "nvidia-63")
     r = hook(cli, monkeypatch, root, "web01", "prepare", "begin", dom)
     assert r.code != 0 and len(r.err.splitlines()) == 1 and "interrupted" in r.err

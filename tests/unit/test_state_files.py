@@ -3,6 +3,7 @@ its files 0600 whatever the umask, and a symlink planted where it writes a file 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 from collections.abc import Iterator
@@ -42,7 +43,7 @@ def test_state_is_private_whatever_the_umask(tmp_path: Path, umask0: None) -> No
     assert seen == {"journal": 0o600}
     assert _mode(tmp_path / "run") == 0o700
     assert _mode(tmp_path / "var/lib/vgpuadm") == 0o700
-    for name in ("run/vgpuadm.lock", "run/vgpuadm.lock.owner", "var/lib/vgpuadm/drivers.json"):
+    for name in ("run/vgpuadm/lock", "run/vgpuadm/lock.owner", "var/lib/vgpuadm/drivers.json"):
         assert _mode(tmp_path / name) == 0o600, name
     assert not list((tmp_path / "var/lib/vgpuadm").glob("*.tmp"))
 
@@ -70,9 +71,9 @@ def test_planted_temp_symlink_is_refused(tmp_path: Path) -> None:
 def test_planted_lock_owner_symlink_is_refused(tmp_path: Path) -> None:
     victim = tmp_path / "victim"
     victim.write_text("keep")
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run/vgpuadm.lock.owner").symlink_to(victim)
-    with pytest.raises(UnsafeError, match=r"^refusing to follow the symlink at /run/vgpuadm.lock.owner$"):
+    (tmp_path / "run/vgpuadm").mkdir(parents=True, mode=0o700)
+    (tmp_path / "run/vgpuadm/lock.owner").symlink_to(victim)
+    with pytest.raises(UnsafeError, match=r"^refusing to follow the symlink at /run/vgpuadm/lock.owner$"):
         execute(PLAN, _ctx(tmp_path))
     assert victim.read_text() == "keep"
     assert not (tmp_path / "var/lib/vgpuadm/drivers.json").exists()
@@ -87,11 +88,20 @@ def test_stale_temp_file_is_replaced(tmp_path: Path, umask0: None) -> None:
     assert _mode(state / "drivers.json") == 0o600
 
 
-def test_a_lock_file_others_could_open_is_made_private(tmp_path: Path) -> None:
-    """Issue #20's lock denial of service: a 0644 lock (an older vgpuadm's, or planted) lets any user open it and
-    hold the flock; the first changing run makes it 0600, so no other user can open it again."""
+def test_the_lock_lives_in_a_private_directory_others_cannot_reach(tmp_path: Path) -> None:
+    """Issue #20's lock denial of service: flock works on a read-only descriptor, so anyone who can open the lock
+    file can hold it. The lock is in run/vgpuadm/ (0700): a user holding an older vgpuadm's 0644 run/vgpuadm.lock
+    stalls nothing, a loose run/vgpuadm/ of ours is made 0700, and one owned by another user is refused."""
     (tmp_path / "run").mkdir(mode=0o755)
-    (tmp_path / "run/vgpuadm.lock").write_text("")
-    os.chmod(tmp_path / "run/vgpuadm.lock", 0o644)
-    execute(PLAN, _ctx(tmp_path))
-    assert _mode(tmp_path / "run/vgpuadm.lock") == 0o600
+    old = tmp_path / "run/vgpuadm.lock"
+    old.write_text("")
+    os.chmod(old, 0o644)
+    (tmp_path / "run/vgpuadm").mkdir(mode=0o755)
+    os.chmod(tmp_path / "run/vgpuadm", 0o755)
+    with open(old) as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another user's hold on the old lock
+        execute(PLAN, _ctx(tmp_path))  # does not wait for it
+    assert (_mode(tmp_path / "run/vgpuadm"), _mode(tmp_path / "run/vgpuadm/lock")) == (0o700, 0o600)
+    os.chown(tmp_path / "run/vgpuadm", 1000, 1000)
+    with pytest.raises(UnsafeError, match=r"^/run/vgpuadm is owned by uid 1000, not by this user$"):
+        execute(PLAN, _ctx(tmp_path))

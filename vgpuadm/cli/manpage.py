@@ -27,7 +27,7 @@ ENVIRONMENT = (
     ("VGPUADM_DEBUG", "set to 1 to get the traceback of an internal error"),
 )
 FILES = (
-    ("/run/vgpuadm.lock", "the host lock every change holds"),
+    ("/run/vgpuadm/lock", "the host lock every change holds"),
     ("/var/lib/vgpuadm/journal.json", "the journal of a change in flight (vgpuadm recover)"),
     ("/var/lib/vgpuadm/drivers.json", "the drivers GPUs had before vfio bind"),
     ("/etc/mdevctl.d/", "mdevctl definitions (vgpuadm mdevctl export)"),

@@ -8,7 +8,8 @@ modules (the libvirt steps) plug in their own handlers. Handlers:
   is_applied(step, ctx)     (optional) whether the step's effect is present: checked after every apply (a real
                             kernel can accept a write and do nothing) and used by `recover(finish=True)`.
 
-Files under the root: `<root>/run/vgpuadm.lock` (flock; the holder's pid and argv in `vgpuadm.lock.owner`, as JSON) and
+Files under the root: `<root>/run/vgpuadm/lock` (flock, in a 0700 directory; the holder's pid and argv in
+`lock.owner`, as JSON) and
 `<root>/var/lib/vgpuadm/journal.json`: the plan, written once before the first step (temp + fsync + rename +
 directory fsync), then one appended progress line per step (the index of the step in flight) that is flushed but
 not fsynced, see `_Journal`. The journal's removal at the end is fsynced: a reappearing journal would roll back a
@@ -147,6 +148,7 @@ def host_lock(root: str, timeout: float | None = None) -> Iterator[None]:
     wait = LOCK_POLICY.timeout if timeout is None else timeout
     path = os.path.join(root, LOCK_PATH)
     private_dirs(os.path.dirname(path), root)
+    _private_dir(root, os.path.dirname(path))
     _refuse_link(root, path)
     with _LOCKS_GUARD:
         key = (os.getpid(), path)
@@ -253,6 +255,18 @@ def _unsafe(root: str, path: str) -> UnsafeError:
 
 
 unsafe_path = _unsafe  # for the handlers that read state files (executor/kernel.py)
+
+
+def _private_dir(root: str, directory: str) -> None:
+    """`directory` is this user's and no one else's: another user who could open the lock file could hold the flock
+    (it works on a read-only descriptor) and stall every change. Made 0700 when it is ours; refused otherwise."""
+    st = os.lstat(directory)
+    shown = "/" + os.path.relpath(directory, root)
+    if st.st_uid != os.geteuid():
+        raise UnsafeError(f"{shown} is owned by uid {st.st_uid}, not by this user",
+                          f"remove it (rm -r {shown}); vgpuadm makes it again, private")  # fmt: skip
+    if st.st_mode & 0o077:
+        os.chmod(directory, PRIVATE_DIR)
 
 
 def _refuse_link(root: str, path: str) -> None:

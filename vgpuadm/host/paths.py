@@ -2,7 +2,7 @@
 the pure core names them in messages and steps; host/root.py joins them to a root."""
 
 DEFAULT_ROOT = "/"
-LOCK = "/run/vgpuadm.lock"
+LOCK = "/run/vgpuadm/lock"  # in a 0700 directory: no other user can open it (flock works on any descriptor)
 STATE_DIR = "/var/lib/vgpuadm"
 JOURNAL = f"{STATE_DIR}/journal.json"
 DRIVERS = f"{STATE_DIR}/drivers.json"

@@ -1,6 +1,6 @@
 """HostRoot: the one object that derives every path under a host root, as mdevctl's Environment does.
 
-Every kernel, state and configuration path vgpuadm touches is a host path (`/sys/...`, `/run/vgpuadm.lock`) that
+Every kernel, state and configuration path vgpuadm touches is a host path (`/sys/...`, `/run/vgpuadm/lock`) that
 this object joins to one root (default `/`; `--root DIR` or `$VGPUADM_ROOT`). Users are always shown the host path,
 never the temporary root. A root holding SIM_MARKER is a simulated host: its writes go to the simulated kernel.
 """
@@ -109,7 +109,7 @@ class HostRoot:
         return hash(self.path)
 
     def real(self, host_path: str) -> str:
-        """The real path of host path `host_path` (`/run/vgpuadm.lock` → `<root>/run/vgpuadm.lock`)."""
+        """The real path of host path `host_path` (`/run/vgpuadm/lock` → `<root>/run/vgpuadm/lock`)."""
         return os.path.join(self.path, host_path.lstrip("/"))
 
     @property
