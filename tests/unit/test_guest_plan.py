@@ -153,6 +153,22 @@ def test_passthrough_plan_binds_group_then_attaches_one_slot(sim_host):
     assert [a.extra["host_driver"] for a in added] == ["nvidia", "snd_hda_intel"]
 
 
+def test_a_running_domain_gets_a_function_hot_plugged_where_libvirt_puts_it(sim_host):
+    """Found by the kernel lane: a running q35 guest refused the function at a fixed slot on its root bus ("requires
+    hotplug capability, but the PCI controller with index='0' doesn't support hotplug"). Hot-plugged, the function
+    has no guest address (libvirt picks a hot-pluggable root port); a multifunction slot, which libvirt cannot
+    hot-plug, is refused before any change."""
+    snap = api.discover(str(sim_host("passthrough")))
+    [a] = guest.passthrough_allocations(snap, "web01", DOM_UUID, domain(), "0000:65:00.0", ["0000:65:00.0"], [],
+                                        running=True)  # fmt: skip
+    assert a.extra == {"managed": "yes", "host_driver": "nvidia"}
+    assert "<address" not in xml.hostdev_for(a).split("</source>")[1]
+    with pytest.raises(ConflictError, match=r"^domain web01 is running: 0000:65:00\.0's 2 functions go into one "
+                       r"multifunction guest slot, which libvirt cannot hot-plug$") as refused:  # fmt: skip
+        guest.plan_passthrough(snap, domain(), "65:00.0", {}, running=True)
+    assert refused.value.hint == "shut it down (virsh shutdown web01) and run the command again"
+
+
 def test_every_guest_command_has_help_with_an_example(cli, capsys):
     """click prints --help to the process's stdout itself, hence capsys."""
     for command in ("create", "destroy", "passthrough", "release", "demo"):

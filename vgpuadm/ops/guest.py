@@ -262,7 +262,8 @@ def passthrough(
     with Session.open(root, connect) as s:
         dom = s.domain_xml(vm)
         plan, added, after = planner.plan_passthrough(s.snap, dom, gpu, s.domains().users(besides=vm), force=force,
-                                                      rom_file=rom_file, on_demand=on_demand)  # fmt: skip
+                                                      rom_file=rom_file, on_demand=on_demand,
+                                                      running=vm in s.domains().running)  # fmt: skip
         s.execute(plan, dry_run=dry_run, progress=progress)
         return GuestResult(vm, s.uri, plan, dry_run, after, added,
                            hostdevs=[xml.hostdev_for(a) for a in added], message=plan.summary)  # fmt: skip

@@ -507,18 +507,25 @@ def passthrough_allocations(
     owned: Sequence[Allocation],
     *,
     rom_file: str | None = None,
+    running: bool = False,
 ) -> list[Allocation]:
     """One allocation per function of a passed-through GPU: one free guest PCI slot, the host function numbers
-    kept, multifunction on function 0 when there are several, each in its own free metadata slot. Pure."""
-    base = xml.free_guest_slot(domain_xml)
+    kept, multifunction on function 0 when there are several, each in its own free metadata slot. Pure.
+    `running`: the device is hot-plugged, so libvirt picks its guest address (a slot on the root bus cannot be
+    hot-plugged on q35), and a multifunction slot — which libvirt cannot hot-plug — is refused."""
+    if running and len(functions) > 1:
+        raise ConflictError(
+            f"domain {vm} is running: {gpu}'s {len(functions)} functions go into one multifunction guest slot, "
+            "which libvirt cannot hot-plug",
+            f"shut it down (virsh shutdown {vm}) and run the command again",
+        )
+    base = None if running else xml.free_guest_slot(domain_xml)
     slots = free_slots({a.slot for a in owned}, len(functions))
     out = []
     for i, (f, slot) in enumerate(zip(functions, slots, strict=True)):
-        extra = {
-            "managed": "yes",
-            "guest_address": str(xml.PciAddress(0, 0, base.slot, i)),
-            "host_driver": snap.functions[f].driver or "",
-        }
+        extra = {"managed": "yes", "host_driver": snap.functions[f].driver or ""}
+        if base is not None:
+            extra["guest_address"] = str(xml.PciAddress(0, 0, base.slot, i))
         if i == 0 and len(functions) > 1:
             extra["multifunction"] = "on"
         if rom_file and i == 0:
@@ -538,10 +545,11 @@ def plan_passthrough(
     force: bool = False,
     rom_file: str | None = None,
     on_demand: bool = False,
+    running: bool = False,
 ) -> tuple[Plan, list[Allocation], list[Allocation]]:
-    """Bind the GPU's whole IOMMU group to vfio-pci and attach its functions as one guest slot. Pure.
-    `on_demand`: bind nothing now; the hostdevs are managed='no' and `vgpuadm hook run` binds the group when the
-    domain starts and gives it back when it stops."""
+    """Bind the GPU's whole IOMMU group to vfio-pci and attach its functions as one guest slot (hot-plugged when the
+    domain is `running`). Pure. `on_demand`: bind nothing now; the hostdevs are managed='no' and `vgpuadm hook run`
+    binds the group when the domain starts and gives it back when it stops."""
 
     gpu = str(xml.PciAddress.parse(gpu))
     name, duuid = xml.domain_identity(domain_xml)
@@ -562,7 +570,8 @@ def plan_passthrough(
         steps: list[Step] = []
     else:
         steps = list(device_plans.plan_vfio_bind(snap, gpu, force).steps)
-    added = passthrough_allocations(snap, name, duuid, domain_xml, gpu, functions, owned, rom_file=rom_file)
+    added = passthrough_allocations(snap, name, duuid, domain_xml, gpu, functions, owned, rom_file=rom_file,
+                                    running=running and not on_demand)  # fmt: skip
     if on_demand:
         added = on_demand_passthrough(added, force)
     after = sorted([*owned, *added], key=lambda a: a.slot)
