@@ -65,7 +65,7 @@ def test_create_attaches_an_mdev_to_a_running_domain_and_destroy_unplugs_it(cli,
     virsh("start", "--paused", name)
     mark("started")
     before = _qdev_ids(name)
-    seen = [d for d in _pci_devices(name)]
+    seen = _pci_devices(name)
 
     result = cli("--connect", URI, "create", "--type", "mtty-2", "--vm", name, "--json")
     assert result.code == 0, result.err
