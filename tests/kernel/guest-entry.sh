@@ -50,7 +50,10 @@ echo $? > "$results/libvirtd.rc"
 cd "$repo" || finish 4
 echo "pytest starts $(uptime_s)s after boot" >> "$results/timing.log"
 # -v and an unbuffered stdout: pytest.log names the running test, so a lane killed by its timeout still tells.
-[ "${#tests[@]}" = 0 ] && tests=(tests/kernel/guest) || tests=("${tests[@]/#/tests/kernel/guest/}")
+# The default leaves out test_race.py: its 16 concurrent vgpuadm processes take ~320 s under TCG on a quiet host,
+# outside the lane's budget; VGPUADM_KERNEL_TESTS=test_race.py runs it.
+[ "${#tests[@]}" = 0 ] && tests=(tests/kernel/guest --ignore=tests/kernel/guest/test_race.py) \
+  || tests=("${tests[@]/#/tests/kernel/guest/}")
 python -m pytest "${tests[@]}" -p no:cacheprovider -v -rA --durations=0 --timeout=1200 \
   --junitxml "$results/junit.xml" > "$results/pytest.log" 2>&1
 rc=$?
