@@ -1,15 +1,15 @@
-"""Live attach and detach on a running domain (`virsh start --paused`: QEMU runs, the guest CPU does not):
-`vgpuadm create --vm` hot-plugs the mdev into QEMU as well as writing the persistent definition, QEMU lists the
-device (`query-pci` through the monitor), and `vgpuadm destroy` unplugs it again before removing the mdev. The same
-for an SR-IOV NVMe VF given with `vgpuadm passthrough` (vfio-pci) and taken back with `release`."""
+"""Live attach on a running domain (`virsh start --paused`: QEMU runs, the guest CPU does not): `vgpuadm create --vm`
+hot-plugs the mdev into QEMU as well as writing the persistent definition, and QEMU has the device (`qom-list
+/machine/peripheral` through the monitor); the same for an SR-IOV NVMe VF given with `vgpuadm passthrough`
+(vfio-pci, at a guest address libvirt picks: q35's root bus cannot hot-plug). Live detach is not tested here: PCIe
+hot-unplug completes only when the guest OS acknowledges it, and a paused guest runs none, so QEMU keeps the device
+and the kernel's mdev removal waits for it; the devices are taken back after the domain is stopped."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from guest_virsh import URI, virsh
@@ -18,23 +18,14 @@ from lxml import etree
 from vgpuadm.host.sysfs import Sysfs
 
 PCI = "/sys/bus/pci/devices"
-MTTY_ID = (0x4348, 0x3253)  # mtty's PCI vendor/device (samples/vfio-mdev/mtty.c)
 
 
-def _pci_devices(name: str) -> list[dict[str, Any]]:
-    """Every device QEMU's `query-pci` lists, behind bridges and root ports too."""
-    reply = json.loads(virsh("qemu-monitor-command", name, '{"execute":"query-pci"}').stdout)
-
-    def walk(devices: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        for d in devices:
-            yield d
-            yield from walk(d.get("pci_bridge", {}).get("devices", []))
-
-    return [d for bus in reply["return"] for d in walk(bus["devices"])]
-
-
-def _qdev_ids(name: str) -> set[str]:
-    return {d["qdev_id"] for d in _pci_devices(name)}
+def _peripherals(name: str) -> dict[str, str]:
+    """QEMU's user-created devices (id → QOM type). `query-pci` cannot be used: a guest started paused never ran its
+    firmware, so its root ports have no bus numbers and query-pci lists nothing behind them."""
+    request = '{"execute":"qom-list","arguments":{"path":"/machine/peripheral"}}'
+    reply = json.loads(virsh("qemu-monitor-command", name, request).stdout)
+    return {p["name"]: p["type"] for p in reply["return"] if p["type"].startswith("child<")}
 
 
 def _hostdev_aliases(name: str, *, inactive: bool = False) -> list[tuple[str | None, str | None]]:
@@ -60,56 +51,50 @@ def _bounded(name: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
-def test_create_attaches_an_mdev_to_a_running_domain_and_destroy_unplugs_it(cli, sysfs: Sysfs, domain, mark) -> None:
+def test_create_attaches_an_mdev_to_a_running_domain(cli, sysfs: Sysfs, domain, mark) -> None:
     name = domain("kl-live")
     virsh("start", "--paused", name)
     mark("started")
-    before = _qdev_ids(name)
-    seen = _pci_devices(name)
+    before = _peripherals(name)
 
     result = cli("--connect", URI, "create", "--type", "mtty-2", "--vm", name, "--json")
     assert result.code == 0, result.err
     (device,) = json.loads(result.out)["devices"]
     uuid = device["uuid"]
     ((kind, alias),) = _hostdev_aliases(name)
-    assert kind == "mdev" and alias
-    now = _pci_devices(name)
-    added = [(d["id"]["vendor"], d["id"]["device"]) for d in now if d not in seen]
-    assert MTTY_ID in added, (alias, now)  # QEMU has the mtty device
+    assert kind == "mdev" and alias not in before
+    assert _peripherals(name)[alias] == "child<vfio-pci>"  # QEMU has the device (vfio-pci on the mdev)
     assert [k for k, _ in _hostdev_aliases(name, inactive=True)] == ["mdev"]  # and the definition keeps it
 
     mark("attached")
+    virsh("destroy", name)  # see the module docstring: a paused guest never acknowledges a hot-unplug
     result = _bounded(name, "destroy", "--vm", name, "--all", "--json")
     mark(f"destroy: exit {result.returncode}")
     assert result.returncode == 0, result.stderr
-    assert _qdev_ids(name) == before
-    assert _hostdev_aliases(name) == [] and _hostdev_aliases(name, inactive=True) == []
+    assert _hostdev_aliases(name, inactive=True) == []
     assert not sysfs.exists(f"/sys/bus/mdev/devices/{uuid}")
-    virsh("destroy", name)
 
 
-def test_passthrough_attaches_a_vf_live_and_release_unplugs_it(
+def test_passthrough_attaches_a_vf_to_a_running_domain(
     cli, sysfs: Sysfs, domain, enabled_vfs: tuple[str, list[str]], mark
 ) -> None:
     name = domain("kl-live-vf")
     pf, (vf0, _vf1) = enabled_vfs
     virsh("start", "--paused", name)
-    before = _qdev_ids(name)
+    before = _peripherals(name)
 
     result = cli("--connect", URI, "passthrough", "--gpu", vf0, "--vm", name, "--json")
     assert result.code == 0, result.err
     assert sysfs.link_name(f"{PCI}/{vf0}/driver") == "vfio-pci"
     ((kind, alias),) = _hostdev_aliases(name)
-    assert kind == "pci" and alias in _qdev_ids(name) - before
-    vendor = int(sysfs.read(f"{PCI}/{vf0}/vendor"), 16)
-    assert [d["id"]["vendor"] for d in _pci_devices(name) if d["qdev_id"] == alias] == [vendor]
+    assert kind == "pci" and alias not in before
+    assert _peripherals(name)[alias] == "child<vfio-pci>"  # QEMU has the VF
 
     mark("passed through")
+    virsh("destroy", name)
     result = _bounded(name, "release", "--gpu", vf0, "--json")
     mark(f"release: exit {result.returncode}")
     assert result.returncode == 0, result.stderr
-    assert _qdev_ids(name) == before
-    assert _hostdev_aliases(name) == [] and _hostdev_aliases(name, inactive=True) == []
+    assert _hostdev_aliases(name, inactive=True) == []
     assert sysfs.link_name(f"{PCI}/{vf0}/driver") is None
-    virsh("destroy", name)
     assert cli("sriov", "disable", pf).code == 0
