@@ -121,7 +121,7 @@ options:
     description:
       - NVIDIA host policies per GPU, applied before the VM's devices, the keys of a plan file's C(gpus:) section
         (PCI address of the PF to a mapping of V(heterogeneous) (bool), V(scheduler) (V(best-effort),
-        V(equal-share), V(fixed-share)), V(timeslice_ms) (1-30) and V(mig) (C({enabled: true})).
+        V(equal-share), V(fixed-share)), V(timeslice_ms) (1-30) and V(mig) (a mapping with C(enabled), a bool).
       - Kept across reboots by C(vgpuadm restore) (heterogeneous mode, placement IDs) and a modprobe file (the
         scheduler).
     type: dict
