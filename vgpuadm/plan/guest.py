@@ -193,12 +193,13 @@ def plan_create_many(
         if name in seen:
             raise UsageError(f"domain {name} is named twice", "give each domain once, with the total it should own")
         seen.add(name)
-        owned = xml.parse_allocations(domain_xml)
+        doc = xml.parse_domain(domain_xml)  # once, for the four readings
+        owned = xml.parse_allocations(doc)
         need = count - sum(1 for a in owned if a.type_id == type_id)
         slots = free_slots({a.slot for a in owned}, max(need, 0))
         w = _Want(name, duuid, owned, slots, [device_uuid(host_id, duuid, slot) for slot in slots],
-                  xml.metadata_host(domain_xml), xml.metadata_changed(domain_xml))  # fmt: skip
-        present = {(r.kind, r.key) for r in xml.parse_hostdevs(domain_xml)}
+                  xml.metadata_host(doc), xml.metadata_changed(doc, domain=name))  # fmt: skip
+        present = {(r.kind, r.key) for r in xml.parse_hostdevs(doc)}
         for u in w.uuids:
             if ("mdev", u) in present:
                 raise ConflictError(
