@@ -118,14 +118,19 @@ def parse_supported_types(text: str) -> dict[str, tuple[tuple[int, str], ...]]:
     for address, blocks in type_blocks(text).items():
         found = []
         for block in blocks:
-            try:
-                type_id = int(block["vGPU Type ID"].split()[0], 0)
-            except (ValueError, IndexError):
-                continue
-            if block.get("Name"):
+            type_id = leading_int(block["vGPU Type ID"], 0)
+            if type_id is not None and block.get("Name"):
                 found.append((type_id, block["Name"]))
         out[address] = tuple(found)
     return out
+
+
+def leading_int(value: str, base: int = 10) -> int | None:
+    """The number a report's value starts with (`0x586 (1414)` with base 0, `18176 MiB`), else None."""
+    try:
+        return int(value.split()[0], base)
+    except (ValueError, IndexError):
+        return None
 
 
 def pci_address(text: str) -> str | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from vgpuadm.host.nvidia_smi import pci_address, type_blocks
+from vgpuadm.host.nvidia_smi import leading_int, pci_address, type_blocks
 
 TYPE_CHECKING = False  # lxml stays off the fast path of the read commands (tests/unit/test_read_commands.py)
 if TYPE_CHECKING:
@@ -53,25 +53,18 @@ def _ids(value: str | None) -> tuple[int, ...] | None:
     return tuple(int(w) for w in words)
 
 
-def _int(value: str, base: int = 10) -> int | None:
-    try:
-        return int(value.split()[0], base)
-    except (ValueError, IndexError):
-        return None
-
-
 def parse_type_blocks(text: str) -> dict[str, tuple[VgpuTypeInfo, ...]]:
     """`nvidia-smi vgpu -s -v` or `vgpu -c -v`: PCI address → every type block, in the order printed."""
     out: dict[str, tuple[VgpuTypeInfo, ...]] = {}
     for address, blocks in type_blocks(text).items():
         infos = []
         for block in blocks:
-            tid = _int(block.get("vGPU Type ID", ""), 0)
+            tid = leading_int(block.get("vGPU Type ID", ""), 0)
             if tid is not None and block.get("Name"):
                 ids = block.get("Supported Placement IDs", block.get("Creatable Placement IDs"))
-                infos.append(VgpuTypeInfo(tid, block["Name"], _int(block.get("GPU Instance Profile ID", "N/A")),
-                                          _int(block.get("Max Instances", "")), _int(block.get("FB Memory", "")),
-                                          _int(block.get("Placement Size", "")), _ids(ids)))  # fmt: skip
+                gi, most, fb, size = (leading_int(block.get(k, "")) for k in ("GPU Instance Profile ID",
+                                      "Max Instances", "FB Memory", "Placement Size"))  # fmt: skip
+                infos.append(VgpuTypeInfo(tid, block["Name"], gi, most, fb, size, _ids(ids)))
         out[address] = tuple(infos)
     return out
 
@@ -99,7 +92,7 @@ class ActiveVgpu:
 
     @property
     def gpu_instance_id(self) -> int | None:
-        return _int(self.fields.get("GPU Instance ID", "N/A"))
+        return leading_int(self.fields.get("GPU Instance ID", "N/A"))
 
 
 @dataclass(frozen=True)
@@ -132,9 +125,9 @@ def parse_vgpu_query(text: str) -> dict[str, VgpuQuery]:
             continue
         key, value = key.strip(), value.strip()
         if key == "Active vGPUs":
-            active = _int(value)
+            active = leading_int(value)
         elif key == "vGPU ID":
-            vid = _int(value)
+            vid = leading_int(value)
             if vid is not None:
                 vgpus.append(ActiveVgpu(vid, {}))
         elif vgpus:
