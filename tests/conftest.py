@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,6 +94,16 @@ def libvirtd(tmp_path_factory: pytest.TempPathFactory) -> str:
                     pytest.fail("started libvirtd but qemu:///system did not answer within 30 s")
                 time.sleep(0.1)  # polling interval, not a wait for a guessed duration
     return SYSTEM_URI
+
+
+@pytest.fixture
+def conn(libvirtd: str) -> Iterator[Any]:
+    """An open connection to that libvirtd (a libvirt.virConnect), closed after the test."""
+    import libvirt
+
+    c = libvirt.open(libvirtd)
+    yield c
+    c.close()
 
 
 _CAMPAIGN_LINES: list[str] = []

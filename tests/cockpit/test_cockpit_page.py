@@ -84,13 +84,6 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def conn(libvirtd: str) -> Iterator[libvirt.virConnect]:
-    c = libvirt.open(libvirtd)
-    yield c
-    c.close()
-
-
-@pytest.fixture
 def vms(conn: libvirt.virConnect) -> Iterator[Callable[[str], str]]:
     """Define throwaway diskless domains on the real libvirtd; undefined in teardown."""
     made: list[str] = []

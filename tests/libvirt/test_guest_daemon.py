@@ -27,13 +27,6 @@ SCHEMA = "/usr/share/libvirt/schemas/domain.rng"
 
 
 @pytest.fixture
-def conn(libvirtd: str) -> Iterator[libvirt.virConnect]:
-    c = libvirt.open(libvirtd)
-    yield c
-    c.close()
-
-
-@pytest.fixture
 def domain(conn: libvirt.virConnect) -> Iterator[Callable[..., str]]:
     """Define a throwaway diskless domain; returns its unique name. Undefined (and destroyed) in teardown."""
     made: list[str] = []

@@ -24,13 +24,6 @@ Writes = list[tuple[str, str]]
 
 
 @pytest.fixture
-def conn(libvirtd: str) -> Iterator[libvirt.virConnect]:
-    c = libvirt.open(libvirtd)
-    yield c
-    c.close()
-
-
-@pytest.fixture
 def domains(conn: libvirt.virConnect) -> Iterator[Callable[[int], list[str]]]:
     made: list[str] = []
 
