@@ -68,6 +68,9 @@ def test_restore_after_the_drivers_are_reloaded(cli, sysfs: Sysfs, domain, enabl
     for name in (a, b):
         assert cli("--connect", URI, "destroy", "--vm", name, "--all").code == 0
     # After the reboot the VFs came back with autoprobe on, so nvme took vf0 before restore gave it to vfio-pci:
-    # taking it back returns it to nvme, the driver restore found it on.
-    assert sysfs.link_name(f"{PCI}/{vf0}/driver") == "nvme"
+    # taking it back hands it to nvme again, with no override left. nvme's probe of QEMU's unconfigured secondary
+    # controller then fails by itself, asynchronously ("Device not ready; aborting initialisation, CSTS=0x2", -19),
+    # so by the time we look the VF may be unbound again: the kernel's doing, not vgpuadm's.
+    assert sysfs.link_name(f"{PCI}/{vf0}/driver") in ("nvme", None)
+    assert sysfs.read(f"{PCI}/{vf0}/driver_override") == "(null)"
     assert cli("sriov", "disable", pf).code == 0
