@@ -353,10 +353,12 @@ def add_h200(h: HostBuilder, address: str, host_bridge: str, group: int, numa: i
 
     Every simulated H200 models its MIG state, so it offers its time-sliced types with MIG mode off and its MIG-backed
     H200X-<n>-<GB>C types (H200_MIG_PROFILE, one vGPU per GPU instance) only with MIG on (sim/migmodel.offered).
-    NVIDIA's vGPU documentation: "A time-sliced vGPU is a vGPU that resides on a physical GPU that is not partitioned
-    into multiple GPU instances" and a MIG-backed vGPU "runs on a dedicated GPU instance"
-    (docs.nvidia.com/ai-enterprise/release-8/latest/infra-software/vgpu/features/mig-backed-vgpu.html); GPU
-    instances exist only in MIG mode (the MIG user guide), so the two kinds never run on one GPU at once."""
+    Sources: NVIDIA's MIG-Backed vGPU page (docs.nvidia.com/ai-enterprise/release-8/latest/infra-software/vgpu/
+    features/mig-backed-vgpu.html): "each vGPU runs on a dedicated GPU instance"; the vGPU user guide's definition "A
+    time-sliced vGPU is a vGPU that resides on a physical GPU that is not partitioned into multiple GPU instances"
+    (as quoted by burdweiser-blog.pages.dev/blog/2026-04-22-nvidia-gpus-vsphere-9-time-slicing-vs-mig/); GPU
+    instances exist only in MIG mode (the MIG user guide). So the two kinds never run on one GPU at once. [The guide's
+    own sentence on not mixing them was not found with the search tool.]"""
     port = h.root_port(f"{address.rsplit(':', 2)[0]}:{int(address.split(':')[1], 16) - 1:02x}:01.0", host_bridge)
     types = [[num, f"NVIDIA {p}", describe_nvidia_name(p).framebuffer_mib, mx] for num, p, mx in H200_TYPES]
     need = {str(num): {"profile": H200_MIG_PROFILE[p], "per_gi": 1} for num, p, _mx in H200_TYPES
