@@ -24,11 +24,11 @@ RELEASE_TASK = "Release each VM's GPUs"
 EXPECTED = {
     "gpu-p4": {"web01": {("mdev", "nvidia-63"): 2}, "web02": {("mdev", "nvidia-63"): 1}},
     "gpu-a100": {"train01": {("mdev", "nvidia-471"): 2}, "train02": {("mdev", "nvidia-471"): 1}},
-    "gpu-h200": {"infer01": {("vf", "nvidia-1414"): 3}},
+    "gpu-h200": {"infer01": {("vf", "nvidia-1426"): 3}},
     "gpu-pt": {"render01": {("pci", None): 2}},
 }
 # The fleet's vGPU use per type once provisioned.
-USED = {"nvidia-63": 3, "nvidia-471": 3, "nvidia-1414": 3}
+USED = {"nvidia-63": 3, "nvidia-471": 3, "nvidia-1426": 3}
 
 pytestmark = pytest.mark.libvirt
 
@@ -147,7 +147,7 @@ def _assert_kernel_has_the_devices(lab: Lab) -> None:
                 if vm == "web01":
                     assert _read(dev, "nvidia/vgpu_params") == "frame_rate_limiter=0\n"
     for a in parse_allocations(inactive_xml(lab.vm("infer01"))):
-        assert _read(lab.root("gpu-h200"), f"sys/bus/pci/devices/{a.address}/nvidia/current_vgpu_type") == "1414\n"
+        assert _read(lab.root("gpu-h200"), f"sys/bus/pci/devices/{a.address}/nvidia/current_vgpu_type") == "1426\n"
     pt = lab.root("gpu-pt")
     for fn in ("0000:65:00.0", "0000:65:00.1"):
         assert (pt / f"sys/bus/pci/devices/{fn}/driver").resolve().name == "vfio-pci", fn

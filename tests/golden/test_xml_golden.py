@@ -39,7 +39,7 @@ MDEV_ALLOC = Allocation(
     slot=0,
     extra={"display": "on", "ramfb": "on"},
 )
-VF_ALLOC = Allocation(domain="web01", mode="vf", type_id="nvidia-1414", parent="0000:41:00.4", address="0000:41:00.4",
+VF_ALLOC = Allocation(domain="web01", mode="vf", type_id="nvidia-1426", parent="0000:41:00.4", address="0000:41:00.4",
                       slot=1)  # fmt: skip
 PCI_ALLOCS = [
     Allocation(domain="web01", mode="pci", address="0000:65:00.0", slot=2,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from lxml import html
 
-from tests.unit.inventory_setup import p4_busy, set_vf_type
+from tests.unit.inventory_setup import h200_mig_busy, p4_busy, set_vf_type
 from vgpuadm import api
 from vgpuadm.model import Allocation
 from vgpuadm.report.inventory import inventory
@@ -112,7 +112,7 @@ def h200_page(tmp_path_factory):
     base = tmp_path_factory.mktemp("h200")
     build("h200-vendor-vfio", str(base / "h200"))
     for vf in ("0000:18:00.4", "0000:18:00.5", "0000:18:00.6"):
-        set_vf_type(base / "h200", vf, 1414)  # three H200X-1-18C (MIG, max 7)
+        set_vf_type(base / "h200", vf, 1424)  # three H200X-17C (time-sliced, max 8)
     doc = api.inventory(str(base / "h200"), host="h200", use_libvirt=False)
     page = base / "h200.html"
     page.write_text(host_html(doc))
@@ -125,21 +125,18 @@ def test_h200_chart_labels_are_the_table_numbers(h200_page):
     dom = html.fromstring(chromium(base, "--dump-dom", page.as_uri()).stdout)
     charts = dom.xpath("//section[@class='chart']")
     gpu = charts[0].xpath(".//*[@class='bar']")
-    # four more 18C fill 73728 MiB; only the 15360 MiB left after them is stranded
+    # five more 17C fill 87040 MiB; only the 5120 MiB left after them is stranded
     assert [(b.get("data-used"), b.get("data-free"), b.get("data-stranded"), b.findtext("text[2]")) for b in gpu] == [
-        ("55296", "73728", "15360", "55296 / 144384 (15360 stranded)")
+        ("52224", "87040", "5120", "52224 / 144384 (5120 stranded)")
     ]
     table = dom.xpath("//h2[starts-with(., 'vGPU types')]/following-sibling::table[1]")[0]
     heads = [th.text_content() for th in table.xpath(".//th")]
     rows = {r[0]: dict(zip(heads, r, strict=True)) for r in
             ([td.text_content() for td in tr.findall("td")] for tr in table.xpath(".//tbody/tr"))}  # fmt: skip
     bars = charts[1].xpath(".//*[@class='bar']")
-    # 1414 in use, and the 8 time-sliced types the MIG-backed vGPUs lock out (stranded); the other MIG-backed types
-    # are not locked out by size (profiles mix by the GPU-instance rule), they have no room: no bar
-    assert [b.get("data-label").split()[0] for b in bars] == [
-        "nvidia-1414",
-        *(f"nvidia-{n}" for n in range(1420, 1428)),
-    ]
+    # 1424 in use, and every other type its size locks out whose instances the free framebuffer would hold
+    # (stranded); H200X-7-141C and H200X-141C would not fit in it: no bar
+    assert [b.get("data-label").split()[0] for b in bars] == [f"nvidia-{n}" for n in range(1414, 1428)]
     for b in bars:
         row = rows[b.get("data-label").split()[0]]
         stranded = int(b.get("data-stranded"))
@@ -147,10 +144,32 @@ def test_h200_chart_labels_are_the_table_numbers(h200_page):
         assert b.findtext("text[2]") == f"{row['used']} / {row['max']}" + (
             f" ({stranded} stranded)" if stranded else ""
         )
-    assert rows["nvidia-1414"]["max"] == "7" and rows["nvidia-1424"]["max"] == "8"
+    assert rows["nvidia-1424"]["max"] == "8" and rows["nvidia-1426"]["max"] == "4"
     by_id = {b.get("data-label").split()[0]: b for b in bars}
-    assert by_id["nvidia-1414"].findtext("text[2]") == "3 / 7"
-    assert by_id["nvidia-1424"].findtext("text[2]") == "0 / 8 (5 stranded)"
+    assert by_id["nvidia-1424"].findtext("text[2]") == "3 / 8"
+    assert by_id["nvidia-1426"].findtext("text[2]") == "0 / 4 (2 stranded)"
+
+
+def test_mig_instances_have_a_table_per_gpu(tmp_path):
+    """Issue 13: the page shows each MIG GPU's instances and their states (used, free, by-hand), as the JSON does."""
+    build("h200-vendor-vfio", str(tmp_path / "h200"))
+    h200_mig_busy(tmp_path / "h200", tmp_path / "domains")
+    doc = api.inventory(str(tmp_path / "h200"), domains_xml=str(tmp_path / "domains"), host="h200")
+    page = tmp_path / "mig.html"
+    page.write_text(host_html(doc))
+    dom = html.fromstring(chromium(tmp_path, "--dump-dom", page.as_uri()).stdout)
+    titles = [h.text_content() for h in dom.xpath("//h2[starts-with(., 'MIG GPU instances')]")]
+    assert titles == ["MIG GPU instances on 0000:18:00.0: MIG Enabled, 4 of 8 slots free, 1 used, 2 free (1 made by "
+                      "hand)"]  # fmt: skip
+    table = dom.xpath("//h2[starts-with(., 'MIG GPU instances')]/following-sibling::table[1]")[0]
+    assert [th.text_content() for th in table.xpath(".//th")] == [
+        "instance", "profile", "placement", "state", "domain", "made for", "vGPUs"
+    ]  # fmt: skip
+    assert [[td.text_content() for td in tr.findall("td")] for tr in table.xpath(".//tbody/tr")] == [
+        ["3", "2g.35gb", "0:2", "by-hand", "-", "-", "-"],
+        ["2", "1g.18gb", "5:1", "free", "-", "idle01", "-"],
+        ["1", "1g.18gb", "6:1", "used", "train01", "train01", "0000:18:00.4"],
+    ]
 
 
 def test_full_gpu_and_passthrough_gpus_are_charted(tmp_path):

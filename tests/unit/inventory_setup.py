@@ -4,6 +4,7 @@ through vgpuadm.api.open_sysfs(root); the simulated kernel (vgpuadm/sim/kernel.p
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 from vgpuadm import api
@@ -19,6 +20,17 @@ def create_mdev(root: Path, parent: str, type_id: str, uuid: str) -> None:
 
 def set_vf_type(root: Path, vf: str, type_num: int) -> None:
     api.open_sysfs(str(root)).write(f"/sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type", f"{type_num}\n")
+
+
+def nvidia_smi(root: Path, *args: str) -> str:
+    """Run the host's nvidia-smi (the simulated one `vgpuadm sim build` installs under the root); its stdout."""
+    smi = Path(root) / "usr/bin/nvidia-smi"
+    return subprocess.run([str(smi), *args], check=True, capture_output=True, text=True).stdout
+
+
+def mig_on(root: Path, index: int = 0) -> None:
+    """`nvidia-smi -i N -mig 1`: the GPU then offers its MIG-backed types instead of its time-sliced ones."""
+    nvidia_smi(root, "-i", str(index), "-mig", "1")
 
 
 def domain_xml(name: str, allocations: list[Allocation]) -> str:
@@ -50,3 +62,22 @@ def p4_busy(root: Path, domains_dir: Path | None = None) -> list[Allocation]:
         for a in allocations:
             (domains_dir / f"{a.domain}.xml").write_text(domain_xml(a.domain, [a]))
     return allocations
+
+
+def h200_mig_busy(root: Path, domains_dir: Path) -> None:
+    """On an H200 host (layout C): MIG on and three GPU instances made with nvidia-smi — 1g.18gb at slots 6 (id 1)
+    and 5 (id 2), 2g.35gb at 0 (id 3). train01's H200X-1-18C on VF 0000:18:00.4 runs on instance 1 (the driver binds
+    the lowest free id); the domains' metadata says vgpuadm made instance 1 for train01 and instance 2 for idle01
+    (whose vGPU is not there now), and nobody made instance 3: used, free and by-hand."""
+    mig_on(root)
+    nvidia_smi(root, "mig", "-i", "0", "-cgi", "19:6,19:5,14:0")
+    set_vf_type(root, "0000:18:00.4", 1414)
+    vf = "0000:18:00.5"
+    allocations = [
+        Allocation("train01", "vf", "nvidia-1414", "0000:18:00.4", address="0000:18:00.4",
+                   extra={"mig_instance": "19:6"}),
+        Allocation("idle01", "vf", "nvidia-1414", vf, address=vf, extra={"mig_instance": "19:5"}),
+    ]  # fmt: skip
+    domains_dir.mkdir(parents=True, exist_ok=True)
+    for a in allocations:
+        (domains_dir / f"{a.domain}.xml").write_text(domain_xml(a.domain, [a]))

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.unit.inventory_setup import mig_on
 from vgpuadm.api import discover
 from vgpuadm.model import Allocation
 from vgpuadm.plan.restore import PHASES, missing_devices, plan_phase, wait_until
@@ -49,9 +50,11 @@ def test_mdev_plans_create_then_params_and_mig_types_are_reported(sim_host: Call
     assert plan_phase("params", allocs, snap).steps == []  # the mdev must exist first
     wrong = [Allocation("x", "mdev", "nvidia-63", "0000:09:00.0", u)]
     assert plan_phase("vgpu", wrong, snap).problems == (f"x: mdev {u} — parent 0000:09:00.0 has not registered",)
-    h200 = discover(str(sim_host("h200-vendor-vfio")))
+    h200_root = sim_host("h200-vendor-vfio")
+    mig_on(h200_root)  # the GPU offers nvidia-1414 (H200X-1-18C) only in MIG mode
+    h200 = discover(str(h200_root))
     mig = plan_phase("mig", [Allocation("m", "vf", "nvidia-1414", VF, address=VF)], h200)
-    # no MIG state read (nvidia-smi reports no MIG on this board): one problem line, no step
+    # no MIG state handed in (mig_gpus None: nvidia-smi not read): one problem line, no step
     assert mig.steps == [] and mig.problems == ("0000:18:00.0: nvidia-smi reports no GPU 0000:18:00.0",)
 
 

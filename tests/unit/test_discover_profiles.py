@@ -96,9 +96,10 @@ def test_h200_layout_c_vendor_vfio(hosts):
     assert {layouts(s)[vf] for vf in vfs} == {"vendor-vfio"}
     assert s.mdev_parents == {} and s.mdevs == {}
     vf = s.vendor_vfs["0000:18:00.4"]
-    assert (vf.current_type, vf.physfn, len(vf.creatable)) == (0, "0000:18:00.0", 16)
-    assert vf.creatable[1] == (1414, "NVIDIA H200X-1-18C")
-    assert len(s.types()) == 256
+    # MIG off: the 9 time-sliced types; the 7 MIG-backed H200X-<n>-<GB>C only with MIG on (test_sim_mig.py)
+    assert (vf.current_type, vf.physfn, len(vf.creatable)) == (0, "0000:18:00.0", 9)
+    assert vf.creatable[0] == (1420, "NVIDIA H200X-4C")
+    assert len(s.types()) == 16 * 9
     t = next(t for t in s.types() if t.type_id == "nvidia-1428" and t.parent == "0000:18:00.4")
     assert (t.layout, t.profile, t.framebuffer_mib, t.available_instances) == (
         Layout.VENDOR_VFIO, "H200X-141C", 141 * 1024, 1
@@ -152,7 +153,7 @@ def test_mixed_host_keeps_every_layout(hosts):
     lay = layouts(s)
     assert lay["0000:18:00.4"] == "vendor-vfio" and lay["0000:41:00.4"] == "mdev-vf" and lay["mtty"] == "mdev-pf"
     assert lay["0000:65:00.0"] == "passthrough"
-    assert Counter(t.layout.value for t in s.types()) == {"mdev-pf": 14 + 2, "mdev-vf": 8 * 11, "vendor-vfio": 8 * 16}
+    assert Counter(t.layout.value for t in s.types()) == {"mdev-pf": 14 + 2, "mdev-vf": 8 * 11, "vendor-vfio": 8 * 9}
     assert len(s.functions["0000:41:00.0"].virtfns) == 8 and len(s.functions["0000:18:00.0"].virtfns) == 8
 
 

@@ -124,14 +124,14 @@ def test_a_start_that_does_not_fit_fails_with_one_line_and_changes_nothing(sim_h
 def test_layout_c_types_the_recorded_vf_at_start_and_clears_it_at_stop(sim_host, cli, monkeypatch):
     root = sim_host("h200-vendor-vfio")
     before = tree_state(root)
-    dom = on_demand(root, "train01", UUIDS[0], "nvidia-1414")
+    dom = on_demand(root, "train01", UUIDS[0], "nvidia-1426")
     [ref] = xml.parse_hostdevs(dom)
     assert ref.kind == "pci" and ref.key == "0000:18:00.4"
     r = hook(cli, monkeypatch, root, "train01", "prepare", "begin", dom)
-    assert (r.code, r.err) == (0, "vgpuadm: domain train01: step 1/1 set vGPU type 1414 (nvidia-1414) on VF "
+    assert (r.code, r.err) == (0, "vgpuadm: domain train01: step 1/1 set vGPU type 1426 (nvidia-1426) on VF "
                                   "0000:18:00.4\n")  # fmt: skip
     vf = "sys/devices/pci0000:17/0000:17:01.0/0000:18:00.4/nvidia/current_vgpu_type"
-    assert tree_state(root)[vf] == ("file", b"1414\n")
+    assert tree_state(root)[vf] == ("file", b"1426\n")
     assert hook(cli, monkeypatch, root, "train01", "release", "end", dom).code == 0
     assert diff(before, tree_state(root)) == {}
 
@@ -139,7 +139,7 @@ def test_layout_c_types_the_recorded_vf_at_start_and_clears_it_at_stop(sim_host,
 def test_a_second_layout_c_request_gets_another_vf(sim_host):
     root = sim_host("h200-vendor-vfio")
     snap = api.discover(str(root))
-    plans = guest.plan_create_many(snap, [(bare("a", UUIDS[0]), 1), (bare("b", UUIDS[1]), 1)], "nvidia-1414",
+    plans = guest.plan_create_many(snap, [(bare("a", UUIDS[0]), 1), (bare("b", UUIDS[1]), 1)], "nvidia-1426",
                                    on_demand=True)  # fmt: skip
     assert [p.added[0].address for p in plans] == ["0000:18:00.4", "0000:18:00.5"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.inventory_setup import P4_UUIDS as U
-from tests.unit.inventory_setup import create_mdev, domain_xml, set_vf_type
+from tests.unit.inventory_setup import create_mdev, domain_xml, mig_on, set_vf_type
 from tests.unit.inventory_setup import p4_busy as make_p4_busy
 from vgpuadm import api
 from vgpuadm.model import Allocation
@@ -110,10 +110,16 @@ def test_a100_layout_b_one_size_per_gpu(sim_host):
 
 
 def test_h200_layout_c_idle_is_bounded_by_framebuffer(sim_host):
-    doc = _doc(sim_host("h200-vendor-vfio"), [])
-    assert [(t["type_id"], t["free"]) for t in doc["types"] if t["type_id"] in ("nvidia-1414", "nvidia-1420",
-            "nvidia-1428")] == [("nvidia-1414", 7), ("nvidia-1420", 16), ("nvidia-1428", 1)]  # fmt: skip
+    root = sim_host("h200-vendor-vfio")
+    doc = _doc(root, [])
+    wanted = ("nvidia-1414", "nvidia-1420", "nvidia-1428")
+    # MIG off: the time-sliced types only; the MIG-backed H200X-1-18C once MIG is on
+    assert [(t["type_id"], t["free"]) for t in doc["types"] if t["type_id"] in wanted] == [("nvidia-1420", 16),
+                                                                                        ("nvidia-1428", 1)]  # fmt: skip
     assert doc["gpus"][0]["framebuffer_total_mib"] == 141 * 1024
+    mig_on(root)
+    doc = _doc(root, [])
+    assert [(t["type_id"], t["free"]) for t in doc["types"] if t["type_id"] in wanted] == [("nvidia-1414", 7)]
 
 
 def test_h200_layout_c_typed_vf_is_a_device(sim_host):
@@ -235,22 +241,22 @@ def test_kernel_reading_zero_is_believed(p4_busy):
 
 
 def test_h200_stranded_counts_only_what_cannot_be_placed(sim_host):
-    """Issue 12 item 13: three H200X-1-18C run; four more fit (max 7), so the free framebuffer they fill is not
-    stranded — only the 15360 MiB left after them, and the other sizes' instances the lock forbids."""
+    """Issue 12 item 13: three H200X-17C run; five more fit (max 8), so the free framebuffer they fill is not
+    stranded — only the 5120 MiB left after them, and the other sizes' instances the lock forbids."""
     root = sim_host("h200-vendor-vfio")
     for vf in ("0000:18:00.4", "0000:18:00.5", "0000:18:00.6"):
-        set_vf_type(root, vf, 1414)
+        set_vf_type(root, vf, 1424)
     doc = _doc(root, [])
     g = doc["gpus"][0]
     assert (g["framebuffer_used_mib"], g["framebuffer_free_mib"], g["framebuffer_stranded_mib"]) == (
-        55296,
-        89088,
-        15360,
+        52224,
+        92160,
+        5120,
     )
-    assert doc["summary"]["framebuffer_stranded_mib"] == 15360
+    assert doc["summary"]["framebuffer_stranded_mib"] == 5120
     rows = {t["type_id"]: (t["used"], t["free"], t["max"], t["stranded"], t["gpus"][0]["reason"]) for t in doc["types"]}
-    assert rows["nvidia-1414"] == (3, 4, 7, 0, None)
-    assert rows["nvidia-1424"] == (0, 0, 8, 5, "runs nvidia-1414 (18432 MiB; one framebuffer size per GPU)")
+    assert rows["nvidia-1424"] == (3, 5, 8, 0, None)
+    assert rows["nvidia-1426"] == (0, 0, 4, 2, "runs nvidia-1424 (17408 MiB; one framebuffer size per GPU)")
     assert rows["nvidia-1420"][3] == 16 and rows["nvidia-1428"][3] == 0
 
 

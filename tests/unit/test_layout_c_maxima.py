@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.inventory_setup import set_vf_type
+from tests.unit.inventory_setup import mig_on, set_vf_type
 from vgpuadm import api
 from vgpuadm.catalog.boards import MIG, TIME_SLICED, board_framebuffer_mib, equal_size_max
 from vgpuadm.catalog.naming import describe_nvidia_name
@@ -18,7 +18,7 @@ from vgpuadm.errors import CapacityError, HostIOError
 from vgpuadm.plan.placement import place
 from vgpuadm.report.inventory import inventory
 from vgpuadm.schemas import validate
-from vgpuadm.sim.profiles import H200_TYPES
+from vgpuadm.sim.profiles import H200_MIG_PROFILE, H200_TYPES
 
 GPU = "0000:18:00.0"
 VFS = [f"0000:18:{d:02x}.{f}" for d in range(16) for f in range(8)][4:20]  # the profile's 16 VFs: 18:00.4 … 18:02.3
@@ -75,9 +75,12 @@ def test_no_board_holds_more_than_its_memory():
 
 
 def test_discovery_fills_layout_c_maxima_and_the_sim_uses_the_same_table(sim_host):
-    snap = api.discover(str(sim_host("h200-vendor-vfio")))
-    got = sorted((t.type_id, t.max_instances) for t in snap.types() if t.parent == VFS[0])
-    assert got == sorted((f"nvidia-{num}", mx) for num, _profile, mx in H200_TYPES)
+    root = sim_host("h200-vendor-vfio")
+    time_sliced = sorted((t.type_id, t.max_instances) for t in api.discover(str(root)).types() if t.parent == VFS[0])
+    mig_on(root)  # the MIG-backed types are offered only in MIG mode
+    mig_backed = sorted((t.type_id, t.max_instances) for t in api.discover(str(root)).types() if t.parent == VFS[0])
+    assert mig_backed == sorted((f"nvidia-{num}", mx) for num, p, mx in H200_TYPES if p in H200_MIG_PROFILE)
+    assert sorted(time_sliced + mig_backed) == sorted((f"nvidia-{num}", mx) for num, _profile, mx in H200_TYPES)
     # the simulator's maxima are the reference's (§3.6), ids 1413 … 1428 in order
     assert [mx for _num, _p, mx in H200_TYPES] == [1, 7, 1, 4, 3, 2, 1, 32, 20, 16, 10, 8, 5, 4, 2, 1]
 
@@ -130,17 +133,20 @@ def test_busy_h200x_free_count_is_the_table_maximum_minus_running(sim_host):
 
 
 def test_idle_h200x_free_is_the_table_maximum_bounded_by_vfs(sim_host):
-    doc = _doc(api.discover(str(sim_host("h200-vendor-vfio"))))
+    root = sim_host("h200-vendor-vfio")
+    doc = _doc(api.discover(str(root)))
     got = {t["name"].split()[-1]: (t["max"], t["free"]) for t in doc["types"]}
-    assert {p: got[p] for p in ("H200X-4C", "H200X-8C", "H200X-14C", "H200X-35C", "H200X-141C", "H200X-3-71C")} == {
+    assert {p: got[p] for p in ("H200X-4C", "H200X-8C", "H200X-14C", "H200X-35C", "H200X-141C")} == {
         "H200X-4C": (16, 16),  # table 32, 16 VFs
         "H200X-8C": (16, 16),
         "H200X-14C": (10, 10),
         "H200X-35C": (4, 4),
         "H200X-141C": (1, 1),
-        "H200X-3-71C": (2, 2),  # the table's MIG maximum, not 141 // 71
     }
     assert doc["gpus"][0]["framebuffer_total_mib"] == 141 * 1024
+    mig_on(root)
+    got = {t["name"].split()[-1]: (t["max"], t["free"]) for t in _doc(api.discover(str(root)))["types"]}
+    assert got["H200X-3-71C"] == (2, 2)  # the table's MIG maximum, not 141 // 71
 
 
 def test_placement_and_the_simulated_driver_stop_at_the_maximum(sim_host):

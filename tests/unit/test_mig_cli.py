@@ -11,6 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from vgpuadm.host.sysfs import SIM_MARKER
 from vgpuadm.schemas import MIG_NAMES, validate
 from vgpuadm.schemas import load as load_schema
 from vgpuadm.sim.kernel import SimKernel
@@ -157,7 +158,13 @@ def test_bad_input_is_one_line_and_changes_nothing(cli, tmp_path):
 
 
 def test_mig_on_a_gpu_without_mig(cli, tmp_path):
+    """A layout C GPU without MIG (an L40S, say): every simulated layout C board has MIG, so the H200 host's marker
+    loses the GPU's MIG state and its simulated nvidia-smi reports MIG mode N/A, as for a board without MIG."""
     build("h200-vendor-vfio", str(tmp_path / "h"))
+    marker = tmp_path / "h" / SIM_MARKER
+    model = json.loads(marker.read_text())
+    del model["mig"]["0000:18:00.0"]
+    marker.write_text(json.dumps(model))
     r = cli("--root", str(tmp_path / "h"), "mig", "enable", "--gpu", "0000:18:00.0")
     assert r.code == 2 and r.err.splitlines()[0] == "error: 0000:18:00.0 (h200-vendor-vfio) has no MIG"
 

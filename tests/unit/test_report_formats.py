@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.unit.inventory_setup import P4_UUIDS as U
-from tests.unit.inventory_setup import p4_busy
+from tests.unit.inventory_setup import h200_mig_busy, p4_busy
 from vgpuadm import api
 from vgpuadm.schemas import validate
 
@@ -67,6 +67,27 @@ def test_prometheus_textfile_values(busy, cli):
     assert samples[("vgpuadm_device_info", (("device", U[1]), ("domain", ""), ("gpu", "0000:01:00.0"), h,
                                             ("kind", "mdev"), ("owned", "false"), ("type", "nvidia-63")))] == 1  # fmt: skip
     assert not [line for line in r.out.splitlines() if "_total" in line]
+
+
+def test_prometheus_mig_instances_by_state(sim_host, cli, tmp_path):
+    """Issue 13: GPU-instance occupancy per GPU and profile, by the JSON's states (used, free, by-hand), zero
+    included; MIG mode and the free slots per GPU."""
+    root = sim_host("h200-vendor-vfio")
+    h200_mig_busy(root, tmp_path / "domains")
+    args = ["--root", str(root), "inventory", "--domains-xml", str(tmp_path / "domains"), "--host", "h200"]
+    r = cli(*args, "--format", "prometheus")
+    assert r.code == 0, r.err
+    samples = {k: v for k, v in _samples(r.out).items() if k[0].startswith("vgpuadm_gpu_mig_")}
+    g, h = ("gpu", "0000:18:00.0"), ("host", "h200")
+    assert samples == {
+        ("vgpuadm_gpu_mig_enabled", (g, h)): 1,
+        ("vgpuadm_gpu_mig_free_slots", (g, h)): 4,
+        **{("vgpuadm_gpu_mig_instances", (g, h, ("profile", p), ("state", st))): n
+           for p, st, n in [("2g.35gb", "used", 0), ("2g.35gb", "free", 0), ("2g.35gb", "by-hand", 1),
+                            ("1g.18gb", "used", 1), ("1g.18gb", "free", 1), ("1g.18gb", "by-hand", 0)]},
+    }  # fmt: skip
+    states = [i["state"] for i in json.loads(cli(*args, "--format", "json").out)["gpus"][0]["mig"]["instances"]]
+    assert sorted(states) == sorted(k[1][3][1] for k, v in samples.items() for _ in range(int(v)) if len(k[1]) == 4)
 
 
 @pytest.mark.skipif(not shutil.which("promtool"), reason="promtool (Debian package prometheus) is not installed")

@@ -31,7 +31,7 @@ def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     sysfs.write("/sys/class/mdev_bus/0000:41:00.4/mdev_supported_types/nvidia-468/create",
                 "0a0a0a0a-0000-4000-8000-000000000001")  # fmt: skip
     sysfs.write("/sys/class/mdev_bus/mtty/mdev_supported_types/mtty-2/create", "0a0a0a0a-0000-4000-8000-000000000002")
-    sysfs.write("/sys/bus/pci/devices/0000:18:00.4/nvidia/current_vgpu_type", "1414\n")
+    sysfs.write("/sys/bus/pci/devices/0000:18:00.4/nvidia/current_vgpu_type", "1426\n")  # H200X-35C
     load(str(DATA / "harvester-a2/vgpu-node.umockdev"), str(base / "a2"), str(DATA / "harvester-a2/testdata-sys"),
          {"pci", "mdev"})  # fmt: skip
     out["a2"] = base / "a2"

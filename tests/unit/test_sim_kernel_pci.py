@@ -214,7 +214,7 @@ def test_autoprobe_off_leaves_new_vfs_unbound(tmp_path):
     k.write(f"{DRIVERS}/nvidia/bind", "0000:18:00.5")  # the native driver lays down its nvidia/ group
     assert read(root, f"{vf}/nvidia/current_vgpu_type") == "0\n"
     assert read(root, f"{vf}/nvidia/creatable_vgpu_types").startswith(
-        "ID    : vGPU Name\n1413  : NVIDIA H200X-7-141C\n"
+        "ID    : vGPU Name\n1420  : NVIDIA H200X-4C\n"  # MIG off: the time-sliced types
     )
 
 

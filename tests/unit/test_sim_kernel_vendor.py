@@ -8,7 +8,7 @@ import errno
 import pytest
 
 from vgpuadm.sim.kernel import SimKernel
-from vgpuadm.sim.profiles import H200_TYPES
+from vgpuadm.sim.profiles import H200_MIG_PROFILE, H200_TYPES
 from vgpuadm.sim.treestate import diff, tree_state
 
 BASE = "/sys/devices/pci0000:17/0000:17:01.0"
@@ -33,7 +33,8 @@ def write_errno(root, path: str, data: str) -> int:
 
 def test_first_vgpu_narrows_free_vfs_to_its_size(sim_host):
     root = sim_host("h200-vendor-vfio")
-    full = HEADER + "".join(f"{num:<5d} : NVIDIA {p}\n" for num, p, _ in H200_TYPES)
+    # MIG off: the time-sliced types (the MIG-backed ones only in MIG mode, tests/unit/test_sim_mig.py)
+    full = HEADER + "".join(f"{num:<5d} : NVIDIA {p}\n" for num, p, _ in H200_TYPES if p not in H200_MIG_PROFILE)
     assert read(root, f"{vf(1)}/nvidia/creatable_vgpu_types") == full
     SimKernel(str(root)).write("/sys/bus/pci/devices/0000:18:00.4/nvidia/current_vgpu_type", "1427\n")  # 70C, max 2
     assert read(root, f"{vf(0)}/nvidia/current_vgpu_type") == "1427\n"

@@ -5,6 +5,7 @@ real placements, and their effect on vGPU types on layout B (A100 80GB mdev on V
 from __future__ import annotations
 
 import errno
+import json
 import subprocess
 from pathlib import Path
 
@@ -39,6 +40,42 @@ def test_h200_offers_time_sliced_types_only_while_mig_is_off(tmp_path):
         t.name: t.gi_profile_id for t in parse_type_blocks(smi(tmp_path, "vgpu", "-s", "-v").stdout)["0000:18:00.0"]
     }
     assert blocks["NVIDIA H200X-1-18C"] == 19 and blocks["NVIDIA H200X-141C"] is None  # vgpu -s lists every type
+
+
+@pytest.mark.parametrize("profile", ["h200-vendor-vfio", "mixed"])
+def test_every_simulated_h200_offers_mig_backed_types_only_in_mig_mode(tmp_path, cli, profile):
+    """Issue 13: NVIDIA's vGPU documentation puts time-sliced vGPUs on a GPU not partitioned into GPU instances and
+    MIG-backed ones on a GPU instance, so an H200 with MIG off offers no MIG-backed type and its driver refuses one
+    (EINVAL: not in the VF's creatable list); after `mig enable` it offers those only, and writing one binds a free
+    GPU instance of its profile, or fails with EIO when none is free."""
+    build(profile, str(tmp_path))
+    kernel = SimKernel(str(tmp_path))
+
+    def h200_types() -> list[tuple[str, str | None]]:
+        doc = json.loads(cli("--root", str(tmp_path), "types", "--json").out)
+        return sorted({(t["type_id"], t["mig_profile"]) for t in doc if t["parent"].startswith("0000:18:")})
+
+    assert h200_types() == [(f"nvidia-{n}", None) for n in range(1420, 1429)]
+    with pytest.raises(OSError) as exc:
+        kernel.write(f"{H200_VF}/nvidia/current_vgpu_type", "1414\n")
+    assert exc.value.errno == errno.EINVAL
+    assert (tmp_path / H200_VF.lstrip("/") / "nvidia/current_vgpu_type").read_text() == "0\n"
+
+    assert cli("--root", str(tmp_path), "mig", "enable", "--gpu", "0000:18:00.0").code == 0
+    assert h200_types() == [("nvidia-1413", "7g.141gb"), ("nvidia-1414", "1g.18gb"), ("nvidia-1415", "1g.18gb+me"),
+                            ("nvidia-1416", "1g.35gb"), ("nvidia-1417", "2g.35gb"), ("nvidia-1418", "3g.71gb"),
+                            ("nvidia-1419", "4g.71gb")]  # fmt: skip
+    with pytest.raises(OSError) as exc:  # no GPU instance of 1g.18gb yet
+        kernel.write(f"{H200_VF}/nvidia/current_vgpu_type", "1414\n")
+    assert exc.value.errno == errno.EIO
+    made = cli("--root", str(tmp_path), "mig", "create", "--gpu", "0000:18:00.0", "--profile", "1g.18gb")
+    assert made.out == "done: step 1/1 create MIG GPU instance 1g.18gb (profile 19) at slot 6 on 0000:18:00.0\n"
+    kernel.write(f"{H200_VF}/nvidia/current_vgpu_type", "1414\n")
+    assert (tmp_path / H200_VF.lstrip("/") / "nvidia/gpu_instance_id").read_text() == "1\n"
+    with pytest.raises(OSError) as exc:  # its one instance is taken: none free for a second vGPU
+        kernel.write("/sys/bus/pci/devices/0000:18:00.5/nvidia/current_vgpu_type", "1414\n")
+    assert exc.value.errno == errno.EIO
+    assert json.loads(cli("--root", str(tmp_path), "mig", "instances", "--json").out)[0]["vgpus"] == ["0000:18:00.4"]
 
 
 def test_h200_layout_c_mig_backed_type_binds_a_free_instance(tmp_path):

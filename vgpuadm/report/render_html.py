@@ -1,12 +1,13 @@
 """One self-contained HTML page for an inventory or a fleet report: inline CSS, inline SVG bar charts (use per GPU
 or host, and per type), and the same tables the terminal shows. No script, no font, no image, no network fetch,
-so it can be mailed or opened from a file share. Rendered by templates/report/inventory.html.j2 (autoescaped)."""
+so it can be mailed or opened from a file share. Rendered by templates/report/inventory.html.j2 (autoescaped).
+MIG GPU instances get a table per GPU (the terminal prints them in one)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from vgpuadm.report.render_table import Table, fleet_tables, host_tables
+from vgpuadm.report.render_table import MIG_TITLE, Table, fleet_tables, host_tables, mig_gpu_tables
 from vgpuadm.virt.templating import environment
 
 BAR_WIDTH = 420  # px of a full bar; labels and numbers sit left and right of it
@@ -84,7 +85,7 @@ def host_view(doc: dict[str, Any]) -> dict[str, Any]:
         "subtitle": f"{doc['schema']} · taken {doc['generated_at']} · ownership from {doc['ownership_source']}",
         "cards": cards,
         "charts": charts,
-        "tables": host_tables(doc),
+        "tables": [m for t in host_tables(doc) for m in (mig_gpu_tables(doc) if t.title == MIG_TITLE else [t])],
         "warnings": doc["warnings"],
     }
 

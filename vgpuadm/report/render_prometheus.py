@@ -125,6 +125,7 @@ def host_families(doc: dict[str, Any]) -> _Families:
                 g["free"],
             )
     _type_families(m, doc["types"], h)
+    _mig_families(m, doc["gpus"], h)
     for d in doc["devices"]:
         m.add(
             "vgpuadm_device_info",
@@ -161,6 +162,31 @@ def _type_families(m: _Families, types: list[dict[str, Any]], base: dict[str, An
     ):
         for t in types:
             m.add(name, help_text, {**base, "type": t["type_id"], "name": t["name"]}, t[key])
+
+
+MIG_STATES = ("used", "free", "by-hand")  # an instance's `state` in the inventory JSON (report/mig.instance_rows)
+
+
+def _mig_families(m: _Families, gpus: list[dict[str, Any]], h: dict[str, Any]) -> None:
+    """GPU-instance occupancy of the MIG-capable GPUs (the rows' `mig`): the mode, the slots still free and, per
+    profile that has an instance, how many are in each state (zero too, so a series does not vanish when its last
+    instance changes state)."""
+    mig = [(g["address"], g["mig"]) for g in gpus if g.get("mig")]
+    for gpu, o in mig:
+        m.add("vgpuadm_gpu_mig_enabled", "Whether the GPU's MIG mode is on now (1) or off (0).", {**h, "gpu": gpu},
+              int(o["mode"] == "Enabled"))  # fmt: skip
+    for gpu, o in mig:
+        m.add("vgpuadm_gpu_mig_free_slots", "GPU-instance slots no instance holds.", {**h, "gpu": gpu}, o["slots_free"])
+    for gpu, o in mig:
+        for profile in dict.fromkeys(i["name"] for i in o["instances"]):
+            for state in MIG_STATES:
+                m.add(
+                    "vgpuadm_gpu_mig_instances",
+                    "MIG GPU instances of the profile on the GPU by state: used (a vGPU runs on it), free (none "
+                    "does), by-hand (none does and no domain's metadata says vgpuadm made it).",
+                    {**h, "gpu": gpu, "profile": profile, "state": state},
+                    sum(1 for i in o["instances"] if i["name"] == profile and i["state"] == state),
+                )
 
 
 def fleet_metrics(doc: dict[str, Any]) -> str:

@@ -22,6 +22,29 @@ def _used_of(used: int | None, total: int | None) -> str | None:
     return f"{used}/{total}"
 
 
+MIG_TITLE = "MIG GPU instances (used / free / made by hand)"  # all GPUs in one table (the terminal's)
+
+
+def mig_gpu_tables(doc: dict[str, Any]) -> list[Table]:
+    """One table per MIG-capable GPU (the HTML page's MIG sections): its mode and slots in the title, then each GPU
+    instance with its state (used, free, by-hand), the domain using it and the one vgpuadm made it for."""
+    return [
+        Table(
+            f"MIG GPU instances on {g['address']}: MIG {m['mode']}, {m['slots_free']} of {m['slots']} slots free, "
+            f"{m['used']} used, {m['free']} free ({m['by_hand']} made by hand)",
+            ["instance", "profile", "placement", "state", "domain", "made for", "vGPUs"],
+            [_mig_row(i) for i in m["instances"]],
+        )
+        for g in doc["gpus"]
+        if (m := g.get("mig"))
+    ]
+
+
+def _mig_row(i: dict[str, Any]) -> list[Any]:
+    vgpus = ", ".join(i["vgpus"]) or None
+    return [i["instance_id"], i["name"], f"{i['start']}:{i['size']}", i["state"], i["owner"], i["made_for"], vgpus]
+
+
 def host_tables(doc: dict[str, Any]) -> list[Table]:
     """GPUs, functions, types with capacity, devices with owners, and allocations whose device is missing."""
     tables = [
@@ -108,7 +131,7 @@ def host_tables(doc: dict[str, Any]) -> list[Table]:
     if mig:
         tables.append(
             Table(
-                "MIG GPU instances (used / free / made by hand)",
+                MIG_TITLE,
                 ["gpu", "MIG", "slots free", "instance", "profile", "placement", "state", "domain", "made for"],
                 [
                     [

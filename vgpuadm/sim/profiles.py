@@ -348,18 +348,25 @@ def add_a100_mdev_vf(h: HostBuilder, address: str, host_bridge: str, group: int,
 
 
 def add_h200(h: HostBuilder, address: str, host_bridge: str, group: int, numa: int, vfs: int,
-             enabled: bool = True, mig: bool = False) -> None:  # fmt: skip
+             enabled: bool = True) -> None:  # fmt: skip
+    """H200 SXM5 on vendor-specific VFIO (layout C) with `vfs` VFs, MIG off, as the real H200's -q -x shows it.
+
+    Every simulated H200 models its MIG state, so it offers its time-sliced types with MIG mode off and its MIG-backed
+    H200X-<n>-<GB>C types (H200_MIG_PROFILE, one vGPU per GPU instance) only with MIG on (sim/migmodel.offered).
+    Sources: NVIDIA's MIG-Backed vGPU page (docs.nvidia.com/ai-enterprise/release-8/latest/infra-software/vgpu/
+    features/mig-backed-vgpu.html): "each vGPU runs on a dedicated GPU instance"; the vGPU user guide's definition "A
+    time-sliced vGPU is a vGPU that resides on a physical GPU that is not partitioned into multiple GPU instances"
+    (as quoted by burdweiser-blog.pages.dev/blog/2026-04-22-nvidia-gpus-vsphere-9-time-slicing-vs-mig/); GPU
+    instances exist only in MIG mode (the MIG user guide). So the two kinds never run on one GPU at once. [The guide's
+    own sentence on not mixing them was not found with the search tool.]"""
     port = h.root_port(f"{address.rsplit(':', 2)[0]}:{int(address.split(':')[1], 16) - 1:02x}:01.0", host_bridge)
     types = [[num, f"NVIDIA {p}", describe_nvidia_name(p).framebuffer_mib, mx] for num, p, mx in H200_TYPES]
+    need = {str(num): {"profile": H200_MIG_PROFILE[p], "per_gi": 1} for num, p, _mx in H200_TYPES
+            if p in H200_MIG_PROFILE}  # fmt: skip
+    h.model.setdefault("mig", {})[address] = migmodel.gpu_state(migmodel.H200_PROFILES, need, reset_needed=False)
     _sriov_pf(h, address, port, "0x2335", vfs, enabled, "vendor-vfio", types, group, numa, "0x2335")
     h.model["vendor_vfio"][address] = {"types": types}
     h.model.setdefault("hetero", {})[address] = hetero.gpu_state([t for t in types if t[1] not in _H200_MIG_NAMES])
-    if mig:
-        # MIG off (the real H200's -q -x): the GPU offers its time-sliced types only; the H200X-<n>-<GB>C types need
-        # MIG mode and a GPU instance of their profile (H200_MIG_PROFILE), one vGPU per instance.
-        need = {str(num): {"profile": H200_MIG_PROFILE[p], "per_gi": 1} for num, p, _mx in H200_TYPES
-                if p in H200_MIG_PROFILE}  # fmt: skip
-        h.model.setdefault("mig", {})[address] = migmodel.gpu_state(migmodel.H200_PROFILES, need, reset_needed=False)
     if enabled:
         for i in range(vfs):
             add_sriov_vf(h, address, i)
@@ -655,11 +662,12 @@ PROFILES: dict[str, tuple[str, Callable[[HostBuilder], None]]] = {
     "p4": ("two Tesla P4 (layout A, GRID P4 types nvidia-63…289)", _p4),
     "t4": ("one Tesla T4 (layout A)", _t4),
     "a100-mdev-vf": ("A100 40GB with 16 VFs, mdev types on each VF (layout B)", _a100),
-    "h200-vendor-vfio": ("H200 SXM5 with 16 VFs on NVIDIA vendor-specific VFIO (layout C)", _h200),
-    "h200-mig": (
-        "H200 SXM5 with 16 VFs (layout C), MIG off: MIG-backed H200X-<n>-<GB>C types once MIG is on",
-        lambda h: add_h200(h, "0000:18:00.0", "pci0000:17", 5, 0, 16, mig=True),
+    "h200-vendor-vfio": (
+        "H200 SXM5 with 16 VFs on NVIDIA vendor-specific VFIO (layout C), MIG off: MIG-backed H200X-<n>-<GB>C types "
+        "once MIG is on",
+        _h200,
     ),
+    "h200-mig": ("the h200-vendor-vfio host under the name the MIG examples use (the same H200, MIG off)", _h200),
     "a100d-mig": (
         "A100 PCIe 80GB with 16 VFs, mdev types on each VF (layout B), MIG off (enabling needs a reset)",
         lambda h: add_a100d_mig(h, "0000:41:00.0", "pci0000:40", 4, 0, 16),

@@ -147,10 +147,10 @@ EXAMPLES = r"""
     params:
       frame_rate_limiter: 0
 
-- name: infer01 gets one H200X-1-18C (a vendor-VFIO VF), spread across GPUs
+- name: infer01 gets one H200X-35C (a vendor-VFIO VF), spread across GPUs
   vgpuadm.vgpu.vgpu_allocation:
     vm: infer01
-    type: H200X-1-18C
+    type: H200X-35C
     policy: spread
 
 - name: render01 gets the whole GPU at 0000:65:00.0 (and its HD audio function)
