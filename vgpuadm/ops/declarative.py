@@ -16,6 +16,7 @@ from vgpuadm.catalog.capacity import consume, release
 from vgpuadm.errors import ConflictError, NotFoundError, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor import execute_units, load_drivers, recover
 from vgpuadm.host import hetero as host_hetero
+from vgpuadm.host import mig as host_mig
 from vgpuadm.host.mig import read as mig_read
 from vgpuadm.host.root import EMBED_LIBVIRT, SRIOV_MANAGE
 from vgpuadm.io.domainxml import read_domain_dir
@@ -25,6 +26,7 @@ from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.modes import mig as mig_mode
 from vgpuadm.ops.session import Session
 from vgpuadm.plan import desired, ondemand
+from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan import policies as policies_plan
 from vgpuadm.plan import reconcile as reconcile_plan
 from vgpuadm.plan import restore as restore_plan
@@ -89,16 +91,22 @@ def apply_desired(
                     f"{plan_doc.source}:{spec.line}: vms.{name}: no libvirt domain named {name!r}",
                     "define the domain first (virsh define) or fix the name in the plan",
                 )
+        names = sorted({spec.type for spec in plan_doc.vms.values() if spec.type and not spec.on_demand})
+        mig = host_mig.read_host(s.root) if plan_mig.may_need(snap, names) else plan_mig.NONE
+        snap = plan_mig.project(snap, mig, names)
         resolved = resolve_types(plan_doc, snap, doms.allocations)
         d = desired.diff(plan_doc, Current(doms.allocations, doms.running), resolved, prune=prune)
         desired.check_safe(d, doms.running)
+        if mig is plan_mig.NONE and any("mig_instance" in a.extra for a in d.removes):
+            mig = host_mig.read_host(s.root)
         first: tuple[Step, ...] = ()
         policy_warnings: tuple[str, ...] = ()
         if plan_doc.gpus:  # host policies first: the VMs' devices are placed under the new mode
             pp = _plan_gpus(s, snap, doms, plan_doc)
             snap, first, policy_warnings = pp.snap, pp.steps, pp.warnings
             d = dataclasses.replace(d, gpus=pp.lines)
-        plan = build_apply_plan(plan_doc, d, snap, doms, load_drivers(s.root.path))
+        plan = build_apply_plan(plan_doc, d, snap, doms, load_drivers(s.root.path), mig)
+        d = dataclasses.replace(d, gpus=(*d.gpus, *plan_mig.diff_lines(plan.steps)))
         plan = Plan((*first, *plan.steps), plan.summary) if first else plan
         after = allocations_after(doms, plan)
         boots = {a.domain for a in after if a.on_demand}
@@ -220,14 +228,14 @@ def restore(
             missing = restore_plan.missing_devices(allocs, snap) if phase == "vgpu" and not out.problems else []
             if missing:
                 say(f"waiting up to {timeout:g}s for {', '.join(missing)} to register")
-                snap = restore_plan.wait_until(s.refresh, lambda sn: not restore_plan.missing_devices(allocs, sn),
+                snap = restore_plan.wait_until(s.refresh, lambda sn, want=allocs: not restore_plan.missing_devices(want, sn),
                                                timeout)  # fmt: skip
-            gpus = mig_read(s.root) if phase == "mig" and restore_plan.needs_mig(allocs, snap) else None
+            mig = host_mig.read_host(s.root) if phase == "mig" and restore_plan.needs_mig(allocs, snap) else None
             state = None
             if phase == "policies" and host_hetero.wanted(snap):
                 state = read_policy(s.root.path, "state")
                 snap = dataclasses.replace(snap, policies=host_hetero.read(s.root, scheduler=True, placements=True))
-            pp = restore_plan.plan_phase(phase, allocs, snap, sriov_manage=sriov_manage, mig_gpus=gpus,
+            pp = restore_plan.plan_phase(phase, allocs, snap, sriov_manage=sriov_manage, mig_host=mig,
                                          policy_state=state)  # fmt: skip
             for line in pp.skipped:
                 say(f"{phase}: skipped: {line}")
@@ -243,6 +251,7 @@ def restore(
                 for step in unit.steps:
                     out.done.append(f"{phase}: {step.describe()}")
                     say(f"{phase}: {step.describe()}")
+            allocs = pp.without_held(allocs, snap)
             out.problems.extend(f"{phase}: {p}" for p in pp.problems)
             for p in pp.problems:
                 say(f"{phase}: cannot restore: {p}")
