@@ -5,6 +5,7 @@ lock — and asks the pure planners (plan/apply.py, plan/restore.py, plan/reconc
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -228,8 +229,7 @@ def restore(
             missing = restore_plan.missing_devices(allocs, snap) if phase == "vgpu" and not out.problems else []
             if missing:
                 say(f"waiting up to {timeout:g}s for {', '.join(missing)} to register")
-                snap = restore_plan.wait_until(s.refresh, lambda sn, want=allocs: not restore_plan.missing_devices(want, sn),
-                                               timeout)  # fmt: skip
+                snap = restore_plan.wait_until(s.refresh, functools.partial(restore_plan.all_present, allocs), timeout)
             mig = host_mig.read_host(s.root) if phase == "mig" and restore_plan.needs_mig(allocs, snap) else None
             state = None
             if phase == "policies" and host_hetero.wanted(snap):

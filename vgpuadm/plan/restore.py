@@ -95,6 +95,10 @@ def missing_devices(allocations: Iterable[Allocation], snap: HostSnapshot) -> li
     return sorted(out)
 
 
+def all_present(allocations: Iterable[Allocation], snap: HostSnapshot) -> bool:
+    return not missing_devices(allocations, snap)
+
+
 def plan_phase(
     phase: str, allocations: Sequence[Allocation], snap: HostSnapshot, *, sriov_manage: bool = False,
     mig_host: MigHost | None = None, policy_state: str | None = None,
