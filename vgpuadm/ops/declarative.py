@@ -14,17 +14,19 @@ from urllib.parse import parse_qs, urlsplit
 
 from vgpuadm import modes
 from vgpuadm.catalog.capacity import consume, release
+from vgpuadm.catalog.mig import MigHost
 from vgpuadm.errors import ConflictError, NotFoundError, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor import execute_units, load_drivers, recover
 from vgpuadm.host import hetero as host_hetero
 from vgpuadm.host import mig as host_mig
 from vgpuadm.host.mig import read as mig_read
-from vgpuadm.host.root import EMBED_LIBVIRT, SRIOV_MANAGE
+from vgpuadm.host.root import EMBED_LIBVIRT, SRIOV_MANAGE, HostRoot
 from vgpuadm.io.domainxml import read_domain_dir
 from vgpuadm.io.planfile import load_plan
 from vgpuadm.io.policyfile import read_file as read_policy
 from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.modes import mig as mig_mode
+from vgpuadm.ops.host import discover
 from vgpuadm.ops.session import Session
 from vgpuadm.plan import desired, ondemand
 from vgpuadm.plan import mig as plan_mig
@@ -92,9 +94,7 @@ def apply_desired(
                     f"{plan_doc.source}:{spec.line}: vms.{name}: no libvirt domain named {name!r}",
                     "define the domain first (virsh define) or fix the name in the plan",
                 )
-        names = sorted({spec.type for spec in plan_doc.vms.values() if spec.type and not spec.on_demand})
-        mig = host_mig.read_host(s.root) if plan_mig.may_need(snap, names) else plan_mig.NONE
-        snap = plan_mig.project(snap, mig, names)
+        snap, mig = planning_snapshot(s.root, snap, plan_doc)
         resolved = resolve_types(plan_doc, snap, doms.allocations)
         d = desired.diff(plan_doc, Current(doms.allocations, doms.running), resolved, prune=prune)
         desired.check_safe(d, doms.running)
@@ -117,6 +117,21 @@ def apply_desired(
             return ApplyResult(d, plan, tuple(plan.describe()), check, warnings)
         result = s.execute(plan, progress=progress)
         return ApplyResult(d, plan, result.applied, False, warnings)
+
+
+def planning_snapshot(root: HostRoot, snap: HostSnapshot, plan_doc: DesiredPlan) -> tuple[HostSnapshot, MigHost]:
+    """`snap` as the plan's types are resolved and placed against it — with MIG-backed types listed where MIG mode
+    can go on (plan/mig.py project) — and the MIG state, read only when a type may need it."""
+    names = sorted({spec.type for spec in plan_doc.vms.values() if spec.type and not spec.on_demand})
+    mig = host_mig.read_host(root) if plan_mig.may_need(snap, names) else plan_mig.NONE
+    return plan_mig.project(snap, mig, names), mig
+
+
+def resolve_desired_types(root: str | None, plan_doc: DesiredPlan, allocations: list[Allocation]) -> dict[str, str]:
+    """The type ids a plan's types name on this host, as apply_desired resolves them (a MIG-backed type too while
+    MIG mode is off): for the Ansible module, which compares them with what its VM owns."""
+    snap, _ = planning_snapshot(HostRoot(root), discover(root), plan_doc)
+    return resolve_types(plan_doc, snap, allocations)
 
 
 def _plan_gpus(s: Session, snap: HostSnapshot, doms: Domains, plan_doc: DesiredPlan) -> PolicyPlan:
