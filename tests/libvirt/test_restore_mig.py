@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from embedded_host import attr, define, hostdev_keys, vgpuadm
+from embedded_host import allocations, attr, define, hostdev_keys, vgpuadm
 
 pytestmark = pytest.mark.libvirt
 
@@ -72,3 +72,40 @@ def test_create_plans_the_gpu_instances_a_mig_backed_type_needs(sim_host: Callab
     ]
     nothing = vgpuadm(root, "create", "--type", "H200X-1-18C", "--count", "3", "--vm", "mig02")
     assert nothing.code == 0 and _instances(root) == [("1g.18gb", 0, 1), ("1g.18gb", 1, 1), ("1g.18gb", 3, 1)]
+
+
+def test_restore_puts_each_recorded_instance_back_at_its_start_or_says_why_not(
+    sim_host: Callable[[str], Path],
+) -> None:
+    """The instances `create` made are recorded (profile id:start); after a reboot restore makes them at those
+    starts, not where the placement rule would put them now. A start that is taken since is one line naming the
+    domain, and nothing is done on that GPU: no instance, no vGPU type."""
+    root = sim_host("h200-mig")
+    define(root, "m5")
+    assert vgpuadm(root, "mig", "enable", "--gpu", PF).code == 0
+    assert vgpuadm(root, "mig", "create", "--gpu", PF, "--profile", "1g.18gb", "--placement", "0").code == 0
+    res = vgpuadm(root, "create", "--type", "H200X-1-18C", "--count", "3", "--vm", "m5")
+    assert res.code == 0, res.err
+    assert _instances(root) == [("1g.18gb", 0, 1), ("1g.18gb", 1, 1), ("1g.18gb", 3, 1)]
+    assert sorted(a.extra.get("mig_instance", "") for a in allocations(root, "m5")) == ["", "19:1", "19:3"]
+    assert vgpuadm(root, "sim", "reboot", str(root)).code == 0
+    res = vgpuadm(root, "restore")
+    assert res.code == 0, res.err
+    # the two recorded at their starts; the vGPU that sat on the hand-made one gets one where the rule puts it
+    assert [x for x in res.out.splitlines() if x.startswith("mig:")] == [
+        f"mig: create MIG GPU instance 1g.18gb (profile 19) at slot 1 on {PF}",
+        f"mig: create MIG GPU instance 1g.18gb (profile 19) at slot 3 on {PF}",
+        f"mig: create MIG GPU instance 1g.18gb (profile 19) at slot 2 on {PF}",
+    ]
+    assert vgpuadm(root, "sim", "reboot", str(root)).code == 0
+    assert vgpuadm(root, "mig", "create", "--gpu", PF, "--profile", "2g.35gb", "--placement", "2").code == 0
+    vfs = hostdev_keys(root, "m5")
+    res = vgpuadm(root, "restore")
+    assert res.code == 3
+    assert res.err.splitlines()[0] == (
+        "error: 1 device(s) could not be restored: mig: domain m5: GPU instance 1g.18gb recorded at slot 3 on "
+        f"{PF}: 1g.18gb needs slot 3; 2 holds 2g.35gb (destroy what is in the way with `vgpuadm mig destroy`, or "
+        "`vgpuadm destroy --vm m5` and create its vGPUs again)"
+    )
+    assert _instances(root) == [("2g.35gb", 2, 2)]
+    assert [attr(root, f"/sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type") for vf in vfs] == ["0\n"] * 3

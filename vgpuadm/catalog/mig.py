@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vgpuadm.catalog.naming import mig_profile_name
+
 
 @dataclass(frozen=True)
 class MigProfile:
@@ -78,3 +80,51 @@ class MigGpu:
         """A profile by name (`1g.18gb`, `MIG 1g.18gb`) or id (`19`)."""
         word = word.strip().removeprefix("MIG ").strip().lower()
         return next((p for p in self.profiles if word in (p.name, str(p.profile_id))), None)
+
+
+@dataclass(frozen=True)
+class MigType:
+    """One type the driver lists for a GPU (`nvidia-smi vgpu -s -v`): its id, name, the GPU-instance profile it
+    needs (None: time-sliced) and how many of it the GPU holds at most."""
+
+    type_id: int
+    name: str  # NVIDIA DC-1-12C
+    profile_id: int | None
+    max_instances: int | None
+
+
+@dataclass(frozen=True)
+class MigHost:
+    """The host's MIG state as the planners see it: every GPU nvidia-smi reports, and per GPU (PF address) the types
+    its driver lists (empty where `vgpu -s -v` answered nothing, e.g. layout B boards)."""
+
+    gpus: tuple[MigGpu, ...]
+    types: dict[str, tuple[MigType, ...]]
+
+    def gpu(self, address: str) -> MigGpu | None:
+        return next((g for g in self.gpus if g.address == address and g.mig_capable), None)
+
+    def supported(self) -> dict[str, tuple[tuple[int, str], ...]]:
+        """PF → (type id, name) of every type the driver lists."""
+        return {pf: tuple((t.type_id, t.name) for t in types) for pf, types in self.types.items()}
+
+    def need(self, pf: str, type_id: str, name: str) -> tuple[str, int] | None:
+        """The GPU-instance profile a MIG-backed type (`nvidia-<id>`, its name) needs on GPU `pf`, and how many of
+        its vGPUs one instance holds: the driver's profile id where it names one (time-sliced MIG-backed types
+        share a larger instance than their name says: DC-1-12C on 1g.24gb), else the name's (H200X-1-18C ↔
+        1g.18gb); per instance, the type's maximum over the profile's instance count (DC-1-12C: 8 / 4 = 2), else 1.
+        None when `pf` has no MIG or the type names no profile."""
+        g = self.gpu(pf)
+        if g is None:
+            return None
+        info = next((t for t in self.types.get(pf, ()) if f"nvidia-{t.type_id}" == type_id), None)
+        p = g.profile(str(info.profile_id)) if info is not None and info.profile_id is not None else None
+        if p is None:
+            word = mig_profile_name(name)
+            if word is None:
+                return None
+            p = g.profile(word)
+            if p is None:
+                return word, 1  # the GPU offers no such profile: planning it says so
+        per = info.max_instances // p.total if info is not None and info.max_instances and p.total else 1
+        return p.name, max(per, 1)

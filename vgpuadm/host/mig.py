@@ -4,8 +4,8 @@ Read-only; nvidia-smi is required (a one-line error with a hint when it is missi
 
 from __future__ import annotations
 
-from vgpuadm.catalog.mig import MigGpu, MigInstance, MigProfile
-from vgpuadm.errors import HostIOError
+from vgpuadm.catalog.mig import MigGpu, MigHost, MigInstance, MigProfile, MigType
+from vgpuadm.errors import HostIOError, VgpuadmError
 from vgpuadm.host import nvidia_smi
 from vgpuadm.host.discover import PCI_DEVICES
 from vgpuadm.host.nvidia_smi_mig import (
@@ -13,7 +13,7 @@ from vgpuadm.host.nvidia_smi_mig import (
     parse_gi_profiles,
     parse_gpu_instances,
 )
-from vgpuadm.host.nvidia_smi_vgpu import parse_query_xml
+from vgpuadm.host.nvidia_smi_vgpu import parse_query_xml, parse_type_blocks
 from vgpuadm.host.root import HostRoot
 
 WHY = "read MIG state"
@@ -61,3 +61,18 @@ def read(root: HostRoot) -> list[MigGpu]:
         out.append(MigGpu(g.index, g.address, g.product, g.mig_current, g.mig_pending, g.virtualization_mode,
                           g.host_vgpu_mode, tuple(profs), gis))  # fmt: skip
     return out
+
+
+def read_host(root: HostRoot) -> MigHost:
+    """`read` plus the types each GPU's driver lists (`vgpu -s -v`: the GPU-instance profile each MIG-backed type
+    needs, its maximum); no types where that read fails, and no GPUs when this host has no nvidia-smi or it fails
+    (the vGPU writes then meet the driver's answer)."""
+    try:
+        gpus = read(root)
+    except VgpuadmError:
+        return MigHost((), {})
+    text = nvidia_smi.run(root, "vgpu", "-s", "-v")
+    blocks = parse_type_blocks(text) if text else {}
+    types = {pf: tuple(MigType(t.type_id, t.name, t.gi_profile_id, t.max_instances) for t in infos)
+             for pf, infos in blocks.items()}  # fmt: skip
+    return MigHost(tuple(gpus), types)

@@ -120,30 +120,30 @@ class MigMode(Mode):
                 for gi in targets]  # fmt: skip
 
     def plan_for_vgpus(
-        self, snapshot: HostSnapshot, gpus: Sequence[MigGpu], needs: Sequence[tuple[str, str]]
+        self, snapshot: HostSnapshot, gpus: Sequence[MigGpu], needs: Sequence[tuple[str, str, int]]
     ) -> list[Step]:
-        """What new MIG-backed vGPUs need first, `needs` holding (PF, GPU-instance profile) per vGPU: MIG mode on
-        where it is off (refused while a vGPU runs on the GPU or while the change waits for a reset), then per PF
-        and profile one instance for each vGPU beyond the free ones, placed by the capacity model (seeing the
-        instances planned before it)."""
-        counts: dict[tuple[str, str], int] = {}
+        """What new MIG-backed vGPUs need first, `needs` holding (PF, GPU-instance profile, vGPUs one instance
+        holds) per vGPU: MIG mode on where it is off (refused while a vGPU runs on the GPU or while the change waits
+        for a reset), then per PF and profile the instances for the vGPUs the room left on existing ones does not
+        hold, placed by the capacity model (seeing the instances planned before it)."""
+        counts: dict[tuple[str, str, int], int] = {}
         for need in needs:
             counts[need] = counts.get(need, 0) + 1
         planned: dict[str, list[MigInstance]] = {}
         out: list[Step] = []
         on: set[str] = set()
-        for (pf, profile), n in sorted(counts.items()):
+        for (pf, profile, per), n in sorted(counts.items()):
             g = self.gpu(gpus, pf)
             if not g.enabled and pf not in on:
                 out += self.plan_enable_now(snapshot, g)
                 on.add(pf)
             if pf in on:
                 g = replace(g, mig_current="Enabled", mig_pending="Enabled")
-            free = sum(1 for gi in g.instances if gi.name == profile and not gi.users)
-            if n <= free:
+            room = sum(max(per - len(gi.users), 0) for gi in g.instances if gi.name == profile)
+            if n <= room:
                 continue
             g = replace(g, instances=g.instances + tuple(planned.get(pf, ())))
-            steps = self.plan_create([g], pf, profile, n - free)
+            steps = self.plan_create([g], pf, profile, -(-(n - room) // per))
             for st in steps:
                 assert isinstance(st, CreateGpuInstance)
                 size = next(p.size for p in g.profiles if p.profile_id == st.profile_id)
@@ -219,21 +219,6 @@ class MigMode(Mode):
                     types = tuple(t.with_available(1) if "mig_slices" in t.attributes else t for t in q.types)
                     parents[addr] = replace(q, types=types)
         return replace(snapshot, vendor_vfs=vfs, mdev_parents=parents)
-
-    def with_planned(self, gpus: Sequence[MigGpu], steps: Sequence[Step]) -> list[MigGpu]:
-        """`gpus` as they will be after `steps` turn MIG on and create their instances (taken: the vGPUs planned
-        with them)."""
-        out = []
-        for g in gpus:
-            new = []
-            for st in steps:
-                if isinstance(st, CreateGpuInstance) and st.address == g.address:
-                    size = next((p.size for p in g.profiles if p.profile_id == st.profile_id), 1)
-                    new.append(MigInstance(st.profile, st.profile_id, -1, st.start, size, ("planned",)))
-                if isinstance(st, SetMigMode) and st.address == g.address and st.enable:
-                    g = replace(g, mig_current="Enabled", mig_pending="Enabled")
-            out.append(replace(g, instances=g.instances + tuple(new)) if new else g)
-        return out
 
 
 MODE = MigMode()

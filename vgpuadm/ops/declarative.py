@@ -5,6 +5,7 @@ lock — and asks the pure planners (plan/apply.py, plan/restore.py, plan/reconc
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,18 +14,22 @@ from urllib.parse import parse_qs, urlsplit
 
 from vgpuadm import modes
 from vgpuadm.catalog.capacity import consume, release
+from vgpuadm.catalog.mig import MigHost
 from vgpuadm.errors import ConflictError, NotFoundError, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor import execute_units, load_drivers, recover
 from vgpuadm.host import hetero as host_hetero
+from vgpuadm.host import mig as host_mig
 from vgpuadm.host.mig import read as mig_read
-from vgpuadm.host.root import EMBED_LIBVIRT, SRIOV_MANAGE
+from vgpuadm.host.root import EMBED_LIBVIRT, SRIOV_MANAGE, HostRoot
 from vgpuadm.io.domainxml import read_domain_dir
 from vgpuadm.io.planfile import load_plan
 from vgpuadm.io.policyfile import read_file as read_policy
 from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.modes import mig as mig_mode
+from vgpuadm.ops.host import discover
 from vgpuadm.ops.session import Session
 from vgpuadm.plan import desired, ondemand
+from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan import policies as policies_plan
 from vgpuadm.plan import reconcile as reconcile_plan
 from vgpuadm.plan import restore as restore_plan
@@ -89,16 +94,20 @@ def apply_desired(
                     f"{plan_doc.source}:{spec.line}: vms.{name}: no libvirt domain named {name!r}",
                     "define the domain first (virsh define) or fix the name in the plan",
                 )
+        snap, mig = planning_snapshot(s.root, snap, plan_doc)
         resolved = resolve_types(plan_doc, snap, doms.allocations)
         d = desired.diff(plan_doc, Current(doms.allocations, doms.running), resolved, prune=prune)
         desired.check_safe(d, doms.running)
+        if mig is plan_mig.NONE and any("mig_instance" in a.extra for a in d.removes):
+            mig = host_mig.read_host(s.root)
         first: tuple[Step, ...] = ()
         policy_warnings: tuple[str, ...] = ()
         if plan_doc.gpus:  # host policies first: the VMs' devices are placed under the new mode
             pp = _plan_gpus(s, snap, doms, plan_doc)
             snap, first, policy_warnings = pp.snap, pp.steps, pp.warnings
             d = dataclasses.replace(d, gpus=pp.lines)
-        plan = build_apply_plan(plan_doc, d, snap, doms, load_drivers(s.root.path))
+        plan = build_apply_plan(plan_doc, d, snap, doms, load_drivers(s.root.path), mig)
+        d = dataclasses.replace(d, gpus=(*d.gpus, *plan_mig.diff_lines(plan.steps)))
         plan = Plan((*first, *plan.steps), plan.summary) if first else plan
         after = allocations_after(doms, plan)
         boots = {a.domain for a in after if a.on_demand}
@@ -108,6 +117,21 @@ def apply_desired(
             return ApplyResult(d, plan, tuple(plan.describe()), check, warnings)
         result = s.execute(plan, progress=progress)
         return ApplyResult(d, plan, result.applied, False, warnings)
+
+
+def planning_snapshot(root: HostRoot, snap: HostSnapshot, plan_doc: DesiredPlan) -> tuple[HostSnapshot, MigHost]:
+    """`snap` as the plan's types are resolved and placed against it — with MIG-backed types listed where MIG mode
+    can go on (plan/mig.py project) — and the MIG state, read only when a type may need it."""
+    names = sorted({spec.type for spec in plan_doc.vms.values() if spec.type and not spec.on_demand})
+    mig = host_mig.read_host(root) if plan_mig.may_need(snap, names) else plan_mig.NONE
+    return plan_mig.project(snap, mig, names), mig
+
+
+def resolve_desired_types(root: str | None, plan_doc: DesiredPlan, allocations: list[Allocation]) -> dict[str, str]:
+    """The type ids a plan's types name on this host, as apply_desired resolves them (a MIG-backed type too while
+    MIG mode is off): for the Ansible module, which compares them with what its VM owns."""
+    snap, _ = planning_snapshot(HostRoot(root), discover(root), plan_doc)
+    return resolve_types(plan_doc, snap, allocations)
 
 
 def _plan_gpus(s: Session, snap: HostSnapshot, doms: Domains, plan_doc: DesiredPlan) -> PolicyPlan:
@@ -220,14 +244,13 @@ def restore(
             missing = restore_plan.missing_devices(allocs, snap) if phase == "vgpu" and not out.problems else []
             if missing:
                 say(f"waiting up to {timeout:g}s for {', '.join(missing)} to register")
-                snap = restore_plan.wait_until(s.refresh, lambda sn: not restore_plan.missing_devices(allocs, sn),
-                                               timeout)  # fmt: skip
-            gpus = mig_read(s.root) if phase == "mig" and restore_plan.needs_mig(allocs, snap) else None
+                snap = restore_plan.wait_until(s.refresh, functools.partial(restore_plan.all_present, allocs), timeout)
+            mig = host_mig.read_host(s.root) if phase == "mig" and restore_plan.needs_mig(allocs, snap) else None
             state = None
             if phase == "policies" and host_hetero.wanted(snap):
                 state = read_policy(s.root.path, "state")
                 snap = dataclasses.replace(snap, policies=host_hetero.read(s.root, scheduler=True, placements=True))
-            pp = restore_plan.plan_phase(phase, allocs, snap, sriov_manage=sriov_manage, mig_gpus=gpus,
+            pp = restore_plan.plan_phase(phase, allocs, snap, sriov_manage=sriov_manage, mig_host=mig,
                                          policy_state=state)  # fmt: skip
             for line in pp.skipped:
                 say(f"{phase}: skipped: {line}")
@@ -243,6 +266,7 @@ def restore(
                 for step in unit.steps:
                     out.done.append(f"{phase}: {step.describe()}")
                     say(f"{phase}: {step.describe()}")
+            allocs = pp.without_held(allocs, snap)
             out.problems.extend(f"{phase}: {p}" for p in pp.problems)
             for p in pp.problems:
                 say(f"{phase}: cannot restore: {p}")

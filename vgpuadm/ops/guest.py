@@ -4,26 +4,20 @@ hands it to the executor, so a failed attach rolls back the device it just made.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpuadm.catalog.mig import MigGpu
-from vgpuadm.catalog.naming import mig_profile_name, resolve_type
 from vgpuadm.errors import NotFoundError, VgpuadmError
 from vgpuadm.executor import load_drivers
 from vgpuadm.host import mig as host_mig
-from vgpuadm.host import nvidia_smi
-from vgpuadm.model import Allocation, HostSnapshot
-from vgpuadm.modes import mig as mig_mode
+from vgpuadm.model import Allocation
 from vgpuadm.ops.session import Session
 from vgpuadm.plan import guest as planner
+from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan.domains import with_recorded
-from vgpuadm.plan.guest import DomainPlan
-from vgpuadm.steps import CreateGpuInstance, CreateMdev, Plan, SetVfVgpuType
+from vgpuadm.steps import Plan
 from vgpuadm.virt import xml
-from vgpuadm.virt.steps import DefineDomain
 
 Progress = Callable[[int, int, str], None]
 
@@ -107,10 +101,10 @@ def create_many(
         snap = s.snap
         xmls = [(s.domain_xml(vm), count) for vm, count in requests]
         planning = with_recorded(snap, s.domains())  # what restore will bring back is taken
-        planning, gpus = _mig_projection(s, planning, type_name)
+        mig = host_mig.read_host(s.root) if plan_mig.may_need(planning, [type_name]) else plan_mig.NONE
+        planning = plan_mig.project(planning, mig, [type_name])
         plans = planner.plan_create_many(planning, xmls, type_name, taken=s.domains().users(), **options)
-        if gpus:
-            plans = _with_gpu_instances(planning, gpus, plans)
+        plans = plan_mig.with_gpu_instances(planning, mig, plans)
         done: list[str] = []
         for p in plans:
             try:
@@ -131,92 +125,6 @@ def create_many(
         ]  # fmt: skip
 
 
-def _mig_gpus(s: Session) -> list[MigGpu]:
-    """The MIG state, or none when this host has no nvidia-smi or it fails (the vGPU writes then meet the driver's
-    answer)."""
-    try:
-        return host_mig.read(s.root)
-    except VgpuadmError:
-        return []
-
-
-def _mig_projection(s: Session, snap: HostSnapshot, type_name: str) -> tuple[HostSnapshot, list[MigGpu]]:
-    """For a MIG-backed type (or one this host does not list now: with MIG off a GPU lists none of them), the
-    snapshot as it will be once MIG mode is on and the GPU instances exist (modes/mig.py project), and the MIG
-    state it was projected from; for other types the snapshot as it is, and no MIG state (nvidia-smi not run)."""
-    try:
-        found = resolve_type(snap.types(), type_name)
-    except NotFoundError:
-        found = []
-    if found and not any("mig_slices" in t.attributes for t in found):
-        return snap, []
-    gpus = [g for g in _mig_gpus(s) if g.mig_capable]
-    if not gpus:
-        return snap, []
-    text = nvidia_smi.run(s.root, "vgpu", "-s", "-v")
-    supported = nvidia_smi.parse_supported_types(text) if text else {}
-    projected = mig_mode.MODE.project(snap, gpus, supported)
-    try:
-        if any(t.available_instances > 0 for t in resolve_type(projected.types(), type_name)):
-            return projected, gpus
-    except NotFoundError:
-        pass
-    # no GPU can take it as things are: a GPU whose MIG mode cannot go on now says why (vGPUs run, reset pending)
-    blocked = mig_mode.MODE.project(snap, gpus, supported, blocked_too=True)
-    try:
-        found = resolve_type(blocked.types(), type_name)
-    except NotFoundError:
-        found = []
-    for g in gpus:
-        if not g.enabled and any(blocked.physical_gpu(t.parent) == g.address for t in found):
-            mig_mode.MODE.plan_enable_now(snap, g)
-    return blocked, gpus
-
-
-def _with_gpu_instances(snap: HostSnapshot, gpus: list[MigGpu], plans: list[DomainPlan]) -> list[DomainPlan]:
-    """Each plan's vGPUs of MIG-backed types (layout C VFs, layout B mdevs) get what they need first: MIG mode on
-    and the GPU instances (modes/mig.py plan_for_vgpus), each made instance recorded on the allocation it was
-    made for (`mig_instance` = profile id:start) so that `destroy` removes it again."""
-    types = {(t.parent, t.type_id): t for t in snap.types()}
-    out = []
-    for p in plans:
-        needs = []
-        for st in p.plan.steps:
-            if isinstance(st, SetVfVgpuType):
-                parent, t = st.vf, types.get((st.vf, f"nvidia-{st.type_num}"))
-            elif isinstance(st, CreateMdev):
-                parent, t = st.parent, types.get((st.parent, st.type_id))
-            else:
-                continue
-            profile = mig_profile_name(t.name) if t is not None and "mig_slices" in t.attributes else None
-            if profile and any(g.address == snap.physical_gpu(parent) for g in gpus):
-                needs.append((snap.physical_gpu(parent), profile, parent))
-        if not needs:
-            out.append(p)
-            continue
-        pre = mig_mode.MODE.plan_for_vgpus(snap, gpus, [(pf, profile) for pf, profile, _ in needs])
-        gpus = mig_mode.MODE.with_planned(gpus, pre)
-        made = [st for st in pre if isinstance(st, CreateGpuInstance)]
-        added = list(p.added)
-        for pf, profile, parent in needs:  # each made instance is recorded on one vGPU of its GPU and profile
-            gi = next((m for m in made if m.address == pf and m.profile == profile), None)
-            if gi is None:
-                continue
-            made.remove(gi)
-            i = next(
-                i for i, a in enumerate(added) if parent in (a.parent, a.address) and "mig_instance" not in a.extra
-            )
-            added[i] = dataclasses.replace(
-                added[i], extra={**added[i].extra, "mig_instance": f"{gi.profile_id}:{gi.start}"}
-            )
-        after = [next((b for b in added if b.slot == a.slot), a) for a in p.after]
-        element = xml.metadata_xml(after, snap.host_key)
-        steps = [*pre, *(dataclasses.replace(st, element=element) if isinstance(st, DefineDomain) else st
-                         for st in p.plan.steps)]  # fmt: skip
-        out.append(dataclasses.replace(p, plan=Plan(tuple(steps), p.plan.summary), added=added, after=after))
-    return out
-
-
 # -- destroy ---------------------------------------------------------------------------------------------------------
 
 
@@ -235,7 +143,7 @@ def destroy(
         plan, gone, after = planner.plan_destroy(s.snap, dom, s.domains().users(besides=vm), uuid=uuid, all_=all_,
                                                  drivers=load_drivers(s.root.path))  # fmt: skip
         if any("mig_instance" in a.extra for a in gone):  # the GPU instances vgpuadm made for them go after them
-            release = mig_mode.MODE.plan_release(s.snap, _mig_gpus(s), gone)
+            release, _ = plan_mig.release(s.snap, host_mig.read_host(s.root), gone)
             plan = Plan(plan.steps + tuple(release), plan.summary)
         s.execute(plan, dry_run=dry_run, progress=progress)
         return GuestResult(

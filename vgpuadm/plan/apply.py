@@ -16,10 +16,12 @@ from typing import Any
 
 from vgpuadm.catalog import capacity
 from vgpuadm.catalog.capacity import consume, release
-from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, VgpuadmError
+from vgpuadm.catalog.mig import MigHost
+from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError, VgpuadmError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
 from vgpuadm.modes import passthrough as passthrough_mode
 from vgpuadm.plan import devices as device_plans
+from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan.desired import DesiredPlan, Diff, describe_allocation
 from vgpuadm.plan.domains import Domains, device_keys, with_recorded
 from vgpuadm.plan.guest import (
@@ -68,11 +70,14 @@ def resolve_types(plan_doc: DesiredPlan, snap: HostSnapshot, allocations: Sequen
 
 
 def build_apply_plan(
-    plan_doc: DesiredPlan, d: Diff, snap: HostSnapshot, doms: Domains, drivers: dict[str, str]
-) -> Plan:
-    """Steps for a diff: the losing domains' definitions and the removals first, then parameters, then the creates
-    and the gaining domains' definitions. Placement runs for every VM before anything executes, so a plan that needs more instances
-    than exist fails here, with the host untouched."""
+    plan_doc: DesiredPlan, d: Diff, snap: HostSnapshot, doms: Domains, drivers: dict[str, str],
+    mig: MigHost = plan_mig.NONE,
+) -> Plan:  # fmt: skip
+    """Steps for a diff: the losing domains' definitions and the removals first (then the GPU instances vgpuadm made
+    for the removed vGPUs), then parameters, then the creates (each MIG-backed vGPU after what it needs: MIG mode on,
+    its GPU instance; plan/mig.py) and the gaining domains' definitions. Placement runs for every VM before anything
+    executes, so a plan that needs more instances than exist fails here, with the host untouched. `mig`: the MIG
+    state (read when a type or a removal needs it)."""
 
     steps: list[Step] = []  # parameters, then creates (removals and the definitions are put around them below)
     owned: dict[str, list[Allocation]] = {}
@@ -100,6 +105,7 @@ def build_apply_plan(
         owned[a.domain] = [dataclasses.replace(x, params=p.params or None) if x is a else x for x in owned[a.domain]]
         changed.add(a.domain)
     between = {vm: list(owned.get(vm, [])) for vm in changed}  # what each domain records before the creates
+    released, mig = plan_mig.release(snap, mig, d.removes)
     vsnap = with_recorded(release(snap, d.removes), doms, besides=d.removes)
     idle = capacity.idle(snap)
     taken = doms.owned() - {k for a in d.removes for k in (a.uuid, a.address) if k}
@@ -161,10 +167,14 @@ def build_apply_plan(
         created = _allocations_of(sub.steps, vm, domain_uuid, slots, spec)
         created += _pool_allocations(vsnap, ids, pool_vfs, vm, domain_uuid, slots[len(created) :], add.type_id)
         try:
+            sub_steps, created, mig = plan_mig.for_vgpus(vsnap, mig, sub.steps, created)
+        except (CapacityError, NotFoundError, ConflictError, UsageError) as exc:
+            raise _located(plan_doc, vm, "count" if "count" in spec.key_lines else "type", exc) from None
+        try:
             check_display(doms.xml.get(vm, "<domain/>"), created, turn_off="set display: {enabled: false}")
         except VgpuadmError as exc:
             raise _located(plan_doc, vm, "display", exc) from None
-        steps.extend(sub.steps)
+        steps.extend(sub_steps)
         attach.setdefault(vm, []).extend(created)
         mine.extend(created)
         vsnap = consume(vsnap, created)
@@ -182,7 +192,7 @@ def build_apply_plan(
             last.append(_define(vm, [], attach[vm], previous, final, doms.host_key))
         elif vm in detach or not same_metadata(previous or None, metadata_xml(final, doms.host_key) if final else None):
             first.append(_define(vm, detach.get(vm, []), [], previous, final, doms.host_key))
-    steps = [*virtio_off, *first, *remove_steps(snap, list(d.removes), drivers), *steps, *virtio_on, *last]
+    steps = [*virtio_off, *first, *remove_steps(snap, list(d.removes), drivers), *released, *steps, *virtio_on, *last]
     summary = f"apply {plan_doc.source}: +{d.instances_needed} −{len(d.removes)} ~{len(d.set_params)}"
     return Plan.of(steps, summary)
 

@@ -8,8 +8,9 @@ order, re-discovering between them, because each phase makes the devices the nex
   policies  heterogeneous (mixed-size) mode on again where the applied `gpus:` section or a recorded placement ID
           wants it (the mode does not survive a reboot), the scheduler where the driver did not load it
           (plan/policies.py)
-  mig     MIG mode on, then one GPU instance per MIG-backed allocation that has no free instance of its profile,
-          placed by the capacity model (the same order places them where vgpuadm placed them before)
+  mig     MIG mode on, then each GPU instance vgpuadm made (recorded as `mig_instance`) at its recorded start, then
+          for vGPUs on instances made by hand the instances the room left does not cover, placed by the capacity
+          model
   vgpu    mdevs (layouts A/B) with the UUIDs the domain XML names, VF vGPU types (layout C) at their recorded
           placement IDs
   params  vgpu_params written after create and before the guest starts (reference §2.5)
@@ -21,21 +22,21 @@ Every phase is idempotent: what already matches produces no step, so a second re
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
 
 from vgpuadm.catalog.capacity import heterogeneous
-from vgpuadm.catalog.mig import MigGpu
-from vgpuadm.catalog.naming import mig_profile_name
-from vgpuadm.errors import VgpuadmError
+from vgpuadm.catalog.mig import MigHost, MigInstance
+from vgpuadm.errors import NotFoundError, VgpuadmError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
 from vgpuadm.modes import mdev, mig, passthrough, sriov, vf_pool, vf_vgpu
 from vgpuadm.modes.base import join_params, split_params
 from vgpuadm.plan import policies
 from vgpuadm.plan.desired import params_equal
 from vgpuadm.steps import (
+    CreateGpuInstance,
     DriversProbe,
     Plan,
     SetVgpuParams,
@@ -55,6 +56,12 @@ class PhasePlan:
     units: tuple[Plan, ...] = ()
     problems: tuple[str, ...] = ()  # allocations this phase cannot restore, one line each
     skipped: tuple[str, ...] = ()  # work this version does not do (MIG)
+    held: tuple[str, ...] = ()  # GPUs (PFs) whose later phases must not run: their MIG work could not be done
+
+    def without_held(self, allocations: Sequence[Allocation], snap: HostSnapshot) -> list[Allocation]:
+        """`allocations` less those on a held GPU (their vGPUs would only meet the driver's EIO)."""
+        held = set(self.held)
+        return [a for a in allocations if snap.physical_gpu(needed_device(a) or "") not in held]
 
     @property
     def empty(self) -> bool:
@@ -88,16 +95,20 @@ def missing_devices(allocations: Iterable[Allocation], snap: HostSnapshot) -> li
     return sorted(out)
 
 
+def all_present(allocations: Iterable[Allocation], snap: HostSnapshot) -> bool:
+    return not missing_devices(allocations, snap)
+
+
 def plan_phase(
     phase: str, allocations: Sequence[Allocation], snap: HostSnapshot, *, sriov_manage: bool = False,
-    mig_gpus: Sequence[MigGpu] | None = None, policy_state: str | None = None,
+    mig_host: MigHost | None = None, policy_state: str | None = None,
 ) -> PhasePlan:  # fmt: skip
     """The work of one phase. `sriov_manage`: NVIDIA's sriov-manage is installed (the only way to enable the VFs
-    of a PF bound to nvidia). `mig_gpus`: the MIG state nvidia-smi reports (read when `needs_mig` says so)."""
+    of a PF bound to nvidia). `mig_host`: the MIG state nvidia-smi reports (read when `needs_mig` says so)."""
     if phase == "sriov":
         return _sriov(allocations, snap, sriov_manage)
     if phase == "mig":
-        return _mig(allocations, snap, mig_gpus)
+        return _mig(allocations, snap, mig_host)
     if phase == "policies":
         placed = {snap.physical_gpu(a.address) for a in allocations
                   if a.mode == DeviceMode.VF and a.address and "placement_id" in a.extra}  # fmt: skip
@@ -163,27 +174,28 @@ def _sriov(allocs: Sequence[Allocation], snap: HostSnapshot, sriov_manage: bool)
     return PhasePlan("sriov", tuple(units), tuple(problems))
 
 
-def mig_backed(allocs: Sequence[Allocation], snap: HostSnapshot) -> list[tuple[Allocation, str]]:
-    """(allocation, GPU-instance profile) of every MIG-backed allocation."""
-    names = {t.type_id: t.name for t in snap.types()}
-    out = []
-    for a in allocs:
-        profile = mig_profile_name(names.get(a.type_id or "", "")) if a.type_id and _is_mig_backed(a, snap) else None
-        if profile:
-            out.append((a, profile))
-    return out
-
-
 def needs_mig(allocs: Sequence[Allocation], snap: HostSnapshot) -> bool:
-    return bool(mig_backed(allocs, snap))
+    """Whether an allocation is of a MIG-backed type (then the mig phase reads the MIG state)."""
+    return any(_is_mig_backed(a, snap) for a in allocs)
 
 
-def _mig(allocs: Sequence[Allocation], snap: HostSnapshot, gpus: Sequence[MigGpu] | None) -> PhasePlan:
-    """MIG mode on where it is off, then the GPU instances the MIG-backed allocations need that no free instance
-    of their profile covers (GPU instances do not survive a reboot; MIG mode does, reference §3.5)."""
-    wanted: dict[str, dict[str, list[Allocation]]] = {}
-    for a, profile in mig_backed(allocs, snap):
-        if _vgpu_exists(a, snap):  # it already sits on its GPU instance
+def _recorded(a: Allocation) -> tuple[int, int] | None:
+    """The GPU instance vgpuadm made for `a` (`mig_instance` = profile id:start, grammar-checked on read)."""
+    pid, _, start = a.extra.get("mig_instance", "").partition(":")
+    return (int(pid), int(start)) if pid.isdecimal() and start.isdecimal() else None
+
+
+def _mig(allocs: Sequence[Allocation], snap: HostSnapshot, mig_host: MigHost | None) -> PhasePlan:
+    """Per GPU, one unit: MIG mode on where it is off, then each GPU instance vgpuadm recorded (`mig_instance`) at
+    its recorded start, then — for MIG-backed vGPUs on instances made by hand — the instances the room left does not
+    cover, placed by the capacity model (GPU instances do not survive a reboot; MIG mode does, reference §3.5). A
+    recorded start that is taken or not a placement of its profile is a problem naming the domain, and nothing is
+    done on that GPU."""
+    host = mig_host or MigHost((), {})
+    names = {t.type_id: t.name for t in snap.types()}
+    wanted: dict[str, list[Allocation]] = {}
+    for a in allocs:
+        if not _is_mig_backed(a, snap) or _vgpu_exists(a, snap):  # a vGPU that exists sits on its GPU instance
             continue
         dev = needed_device(a)
         if dev is not None and dev in snap.functions:
@@ -191,30 +203,68 @@ def _mig(allocs: Sequence[Allocation], snap: HostSnapshot, gpus: Sequence[MigGpu
         else:
             candidates = _candidate_pfs(dev or "", snap)
             pf = candidates[0] if candidates else ""
-        wanted.setdefault(pf, {}).setdefault(profile, []).append(a)
+        wanted.setdefault(pf, []).append(a)
     units: list[Plan] = []
     problems: list[str] = []
-    for pf, profiles in sorted(wanted.items()):
+    held: list[str] = []
+    for pf, owners in sorted(wanted.items()):
         try:
-            g = mig.MODE.gpu(gpus or (), pf)
-            if not g.enabled:
-                enable = mig.MODE.plan_enable(snap, gpus or (), pf)
-                if enable:
-                    units.append(Plan.of(enable, f"enable MIG mode on {pf}"))
-                if (
-                    enable
-                ):  # planned in this phase: the creates after it see MIG on (a board needing a reset fails them)
-                    g = MigGpu(g.index, g.address, g.product, "Enabled", "Enabled", g.virtualization_mode,
-                               g.host_vgpu_mode, g.profiles, g.instances)  # fmt: skip
-            for profile, owners in sorted(profiles.items()):
-                free = [gi for gi in g.instances if gi.name == profile and not gi.users]
-                missing = len(owners) - len(free)
+            g = mig.MODE.gpu(host.gpus, pf)
+            steps = mig.MODE.plan_enable(snap, host.gpus, pf) if not g.enabled else []
+            if steps:  # planned in this phase: the creates after it see MIG on (a board needing a reset fails them)
+                g = replace(g, mig_current="Enabled", mig_pending="Enabled")
+            for (pid, start), who in sorted(_by_record(owners).items(), key=lambda kv: kv[0][1]):
+                if any((gi.profile_id, gi.start) == (pid, start) for gi in g.instances):
+                    continue
+                p = g.profile(str(pid))
+                try:
+                    if p is None:
+                        raise NotFoundError(f"{pf} offers no MIG profile {pid}", "")
+                    made = mig.MODE.plan_create([g], pf, p.name, 1, start)
+                except VgpuadmError as exc:
+                    raise type(exc)(
+                        f"domain {who[0].domain}: GPU instance {p.name if p else pid} recorded at slot {start} on "
+                        f"{pf}: {exc.message} (destroy what is in the way with `vgpuadm mig destroy`, or "
+                        f"`vgpuadm destroy --vm {who[0].domain}` and create its vGPUs again)",
+                        exc.hint,
+                    ) from None
+                steps += made
+                g = replace(g, instances=(*g.instances, MigInstance(p.name, pid, -1, start, p.size, tuple(
+                    _key(a) for a in who))))  # fmt: skip
+            by_profile: dict[tuple[str, int], list[Allocation]] = {}
+            for a in owners:
+                need = host.need(pf, a.type_id or "", names.get(a.type_id or "", ""))
+                if need is not None and _recorded(a) is None:
+                    by_profile.setdefault(need, []).append(a)
+            for (profile, per), rest in sorted(by_profile.items()):
+                room = sum(max(per - len(gi.users), 0) for gi in g.instances if gi.name == profile)
+                missing = -(-(len(rest) - room) // per)
                 if missing > 0:
-                    steps = mig.MODE.plan_create([g], pf, profile, missing)
-                    units.append(Plan.of(steps, f"create {missing} {profile} GPU instance(s) on {pf}"))
+                    made = mig.MODE.plan_create([g], pf, profile, missing)
+                    steps += made
+                    sizes = {x.profile_id: x.size for x in g.profiles}
+                    g = replace(g, instances=(*g.instances, *(MigInstance(
+                        st.profile, st.profile_id, -1, st.start, sizes.get(st.profile_id, 1), ("planned",) * per)
+                        for st in made if isinstance(st, CreateGpuInstance))))  # fmt: skip
+            if steps:
+                units.append(Plan.of(steps, f"MIG mode and GPU instances on {pf}"))
         except VgpuadmError as exc:
-            problems.append(f"{pf}: {exc.message}")
-    return PhasePlan("mig", tuple(units), tuple(problems))
+            problems.append(exc.message if exc.message.startswith("domain ") else f"{pf}: {exc.message}")
+            held.append(pf)
+    return PhasePlan("mig", tuple(units), tuple(problems), held=tuple(held))
+
+
+def _key(a: Allocation) -> str:
+    return a.uuid or a.address or ""
+
+
+def _by_record(owners: Sequence[Allocation]) -> dict[tuple[int, int], list[Allocation]]:
+    out: dict[tuple[int, int], list[Allocation]] = {}
+    for a in owners:
+        rec = _recorded(a)
+        if rec is not None:
+            out.setdefault(rec, []).append(a)
+    return out
 
 
 def _vgpu_exists(a: Allocation, snap: HostSnapshot) -> bool:

@@ -297,10 +297,8 @@ class Task:
 
     def type_id(self, plan_doc, before):
         """The type id the plan's type names on this host (or among the ids the VM already owns)."""
-        from vgpuadm.plan.apply import resolve_types
-
         spec = plan_doc.vms[self.vm]
-        return resolve_types(plan_doc, self.api.discover(self.p["root"]), before)[spec.type]
+        return self.api.declarative.resolve_desired_types(self.p["root"], plan_doc, before)[spec.type]
 
     def desired(self, before):
         if self.p["state"] == "present":
