@@ -75,7 +75,6 @@ def test_every_simulated_h200_offers_mig_backed_types_only_in_mig_mode(tmp_path,
     with pytest.raises(OSError) as exc:  # its one instance is taken: none free for a second vGPU
         kernel.write("/sys/bus/pci/devices/0000:18:00.5/nvidia/current_vgpu_type", "1414\n")
     assert exc.value.errno == errno.EIO
-    assert json.loads(cli("--root", str(tmp_path), "mig", "instances", "--json").out)[0]["vgpus"] == ["0000:18:00.4"]
 
 
 def test_h200_layout_c_mig_backed_type_binds_a_free_instance(tmp_path):
