@@ -213,7 +213,10 @@ def _mig(allocs: Sequence[Allocation], snap: HostSnapshot, mig_host: MigHost | N
             steps = mig.MODE.plan_enable(snap, host.gpus, pf) if not g.enabled else []
             if steps:  # planned in this phase: the creates after it see MIG on (a board needing a reset fails them)
                 g = replace(g, mig_current="Enabled", mig_pending="Enabled")
-            for (pid, start), who in sorted(_by_record(owners).items(), key=lambda kv: kv[0][1]):
+            # in the order they were made (the first vGPU recording each, by domain and slot): the driver binds
+            # each vGPU to the lowest-numbered instance with room, so the vGPUs land as they did before
+            for (pid, start), who in sorted(_by_record(owners).items(),
+                                            key=lambda kv: min((a.domain, a.slot) for a in kv[1])):  # fmt: skip
                 if any((gi.profile_id, gi.start) == (pid, start) for gi in g.instances):
                     continue
                 p = g.profile(str(pid))
