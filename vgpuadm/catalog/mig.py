@@ -128,3 +128,10 @@ class MigHost:
                 return word, 1  # the GPU offers no such profile: planning it says so
         per = info.max_instances // p.total if info is not None and info.max_instances and p.total else 1
         return p.name, max(per, 1)
+
+
+def recorded_instance(extra: dict[str, str]) -> tuple[int, int] | None:
+    """The GPU instance vgpuadm made for a device, as its metadata records it (`mig_instance` = profile id:start,
+    grammar-checked on read): (profile id, start), or None."""
+    pid, _, start = extra.get("mig_instance", "").partition(":")
+    return (int(pid), int(start)) if pid.isdecimal() and start.isdecimal() else None

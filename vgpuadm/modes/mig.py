@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import ClassVar
 
 from vgpuadm.catalog.capacity import place_gpu_instances
-from vgpuadm.catalog.mig import MigGpu, MigInstance
+from vgpuadm.catalog.mig import MigGpu, MigInstance, recorded_instance
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.catalog.vendor_types import vendor_vf_types
 from vgpuadm.errors import ConflictError, NotFoundError, UsageError
@@ -159,13 +159,12 @@ class MigMode(Mode):
         freed = {d for a in gone for d in (a.address, a.parent) if d}
         out: list[Step] = []
         for a in gone:
-            made = a.extra.get("mig_instance", "")
-            pid, _, start = made.partition(":")
-            if not (pid.isdecimal() and start.isdecimal()):
+            made = recorded_instance(a.extra)
+            if made is None:
                 continue
             pf = snapshot.physical_gpu(a.address or a.parent or "")
             g = next((g for g in gpus if g.address == pf), None)
-            gi = next((gi for gi in (g.instances if g else ()) if (gi.profile_id, gi.start) == (int(pid), int(start))),
+            gi = next((gi for gi in (g.instances if g else ()) if (gi.profile_id, gi.start) == made),
                       None)  # fmt: skip
             if g is None or gi is None or set(gi.users) - freed:
                 continue

@@ -28,7 +28,7 @@ from typing import TypeVar
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
 
 from vgpuadm.catalog.capacity import heterogeneous
-from vgpuadm.catalog.mig import MigHost, MigInstance
+from vgpuadm.catalog.mig import MigHost, MigInstance, recorded_instance
 from vgpuadm.errors import NotFoundError, VgpuadmError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
 from vgpuadm.modes import mdev, mig, passthrough, sriov, vf_pool, vf_vgpu
@@ -179,12 +179,6 @@ def needs_mig(allocs: Sequence[Allocation], snap: HostSnapshot) -> bool:
     return any(_is_mig_backed(a, snap) for a in allocs)
 
 
-def _recorded(a: Allocation) -> tuple[int, int] | None:
-    """The GPU instance vgpuadm made for `a` (`mig_instance` = profile id:start, grammar-checked on read)."""
-    pid, _, start = a.extra.get("mig_instance", "").partition(":")
-    return (int(pid), int(start)) if pid.isdecimal() and start.isdecimal() else None
-
-
 def _mig(allocs: Sequence[Allocation], snap: HostSnapshot, mig_host: MigHost | None) -> PhasePlan:
     """Per GPU, one unit: MIG mode on where it is off, then each GPU instance vgpuadm recorded (`mig_instance`) at
     its recorded start, then — for MIG-backed vGPUs on instances made by hand — the instances the room left does not
@@ -213,7 +207,10 @@ def _mig(allocs: Sequence[Allocation], snap: HostSnapshot, mig_host: MigHost | N
             steps = mig.MODE.plan_enable(snap, host.gpus, pf) if not g.enabled else []
             if steps:  # planned in this phase: the creates after it see MIG on (a board needing a reset fails them)
                 g = replace(g, mig_current="Enabled", mig_pending="Enabled")
-            for (pid, start), who in sorted(_by_record(owners).items(), key=lambda kv: kv[0][1]):
+            # in the order they were made (the first vGPU recording each, by domain and slot): the driver binds
+            # each vGPU to the lowest-numbered instance with room, so the vGPUs land as they did before
+            for (pid, start), who in sorted(_by_record(owners).items(),
+                                            key=lambda kv: min((a.domain, a.slot) for a in kv[1])):  # fmt: skip
                 if any((gi.profile_id, gi.start) == (pid, start) for gi in g.instances):
                     continue
                 p = g.profile(str(pid))
@@ -234,7 +231,7 @@ def _mig(allocs: Sequence[Allocation], snap: HostSnapshot, mig_host: MigHost | N
             by_profile: dict[tuple[str, int], list[Allocation]] = {}
             for a in owners:
                 need = host.need(pf, a.type_id or "", names.get(a.type_id or "", ""))
-                if need is not None and _recorded(a) is None:
+                if need is not None and recorded_instance(a.extra) is None:
                     by_profile.setdefault(need, []).append(a)
             for (profile, per), rest in sorted(by_profile.items()):
                 room = sum(max(per - len(gi.users), 0) for gi in g.instances if gi.name == profile)
@@ -261,7 +258,7 @@ def _key(a: Allocation) -> str:
 def _by_record(owners: Sequence[Allocation]) -> dict[tuple[int, int], list[Allocation]]:
     out: dict[tuple[int, int], list[Allocation]] = {}
     for a in owners:
-        rec = _recorded(a)
+        rec = recorded_instance(a.extra)
         if rec is not None:
             out.setdefault(rec, []).append(a)
     return out
