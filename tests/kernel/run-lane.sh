@@ -8,7 +8,7 @@
 # Needs (scripts/install.sh): linux-image-amd64 (installed with INITRD=No), linux-headers-amd64, linux-source,
 # qemu-system-x86, libvirt, and virtme-ng in .venv.
 # Knobs: VGPUADM_KERNEL_TIMEOUT (s, default 1800), VGPUADM_KERNEL_CPUS (guest vCPUs, default 2),
-# VGPUADM_KERNEL_TESTS (guest test files to run, in that order, e.g. "test_verbs.py test_race.py"; default all but test_race.py; the
+# VGPUADM_KERNEL_TESTS (guest test files to run, in that order, e.g. "test_verbs.py test_race.py"; default all of tests/kernel/guest; the
 # host-side comparisons whose guest records were not made are then skipped). Measured here: guest
 # 160-230 s on a quiet host, 475 s (1 vCPU) / 533 s (2 vCPUs) with two CPU hogs beside it.
 set -uo pipefail
@@ -39,6 +39,14 @@ modules="$out/modules-$kver"
 
 rm -rf "$results"
 mkdir -p "$results"
+# Bytecode for this checkout, made here: the guest sees the tree read-only, so without it every Python process in
+# the guest (pytest, each vgpuadm child, each hook run) compiles vgpuadm from source again under TCG.
+# pytest's own (assertion-rewritten) bytecode of the guest suite likewise: collecting it here writes it (also
+# when the caller sets PYTHONDONTWRITEBYTECODE).
+python -m compileall -q -j 0 "$repo/vgpuadm" "$repo/tests" >"$results/compileall.log" 2>&1 \
+  || fail "compiling $repo for the guest failed (see $results/compileall.log)"
+(cd "$repo" && env -u PYTHONDONTWRITEBYTECODE PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest --collect-only -q -p no:cacheprovider \
+  tests/kernel/guest) >>"$results/compileall.log" 2>&1 || fail "collecting tests/kernel/guest failed (see $results/compileall.log)"
 # The guest's devices: an IOMMU (vfio-pci refuses devices without one; Debian's kernel has no no-IOMMU mode) and
 # an NVMe controller with 2 SR-IOV VFs behind its own PCIe root port.
 qemu_opts="-device intel-iommu,intremap=on -device pcie-root-port,id=rp1,chassis=1,slot=1"
@@ -56,6 +64,7 @@ echo "kernel lane: booting $kver under TCG (timeout ${timeout_s}s); console log:
   --append "intel_iommu=on modprobe.blacklist=bochs" --qemu-opts="$qemu_opts" \
   --exec "'$here/guest-entry.sh' '$results' '$modules' '${VGPUADM_KERNEL_TESTS:-}'") </dev/null >"$results/console.log" 2>&1 &
 vng_pid=$!
+boot_start=$SECONDS
 # A progress line every 2 minutes (the last test pytest.log names), so a slow CI host shows where the guest is.
 ticks=0
 while kill -0 "$vng_pid" 2>/dev/null; do
@@ -68,7 +77,7 @@ while kill -0 "$vng_pid" 2>/dev/null; do
 done
 wait "$vng_pid"
 vng_rc=$?
-guest_s=$((SECONDS - start))
+guest_s=$((SECONDS - boot_start))
 
 if [ "$vng_rc" = 124 ] || [ "$vng_rc" = 137 ]; then
   # Where it stalled: the guest writes its logs straight into $results, so they are complete up to the kill.
@@ -81,7 +90,7 @@ fi
 guest_rc=$(cat "$results/rc")
 [ -f "$results/junit.xml" ] || { tail -n 40 "$results/console.log"; fail "no junit XML from the guest (guest exit $guest_rc)"; }
 cat "$results/pytest.log" 2>/dev/null | tail -n 60
-cat "$results/timing.log" "$results/parts.log" "$results/nodedev.txt" 2>/dev/null
+cat "$results/timing.log" "$results/nodedev.txt" 2>/dev/null
 
 summary=$("$repo/.venv/bin/python" - "$results/junit.xml" <<'PY'
 import sys
@@ -95,9 +104,15 @@ PY
 )
 read -r passed failed skipped <<<"$summary"
 
+diff_start=$SECONDS
 VGPUADM_KERNEL_RESULTS="$results" VGPUADM_KERNEL_TESTS="${VGPUADM_KERNEL_TESTS:-}" "$repo/.venv/bin/python" -m pytest "$here/test_differential.py" \
   -p no:cacheprovider -q --junitxml "$results/junit-differential.xml" >"$results/differential.log" 2>&1
 diff_rc=$?
+# Where the time went, every part of the lane: the guest's marks (seconds since its boot) and its seconds per test
+# file, the wall time of the guest's QEMU and of the differential here.
+"$repo/.venv/bin/python" "$here/lane_parts.py" "$results" "$((boot_start - start))" "$guest_s" "$((SECONDS - diff_start))" \
+  >"$results/parts.log" 2>&1
+cat "$results/parts.log"
 cat "$results/differential-counts.txt" 2>/dev/null
 [ "$diff_rc" = 0 ] && diff_state=identical || { cat "$results/differential.log"; diff_state=DIFFERENT; }
 

@@ -299,25 +299,38 @@ class VirtConn:
         commits the definition only after the hot-plug succeeded, so a refused hot-plug changes nothing."""
         self._change_device(name, device_xml, "attachDeviceFlags", "hot-plug", "attaching a device to")
 
-    def detach(self, name: str, device_xml: str) -> None:
-        """Remove a device from the definition, and from the running guest when it runs."""
-        self._change_device(name, device_xml, "detachDeviceFlags", "unplug", "detaching a device from")
+    def detach(self, name: str, device_xml: str, *, config_only: bool = False) -> None:
+        """Remove a device from the definition, and from the running guest when it runs (config_only: from the
+        definition only; the caller unplugged it and saw it go, vgpuadm/virt/handlers.py's `unplug`)."""
+        self._change_device(name, device_xml, "detachDeviceFlags", "unplug", "detaching a device from",
+                            config_only=config_only)  # fmt: skip
 
     def attach_live(self, name: str, device_xml: str) -> None:
         """Hot-plug a device into the running guest only (its persistent definition is written separately)."""
         self._change_device(name, device_xml, "attachDeviceFlags", "hot-plug", "attaching a device to", live_only=True)
 
     def detach_live(self, name: str, device_xml: str) -> None:
-        """Unplug a device from the running guest only."""
+        """Ask the running guest to let go of a device. libvirt may return before the guest did (a PCIe unplug
+        needs the guest OS): handlers.py's `unplug` confirms it left."""
         self._change_device(name, device_xml, "detachDeviceFlags", "unplug", "detaching a device from", live_only=True)
 
     def _change_device(
-        self, name: str, device_xml: str, method: str, live_verb: str, doing: str, *, live_only: bool = False
+        self,
+        name: str,
+        device_xml: str,
+        method: str,
+        live_verb: str,
+        doing: str,
+        *,
+        live_only: bool = False,
+        config_only: bool = False,
     ) -> None:
         libvirt = _libvirt()
         flags, live = self._device_flags(name)
         if live_only:
             flags, live = libvirt.VIR_DOMAIN_AFFECT_LIVE, True
+        elif config_only:
+            flags, live = libvirt.VIR_DOMAIN_AFFECT_CONFIG, False
         try:
             getattr(self.domain(name), method)(device_xml, flags)
         except libvirt.libvirtError as exc:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from vgpuadm.errors import UsageError, VgpuadmError
+from vgpuadm.errors import ConflictError, UsageError, VgpuadmError
 from vgpuadm.virt.steps import AttachHostdev, DefineDomain, DetachHostdev, SetMetadata, SetVirtioGl
 from vgpuadm.virt.xml import (
     NS,
@@ -49,6 +51,13 @@ def _ref(device_xml: str) -> HostdevRef:
     return refs[0]
 
 
+def _element(device_xml: str) -> Any:
+    found = hostdev_elements(device_xml)
+    if len(found) != 1:
+        raise UsageError(f"not one hostdev element: {device_xml[:60]!r}", "this is a bug in vgpuadm; report it")
+    return found[0]
+
+
 def has_hostdev(ctx: Any, domain: str, device_xml: str) -> bool:
     want = _ref(device_xml)
     return any((r.kind, r.key) == (want.kind, want.key) for r in parse_hostdevs(_virt(ctx).xml(domain)))
@@ -59,7 +68,16 @@ def _attach(s: AttachHostdev | DetachHostdev, ctx: Any) -> None:
 
 
 def _detach(s: AttachHostdev | DetachHostdev, ctx: Any) -> None:
-    _virt(ctx).detach(s.domain, s.device_xml)
+    """Out of the persistent definition; out of the running guest first, confirmed (see `unplug`): with both flags
+    at once libvirt would save the definition while the guest still holds the device."""
+    virt = _virt(ctx)
+    if virt.is_active(s.domain, fresh=False):
+        el = _element(s.device_xml)
+        if hostdev_key(el) in _live_keys(virt, s.domain):
+            unplug(virt, s.domain, el)
+        virt.detach(s.domain, s.device_xml, config_only=True)
+        return
+    virt.detach(s.domain, s.device_xml)
 
 
 def _undo_attach(s: AttachHostdev, ctx: Any) -> None:
@@ -104,6 +122,58 @@ def _element_of(doc: Any) -> str | None:
     return None if el is None else to_string(el)
 
 
+UNPLUG_WAIT = 10  # seconds, from the request, that a running guest has to release a device it is unplugged from
+UNPLUG_POLL = 0.25  # seconds between two looks at the live definition while waiting
+
+
+def wait_released(
+    present: Callable[[], bool],
+    deadline: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """Look (`present`) until the device is gone, or `deadline` (on `clock`) has passed; True when it went. One
+    look always, one more at the deadline, so a guest acknowledging at the last moment counts."""
+    while present():
+        left = deadline - clock()
+        if left <= 0:
+            return False
+        sleep(min(UNPLUG_POLL, left))
+    return True
+
+
+def _live_keys(virt: Any, domain: str) -> set[tuple[str, str] | None]:
+    return {hostdev_key(el) for el in parse_domain(virt.xml(domain, inactive=False)).findall("devices/hostdev")}
+
+
+def unplug(
+    virt: Any,
+    domain: str,
+    el: Any,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Unplug one hostdev from the running guest and confirm it left. libvirt's detach can return with the unplug
+    only requested: PCIe hot-unplug completes when the guest OS acknowledges it, libvirt waits 5 s and then returns
+    anyway ("detach request sent"; virDomainDetachDeviceFlags says to recheck the live XML or await the
+    DEVICE_REMOVED event). QEMU then still holds the device, and removing the mdev or unbinding the VF would block
+    in the kernel. So the live XML is read until the device is gone, UNPLUG_WAIT s from the request at most;
+    otherwise ConflictError, and nothing else is touched."""
+    key = hostdev_key(el)
+    deadline = clock() + UNPLUG_WAIT
+    virt.detach_live(domain, to_string(el))
+    if not wait_released(lambda: key in _live_keys(virt, domain), deadline, clock=clock, sleep=sleep):
+        what = f"mdev {key[1]}" if key and key[0] == "mdev" else f"PCI device {key[1] if key else '?'}"
+        raise ConflictError(
+            f"the guest of domain {domain} has not released {what} (PCIe unplug not acknowledged within "
+            f"{UNPLUG_WAIT} s); nothing removed",
+            f"the guest OS must accept hot-unplug; or shut the domain down (virsh -c {virt.quoted_uri} shutdown "
+            f"{domain}) and run the command again",
+        )
+
+
 def _live_change(s: DefineDomain, ctx: Any) -> tuple[list[str], list[str], dict[tuple[str, str] | None, Any]]:
     """Unplug `detach` and hot-plug `attach` in the running guest (each only when needed). Returns what was plugged
     and unplugged (for undoing it when the define fails) and the live hostdev elements by key afterwards."""
@@ -111,10 +181,10 @@ def _live_change(s: DefineDomain, ctx: Any) -> tuple[list[str], list[str], dict[
     plugged: list[str] = []
     unplugged: list[str] = []
     try:
-        live = {hostdev_key(el) for el in parse_domain(virt.xml(s.domain, inactive=False)).findall("devices/hostdev")}
+        live = _live_keys(virt, s.domain)
         for el in hostdev_elements(s.detach):
             if hostdev_key(el) in live:
-                virt.detach_live(s.domain, to_string(el))
+                unplug(virt, s.domain, el)
                 unplugged.append(to_string(el))
         for el in hostdev_elements(s.attach):
             if hostdev_key(el) not in live:
@@ -130,7 +200,7 @@ def _live_change(s: DefineDomain, ctx: Any) -> tuple[list[str], list[str], dict[
 def _unlive(ctx: Any, domain: str, plugged: list[str], unplugged: list[str]) -> None:
     for device in reversed(plugged):
         with contextlib.suppress(VgpuadmError):
-            _virt(ctx).detach_live(domain, device)
+            unplug(_virt(ctx), domain, _element(device))
     for device in reversed(unplugged):
         with contextlib.suppress(VgpuadmError):
             _virt(ctx).attach_live(domain, device)

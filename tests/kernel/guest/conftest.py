@@ -8,15 +8,16 @@ simulator instead, a quick check while editing them.)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import differential_scenario as scenario
+import libvirt
 import pytest
-from guest_virsh import virsh
+from guest_virsh import URI, virsh
 from tenacity import Retrying, stop_after_delay, wait_fixed
 
 from vgpuadm import api
@@ -47,11 +48,23 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             f.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext}\n")
 
 
+def _mark(name: str) -> None:
+    """A line of guest-entry.sh's <results>/marks: the mark and the guest's uptime."""
+    with open(Path(os.environ["VGPUADM_KERNEL_RESULTS"]) / "marks", "a") as f:
+        f.write(f"{name} {Path('/proc/uptime').read_text().split()[0]}\n")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if IN_GUEST:
+        _mark("collected")
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The seconds per test file (setup, call and teardown), for run-lane.sh's parts.log."""
     if IN_GUEST and _PART_SECONDS:
-        lines = [f"  {part:<18} {s:6.1f}s" for part, s in sorted(_PART_SECONDS.items(), key=lambda kv: -kv[1])]
-        text = f"guest time per part ({sum(_PART_SECONDS.values()):.0f}s in tests):\n" + "\n".join(lines) + "\n"
-        (Path(os.environ["VGPUADM_KERNEL_RESULTS"]) / "parts.log").write_text(text)
+        _mark("tests-end")
+        lines = [f"{part} {s:.1f}\n" for part, s in _PART_SECONDS.items()]
+        (Path(os.environ["VGPUADM_KERNEL_RESULTS"]) / "test-parts").write_text("".join(lines))
 
 
 @pytest.fixture(scope="session")
@@ -118,21 +131,38 @@ def libvirtd(results: Path) -> None:
             virsh("version")
 
 
+def _alive(conn: libvirt.virConnect | None) -> libvirt.virConnect:
+    """`conn`, or a new connection when there is none or libvirtd closed it (test_hook.py restarts libvirtd)."""
+    with contextlib.suppress(libvirt.libvirtError):
+        if conn is not None and conn.isAlive():
+            return conn
+    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+    return libvirt.open(URI)
+
+
 @pytest.fixture
-def domain(libvirtd: None, cli) -> Iterator[Callable[[str], str]]:
-    """A small diskless q35 guest without graphics, removed with every device vgpuadm gave it."""
+def domain(sysfs: Sysfs, libvirtd: None) -> Iterator[Callable[[str], str]]:
+    """Small diskless q35 guests without graphics, defined through one libvirt connection (a `virsh` per domain is
+    a process start under TCG; the 16-way race defines 16), stopped and undefined after the test. The devices
+    vgpuadm gave them go with the `sysfs` fixture's restore, which runs after this teardown (this fixture depends
+    on it): QEMU is gone by then, so removing an mdev it held does not wait."""
     names: list[str] = []
+    conn: libvirt.virConnect | None = None
 
     def define(name: str) -> str:
-        with tempfile.NamedTemporaryFile("w", suffix=".xml") as f:
-            f.write(domain_definition(name, vnc=False))
-            f.flush()
-            virsh("define", f.name)
+        nonlocal conn
+        conn = _alive(conn)
+        conn.defineXML(domain_definition(name, vnc=False))
         names.append(name)
         return name
 
     yield define
-    for name in names:
-        virsh("destroy", name, check=False)
-        cli("destroy", "--vm", name, "--all")
-        virsh("undefine", name, check=False)
+    if names:
+        conn = _alive(conn)
+        for name in names:
+            with contextlib.suppress(libvirt.libvirtError):
+                dom = conn.lookupByName(name)
+                if dom.isActive():
+                    dom.destroy()
+                dom.undefine()
+        conn.close()

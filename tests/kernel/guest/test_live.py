@@ -1,13 +1,19 @@
-"""Live attach on a running domain (`virsh start --paused`: QEMU runs, the guest CPU does not): `vgpuadm create --vm`
-hot-plugs the mdev into QEMU as well as writing the persistent definition, and QEMU has the device (`qom-list
-/machine/peripheral` through the monitor); the same for an SR-IOV NVMe VF given with `vgpuadm passthrough`
-(vfio-pci, at a guest address libvirt picks: q35's root bus cannot hot-plug). Live detach is not tested here: PCIe
-hot-unplug completes only when the guest OS acknowledges it, and a paused guest runs none, so QEMU keeps the device
-and the kernel's mdev removal waits for it; the devices are taken back after the domain is stopped."""
+"""Live attach and detach on a running domain (`virsh start --paused`: QEMU runs, the guest CPU does not).
+
+`vgpuadm create --vm` hot-plugs the mdev into QEMU as well as writing the persistent definition, and QEMU has the
+device (`qom-list /machine/peripheral` through the monitor); the same for an SR-IOV NVMe VF given with `vgpuadm
+passthrough` (vfio-pci, at a guest address libvirt picks: q35's root bus cannot hot-plug).
+
+Taking the device back while the domain runs: PCIe hot-unplug completes only when the guest OS acknowledges it, and
+a paused guest runs none. libvirt returns "detach request sent" and QEMU keeps the device; vgpuadm must see that
+(the live XML still has it after UNPLUG_WAIT s), fail the step with one line and change nothing: the mdev (or the
+VF's vfio-pci bind) stays, the persistent definition is unchanged, no journal is left. Once the domain is stopped
+the same command succeeds."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -16,6 +22,7 @@ from guest_virsh import URI, virsh
 from lxml import etree
 
 from vgpuadm.host.sysfs import Sysfs
+from vgpuadm.virt.handlers import UNPLUG_WAIT
 
 PCI = "/sys/bus/pci/devices"
 
@@ -38,12 +45,12 @@ def _hostdev_aliases(name: str, *, inactive: bool = False) -> list[tuple[str | N
 
 
 def _bounded(name: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """`vgpuadm ARGS` in a child, bounded: if the guest never lets go of the device, removing it would wait in
-    the kernel for QEMU to close it; stopping the domain then frees it, and the test fails saying so."""
+    """`vgpuadm ARGS` in a child, bounded: had vgpuadm removed the device while QEMU still held it, the removal
+    would wait in the kernel for QEMU to close it; stopping the domain then frees it, and the test fails saying so."""
     p = subprocess.Popen([sys.executable, "-m", "vgpuadm", "--connect", URI, *args], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        out, err = p.communicate(timeout=300)
+        out, err = p.communicate(timeout=120 + UNPLUG_WAIT)
     except subprocess.TimeoutExpired:
         virsh("destroy", name, check=False)
         out, err = p.communicate(timeout=300)
@@ -51,7 +58,26 @@ def _bounded(name: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
-def test_create_attaches_an_mdev_to_a_running_domain(cli, sysfs: Sysfs, domain, mark) -> None:
+def _refused_unplug(cli, name: str, what: str, *args: str) -> None:
+    """`vgpuadm ARGS` on the running (paused) domain must fail its first step, the unplug, with exit 5 and exactly
+    this error, and change nothing in libvirt's view (the live and the persistent definition)."""
+    (first, *_rest) = json.loads(cli("--connect", URI, *args, "--dry-run", "--json").out)["steps"]
+    live, persistent = virsh("dumpxml", name).stdout, virsh("dumpxml", "--inactive", name).stdout
+    result = _bounded(name, *args)
+    assert (result.returncode, result.stdout, result.stderr.splitlines()) == (5, "", [
+        f"error: {first} failed: the guest of domain {name} has not released {what} (PCIe unplug not acknowledged "
+        f"within {UNPLUG_WAIT} s); nothing removed",
+        f"hint: the guest OS must accept hot-unplug; or shut the domain down (virsh -c {URI} shutdown {name}) and "
+        "run the command again; nothing was changed (the earlier steps were rolled back)",
+    ])  # fmt: skip
+    assert virsh("dumpxml", "--inactive", name).stdout == persistent
+    assert virsh("dumpxml", name).stdout == live  # QEMU still has the device, under the same alias
+    assert not os.path.exists("/var/lib/vgpuadm/journal.json")
+
+
+def test_create_attaches_an_mdev_to_a_running_domain_and_destroy_waits_for_the_guest(
+    cli, sysfs: Sysfs, domain, mark
+) -> None:
     name = domain("kl-live")
     virsh("start", "--paused", name)
     mark("started")
@@ -67,15 +93,21 @@ def test_create_attaches_an_mdev_to_a_running_domain(cli, sysfs: Sysfs, domain, 
     assert [k for k, _ in _hostdev_aliases(name, inactive=True)] == ["mdev"]  # and the definition keeps it
 
     mark("attached")
-    virsh("destroy", name)  # see the module docstring: a paused guest never acknowledges a hot-unplug
-    result = _bounded(name, "destroy", "--vm", name, "--all", "--json")
-    mark(f"destroy: exit {result.returncode}")
-    assert result.returncode == 0, result.stderr
+    _refused_unplug(cli, name, f"mdev {uuid}", "destroy", "--vm", name, "--all")
+    mark("destroy refused")
+    assert sysfs.listdir("/sys/bus/mdev/devices") == [uuid]
+    assert sysfs.link_name(f"/sys/bus/mdev/devices/{uuid}/mdev_type") == "mtty-2"
+    assert _peripherals(name)[alias] == "child<vfio-pci>"
+
+    virsh("destroy", name)  # QEMU gone: nothing holds the mdev any more, the command runs in-process
+    result = cli("--connect", URI, "destroy", "--vm", name, "--all", "--json")
+    mark(f"destroy: exit {result.code}")
+    assert result.code == 0, result.err
     assert _hostdev_aliases(name, inactive=True) == []
-    assert not sysfs.exists(f"/sys/bus/mdev/devices/{uuid}")
+    assert sysfs.listdir("/sys/bus/mdev/devices") == []
 
 
-def test_passthrough_attaches_a_vf_to_a_running_domain(
+def test_passthrough_attaches_a_vf_to_a_running_domain_and_release_waits_for_the_guest(
     cli, sysfs: Sysfs, domain, enabled_vfs: tuple[str, list[str]], mark
 ) -> None:
     name = domain("kl-live-vf")
@@ -91,10 +123,14 @@ def test_passthrough_attaches_a_vf_to_a_running_domain(
     assert _peripherals(name)[alias] == "child<vfio-pci>"  # QEMU has the VF
 
     mark("passed through")
+    _refused_unplug(cli, name, f"PCI device {vf0}", "release", "--gpu", vf0)
+    mark("release refused")
+    assert sysfs.link_name(f"{PCI}/{vf0}/driver") == "vfio-pci"
+
     virsh("destroy", name)
-    result = _bounded(name, "release", "--gpu", vf0, "--json")
-    mark(f"release: exit {result.returncode}")
-    assert result.returncode == 0, result.stderr
+    result = cli("--connect", URI, "release", "--gpu", vf0, "--json")
+    mark(f"release: exit {result.code}")
+    assert result.code == 0, result.err
     assert _hostdev_aliases(name, inactive=True) == []
     assert sysfs.link_name(f"{PCI}/{vf0}/driver") is None
     assert cli("sriov", "disable", pf).code == 0
