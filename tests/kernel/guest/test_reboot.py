@@ -74,5 +74,8 @@ def test_restore_after_the_drivers_are_reloaded(cli, sysfs: Sysfs, domain, enabl
 
     for name in (a, b):
         assert cli("--connect", URI, "destroy", "--vm", name, "--all").code == 0
-    assert sysfs.link_name(f"{PCI}/{vf0}/driver") == found_on
+    # Handed back to nvme, its probe can fail again by itself, asynchronously ("Device not ready; aborting
+    # initialisation, CSTS=0x2", -19): the VF may be unbound again by the time we look, the kernel's doing.
+    assert sysfs.link_name(f"{PCI}/{vf0}/driver") in {found_on, None}
+    assert sysfs.read(f"{PCI}/{vf0}/driver_override") == "(null)"
     assert cli("sriov", "disable", pf).code == 0
