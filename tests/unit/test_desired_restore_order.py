@@ -10,7 +10,8 @@ from pathlib import Path
 from tests.unit.inventory_setup import mig_on
 from vgpuadm.api import discover
 from vgpuadm.model import Allocation
-from vgpuadm.plan.restore import PHASES, missing_devices, plan_phase, wait_until
+from vgpuadm.plan.restore import PHASES, missing_devices, plan_phase
+from vgpuadm.polling import wait_until
 from vgpuadm.steps import CreateMdev, SetVfVgpuType, SriovManage
 
 VF = "0000:18:00.5"

@@ -1,24 +1,27 @@
-"""The bounded wait after a live unplug (vgpuadm/virt/handlers.py `unplug`, `wait_released`).
+"""The bounded wait after a live unplug (vgpuadm/virt/handlers.py `unplug`, through vgpuadm/polling.py).
 
-A fake clock and a fake connection stand in for time and libvirt here: outside the kernel lane there is no device
+A fake clock (time.monotonic, which tenacity reads too) and a fake connection stand in for time and libvirt here: outside the kernel lane there is no device
 a running guest could refuse to release (libvirt needs a real mdev or vfio-pci function to hot-plug one), and a real
 wait would take UNPLUG_WAIT seconds. tests/kernel/guest/test_live.py runs the same path against the real kernel,
 QEMU and libvirtd with a paused guest, which never acknowledges the unplug."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from vgpuadm.errors import ConflictError
+from vgpuadm.polling import wait_until
 from vgpuadm.virt import handlers
-from vgpuadm.virt.handlers import UNPLUG_POLL, UNPLUG_WAIT, unplug, wait_released
+from vgpuadm.virt.handlers import UNPLUG_POLL, UNPLUG_WAIT, unplug
 from vgpuadm.virt.xml import hostdev_elements, mdev_hostdev, vf_hostdev
 
 UUID = "5d0b1a8e-1111-4222-8333-444455556666"
 
 
 class Clock:
-    """Monotonic time that moves only when the code under test sleeps."""
+    """Monotonic time that moves only when the code under test sleeps (installed as time.monotonic)."""
 
     def __init__(self) -> None:
         self.now = 1000.0
@@ -53,21 +56,39 @@ class Guest:
         return f"<domain><name>{name}</name><devices>{'' if gone else self.device}</devices></domain>"
 
 
-def test_the_wait_ends_at_the_deadline_when_the_device_stays() -> None:
-    clock = Clock()
-    looks = []
-    assert not wait_released(lambda: looks.append(clock()) or True, clock() + 2.0, clock=clock, sleep=clock.sleep)
-    assert sum(clock.sleeps) == 2.0 and max(clock.sleeps) == UNPLUG_POLL
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(time, "monotonic", c)
+    return c
+
+
+def present_until(clock: Clock, answers: list[bool]) -> tuple[list[float], object]:
+    looks: list[float] = []
+
+    def probe() -> bool:
+        looks.append(clock())
+        return answers.pop(0) if answers else True
+
+    return looks, probe
+
+
+def test_the_wait_ends_at_the_deadline_when_the_device_stays(clock: Clock) -> None:
+    looks, probe = present_until(clock, [])
+    assert wait_until(probe, lambda present: not present, 2.0, UNPLUG_POLL, max_interval=UNPLUG_POLL,
+                      sleep=clock.sleep)  # fmt: skip
+    assert sum(clock.sleeps) == 2.0 and set(clock.sleeps) == {UNPLUG_POLL}
     assert looks == [1000.0 + UNPLUG_POLL * i for i in range(int(2.0 / UNPLUG_POLL) + 1)]  # the last one at 2 s
 
 
-def test_the_wait_ends_when_the_device_goes() -> None:
-    clock = Clock()
-    answers = iter([True, True, False])
-    assert wait_released(lambda: next(answers), clock() + 2.0, clock=clock, sleep=clock.sleep)
+def test_the_wait_ends_when_the_device_goes(clock: Clock) -> None:
+    _looks, probe = present_until(clock, [True, True, False])
+    assert not wait_until(probe, lambda present: not present, 2.0, UNPLUG_POLL, max_interval=UNPLUG_POLL,
+                          sleep=clock.sleep)  # fmt: skip
     assert clock.sleeps == [UNPLUG_POLL, UNPLUG_POLL]
     clock.sleeps.clear()
-    assert wait_released(lambda: False, clock() - 1.0, clock=clock, sleep=clock.sleep)  # gone: never too late
+    _looks, probe = present_until(clock, [False])
+    assert not wait_until(probe, lambda present: not present, -1.0, sleep=clock.sleep)  # gone: never too late
     assert clock.sleeps == []
 
 
@@ -75,12 +96,11 @@ def test_the_wait_ends_when_the_device_goes() -> None:
     ("device", "named"),
     [(mdev_hostdev(UUID), f"mdev {UUID}"), (vf_hostdev("0000:01:00.1"), "PCI device 0000:01:00.1")],
 )
-def test_a_guest_that_keeps_the_device_fails_the_unplug_within_the_bound(device: str, named: str) -> None:
-    clock = Clock()
+def test_a_guest_that_keeps_the_device_fails_the_unplug_within_the_bound(device: str, named: str, clock: Clock) -> None:
     guest = Guest(device, release_after=None)
     (el,) = hostdev_elements(device)
     with pytest.raises(ConflictError) as caught:
-        unplug(guest, "web01", el, clock=clock, sleep=clock.sleep)
+        unplug(guest, "web01", el, sleep=clock.sleep)
     assert caught.value.message == (
         f"the guest of domain web01 has not released {named} (PCIe unplug not acknowledged within "
         f"{UNPLUG_WAIT} s); nothing removed"
@@ -93,10 +113,9 @@ def test_a_guest_that_keeps_the_device_fails_the_unplug_within_the_bound(device:
     assert clock.now == 1000.0 + UNPLUG_WAIT  # waited exactly the bound
 
 
-def test_a_guest_that_lets_go_ends_the_wait() -> None:
-    clock = Clock()
+def test_a_guest_that_lets_go_ends_the_wait(clock: Clock) -> None:
     guest = Guest(mdev_hostdev(UUID), release_after=3)
     (el,) = hostdev_elements(guest.device)
-    unplug(guest, "web01", el, clock=clock, sleep=clock.sleep)
+    unplug(guest, "web01", el, sleep=clock.sleep)
     assert (guest.looks, clock.sleeps) == (4, [UNPLUG_POLL] * 3)
     assert handlers.UNPLUG_WAIT == 10

@@ -38,6 +38,7 @@ from vgpuadm.plan.desired import Current, DesiredPlan, Diff, describe_allocation
 from vgpuadm.plan.domains import Domains, with_recorded
 from vgpuadm.plan.policies import PolicyPlan
 from vgpuadm.plan.reconcile import Leak
+from vgpuadm.polling import wait_until
 from vgpuadm.steps import Plan, Step
 from vgpuadm.virt.steps import DefineDomain
 from vgpuadm.virt.xml import parse_allocations
@@ -244,7 +245,7 @@ def restore(
             missing = restore_plan.missing_devices(allocs, snap) if phase == "vgpu" and not out.problems else []
             if missing:
                 say(f"waiting up to {timeout:g}s for {', '.join(missing)} to register")
-                snap = restore_plan.wait_until(s.refresh, functools.partial(restore_plan.all_present, allocs), timeout)
+                snap = wait_until(s.refresh, functools.partial(restore_plan.all_present, allocs), timeout)
             mig = host_mig.read_host(s.root) if phase == "mig" and restore_plan.needs_mig(allocs, snap) else None
             state = None
             if phase == "policies" and host_hetero.wanted(snap):

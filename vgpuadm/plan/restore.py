@@ -23,9 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
-
-from tenacity import Retrying, retry_if_result, stop_after_delay, wait_exponential
 
 from vgpuadm.catalog.capacity import heterogeneous
 from vgpuadm.catalog.mig import MigHost, MigInstance, recorded_instance
@@ -44,7 +41,6 @@ from vgpuadm.steps import (
 )
 
 PHASES = ("driver", "sriov", "policies", "mig", "vgpu", "params", "vfio")
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -374,17 +370,3 @@ def _vfio(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
         if steps:
             units.append(Plan.of(steps, f"bind the IOMMU group of {gpu} to vfio-pci"))
     return PhasePlan("vfio", tuple(units), tuple(problems))
-
-
-def wait_until(probe: Callable[[], T], done: Callable[[T], bool], timeout: float, interval: float = 0.05) -> T:
-    """Call `probe` until `done(result)` or `timeout` seconds pass; returns the last result either way. Polls with
-    a growing interval (parents register when the vendor daemon is ready: nvidia-vgpud can take seconds)."""
-    retrying = Retrying(
-        stop=stop_after_delay(timeout),
-        wait=wait_exponential(multiplier=interval, max=1.0),
-        retry=retry_if_result(lambda r: not done(r)),
-        retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
-        reraise=True,
-    )
-    result: T = retrying(probe)
-    return result

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vgpuadm.errors import ConflictError, UsageError, VgpuadmError
+from vgpuadm.polling import wait_until
 from vgpuadm.virt.steps import AttachHostdev, DefineDomain, DetachHostdev, SetMetadata, SetVirtioGl
 from vgpuadm.virt.xml import (
     NS,
@@ -126,23 +127,6 @@ UNPLUG_WAIT = 10  # seconds, from the request, that a running guest has to relea
 UNPLUG_POLL = 0.25  # seconds between two looks at the live definition while waiting
 
 
-def wait_released(
-    present: Callable[[], bool],
-    deadline: float,
-    *,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> bool:
-    """Look (`present`) until the device is gone, or `deadline` (on `clock`) has passed; True when it went. One
-    look always, one more at the deadline, so a guest acknowledging at the last moment counts."""
-    while present():
-        left = deadline - clock()
-        if left <= 0:
-            return False
-        sleep(min(UNPLUG_POLL, left))
-    return True
-
-
 def _live_keys(virt: Any, domain: str) -> set[tuple[str, str] | None]:
     return {hostdev_key(el) for el in parse_domain(virt.xml(domain, inactive=False)).findall("devices/hostdev")}
 
@@ -152,7 +136,6 @@ def unplug(
     domain: str,
     el: Any,
     *,
-    clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """Unplug one hostdev from the running guest and confirm it left. libvirt's detach can return with the unplug
@@ -162,9 +145,11 @@ def unplug(
     in the kernel. So the live XML is read until the device is gone, UNPLUG_WAIT s from the request at most;
     otherwise ConflictError, and nothing else is touched."""
     key = hostdev_key(el)
-    deadline = clock() + UNPLUG_WAIT
+    deadline = time.monotonic() + UNPLUG_WAIT
     virt.detach_live(domain, to_string(el))
-    if not wait_released(lambda: key in _live_keys(virt, domain), deadline, clock=clock, sleep=sleep):
+    left = deadline - time.monotonic()  # libvirt itself waited some of it
+    if wait_until(lambda: key in _live_keys(virt, domain), lambda present: not present, left, UNPLUG_POLL,
+                  max_interval=UNPLUG_POLL, sleep=sleep):  # fmt: skip
         what = f"mdev {key[1]}" if key and key[0] == "mdev" else f"PCI device {key[1] if key else '?'}"
         raise ConflictError(
             f"the guest of domain {domain} has not released {what} (PCIe unplug not acknowledged within "
