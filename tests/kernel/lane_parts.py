@@ -40,7 +40,11 @@ def table(results: Path, before: float, guest: float, differential: float) -> st
             ("boot to the entry script, and power-off after it", marks["entry"] + guest - marks.get("done", guest))
         )
     span("setup: vfio, mdev and the sample modules", "entry", "setup")
-    span("libvirt directories, virtlogd and libvirtd -d", "setup", "pytest-start")
+    if "cached-mounts" in marks:
+        span("the cached 9p mounts (/usr, venv, code)", "setup", "cached-mounts")
+        span("libvirt directories, virtlogd and libvirtd -d", "cached-mounts", "pytest-start")
+    else:
+        span("libvirt directories, virtlogd and libvirtd -d", "setup", "pytest-start")
     span("pytest: start and collection", "pytest-start", "collected")
     in_tests = 0.0
     for part, seconds in sorted(tests.items(), key=lambda kv: -kv[1]):

@@ -56,6 +56,10 @@ qemu_opts+=",sriov_max_vfs=2,sriov_vq_flexible=4,sriov_vi_flexible=2"
 # A whole-GPU passthrough candidate: a VGA function and its HD audio in one slot, hence one IOMMU group (no ACS on
 # the root bus). Its DRM driver (bochs) is blacklisted: fbcon on it would make unbinding it a console hazard.
 qemu_opts+=" -device VGA,bus=pcie.0,addr=0x10.0,multifunction=on -device ich9-intel-hda,bus=pcie.0,addr=0x10.1"
+# A second, read-only 9p view of the host's tree (a virtio 9p channel takes one mount, and virtme-ng's root mount
+# has no cache): guest-entry.sh mounts it with cache=loose over the parts nothing changes during the run.
+qemu_opts+=" -fsdev local,id=lanecache,path=/,security_model=none,readonly=on,multidevs=remap"
+qemu_opts+=" -device virtio-9p-pci,fsdev=lanecache,mount_tag=lanecache"
 echo "kernel lane: booting $kver under TCG (timeout ${timeout_s}s); console log: $results/console.log"
 # stdin from /dev/null: `timeout` puts vng in its own process group, so when CI's stdin is a terminal, QEMU's stdio
 # console reading it gets SIGTTIN and stops; the guest then never boots (an empty console.log until the timeout).
