@@ -69,6 +69,22 @@ def test_the_maximum_of_each_mig_backed_type_is_made_and_released(
         assert (_instances(root), mdevs(root), hostdev_keys(root, "vm")) == (start, [], []), type_name
 
 
+def test_layout_b_vgpus_made_one_at_a_time_each_get_their_own_instance(sim_host: Callable[[str], Path]) -> None:
+    """Layout B mdevs name no GPU instance in sysfs: the planner must learn from the driver (`vgpu -q`) which
+    instances the running vGPUs hold, or the second create counts the first one's instance as free and the
+    driver refuses its mdev."""
+    root, _pf = _board(sim_host, "a100d-mig", "v1", "v2", "v3")
+    for vm in ("v1", "v2", "v3"):
+        res = vgpuadm(root, "create", "--type", "A100D-1-10C", "--vm", vm)
+        assert res.code == 0, (vm, res.err)
+    assert _instances(root) == [("1g.10gb", 4, 1, 1), ("1g.10gb", 5, 1, 1), ("1g.10gb", 6, 1, 1)]
+    rows = json.loads(vgpuadm(root, "mig", "instances", "--json").out)
+    assert sorted((r["start"], r["owner"], r["made_for"], r["state"]) for r in rows) == [
+        (4, "v3", "v3", "used"), (5, "v2", "v2", "used"), (6, "v1", "v1", "used")]  # fmt: skip
+    assert vgpuadm(root, "destroy", "--vm", "v2", "--all").code == 0
+    assert _instances(root) == [("1g.10gb", 4, 1, 1), ("1g.10gb", 6, 1, 1)]
+
+
 def test_time_sliced_mig_backed_vgpus_share_their_instances(sim_host: Callable[[str], Path]) -> None:
     """RTX PRO 6000: 8 DC-1-12C take the 4 1g.24gb instances, two each, and one more does not fit."""
     root, pf = _board(sim_host, "rtxpro6000-mig", "vm")

@@ -1,8 +1,11 @@
 """Reading the host's MIG state through nvidia-smi (`-q -x`, `mig -lgip`, `mig -lgipp`, `mig -lgi`) into one
-MigState per GPU, and which layout C VF's vGPU sits on which GPU instance (`<VF>/nvidia/gpu_instance_id`).
+MigState per GPU, and which vGPU sits on which GPU instance: a layout C VF's from `<VF>/nvidia/gpu_instance_id`, a
+layout B mdev's from `vgpu -q` (its MDEV UUID and GPU Instance ID).
 Read-only; nvidia-smi is required (a one-line error with a hint when it is missing)."""
 
 from __future__ import annotations
+
+import re
 
 from vgpuadm.catalog.mig import MigGpu, MigHost, MigInstance, MigProfile, MigType
 from vgpuadm.errors import HostIOError, VgpuadmError
@@ -13,10 +16,11 @@ from vgpuadm.host.nvidia_smi_mig import (
     parse_gi_profiles,
     parse_gpu_instances,
 )
-from vgpuadm.host.nvidia_smi_vgpu import parse_query_xml, parse_type_blocks
+from vgpuadm.host.nvidia_smi_vgpu import parse_query_xml, parse_type_blocks, parse_vgpu_query
 from vgpuadm.host.root import HostRoot
 
 WHY = "read MIG state"
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def _read(root: HostRoot, *args: str) -> str:
@@ -44,6 +48,12 @@ def read(root: HostRoot) -> list[MigGpu]:
         physfn = sysfs.link_name(f"{PCI_DEVICES}/{vf}/physfn")
         if text is not None and text.strip().isdecimal() and physfn:
             users.setdefault((physfn, int(text)), []).append(vf)
+    if instances:  # layout B mdevs name no instance in sysfs: the driver's vgpu -q says which one each runs on
+        for address, q in parse_vgpu_query(nvidia_smi.run(root, "vgpu", "-q") or "").items():
+            for v in q.vgpus:
+                uuid, gi = v.fields.get("MDEV UUID", ""), v.gpu_instance_id
+                if gi is not None and _UUID.fullmatch(uuid.lower()):
+                    users.setdefault((address, gi), []).append(uuid.lower())
     out = []
     for g in gpus:
         profs = []

@@ -156,7 +156,7 @@ class MigMode(Mode):
         """The GPU instances vgpuadm made for the vGPUs in `gone` (recorded as `mig_instance` = profile id:start),
         destroyed once those vGPUs are: each only while it is there and no other vGPU runs on it. An instance
         nobody recorded — made by hand — is never touched."""
-        freed = {d for a in gone for d in (a.address, a.parent) if d}
+        freed = {d for a in gone for d in (a.uuid, a.address, a.parent) if d}  # layout B: the mdev UUID
         out: list[Step] = []
         for a in gone:
             made = recorded_instance(a.extra)

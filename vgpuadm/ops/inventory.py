@@ -19,7 +19,7 @@ from vgpuadm.ops.session import Session
 from vgpuadm.report.inventory import inventory as build_inventory
 from vgpuadm.report.listing import vm_rows, vm_view
 from vgpuadm.report.merge import load_report, merge
-from vgpuadm.report.mig import gpu_occupancy, instance_rows, layout_b_users, made_by
+from vgpuadm.report.mig import gpu_occupancy, instance_rows, made_by
 
 
 def _now() -> str:
@@ -78,12 +78,11 @@ def _mig_occupancy(
     except VgpuadmError as exc:
         warnings.append(f"MIG state not read: {exc.message}")
         return None
-    owners = made = mdev_users = None
+    owners = made = None
     if allocations is not None:
         owners = {key: a.domain for a in allocations for key in (a.uuid, a.address) if key}
         made = made_by(allocations, s.snap.physical_gpu)
-        mdev_users = layout_b_users(allocations, s.snap.physical_gpu, s.snap.mdevs)
-    rows = instance_rows(gpus, owners, made, mdev_users)
+    rows = instance_rows(gpus, owners, made)
     return {g.address: gpu_occupancy(g, rows) for g in gpus}
 
 

@@ -15,7 +15,7 @@ from vgpuadm.model import HostSnapshot, pci_address
 from vgpuadm.modes import mig as mig_mode
 from vgpuadm.ops.host import Planner
 from vgpuadm.ops.session import Session
-from vgpuadm.report.mig import Made, instance_rows, layout_b_users, made_by
+from vgpuadm.report.mig import Made, instance_rows, made_by
 from vgpuadm.steps import Plan
 
 
@@ -31,16 +31,15 @@ def instances(root: str | None, connect: str | None = None) -> list[dict[str, An
         return instance_rows(gpus, *ownership(s))
 
 
-def ownership(s: Session) -> tuple[dict[str, str] | None, Made | None, dict[tuple[str, int, int], str] | None]:
-    """VF address / mdev UUID → the VM that owns it, the instances vgpuadm made, and the layout B mdevs on them
-    (report/mig.made_by, layout_b_users); all None when the domains cannot be read."""
+def ownership(s: Session) -> tuple[dict[str, str] | None, Made | None]:
+    """VF address / mdev UUID → the VM that owns it, and the instances vgpuadm made (report/mig.made_by); both None
+    when the domains cannot be read."""
     try:
         domains = s.domains()
     except (LibvirtError, ConflictError, ImportError):
-        return None, None, None
+        return None, None
     owners = {key: vm for (_kind, key), vm in domains.users().items()}
-    allocs = domains.allocations
-    return owners, made_by(allocs, s.snap.physical_gpu), layout_b_users(allocs, s.snap.physical_gpu, s.snap.mdevs)
+    return owners, made_by(domains.allocations, s.snap.physical_gpu)
 
 
 def _gpus(snap: HostSnapshot) -> list[MigGpu]:

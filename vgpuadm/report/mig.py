@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 from vgpuadm.catalog.mig import MigGpu
@@ -35,15 +35,6 @@ def made_by(allocations: list[Allocation], physical_gpu: Callable[[str], str]) -
     return {k: a.domain for k, a in _made(allocations, physical_gpu).items()}
 
 
-def layout_b_users(
-    allocations: list[Allocation], physical_gpu: Callable[[str], str], mdevs: Collection[str]
-) -> dict[tuple[str, int, int], str]:
-    """Layout B mdevs name no GPU instance in sysfs (only layout C VFs have nvidia/gpu_instance_id): an instance
-    vgpuadm made for an mdev that exists is taken as that mdev's (the driver binds a free instance of the type's
-    profile, so the count is exact even when it bound another one of the same profile)."""
-    return {k: a.uuid or "" for k, a in _made(allocations, physical_gpu).items() if a.uuid and a.uuid in mdevs}
-
-
 def _made(allocations: list[Allocation], physical_gpu: Callable[[str], str]) -> dict[tuple[str, int, int], Allocation]:
     out: dict[tuple[str, int, int], Allocation] = {}
     for a in allocations:
@@ -57,9 +48,8 @@ def instance_rows(
     gpus: list[MigGpu],
     owners: dict[str, str] | None = None,
     made: Made | None = None,
-    mdev_users: dict[tuple[str, int, int], str] | None = None,
 ) -> list[dict[str, Any]]:
-    """`owners` maps a vGPU device (VF address) to the VM owning it; an instance's owner is its first user's VM.
+    """`owners` maps a vGPU device (VF address, mdev UUID) to the VM owning it; an instance's owner is its first user's VM.
     `state`: used (a vGPU runs on it), free, or by-hand (free and no VM's metadata says vgpuadm made it); `made_for`:
     the VM vgpuadm made it for (None: made by hand, or ownership unknown when `made` is None)."""
     rows = []
@@ -67,7 +57,7 @@ def instance_rows(
         for i in g.instances:
             key = (g.address, i.profile_id, i.start)
             made_for = (made or {}).get(key)
-            users = i.users or ((mdev_users[key],) if mdev_users and key in mdev_users else ())
+            users = i.users
             state = "used" if users else "free" if made_for or made is None else "by-hand"
             rows.append({"gpu_index": g.index, "address": g.address, "name": i.name, "profile_id": i.profile_id,
                          "instance_id": i.instance_id, "start": i.start, "size": i.size,

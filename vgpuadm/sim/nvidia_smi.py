@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
+import zlib
 from collections.abc import Sequence
 from typing import Any
 from xml.sax.saxutils import escape
@@ -246,6 +247,24 @@ def gpu_instances(model: dict[str, Any], index: int | None) -> str:
     return _GI_HEAD + "".join(rows) if rows else "No GPU instances found: Not Found\n"
 
 
+def vgpu_query(model: dict[str, Any]) -> str:
+    """`nvidia-smi vgpu -q`, in the layout of the published block (tests/data/nvidia-smi-published/
+    vgpu-q-fragment.txt): per GPU its active vGPUs with `MDEV UUID` (N/A for a layout C VF's) and `GPU Instance ID`.
+    [I] Only the vGPUs on GPU instances are listed (the MIG state is what the simulated driver tracks per vGPU);
+    the vGPU IDs are made up from the device's name."""
+    out = []
+    for pf in migmodel.gpu_order(model):
+        st = (model.get("mig") or {}).get(pf)
+        users = sorted((u, gi["id"]) for gi in (st or {}).get("instances", []) for u in gi["users"])
+        out.append(f"GPU {mig.nv_address(pf)}\n    {'Active vGPUs':<34}: {len(users)}\n")
+        for device, gi_id in users:
+            name = device.rsplit("/", 1)[-1]
+            mdev = name if len(name) == 36 and name.count("-") == 4 else "N/A"
+            out.append(f"    {'vGPU ID':<34}: {3251634176 + zlib.crc32(name.encode()) % 65536}\n"
+                       f"        {'MDEV UUID':<30}: {mdev}\n        {'GPU Instance ID':<30}: {gi_id}\n")  # fmt: skip
+    return "".join(out)
+
+
 def compute_instances(model: dict[str, Any], index: int | None) -> str:
     chosen = [(i, st) for i, _pf, st in _selected(model, index) if migmodel.enabled(st)]
     if not chosen:
@@ -346,7 +365,7 @@ def main(argv: Sequence[str]) -> int:
     reads = {
         ("vgpu", "-s", "-v"): lambda m: supported_types(m), ("vgpu", "-v", "-s"): lambda m: supported_types(m),
         ("vgpu", "-s"): lambda m: supported_types(m, verbose=False), ("-q", "-x"): query_xml, ("-q",): query_text,
-        ("vgpu", "-ss"): scheduler_state,
+        ("vgpu", "-ss"): scheduler_state, ("vgpu", "-q"): vgpu_query,
         ("mig", "-lgip"): lambda m: gi_profiles(m, index), ("mig", "-lgipp"): lambda m: gi_placements(m, index),
         ("mig", "-lgi"): lambda m: gpu_instances(m, index), ("mig", "-lci"): lambda m: compute_instances(m, index),
     }  # fmt: skip
