@@ -88,3 +88,33 @@ def test_apply_cannot_turn_mig_on_while_a_vgpu_runs(sim_host: Callable[[str], Pa
         f"hint: destroy them first (`vgpuadm devices --gpu {PF}` lists them)",
     ]
     assert tree_state(root) == before
+
+
+def test_a_gpus_section_turning_mig_on_and_a_mig_backed_vm_make_one_mode_change(
+    sim_host: Callable[[str], Path], tmp_path: Path
+) -> None:
+    root = sim_host("h200-mig")
+    define(root, "web01")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"gpus:\n  {PF}:\n    mig: {{enabled: true}}\nvms:\n  web01:\n    type: H200X-1-18C\n")
+    check = vgpuadm(root, "apply", "-f", str(plan), "--check", "--diff")
+    assert check.code == 0, check.err
+    assert check.out.splitlines() == [
+        f"~ gpu {PF}: MIG off → on",
+        f"+ gpu {PF}: MIG GPU instance 1g.18gb at slot 6",
+        "+ web01: nvidia-1414 ×1",
+        "would run 5 step(s); nothing was changed (--check)",
+    ]
+    res = vgpuadm(root, "apply", "-f", str(plan), "--json")
+    assert res.code == 0, res.err
+    assert [line.split(" ", 2)[2] for line in json.loads(res.out)["steps"]] == [
+        f"enable MIG mode on GPU {PF} (nvidia-smi -i 0)",
+        "write /var/lib/vgpuadm/gpus.json",
+        f"create MIG GPU instance 1g.18gb (profile 19) at slot 6 on {PF}",
+        "set vGPU type 1414 (nvidia-1414) on VF 0000:18:00.4",
+        "attach nvidia-1414 0000:18:00.4 to domain web01, and record 1 vgpuadm device(s) in its metadata",
+    ]
+    assert _instances(root) == [("1g.18gb", 6, "web01")]
+    assert vgpuadm(root, "apply", "-f", str(plan), "--check").out.splitlines() == [
+        "nothing to do: the host matches the plan"
+    ]

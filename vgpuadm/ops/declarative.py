@@ -108,6 +108,8 @@ def apply_desired(
             snap, first, policy_warnings = pp.snap, pp.steps, pp.warnings
             d = dataclasses.replace(d, gpus=pp.lines)
         plan = build_apply_plan(plan_doc, d, snap, doms, load_drivers(s.root.path), mig)
+        first, steps = plan_mig.one_mode_change(first, plan.steps)
+        plan = Plan(steps, plan.summary)
         d = dataclasses.replace(d, gpus=(*d.gpus, *plan_mig.diff_lines(plan.steps)))
         plan = Plan((*first, *plan.steps), plan.summary) if first else plan
         after = allocations_after(doms, plan)

@@ -165,6 +165,19 @@ def release(snap: HostSnapshot, mig: MigHost, gone: Sequence[Allocation]) -> tup
     return steps, dataclasses.replace(mig, gpus=tuple(gpus))
 
 
+def one_mode_change(first: Sequence[Step], steps: Sequence[Step]) -> tuple[tuple[Step, ...], tuple[Step, ...]]:
+    """A plan file's `gpus:` section turning MIG mode on (`first`) and the MIG-backed types of its VMs needing it on
+    (`steps`) are one change: the section's step, in effect at once when the types need it, and no second one."""
+    later = {(st.address, st.enable): st for st in steps if isinstance(st, SetMigMode)}
+    merged = tuple(
+        dataclasses.replace(st, effective=st.effective or later[(st.address, st.enable)].effective)
+        if isinstance(st, SetMigMode) and (st.address, st.enable) in later else st
+        for st in first
+    )  # fmt: skip
+    done = {(st.address, st.enable) for st in merged if isinstance(st, SetMigMode)}
+    return merged, tuple(st for st in steps if not (isinstance(st, SetMigMode) and (st.address, st.enable) in done))
+
+
 def diff_lines(steps: Iterable[Step]) -> list[str]:
     """The MIG changes among `steps` as `apply --diff` lines."""
     out = []
