@@ -17,6 +17,9 @@ from enum import StrEnum
 
 from vgpuadm.errors import UsageError
 
+# A device UUID as sysfs, libvirt and vgpuadm write it (lower-case, 8-4-4-4-12); compiled where it is matched.
+UUID_PATTERN = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
     from typing import Any, ClassVar, TypeVar, dataclass_transform

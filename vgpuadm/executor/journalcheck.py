@@ -16,6 +16,7 @@ import stat
 from typing import Any
 
 from vgpuadm.errors import UnsafeError
+from vgpuadm.model import UUID_PATTERN
 from vgpuadm.steps import STEP_KINDS
 
 JOURNAL_HOST = "/var/lib/vgpuadm/journal.json"
@@ -26,7 +27,7 @@ PCI = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 # An mdev parent is a PCI function or, for a virtual parent such as the kernel's sample drivers, its device name
 # (mtty, mdpy): the same rule the domain metadata holds it to (virt/xml.py).
 PARENT = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]|[A-Za-z][A-Za-z0-9_-]{0,63}")
-UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+UUID = re.compile(UUID_PATTERN)
 TYPE_ID = re.compile(r"[A-Za-z0-9_.-]{0,64}")
 DRIVER = re.compile(r"[A-Za-z0-9_-]{0,64}")
 DOMAIN = re.compile(r"[^/\x00-\x1f\x7f]{1,255}")

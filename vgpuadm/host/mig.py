@@ -18,9 +18,10 @@ from vgpuadm.host.nvidia_smi_mig import (
 )
 from vgpuadm.host.nvidia_smi_vgpu import parse_query_xml, parse_type_blocks, parse_vgpu_query
 from vgpuadm.host.root import HostRoot
+from vgpuadm.model import UUID_PATTERN
 
 WHY = "read MIG state"
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_UUID = re.compile(UUID_PATTERN)
 
 
 def _read(root: HostRoot, *args: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from lxml import etree
 
 from vgpuadm.errors import ConflictError, UsageError
-from vgpuadm.model import Allocation, DeviceMode, parse_pci_address
+from vgpuadm.model import UUID_PATTERN, Allocation, DeviceMode, parse_pci_address
 from vgpuadm.virt.templating import environment
 
 NS = "https://vgpuadm.dev/xmlns/vgpuadm/1"
@@ -25,7 +25,7 @@ METADATA_VERSION = "1"
 
 MODES = tuple(m.value for m in DeviceMode)
 
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_UUID = re.compile(UUID_PATTERN)
 # What metadata values may be before they become part of a sysfs path, an mdevctl file name or a command: anyone
 # allowed to edit a domain's metadata (libvirt per-domain ACLs) must not be able to steer root's writes.
 _CANONICAL_PCI = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]")
