@@ -18,18 +18,18 @@ import json
 import os
 import re
 import socket
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import differential_scenario as raw
 import libvirt
+from guest_fork import forked
 from lxml import etree
 
 from vgpuadm.cli.app import run as run_cli
 from vgpuadm.cli.console import Console
+from vgpuadm.executor import CRASH_HOOK
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.virt.xml import NS, PREFIX, domain_definition
 
@@ -200,9 +200,9 @@ def run(
     conn: Any,
     plan_path: str,
     root: str = "",
-    child_env: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run the scenario with `cli` (in-process; crashes in a child `python -m vgpuadm`) on `base` (--root/-c);
+    """Run the scenario with `cli` (in-process; crashes in a forked child, tests/kernel/guest_fork.py) on `base`
+    (--root/-c);
     `conn` is a libvirt connection on which the scenario's domains are defined. One record per step."""
     norm = Normaliser(root)
     groups: dict[Any, str] = {}
@@ -218,10 +218,8 @@ def run(
         if step.crash_after is None:
             r = cli(*base, *args)
         else:
-            env = {**(child_env or os.environ), "VGPUADM_TEST_CRASH_AFTER_STEP": str(step.crash_after)}
-            p = subprocess.run([sys.executable, "-m", "vgpuadm", *base, *args], env=env, capture_output=True,
-                               text=True, timeout=600)  # fmt: skip
-            r = Result(p.returncode, p.stdout, p.stderr)
+            ((code, stdout, stderr),) = forked([[*base, *args]], env={CRASH_HOOK: str(step.crash_after)})
+            r = Result(code, stdout, stderr)
         try:
             out: Any = json.loads(r.out) if r.out.strip() else None
         except ValueError:

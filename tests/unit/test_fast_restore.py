@@ -56,7 +56,7 @@ def test_restore_answers_as_through_typer(
         for typer_only in (False, True):
             assert cli("sim", "reboot", root).code == 0
             if typer_only:
-                monkeypatch.setattr(fast, "_restore", lambda *_a: False)
+                monkeypatch.setattr(fast, "_restore", lambda *_a: None)
             runs.append((cli(*argv), tree_state(root)))
             monkeypatch.undo()
         assert runs[0] == runs[1], argv
@@ -91,7 +91,7 @@ def test_restore_results(sim_host: Callable[[str], Path], tmp_path: Path, cli: C
 )
 def test_other_argument_lists_go_to_typer(rest: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("vgpuadm.cli.declarative.restore", lambda *_a: pytest.fail("ran without typer"))
-    assert fast.try_run(["restore", *rest], fast.Console()) is False
+    assert fast.try_run(["restore", *rest], fast.Console()) is None
 
 
 def test_restore_does_not_import_typer(sim_host: Callable[[str], Path]) -> None:

@@ -55,7 +55,7 @@ def test_fast_path_matches_typer_path(sim_host, cli, monkeypatch):
         ["--root", root, "devices", "--json"],
     ]
     fast_out = [cli(*argv) for argv in spellings]
-    monkeypatch.setattr(fast, "try_run", lambda argv, console: False)
+    monkeypatch.setattr(fast, "try_run", lambda argv, console: None)
     typer_out = [cli(*argv) for argv in spellings]
     assert [(r.code, r.out, r.err) for r in fast_out] == [(r.code, r.out, r.err) for r in typer_out]
     assert len(json.loads(fast_out[0].out)) == 16 * 11
@@ -73,7 +73,7 @@ def test_fast_path_declines_what_it_does_not_know():
         ["gpus", "--json", "--gpu", "x"],
         ["--verbose", "gpus", "--json"],
     ):
-        assert fast.try_run(argv, Console()) is False, argv
+        assert fast.try_run(argv, Console()) is None, argv
 
 
 @pytest.mark.parametrize("profile", ["p4", "a100-mdev-vf"])

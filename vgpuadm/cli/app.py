@@ -258,8 +258,9 @@ def _run(argv: Sequence[str], console: Console) -> int:
     try:
         from vgpuadm.cli import fast
 
-        if fast.try_run(argv, console):
-            return 0
+        code = fast.try_run(argv, console)
+        if code is not None:
+            return code
         import typer.main
 
         # typer ≥ 0.20 vendors click as typer._click: catch its exceptions, not click's.

@@ -1,5 +1,6 @@
-"""A typer-free path for the read commands' JSON form, the ones scripts call in loops, and for `restore` as the
-boot unit runs it (`restore --domain-xml-dir DIR --timeout S`).
+"""A typer-free path for the read commands' JSON form, the ones scripts call in loops, for `restore` as the
+boot unit runs it (`restore --domain-xml-dir DIR --timeout S`), and for `hook run`, which libvirt runs at every
+domain's start and stop (the start waits for it: typer's import and the whole vgpuadm.api were half of it).
 
 Importing typer costs ~0.13 s here against ~0.02 s for a bare interpreter, which alone would break the cold-start
 budget of `vgpuadm types --json` (≤ 3× `python -c pass`); for `restore`, typer's import, its command tree and its
@@ -18,8 +19,8 @@ _RESTORE_OPTIONS = ("--domain-xml-dir", "--timeout")
 _COMMANDS = {"gpus": set(), "types": {"--available", "--gpu"}, "devices": set()}
 
 
-def try_run(argv: Sequence[str], console: Console) -> bool:
-    """Run argv if it is a plain read command with --json; False to hand it to typer."""
+def try_run(argv: Sequence[str], console: Console) -> int | None:
+    """Run argv if it takes this path; its exit code, or None to hand it to typer."""
     args = list(argv)
     root = None
     if len(args) >= 2 and args[0] == "--root":
@@ -28,21 +29,23 @@ def try_run(argv: Sequence[str], console: Console) -> bool:
         root, args = args[0].split("=", 1)[1], args[1:]
     if args and args[0] == "restore":
         return _restore(argv, args[1:], root, console)
+    if args[:2] == ["hook", "run"]:
+        return _hook_run(argv, args[2:], root, console)
     if not args or args[0] not in _COMMANDS or "--json" not in args:
-        return False
+        return None
     command, rest = args[0], [a for a in args[1:] if a != "--json"]
     gpu, available = None, False
     while rest:
         flag = rest.pop(0)
         name, eq, value = flag.partition("=")
         if name not in _COMMANDS[command] or (eq and (name != "--gpu" or not value)):
-            return False
+            return None
         if flag == "--available":
             available = True
         elif eq:
             gpu = value
         elif not rest or rest[0].startswith("-"):
-            return False
+            return None
         else:
             gpu = rest.pop(0)
     import gc
@@ -63,10 +66,10 @@ def try_run(argv: Sequence[str], console: Console) -> bool:
     finally:
         if collecting:
             gc.enable()
-    return True
+    return 0
 
 
-def _restore(argv: Sequence[str], rest: list[str], root: str | None, console: Console) -> bool:
+def _restore(argv: Sequence[str], rest: list[str], root: str | None, console: Console) -> int | None:
     """`restore [--domain-xml-dir DIR] [--timeout S] [--json]`, each at most once; S plain decimal seconds."""
     values: dict[str, str] = {}
     as_json = False
@@ -77,18 +80,18 @@ def _restore(argv: Sequence[str], rest: list[str], root: str | None, console: Co
             as_json = True
             continue
         if name not in _RESTORE_OPTIONS or name in values:
-            return False
+            return None
         if not eq:
             if not rest:
-                return False
+                return None
             value = rest.pop(0)
         if not value or value.startswith("-"):
-            return False
+            return None
         values[name] = value
     seconds = values.get("--timeout", "60")
     whole, dot, fraction = seconds.partition(".")
     if not (whole.isdigit() and whole.isascii() and (not dot or (fraction.isdigit() and fraction.isascii()))):
-        return False  # typer's own float reading decides anything else (1e3, inf, " 5")
+        return None  # typer's own float reading decides anything else (1e3, inf, " 5")
     from vgpuadm import api
     from vgpuadm.cli import declarative
 
@@ -98,4 +101,20 @@ def _restore(argv: Sequence[str], rest: list[str], root: str | None, console: Co
         declarative.restore(console, root, None, values.get("--domain-xml-dir"), float(seconds), as_json)
     finally:
         api.set_lock_policy()
-    return True
+    return 0
+
+
+def _hook_run(argv: Sequence[str], words: list[str], root: str | None, console: Console) -> int | None:
+    """`hook run DOMAIN OPERATION SUB-OPERATION [-]` as the installed hook runs it: three plain words and `-`."""
+    if len(words) not in (3, 4) or any(w.startswith("-") for w in words[:3]) or words[3:] not in ([], ["-"]):
+        return None
+    import sys
+
+    from vgpuadm.cli import hookrun
+    from vgpuadm.executor import set_lock_policy
+
+    set_lock_policy(None, console.warn, ("vgpuadm", *argv))
+    try:
+        return hookrun.run_hook(console, root, words[:3], sys.stdin.buffer)
+    finally:
+        set_lock_policy()

@@ -1,28 +1,13 @@
 """`vgpuadm hook run|install|uninstall|status`: libvirt's qemu hook for on-demand devices (vgpuadm/ops/hook.py).
-`hook run` is what libvirt executes: a failure is ONE line on stderr and a non-zero exit, which libvirt shows in
-the error of the refused start."""
+`hook run`, what libvirt executes, is cli/hookrun.py."""
 
 import sys
 from typing import Any
 
 from vgpuadm import api
 from vgpuadm.cli.console import Console
+from vgpuadm.cli.hookrun import run_hook
 from vgpuadm.cli.host import plan_options, reported_as_plan
-from vgpuadm.errors import VgpuadmError
-
-
-def run_hook(console: Console, root: str | None, args: list[str], stdin: Any) -> int:
-    domain, operation, sub_operation = args[0], args[1], args[2]
-    try:
-        data = stdin.read(api.hook.MAX_DOMAIN_XML + 1) if api.hook.phase_of(operation, sub_operation) else b""
-        result = api.hook_run(root, domain, operation, sub_operation, data)
-    except VgpuadmError as exc:
-        hint = f" ({exc.hint})" if exc.hint else ""
-        console.err.write(f"vgpuadm: domain {domain}: {exc.message}{hint}\n".replace("\n", " ").rstrip() + "\n")
-        return exc.exit_code
-    for line in result.applied:
-        console.err.write(f"vgpuadm: domain {domain}: {line}\n")
-    return 0
 
 
 def _report(console: Console, result: Any, as_json: bool, done: str) -> None:

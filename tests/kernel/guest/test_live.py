@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+from guest_fork import Hung, forked
 from guest_virsh import URI, virsh
 from lxml import etree
 
@@ -44,18 +43,16 @@ def _hostdev_aliases(name: str, *, inactive: bool = False) -> list[tuple[str | N
     return out
 
 
-def _bounded(name: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """`vgpuadm ARGS` in a child, bounded: had vgpuadm removed the device while QEMU still held it, the removal
-    would wait in the kernel for QEMU to close it; stopping the domain then frees it, and the test fails saying so."""
-    p = subprocess.Popen([sys.executable, "-m", "vgpuadm", "--connect", URI, *args], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)  # fmt: skip
+def _bounded(name: str, *args: str) -> tuple[int, str, str]:
+    """`vgpuadm ARGS` in a forked child, bounded: had vgpuadm removed the device while QEMU still held it, the
+    removal would wait in the kernel for QEMU to close it; stopping the domain then frees it, and the test fails
+    saying so."""
     try:
-        out, err = p.communicate(timeout=120 + UNPLUG_WAIT)
-    except subprocess.TimeoutExpired:
-        virsh("destroy", name, check=False)
-        out, err = p.communicate(timeout=300)
-        pytest.fail(f"vgpuadm {' '.join(args)} hung until the domain was stopped: {err.strip()}")
-    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+        (outcome,) = forked([["--connect", URI, *args]], timeout=120 + UNPLUG_WAIT,
+                            on_timeout=lambda: virsh("destroy", name, check=False))  # fmt: skip
+    except Hung as hung:
+        pytest.fail(f"vgpuadm {' '.join(args)} hung until the domain was stopped: {hung}")
+    return outcome
 
 
 def _refused_unplug(cli, name: str, what: str, *args: str) -> None:
@@ -63,8 +60,8 @@ def _refused_unplug(cli, name: str, what: str, *args: str) -> None:
     this error, and change nothing in libvirt's view (the live and the persistent definition)."""
     (first, *_rest) = json.loads(cli("--connect", URI, *args, "--dry-run", "--json").out)["steps"]
     live, persistent = virsh("dumpxml", name).stdout, virsh("dumpxml", "--inactive", name).stdout
-    result = _bounded(name, *args)
-    assert (result.returncode, result.stdout, result.stderr.splitlines()) == (5, "", [
+    code, out, err = _bounded(name, *args)
+    assert (code, out, err.splitlines()) == (5, "", [
         f"error: {first} failed: the guest of domain {name} has not released {what} (PCIe unplug not acknowledged "
         f"within {UNPLUG_WAIT} s); nothing removed",
         f"hint: the guest OS must accept hot-unplug; or shut the domain down (virsh -c {URI} shutdown {name}) and "

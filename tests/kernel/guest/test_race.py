@@ -3,25 +3,19 @@ domains. Exactly 12 succeed, the other 4 fail with the capacity error (exit 4) a
 twice or left without an owner, every domain's hostdevs match its metadata, and no journal is left.
 
 The 16 are real, separate processes, concurrent (each its own pid, its own try at the host lock, its own libvirt
-connection and sysfs writes), forked from this one after vgpuadm is imported: each runs the CLI's entry point on
-its own argv and exits with its code. They share only the interpreter start: under TCG a `python -m vgpuadm` spends
-~60 s importing (the guest reads every module over 9p), which made the race cost ~16 starts of it."""
+connection and sysfs writes), forked from this one after vgpuadm is imported and one `create --dry-run` ran in it
+(tests/kernel/guest_fork.py): they share the interpreter start and what the first run of a command builds once
+(typer's command tree and option adapters), not the work of the race."""
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import io
 import json
 import os
-import sys
-import tempfile
 
+from guest_fork import forked
 from guest_virsh import URI, virsh
 from lxml import etree
 
-from vgpuadm.cli.app import run
-from vgpuadm.cli.console import Console
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.virt.xml import NS, PREFIX
 
@@ -29,44 +23,14 @@ N = 16
 POOL = 12  # mtty's 24 ports: mtty-2 takes 2
 
 
-def _concurrently(argvs: list[list[str]]) -> list[tuple[int, str, str]]:
-    """`vgpuadm ARGV` for each argv, all at once, each in a forked child process: (exit code, stdout, stderr)."""
-    for module in ("vgpuadm.api", "vgpuadm.cli.guest", "vgpuadm.cli.host", "libvirt", "typer.main"):
-        importlib.import_module(module)  # what `create` loads, imported once before the fork
-    sys.stdout.flush()
-    sys.stderr.flush()
-    children = []
-    with contextlib.ExitStack() as files:
-        for argv in argvs:
-            out, err = (files.enter_context(tempfile.TemporaryFile()) for _ in range(2))
-            pid = os.fork()
-            if pid == 0:  # the child: one vgpuadm run, then out without pytest's cleanup
-                code = 70
-                try:
-                    sout, serr = io.StringIO(), io.StringIO()
-                    code = run(argv, Console(sout, serr))
-                    out.write(sout.getvalue().encode())
-                    err.write(serr.getvalue().encode())
-                    out.flush()
-                    err.flush()
-                finally:
-                    os._exit(code)
-            children.append((pid, out, err))
-        results = []
-        for pid, out, err in children:
-            _, status = os.waitpid(pid, 0)
-            out.seek(0)
-            err.seek(0)
-            results.append((os.waitstatus_to_exitcode(status), out.read().decode(), err.read().decode()))
-    return results
-
-
 def test_sixteen_concurrent_creates_on_twelve_instances(cli, sysfs: Sysfs, domain, mark) -> None:
     names = [domain(f"kl-race-{i:02d}") for i in range(N)]
     mark("16 domains defined")
     # --wait: the host lock serialises the 16; under TCG the queue is longer than the default 30 s wait.
     base = ["--connect", URI, "--wait", "900", "create", "--type", "mtty-2"]
-    outcomes = dict(zip(names, _concurrently([[*base, "--vm", name] for name in names]), strict=True))
+    warm = cli(*base, "--vm", names[0], "--dry-run")
+    assert warm.code == 0, warm.err
+    outcomes = dict(zip(names, forked([[*base, "--vm", name] for name in names]), strict=True))
     mark(f"16 creates done: {sum(o[0] == 0 for o in outcomes.values())} made a device")
     won = sorted(n for n, (code, _, _) in outcomes.items() if code == 0)
     lost = {n: o for n, o in outcomes.items() if o[0] != 0}

@@ -5,7 +5,6 @@ results folder; tests/kernel/test_differential.py compares them with the same sc
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import libvirt
@@ -20,7 +19,7 @@ def test_verb_scenario_on_the_real_kernel(cli, sysfs: Sysfs, libvirtd: None, res
     verbs.undefine_domains(conn)
     verbs.define_domains(conn)
     try:
-        records = verbs.run(cli, ["-c", URI], sysfs, conn, verbs.write_plan(str(results)), child_env=dict(os.environ))
+        records = verbs.run(cli, ["-c", URI], sysfs, conn, verbs.write_plan(str(results)))
     finally:
         verbs.undefine_domains(conn)
         conn.close()
