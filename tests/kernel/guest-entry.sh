@@ -53,7 +53,7 @@ if mkdir -p "$cached" && mount -t 9p -o ro,version=9p2000.L,trans=virtio,access=
 fi
 mark cached-mounts
 # /var/log and /var/cache are empty tmpfs mounts in the guest: give libvirt its directories first. libvirtd needs
-# ~40 s under TCG before it answers; tests/kernel/guest/test_libvirt.py waits for it.
+# ~40 s under TCG before it answers; tests/kernel/guest/conftest.py (libvirtd) waits for it.
 mkdir -p /var/log/libvirt/qemu /var/cache/libvirt/qemu
 # The on-demand hook test installs vgpuadm's qemu hook: into a tmpfs, never into the host's /etc/libvirt/hooks.
 mkdir -p /etc/libvirt/hooks && mount -t tmpfs -o mode=0755 lane-hooks /etc/libvirt/hooks

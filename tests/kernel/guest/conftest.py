@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import differential_scenario as scenario
@@ -140,29 +141,57 @@ def _alive(conn: libvirt.virConnect | None) -> libvirt.virConnect:
     return libvirt.open(URI)
 
 
-@pytest.fixture
-def domain(sysfs: Sysfs, libvirtd: None) -> Iterator[Callable[[str], str]]:
+class Domains:
     """Small diskless q35 guests without graphics, defined through one libvirt connection (a `virsh` per domain is
-    a process start under TCG; the 16-way race defines 16), stopped and undefined after the test. The devices
-    vgpuadm gave them go with the `sysfs` fixture's restore, which runs after this teardown (this fixture depends
-    on it): QEMU is gone by then, so removing an mdev it held does not wait."""
-    names: list[str] = []
-    conn: libvirt.virConnect | None = None
+    a process start under TCG), stopped and undefined by `close`."""
 
-    def define(name: str) -> str:
-        nonlocal conn
-        conn = _alive(conn)
-        conn.defineXML(domain_definition(name, vnc=False))
-        names.append(name)
-        return name
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.conn: libvirt.virConnect | None = None
 
-    yield define
-    if names:
-        conn = _alive(conn)
-        for name in names:
+    def __call__(self, name: str, *, spare_ports: int = 0) -> str:
+        """`spare_ports`: PCIe root ports in the definition. libvirt fills them with its own devices first (a q35
+        guest's USB controller and balloon take two), adds one spare port only when none is given, and a device
+        added to the definition takes a spare: hot-plug then fails with "No more available PCI slots"."""
+        return self.all([name], spare_ports=spare_ports)[0]
+
+    def all(self, names: list[str], *, spare_ports: int = 0) -> list[str]:
+        """Define these, four at a time: libvirtd takes ~1.5 s per definition under TCG, mostly waiting (the
+        16-way race defines 16; libvirt connections are thread-safe)."""
+        conn = self.conn = _alive(self.conn)
+        ports = "<controller type='pci' index='0' model='pcie-root'/>" if spare_ports else ""
+        ports += "<controller type='pci' model='pcie-root-port'/>" * spare_ports
+
+        def define(name: str) -> None:
+            conn.defineXML(domain_definition(name, vnc=False).replace("<devices>", f"<devices>{ports}", 1))
+
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(define, names))
+        self.names += names
+        return names
+
+    def close(self) -> None:
+        if not self.names:
+            return
+        conn = self.conn = _alive(self.conn)
+
+        def remove(name: str) -> None:
             with contextlib.suppress(libvirt.libvirtError):
                 dom = conn.lookupByName(name)
                 if dom.isActive():
                     dom.destroy()
                 dom.undefine()
+
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(remove, self.names))
         conn.close()
+
+
+@pytest.fixture
+def domain(sysfs: Sysfs, libvirtd: None) -> Iterator[Domains]:
+    """The test's domains (Domains), gone after it. The devices vgpuadm gave them go with the `sysfs` fixture's
+    restore, which runs after this teardown (this fixture depends on it): QEMU is gone by then, so removing an mdev
+    it held does not wait."""
+    domains = Domains()
+    yield domains
+    domains.close()

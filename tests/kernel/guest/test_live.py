@@ -1,8 +1,11 @@
-"""Live attach and detach on a running domain (`virsh start --paused`: QEMU runs, the guest CPU does not).
+"""The domain XML vgpuadm writes really starts, and live attach and detach on the running domain, against the
+libvirtd guest-entry.sh started (`virsh start --paused`: QEMU runs, the guest CPU does not). One domain start per
+kind of device: an mdev (mdpy-vga, then mtty-2 live) and an SR-IOV NVMe VF through vfio-pci (vf0, then vf1 live).
 
-`vgpuadm create --vm` hot-plugs the mdev into QEMU as well as writing the persistent definition, and QEMU has the
-device (`qom-list /machine/peripheral` through the monitor); the same for an SR-IOV NVMe VF given with `vgpuadm
-passthrough` (vfio-pci, at a guest address libvirt picks: q35's root bus cannot hot-plug).
+`vgpuadm create --vm` (or `passthrough`) on the stopped domain writes a definition that starts, with QEMU holding the
+device. On the running domain it hot-plugs the device into QEMU as well as writing the persistent definition, and
+QEMU has it (`qom-list /machine/peripheral` through the monitor; a VF at a guest address libvirt picks: q35's root
+bus cannot hot-plug).
 
 Taking the device back while the domain runs: PCIe hot-unplug completes only when the guest OS acknowledges it, and
 a paused guest runs none. libvirt returns "detach request sent" and QEMU keeps the device; vgpuadm must see that
@@ -34,13 +37,24 @@ def _peripherals(name: str) -> dict[str, str]:
     return {p["name"]: p["type"] for p in reply["return"] if p["type"].startswith("child<")}
 
 
-def _hostdev_aliases(name: str, *, inactive: bool = False) -> list[tuple[str | None, str | None]]:
+def _hostdevs(name: str, *, inactive: bool = False) -> list[etree._Element]:
     doc = etree.fromstring(virsh("dumpxml", *(["--inactive"] if inactive else []), name).stdout.encode())
+    return doc.findall("devices/hostdev")
+
+
+def _hostdev_aliases(name: str, *, inactive: bool = False) -> list[tuple[str | None, str | None]]:
     out = []
-    for h in doc.findall("devices/hostdev"):
+    for h in _hostdevs(name, inactive=inactive):
         alias = h.find("alias")
         out.append((h.get("type"), None if alias is None else alias.get("name")))
     return out
+
+
+def _start_paused(name: str) -> dict[str, str]:
+    """Start the domain paused; QEMU's peripherals then."""
+    virsh("start", "--paused", name)
+    assert virsh("domstate", name).stdout.strip() == "paused"
+    return _peripherals(name)
 
 
 def _bounded(name: str, *args: str) -> tuple[int, str, str]:
@@ -72,31 +86,43 @@ def _refused_unplug(cli, name: str, what: str, *args: str) -> None:
     assert not os.path.exists("/var/lib/vgpuadm/journal.json")
 
 
-def test_create_attaches_an_mdev_to_a_running_domain_and_destroy_waits_for_the_guest(
+def test_an_mdev_domain_starts_takes_another_mdev_live_and_destroy_waits_for_the_guest(
     cli, sysfs: Sysfs, domain, mark
 ) -> None:
-    name = domain("kl-live")
-    virsh("start", "--paused", name)
+    name = domain("kl-mdev", spare_ports=4)
+    result = cli("--connect", URI, "create", "--type", "mdpy-vga", "--vm", name, "--json")
+    assert result.code == 0, result.err
+    (device,) = json.loads(result.out)["devices"]
+    assert (device["mode"], device["type_id"], device["parent"]) == ("mdev", "mdpy-vga", "mdpy")
+    cold = device["uuid"]
+    assert sysfs.link_name(f"/sys/bus/mdev/devices/{cold}/mdev_type") == "mdpy-vga"
+    (hostdev,) = _hostdevs(name, inactive=True)
+    assert (hostdev.get("type"), hostdev.get("model")) == ("mdev", "vfio-pci")
+    assert hostdev.find("source/address").get("uuid") == cold
+
+    before = _start_paused(name)
     mark("started")
-    before = _peripherals(name)
+    ((_, cold_alias),) = _hostdev_aliases(name)
+    assert before[cold_alias] == "child<vfio-pci>"  # the definition vgpuadm wrote started, QEMU holds the mdev
 
     result = cli("--connect", URI, "create", "--type", "mtty-2", "--vm", name, "--json")
     assert result.code == 0, result.err
-    (device,) = json.loads(result.out)["devices"]
-    uuid = device["uuid"]
-    ((kind, alias),) = _hostdev_aliases(name)
+    devices = {d["type_id"]: d["uuid"] for d in json.loads(result.out)["devices"]}
+    assert devices.keys() == {"mdpy-vga", "mtty-2"}  # the VM's devices: the one it had and the new one
+    uuid = devices["mtty-2"]
+    (_, (kind, alias)) = _hostdev_aliases(name)
     assert kind == "mdev" and alias not in before
-    assert _peripherals(name)[alias] == "child<vfio-pci>"  # QEMU has the device (vfio-pci on the mdev)
-    assert [k for k, _ in _hostdev_aliases(name, inactive=True)] == ["mdev"]  # and the definition keeps it
+    assert _peripherals(name)[alias] == "child<vfio-pci>"  # QEMU has the hot-plugged device (vfio-pci on the mdev)
+    assert [k for k, _ in _hostdev_aliases(name, inactive=True)] == ["mdev", "mdev"]  # the definition keeps both
 
     mark("attached")
-    _refused_unplug(cli, name, f"mdev {uuid}", "destroy", "--vm", name, "--all")
+    _refused_unplug(cli, name, f"mdev {uuid}", "destroy", "--vm", name, "--uuid", uuid)
     mark("destroy refused")
-    assert sysfs.listdir("/sys/bus/mdev/devices") == [uuid]
+    assert sorted(sysfs.listdir("/sys/bus/mdev/devices")) == sorted([cold, uuid])
     assert sysfs.link_name(f"/sys/bus/mdev/devices/{uuid}/mdev_type") == "mtty-2"
     assert _peripherals(name)[alias] == "child<vfio-pci>"
 
-    virsh("destroy", name)  # QEMU gone: nothing holds the mdev any more, the command runs in-process
+    virsh("destroy", name)  # QEMU gone: nothing holds the mdevs any more, the command runs in-process
     result = cli("--connect", URI, "destroy", "--vm", name, "--all", "--json")
     mark(f"destroy: exit {result.code}")
     assert result.code == 0, result.err
@@ -104,30 +130,41 @@ def test_create_attaches_an_mdev_to_a_running_domain_and_destroy_waits_for_the_g
     assert sysfs.listdir("/sys/bus/mdev/devices") == []
 
 
-def test_passthrough_attaches_a_vf_to_a_running_domain_and_release_waits_for_the_guest(
+def test_a_vf_domain_starts_takes_another_vf_live_and_release_waits_for_the_guest(
     cli, sysfs: Sysfs, domain, enabled_vfs: tuple[str, list[str]], mark
 ) -> None:
-    name = domain("kl-live-vf")
-    pf, (vf0, _vf1) = enabled_vfs
-    virsh("start", "--paused", name)
-    before = _peripherals(name)
-
+    name = domain("kl-vf", spare_ports=4)
+    pf, (vf0, vf1) = enabled_vfs
     result = cli("--connect", URI, "passthrough", "--gpu", vf0, "--vm", name, "--json")
     assert result.code == 0, result.err
     assert sysfs.link_name(f"{PCI}/{vf0}/driver") == "vfio-pci"
-    ((kind, alias),) = _hostdev_aliases(name)
+    (hostdev,) = _hostdevs(name, inactive=True)
+    assert hostdev.get("type") == "pci"
+    address = hostdev.find("source/address")
+    assert (address.get("bus"), address.get("slot"), address.get("function")) == ("0x01", "0x00", "0x1")
+
+    before = _start_paused(name)
+    mark("started")
+    ((_, cold_alias),) = _hostdev_aliases(name)
+    assert before[cold_alias] == "child<vfio-pci>"  # QEMU holds vf0
+
+    result = cli("--connect", URI, "passthrough", "--gpu", vf1, "--vm", name, "--json")
+    assert result.code == 0, result.err
+    assert sysfs.link_name(f"{PCI}/{vf1}/driver") == "vfio-pci"
+    (_, (kind, alias)) = _hostdev_aliases(name)
     assert kind == "pci" and alias not in before
-    assert _peripherals(name)[alias] == "child<vfio-pci>"  # QEMU has the VF
+    assert _peripherals(name)[alias] == "child<vfio-pci>"  # QEMU has the hot-plugged VF
 
     mark("passed through")
-    _refused_unplug(cli, name, f"PCI device {vf0}", "release", "--gpu", vf0)
+    _refused_unplug(cli, name, f"PCI device {vf1}", "release", "--gpu", vf1)
     mark("release refused")
-    assert sysfs.link_name(f"{PCI}/{vf0}/driver") == "vfio-pci"
+    assert sysfs.link_name(f"{PCI}/{vf1}/driver") == "vfio-pci"
 
     virsh("destroy", name)
-    result = cli("--connect", URI, "release", "--gpu", vf0, "--json")
-    mark(f"release: exit {result.code}")
-    assert result.code == 0, result.err
+    for vf in (vf1, vf0):
+        result = cli("--connect", URI, "release", "--gpu", vf, "--json")
+        mark(f"release {vf}: exit {result.code}")
+        assert result.code == 0, result.err
+        assert sysfs.link_name(f"{PCI}/{vf}/driver") is None
     assert _hostdev_aliases(name, inactive=True) == []
-    assert sysfs.link_name(f"{PCI}/{vf0}/driver") is None
     assert cli("sriov", "disable", pf).code == 0

@@ -24,7 +24,7 @@ POOL = 12  # mtty's 24 ports: mtty-2 takes 2
 
 
 def test_sixteen_concurrent_creates_on_twelve_instances(cli, sysfs: Sysfs, domain, mark) -> None:
-    names = [domain(f"kl-race-{i:02d}") for i in range(N)]
+    names = domain.all([f"kl-race-{i:02d}" for i in range(N)])
     mark("16 domains defined")
     # --wait: the host lock serialises the 16; under TCG the queue is longer than the default 30 s wait.
     base = ["--connect", URI, "--wait", "900", "create", "--type", "mtty-2"]
