@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from guest_virsh import URI, virsh
+from guest_virsh import URI, dumpxml, virsh
 from lxml import etree
 from tenacity import Retrying, stop_after_delay, wait_fixed
 
@@ -51,7 +51,7 @@ def installed_hook(libvirtd: None) -> Iterator[str]:
 
 
 def _uuids(name: str) -> list[str]:
-    doc = etree.fromstring(virsh("dumpxml", "--inactive", name).stdout.encode())
+    doc = etree.fromstring(dumpxml(name, inactive=True).encode())
     return [a.get("uuid") for a in doc.findall("devices/hostdev/source/address")]
 
 

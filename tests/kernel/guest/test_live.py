@@ -20,7 +20,7 @@ import os
 
 import pytest
 from guest_fork import Hung, forked
-from guest_virsh import URI, virsh
+from guest_virsh import URI, dumpxml, virsh
 from lxml import etree
 
 from vgpuadm.host.sysfs import Sysfs
@@ -38,7 +38,7 @@ def _peripherals(name: str) -> dict[str, str]:
 
 
 def _hostdevs(name: str, *, inactive: bool = False) -> list[etree._Element]:
-    doc = etree.fromstring(virsh("dumpxml", *(["--inactive"] if inactive else []), name).stdout.encode())
+    doc = etree.fromstring(dumpxml(name, inactive=inactive).encode())
     return doc.findall("devices/hostdev")
 
 
@@ -73,7 +73,7 @@ def _refused_unplug(cli, name: str, what: str, *args: str) -> None:
     """`vgpuadm ARGS` on the running (paused) domain must fail its first step, the unplug, with exit 5 and exactly
     this error, and change nothing in libvirt's view (the live and the persistent definition)."""
     (first, *_rest) = json.loads(cli("--connect", URI, *args, "--dry-run", "--json").out)["steps"]
-    live, persistent = virsh("dumpxml", name).stdout, virsh("dumpxml", "--inactive", name).stdout
+    live, persistent = dumpxml(name), dumpxml(name, inactive=True)
     code, out, err = _bounded(name, *args)
     assert (code, out, err.splitlines()) == (5, "", [
         f"error: {first} failed: the guest of domain {name} has not released {what} (PCIe unplug not acknowledged "
@@ -81,8 +81,8 @@ def _refused_unplug(cli, name: str, what: str, *args: str) -> None:
         f"hint: the guest OS must accept hot-unplug; or shut the domain down (virsh -c {URI} shutdown {name}) and "
         "run the command again; nothing was changed (the earlier steps were rolled back)",
     ])  # fmt: skip
-    assert virsh("dumpxml", "--inactive", name).stdout == persistent
-    assert virsh("dumpxml", name).stdout == live  # QEMU still has the device, under the same alias
+    assert dumpxml(name, inactive=True) == persistent
+    assert dumpxml(name) == live  # QEMU still has the device, under the same alias
     assert not os.path.exists("/var/lib/vgpuadm/journal.json")
 
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from guest_virsh import virsh
+from guest_virsh import nodedev_dumpxml, virsh
 from lxml import etree
 from tenacity import Retrying, stop_after_delay, wait_fixed
 
@@ -24,7 +24,7 @@ def _libvirt_types() -> dict[str, dict[str, tuple[str | None, str | None, int]]]
     """Per parent sysfs path: type id -> (name, device API, available instances), as libvirt reports them."""
     found: dict[str, dict[str, tuple[str | None, str | None, int]]] = {}
     for name in virsh("nodedev-list", "--cap", "mdev_types").stdout.split():
-        doc = etree.fromstring(virsh("nodedev-dumpxml", name).stdout.encode())
+        doc = etree.fromstring(nodedev_dumpxml(name).encode())
         types = {
             t.get("id"): (t.findtext("name"), t.findtext("deviceAPI"), int(t.findtext("availableInstances") or -1))
             for t in doc.iter("type")
@@ -47,7 +47,7 @@ def _vgpuadm_types(cli) -> dict[str, dict[str, tuple[str | None, str | None, int
 def _libvirt_mdevs() -> list[str]:
     uuids = []
     for name in virsh("nodedev-list", "--cap", "mdev").stdout.split():
-        doc = etree.fromstring(virsh("nodedev-dumpxml", name).stdout.encode())
+        doc = etree.fromstring(nodedev_dumpxml(name).encode())
         uuids.append(doc.findtext("capability/uuid") or name)
     return sorted(uuids)
 

@@ -13,7 +13,7 @@ import json
 import os
 
 from guest_fork import forked
-from guest_virsh import URI, virsh
+from guest_virsh import URI, dumpxml
 from lxml import etree
 
 from vgpuadm.host.sysfs import Sysfs
@@ -43,7 +43,7 @@ def test_sixteen_concurrent_creates_on_twelve_instances(cli, sysfs: Sysfs, domai
 
     owned: list[str] = []
     for name in names:
-        doc = etree.fromstring(virsh("dumpxml", "--inactive", name).stdout.encode())
+        doc = etree.fromstring(dumpxml(name, inactive=True).encode())
         uuids = [a.get("uuid") for a in doc.findall("devices/hostdev/source/address")]
         meta = doc.find(f"metadata/{{{NS}}}{PREFIX}")
         recorded = [d.get("uuid") for d in meta.iter(f"{{{NS}}}device")] if meta is not None else []
