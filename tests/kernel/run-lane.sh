@@ -10,15 +10,15 @@
 # Knobs: VGPUADM_KERNEL_TIMEOUT (s, default 1800), VGPUADM_KERNEL_CPUS (guest vCPUs, default 2),
 # VGPUADM_KERNEL_TESTS (guest test files to run, in that order, e.g. "test_verbs.py test_race.py"; default all of tests/kernel/guest; the
 # host-side comparisons whose guest records were not made are then skipped). The time per part is printed at
-# the end and kept in parts.log. Measured here (2026-12-01, 2 vCPUs): all 21 guest tests 1,277 s of guest time with
-# other tests running beside it (load 3-4); test_race + test_hook + test_reboot 241 s with the cached 9p mounts at
-# load 2-3, against 318 s without them (load 2-4); one run each.
+# the end and kept in parts.log. Measured here (2026-12-01, 2 vCPUs, quiet host): all 19 guest tests 461, 465 and
+# 480 s of guest time in three runs (boot ~47 s, pytest's start and collection ~40 s, the hook, live and race tests
+# ~90, ~90 and ~60 s); before the children were forked and the hook ran without typer, 631 s.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 out="$here/out"
 results="$out/results"
-# A hang guard, not a target: the lane takes ~3 min on a quiet host and ~9 with two CPU hogs beside it (TCG's speed
+# A hang guard, not a target: the lane takes ~8 min on a quiet host and ~21 with two CPU hogs beside it (TCG's speed
 # follows the host's load). CI allows 90 min; everything before the lane takes under 10.
 timeout_s=${VGPUADM_KERNEL_TIMEOUT:-1800}
 export PATH="$repo/.venv/bin:$PATH"
