@@ -141,6 +141,9 @@ def _alive(conn: libvirt.virConnect | None) -> libvirt.virConnect:
     return libvirt.open(URI)
 
 
+QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"
+
+
 class Domains:
     """Small diskless q35 guests without graphics, defined through one libvirt connection (a `virsh` per domain is
     a process start under TCG), stopped and undefined by `close`."""
@@ -149,13 +152,16 @@ class Domains:
         self.names: list[str] = []
         self.conn: libvirt.virConnect | None = None
 
-    def __call__(self, name: str, *, spare_ports: int = 0) -> str:
+    def __call__(self, name: str, *, spare_ports: int = 0, native_hotplug: bool = False) -> str:
         """`spare_ports`: PCIe root ports in the definition. libvirt fills them with its own devices first (a q35
         guest's USB controller and balloon take two), adds one spare port only when none is given, and a device
-        added to the definition takes a spare: hot-plug then fails with "No more available PCI slots"."""
-        return self.all([name], spare_ports=spare_ports)[0]
+        added to the definition takes a spare: hot-plug then fails with "No more available PCI slots".
+        `native_hotplug`: the root ports' own PCIe hot-plug instead of QEMU's ACPI one (q35's default since QEMU
+        6.1). A slot no guest ever powered on (a paused guest's, hot-plugged) then gives its device back at once
+        on unplug, as QEMU does for a powered-off slot; a device the domain started with still waits for the guest."""
+        return self.all([name], spare_ports=spare_ports, native_hotplug=native_hotplug)[0]
 
-    def all(self, names: list[str], *, spare_ports: int = 0) -> list[str]:
+    def all(self, names: list[str], *, spare_ports: int = 0, native_hotplug: bool = False) -> list[str]:
         """Define these, four at a time: libvirtd takes ~1.5 s per definition under TCG, mostly waiting (the
         16-way race defines 16; libvirt connections are thread-safe)."""
         conn = self.conn = _alive(self.conn)
@@ -163,7 +169,13 @@ class Domains:
         ports += "<controller type='pci' model='pcie-root-port'/>" * spare_ports
 
         def define(name: str) -> None:
-            conn.defineXML(domain_definition(name, vnc=False).replace("<devices>", f"<devices>{ports}", 1))
+            text = domain_definition(name, vnc=False).replace("<devices>", f"<devices>{ports}", 1)
+            if native_hotplug:
+                text = text.replace("<domain ", f"<domain xmlns:qemu='{QEMU_NS}' ", 1).replace("</domain>", (
+                    "<qemu:commandline><qemu:arg value='-global'/>"
+                    "<qemu:arg value='ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off'/></qemu:commandline>"
+                    "</domain>"))  # fmt: skip
+            conn.defineXML(text)
 
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(define, names))
