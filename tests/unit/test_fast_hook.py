@@ -58,9 +58,10 @@ def test_other_argument_lists_go_to_typer(words: list[str], monkeypatch: pytest.
 
 
 def test_hook_run_imports_neither_typer_nor_the_whole_api(sim_host) -> None:
+    """A domain without on-demand devices (most): not even the orchestrator, the lock or discovery is loaded."""
     code = ("import sys; from vgpuadm.cli.app import run; code = run(sys.argv[1:]); "
-            "print(code, 'typer' in sys.modules, 'vgpuadm.api' in sys.modules)")  # fmt: skip
+            "print(code, *(m in sys.modules for m in ('typer', 'vgpuadm.api', 'vgpuadm.ops.hook', 'filelock')))")  # fmt: skip
     argv = ["--root", str(sim_host("p4")), "hook", "run", "web01", "prepare", "begin", "-"]
     r = subprocess.run([sys.executable, "-c", code, *argv], input=bare("web01", UUIDS[0]), capture_output=True,
                        text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), check=True, cwd="/")  # fmt: skip
-    assert r.stdout.splitlines()[-1] == "0 False False"
+    assert (r.stdout.splitlines()[-1], r.stderr) == ("0 False False False False", "")

@@ -111,10 +111,5 @@ def _hook_run(argv: Sequence[str], words: list[str], root: str | None, console: 
     import sys
 
     from vgpuadm.cli import hookrun
-    from vgpuadm.executor import set_lock_policy
 
-    set_lock_policy(None, console.warn, ("vgpuadm", *argv))
-    try:
-        return hookrun.run_hook(console, root, words[:3], sys.stdin.buffer)
-    finally:
-        set_lock_policy()
+    return hookrun.run_hook(console, root, words[:3], sys.stdin.buffer, ("vgpuadm", *argv))

@@ -1,20 +1,36 @@
 """`vgpuadm hook run DOMAIN OPERATION SUB-OPERATION -`: what libvirt's qemu hook executes for every domain it
 starts and stops (vgpuadm/ops/hook.py). A failure is ONE line on stderr and a non-zero exit, which libvirt shows in
-the error of the refused start. It imports only the hook's orchestrator (not vgpuadm.api, not typer): cli/fast.py
-runs it without the typer app, since every domain start on the host waits for it."""
+the error of the refused start. cli/fast.py runs it without the typer app, since every domain start on the host
+waits for it: an operation the hook leaves alone, or a domain without on-demand devices (most of them), is answered
+from virt/hookcall.py alone; only a domain with on-demand devices loads the orchestrator."""
 
 from typing import Any
 
 from vgpuadm.cli.console import Console
 from vgpuadm.errors import VgpuadmError
-from vgpuadm.ops import hook
+from vgpuadm.virt import hookcall
 
 
-def run_hook(console: Console, root: str | None, args: list[str], stdin: Any) -> int:
+def run_hook(console: Console, root: str | None, args: list[str], stdin: Any, argv: tuple[str, ...] = ()) -> int:
+    """`argv`: the command line, told to another vgpuadm waiting for the host lock (typer's path sets the policy
+    in its global options and passes none)."""
     domain, operation, sub_operation = args[0], args[1], args[2]
     try:
-        data = stdin.read(hook.MAX_DOMAIN_XML + 1) if hook.phase_of(operation, sub_operation) else b""
-        result = hook.run(root, domain, operation, sub_operation, data)
+        if not hookcall.phase_of(operation, sub_operation):
+            return 0
+        data = stdin.read(hookcall.MAX_DOMAIN_XML + 1)
+        if not hookcall.has_on_demand(hookcall.read_domain_xml(data, domain)):
+            return 0
+        from vgpuadm.executor import set_lock_policy
+        from vgpuadm.ops import hook
+
+        if argv:  # as the typer app's global options do: the default wait, told on stderr, argv as the holder
+            set_lock_policy(None, console.warn, argv)
+        try:
+            result = hook.run(root, domain, operation, sub_operation, data)
+        finally:
+            if argv:
+                set_lock_policy()
     except VgpuadmError as exc:
         hint = f" ({exc.hint})" if exc.hint else ""
         console.err.write(f"vgpuadm: domain {domain}: {exc.message}{hint}\n".replace("\n", " ").rstrip() + "\n")

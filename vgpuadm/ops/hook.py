@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vgpuadm.errors import ConflictError, UsageError
+from vgpuadm.errors import ConflictError
 from vgpuadm.executor import load_drivers
 from vgpuadm.host.root import HostRoot
 from vgpuadm.io import hookfile
@@ -19,10 +19,8 @@ from vgpuadm.ops.session import Session
 from vgpuadm.ops.unit import vgpuadm_command
 from vgpuadm.plan import ondemand
 from vgpuadm.steps import Plan, RemoveHookFile, Step, WriteHookFile
-from vgpuadm.virt import xml
+from vgpuadm.virt import hookcall
 from vgpuadm.virt.conn import library_version
-
-MAX_DOMAIN_XML = 4 * 1024 * 1024  # bytes: libvirt's own domain XML limit is 10 MB, real ones are a few KiB
 
 
 @dataclass(frozen=True)
@@ -37,40 +35,13 @@ class HookRunResult:
                 "applied": list(self.applied)}  # fmt: skip
 
 
-def phase_of(operation: str, sub_operation: str) -> str:
-    if (operation, sub_operation) in ondemand.START:
-        return "start"
-    if (operation, sub_operation) in ondemand.STOP:
-        return "stop"
-    return ""
-
-
-def read_domain_xml(data: bytes) -> str:
-    """The domain XML from the hook's stdin: at most MAX_DOMAIN_XML bytes of UTF-8, well-formed."""
-    hint = "libvirt passes the domain XML on standard input; run the hook as libvirt does"
-    if len(data) > MAX_DOMAIN_XML:
-        raise UsageError(f"the domain XML on standard input is over {MAX_DOMAIN_XML} bytes", hint)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise UsageError("the domain XML on standard input is not UTF-8", hint) from None
-    if not text.strip():
-        raise UsageError("no domain XML on standard input", hint)
-    xml.parse_domain(text)
-    return text
-
-
 def run(root: str | None, domain: str, operation: str, sub_operation: str, domain_xml: bytes) -> HookRunResult:
     """Make (start) or free (stop) the on-demand devices of `domain`, whose XML libvirt gave on stdin."""
-    phase = phase_of(operation, sub_operation)
+    phase = hookcall.phase_of(operation, sub_operation)
     if not phase:
         return HookRunResult(domain, "", Plan.of([], f"{operation}/{sub_operation}: nothing to do"), ())
-    text = read_domain_xml(domain_xml)
-    name, _ = xml.domain_identity(text)
-    if name != domain:
-        raise UsageError(f"the domain XML on standard input is for {name!r}, not {domain!r}",
-                         "libvirt passes the domain's name as the first argument and its XML on stdin")  # fmt: skip
-    if not any(a.on_demand for a in xml.parse_allocations(text)):
+    text = hookcall.read_domain_xml(domain_xml, domain)
+    if not hookcall.has_on_demand(text):
         # most domains: no lock, no discovery, and a pending journal never blocks their start
         return HookRunResult(domain, phase, Plan.of([], f"domain {domain} has no on-demand devices"), ())
     with Session.open(root) as s:  # s.virt is never opened here

@@ -20,9 +20,6 @@ from vgpuadm.plan.guest import remove_steps
 from vgpuadm.steps import CreateMdev, Plan, Step
 from vgpuadm.virt import xml
 
-START = (("prepare", "begin"),)
-STOP = (("release", "end"),)
-
 
 def requests(domain_xml: str, host_key: str) -> tuple[str, list[Allocation]]:
     """The domain's name and its on-demand allocations; none when its vgpuadm metadata names another host (a
