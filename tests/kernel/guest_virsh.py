@@ -1,12 +1,13 @@
 """virsh against the libvirtd of the lane's guest (tests/kernel/guest), for the guest suite's fixtures and tests;
-`dumpxml` is the same call through the library (a virsh is a process start under TCG, ~1 s, and the tests read the
-definitions dozens of times)."""
+`dumpxml`, `domstate` and `monitor` are the same calls through the library (a virsh is a process start under TCG,
+~1 s, and the tests read definitions and QEMU's state dozens of times)."""
 
 from __future__ import annotations
 
 import subprocess
 
 import libvirt
+import libvirt_qemu
 
 URI = "qemu:///system"
 
@@ -32,5 +33,28 @@ def nodedev_dumpxml(name: str) -> str:
     conn = libvirt.open(URI)
     try:
         return str(conn.nodeDeviceLookupByName(name).XMLDesc())
+    finally:
+        conn.close()
+
+
+def domstate(name: str) -> str:
+    """`virsh domstate NAME`: "running", "paused", "shut off", …"""
+    conn = libvirt.open(URI)
+    try:
+        state, _reason = conn.lookupByName(name).state()
+    finally:
+        conn.close()
+    return _STATES.get(state, f"state {state}")
+
+
+_STATES = {libvirt.VIR_DOMAIN_RUNNING: "running", libvirt.VIR_DOMAIN_PAUSED: "paused",
+           libvirt.VIR_DOMAIN_SHUTOFF: "shut off"}  # fmt: skip
+
+
+def monitor(name: str, command: str) -> str:
+    """`virsh qemu-monitor-command NAME COMMAND`: QEMU's QMP reply."""
+    conn = libvirt.open(URI)
+    try:
+        return str(libvirt_qemu.qemuMonitorCommand(conn.lookupByName(name), command, 0))
     finally:
         conn.close()

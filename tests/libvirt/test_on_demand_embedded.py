@@ -116,13 +116,13 @@ def readme_block(heading: str) -> list[str]:
 def test_the_readme_on_demand_example_runs_as_written(sim_host) -> None:
     """Every line of the README's on-demand example, on a simulated P4 host with its embedded libvirt (`--root`
     added), with the exact output checked (tests/libvirt/test_readme_examples.py runs the block as written too);
-    `systemctl restart libvirtd` is the one line not run: no daemon reads a simulated root's hooks."""
+    `systemctl reload libvirtd` is the one line not run: no daemon reads a simulated root's hooks."""
     root = sim_host("p4")
     define(root, "web02", vnc=False)
     lines = readme_block("## On-demand vGPUs")
     assert lines == [
         "vgpuadm hook install",
-        "systemctl restart libvirtd",
+        "systemctl reload libvirtd",
         "vgpuadm create --type P4-8Q --vm web02 --on-demand",
         "vgpuadm inventory",
         "vgpuadm hook status",

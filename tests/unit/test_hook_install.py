@@ -43,7 +43,7 @@ def test_install_writes_qemu_d_once_0755_then_nothing_to_do(tmp_path: Path, cli)
         "wrote /etc/libvirt/hooks/qemu.d/vgpuadm",
         f"why there: libvirt {LIBVIRT} runs every script in hooks/qemu.d/ (since 6.5.0)",
         f"it runs: {command} hook run DOMAIN OPERATION SUB-OPERATION -",
-        "next: systemctl restart libvirtd (or virtqemud): libvirt looks for hook scripts only when it starts",
+        "next: systemctl reload libvirtd (or virtqemud): libvirt looks for hook scripts when it starts and on reload",
     ]
     assert f'    exec {command} hook run "$1" "$2" "$3" -\n' in path.read_text()
     r = cli("--root", str(root), "hook", "install")

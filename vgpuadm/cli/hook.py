@@ -55,7 +55,7 @@ def register(app: Any) -> None:
 
     dry_opt, json_opt = plan_options()
 
-    @hook_app.command("install", epilog="Example: vgpuadm hook install && systemctl restart libvirtd")
+    @hook_app.command("install", epilog="Example: vgpuadm hook install && systemctl reload libvirtd")
     def install_cmd(
         ctx: typer.Context,
         single_script: bool | None = typer.Option(

@@ -16,10 +16,11 @@ def run_hook(console: Console, root: str | None, args: list[str], stdin: Any, ar
     in its global options and passes none)."""
     domain, operation, sub_operation = args[0], args[1], args[2]
     try:
-        if not hookcall.phase_of(operation, sub_operation):
+        phase = hookcall.phase_of(operation, sub_operation)
+        if not phase:
             return 0
-        data = stdin.read(hookcall.MAX_DOMAIN_XML + 1)
-        if not hookcall.has_on_demand(hookcall.read_domain_xml(data, domain)):
+        text = hookcall.read_domain_xml(stdin.read(hookcall.MAX_DOMAIN_XML + 1), domain)
+        if not hookcall.has_on_demand(text):
             return 0
         from vgpuadm.executor import set_lock_policy
         from vgpuadm.ops import hook
@@ -27,7 +28,7 @@ def run_hook(console: Console, root: str | None, args: list[str], stdin: Any, ar
         if argv:  # as the typer app's global options do: the default wait, told on stderr, argv as the holder
             set_lock_policy(None, console.warn, argv)
         try:
-            result = hook.run(root, domain, operation, sub_operation, data)
+            result = hook.run_on_demand(root, domain, phase, text)
         finally:
             if argv:
                 set_lock_policy()

@@ -44,11 +44,17 @@ def run(root: str | None, domain: str, operation: str, sub_operation: str, domai
     if not hookcall.has_on_demand(text):
         # most domains: no lock, no discovery, and a pending journal never blocks their start
         return HookRunResult(domain, phase, Plan.of([], f"domain {domain} has no on-demand devices"), ())
+    return run_on_demand(root, domain, phase, text)
+
+
+def run_on_demand(root: str | None, domain: str, phase: str, domain_xml: str) -> HookRunResult:
+    """`run` for a domain whose XML hookcall has checked and found on-demand devices in (cli/hookrun.py checks it
+    before loading this module)."""
     with Session.open(root) as s:  # s.virt is never opened here
         if phase == "start":
-            plan = ondemand.plan_start(s.snap, text)
+            plan = ondemand.plan_start(s.snap, domain_xml)
         else:
-            plan = ondemand.plan_stop(s.snap, text, load_drivers(s.root.path))
+            plan = ondemand.plan_stop(s.snap, domain_xml, load_drivers(s.root.path))
         applied = s.execute(plan).applied if not plan.empty else ()
     return HookRunResult(domain, phase, plan, tuple(applied))
 
@@ -56,7 +62,7 @@ def run(root: str | None, domain: str, operation: str, sub_operation: str, domai
 # -- install / uninstall / status ------------------------------------------------------------------------------------
 
 QEMU_D_SINCE = (6, 5, 0)  # libvirt runs every executable in hooks/qemu.d/ since 6.5.0 (libvirt.org/hooks.html)
-NEXT_STEP = "systemctl restart libvirtd (or virtqemud): libvirt looks for hook scripts only when it starts"
+NEXT_STEP = "systemctl reload libvirtd (or virtqemud): libvirt looks for hook scripts when it starts and on reload"
 
 
 @dataclass(frozen=True)

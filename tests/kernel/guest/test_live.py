@@ -25,7 +25,7 @@ import os
 
 import pytest
 from guest_fork import Hung, forked
-from guest_virsh import URI, dumpxml, virsh
+from guest_virsh import URI, domstate, dumpxml, monitor, virsh
 from lxml import etree
 
 from vgpuadm.host.sysfs import Sysfs
@@ -38,7 +38,7 @@ def _peripherals(name: str) -> dict[str, str]:
     """QEMU's user-created devices (id → QOM type). `query-pci` cannot be used: a guest started paused never ran its
     firmware, so its root ports have no bus numbers and query-pci lists nothing behind them."""
     request = '{"execute":"qom-list","arguments":{"path":"/machine/peripheral"}}'
-    reply = json.loads(virsh("qemu-monitor-command", name, request).stdout)
+    reply = json.loads(monitor(name, request))
     return {p["name"]: p["type"] for p in reply["return"] if p["type"].startswith("child<")}
 
 
@@ -58,7 +58,7 @@ def _hostdev_aliases(name: str, *, inactive: bool = False) -> list[tuple[str | N
 def _start_paused(name: str) -> dict[str, str]:
     """Start the domain paused; QEMU's peripherals then."""
     virsh("start", "--paused", name)
-    assert virsh("domstate", name).stdout.strip() == "paused"
+    assert domstate(name) == "paused"
     return _peripherals(name)
 
 
@@ -100,7 +100,7 @@ def _detached_live(name: str, alias: str, *args: str) -> None:
     assert code == 0, err
     assert alias not in _peripherals(name)
     assert alias not in [a for _, a in _hostdev_aliases(name)]
-    assert virsh("domstate", name).stdout.strip() == "paused"  # it still runs
+    assert domstate(name) == "paused"  # it still runs
     assert not os.path.exists("/var/lib/vgpuadm/journal.json")
 
 
