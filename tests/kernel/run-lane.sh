@@ -10,16 +10,18 @@
 # Knobs: VGPUADM_KERNEL_TIMEOUT (s, default 1800), VGPUADM_KERNEL_CPUS (guest vCPUs, default 2),
 # VGPUADM_KERNEL_TESTS (guest test files to run, in that order, e.g. "test_verbs.py test_race.py"; default all of tests/kernel/guest; the
 # host-side comparisons whose guest records were not made are then skipped). The time per part is printed at
-# the end and kept in parts.log. Measured here (2026-12-01, 2 vCPUs, quiet host): all 19 guest tests 461, 465 and
-# 480 s of guest time in three runs (boot ~47 s, pytest's start and collection ~40 s, the hook, live and race tests
-# ~90, ~90 and ~60 s); before the children were forked and the hook ran without typer, 631 s.
+# the end and kept in parts.log. Measured (2 vCPUs, quiet hosts): all 19 guest tests in 200 s of guest time on
+# 2026-12-02's host (boot ~38 s, pytest's start and collection ~24 s, the live, hook, verbs and race tests ~31, ~31,
+# ~21 and ~15 s); 240 s there before the hook test reloaded libvirtd instead of restarting it and the live tests
+# read QEMU's state through the library. 461-480 s on 2026-12-01's slower host, 631 s there before the children
+# were forked and the hook ran without typer.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 out="$here/out"
 results="$out/results"
-# A hang guard, not a target: the lane takes ~8 min on a quiet host and ~21 with two CPU hogs beside it (TCG's speed
-# follows the host's load). CI allows 90 min; everything before the lane takes under 10.
+# A hang guard, not a target: the lane takes 4-8 min on a quiet host and ~21 with two CPU hogs beside it on a slow
+# one (TCG's speed follows the host's load). CI allows 90 min; everything before the lane takes under 10.
 timeout_s=${VGPUADM_KERNEL_TIMEOUT:-1800}
 export PATH="$repo/.venv/bin:$PATH"
 start=$SECONDS

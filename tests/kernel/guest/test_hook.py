@@ -1,11 +1,12 @@
 """#15's on-demand hook in the guest's real libvirtd: with vgpuadm's qemu hook installed (hooks/qemu.d/vgpuadm,
-libvirtd restarted to see it), a domain with an on-demand mtty-2 request starts (`virsh start --paused`), its mdev
+libvirtd reloaded to see it), a domain with an on-demand mtty-2 request starts (`virsh start --paused`), its mdev
 exists while it runs, of the UUID its <hostdev> names, and is gone after `virsh destroy`; a second domain whose
 request does not fit fails to start with vgpuadm's message in libvirt's error; nothing leaks.
 
-libvirtd is reloaded (SIGHUP), not restarted, to see the hook: what `hook install` tells the operator to do
-(`systemctl reload libvirtd`). The reload is asynchronous; a `daemon` hook written beside it tells when libvirtd
-has looked at the hooks again (it runs `daemon - reload begin SIGHUP` right after rescanning them).
+libvirtd is reloaded (SIGHUP), not restarted: what `hook install` tells the operator to do (`systemctl reload
+libvirtd`), so this also proves that a reload is enough. The reload is asynchronous; a `daemon` hook written beside
+it tells when libvirtd has looked at the hooks again (it runs `daemon - reload begin SIGHUP` right after rescanning
+them).
 
 guest-entry.sh puts a tmpfs on /etc/libvirt/hooks, so nothing is written to the host's. The hook runs this
 checkout's vgpuadm (PYTHONPATH), not whatever the venv's editable install points to."""
