@@ -61,15 +61,21 @@ def vgpuadm(root: Path, *args: str, env: dict[str, str] | None = None) -> Result
 def define(root: Path, *names: str, vnc: bool = True) -> dict[str, str]:
     """Define diskless domains in the root's embedded driver (with a VNC <graphics> device unless `vnc=False`);
     returns name → domain UUID."""
-    proc = subprocess.run([sys.executable, "-c", _DEFINE, str(root), "vnc" if vnc else "-", *names],
-                          capture_output=True, text=True, env=_env(), timeout=300, check=True)  # fmt: skip
+    proc = _helper(_DEFINE, str(root), "vnc" if vnc else "-", *names)
     return dict(json.loads(proc.stdout))
 
 
 def autostart(root: Path, *names: str) -> None:
     """Mark domains of the root's embedded driver to start with the driver (virsh autostart)."""
-    subprocess.run([sys.executable, "-c", _AUTOSTART, str(root), *names], capture_output=True, text=True, env=_env(),
-                   timeout=300, check=True)  # fmt: skip
+    _helper(_AUTOSTART, str(root), *names)
+
+
+def _helper(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run a libvirt helper script in its own process; a failure fails the test with what libvirt said."""
+    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=_env(),
+                          timeout=300, check=False)  # fmt: skip
+    assert proc.returncode == 0, f"embedded libvirt helper {args}: exit {proc.returncode}\n{proc.stderr}"
+    return proc
 
 
 def domain_xml(root: Path, name: str) -> str:
