@@ -142,5 +142,5 @@ if [ "$guest_rc" != 0 ] || [ "$failed" != 0 ] || [ "$skipped" != 0 ] || [ "$pass
   status=FAILED
 fi
 echo "kernel lane: $status — guest ($kver): $passed passed, $failed failed, $skipped skipped (exit $guest_rc);" \
-  "differential real vs simulated: $diff_state; guest ${guest_s}s, total $((SECONDS - start))s"
+  "differential real vs simulated: $diff_state; guest ${guest_s}s (budget 480 s on a quiet host), total $((SECONDS - start))s"
 [ "$status" = PASSED ]
