@@ -13,6 +13,9 @@ import glob
 import os
 import shlex
 import shutil
+import subprocess
+import sys
+import tempfile
 import threading
 from typing import Any
 
@@ -67,7 +70,7 @@ def _seed_caps_cache(embed_root: str) -> None:
     """A fresh embedded root makes libvirt probe QEMU's capabilities (~4 s). The probe result is keyed by the
     QEMU binary and re-validated by libvirt on load, so copying a previous result in is safe and makes it 0.05 s."""
     target = os.path.join(embed_root, "cache", "qemu", "capabilities")
-    if glob.glob(os.path.join(target, "*.xml")):
+    if _cached_caps(embed_root):
         return
     sources = glob.glob(os.path.join(_caps_cache_store(), "*.xml"))
     if not sources:
@@ -80,10 +83,45 @@ def _seed_caps_cache(embed_root: str) -> None:
         pass  # only a cache: libvirt probes again
 
 
+# libvirt probes QEMU through a UNIX socket at <embedded root>/lib/qemu/qmp-XXXXXX/qmp.monitor, and a socket path
+# must fit sun_path (108 bytes with its NUL): under a longer root the probe, and with it every definition, fails.
+_PROBE_SOCKET = "/lib/qemu/qmp-XXXXXX/qmp.monitor"
+_SUN_PATH_MAX = 107
+_PROBE = """
+import sys, libvirt
+libvirt.virEventRegisterDefaultImpl()
+conn = libvirt.open("qemu:///embed?root=" + sys.argv[1])
+conn.getDomainCapabilities()
+conn.close()
+"""
+PROBE_TIMEOUT = 120.0  # seconds; one probe takes ~4 s
+
+
+def _probe_caps_short(embed_root: str) -> None:
+    """For a root too long for libvirt's probe socket and no cached result: probe QEMU once under a short private
+    directory (mkdtemp: 0700, a fresh name), in a child process (one embedded root per process), and seed the
+    root's cache with the result. Best effort: without it libvirt probes, and fails with its own message."""
+    if len(embed_root) + len(_PROBE_SOCKET) <= _SUN_PATH_MAX:
+        return
+    short = tempfile.mkdtemp(prefix="vgpuadm-caps-")
+    try:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run([sys.executable, "-I", "-c", _PROBE, short], capture_output=True, timeout=PROBE_TIMEOUT,
+                           check=False, stdin=subprocess.DEVNULL)  # fmt: skip
+        _save_caps_cache(short)
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+    _seed_caps_cache(embed_root)
+
+
+def _cached_caps(embed_root: str) -> list[str]:
+    return glob.glob(os.path.join(embed_root, "cache", "qemu", "capabilities", "*.xml"))
+
+
 def _save_caps_cache(embed_root: str) -> None:
     store = _caps_cache_store()
     try:
-        for src in glob.glob(os.path.join(embed_root, "cache", "qemu", "capabilities", "*.xml")):
+        for src in _cached_caps(embed_root):
             dest = os.path.join(store, os.path.basename(src))
             if not os.path.exists(dest) or os.path.getmtime(dest) < os.path.getmtime(src):
                 os.makedirs(store, exist_ok=True)
@@ -171,6 +209,8 @@ class VirtConn:
                     _wait_for_embedded_driver(self.embed_root)
                 os.makedirs(self.embed_root, exist_ok=True)
                 _seed_caps_cache(self.embed_root)
+                if not _cached_caps(self.embed_root):
+                    _probe_caps_short(self.embed_root)
                 _embedded_root = self.embed_root
         try:
             conn = libvirt.open(self.uri)
