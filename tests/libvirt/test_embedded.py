@@ -11,6 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from embedded_host import define
+from embedded_host import vgpuadm as run_vgpuadm
+
 from vgpuadm.sim.profiles import build
 from vgpuadm.virt.conn import embed_uri
 
@@ -51,7 +55,9 @@ def test_a_second_embedded_root_in_one_process_is_a_clear_error(tmp_path: Path) 
     )
 
 
-def test_a_root_too_long_for_libvirts_probe_socket_still_takes_definitions(tmp_path: Path) -> None:
+def test_a_root_too_long_for_libvirts_probe_socket_still_takes_definitions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """libvirt probes QEMU through a UNIX socket under the embedded root (…/lib/qemu/qmp-XXXXXX/qmp.monitor), and
     a socket path must fit in 108 bytes. With no earlier probe result cached (an empty $XDG_CACHE_HOME: a fresh
     machine) every definition under a longer root failed ("UNIX socket path … is too long"). Real libvirt, real
@@ -60,14 +66,9 @@ def test_a_root_too_long_for_libvirts_probe_socket_still_takes_definitions(tmp_p
     build("p4", str(root))
     assert len(embed_uri(str(root)).split("root=", 1)[1] + "/lib/qemu/qmp-XXXXXX/qmp.monitor") > 107
     cache = tmp_path / "cache"
-    env = {**ENV, "XDG_CACHE_HOME": str(cache)}
-    define = ("from vgpuadm.virt.conn import VirtConn, embed_uri\nfrom vgpuadm.virt.xml import domain_definition\n"
-              "with VirtConn(embed_uri(sys.argv[1])) as c:\n    c.define(domain_definition('web01', vnc=False))\n")  # fmt: skip
-    r = subprocess.run([sys.executable, "-c", f"import sys\n{define}", str(root)], capture_output=True, text=True,
-                       env=env, timeout=120)  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    r = subprocess.run([sys.executable, "-m", "vgpuadm", "--root", str(root), "create", "--type", "nvidia-63", "--vm",
-                        "web01"], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
-    assert (r.returncode, r.stderr) == (0, "")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))  # embedded_host's processes inherit it
+    assert list(define(root, "web01", vnc=False)) == ["web01"]
+    r = run_vgpuadm(root, "create", "--type", "nvidia-63", "--vm", "web01")
+    assert (r.code, r.err) == (0, "")
     assert "<hostdev mode='subsystem' type='mdev'" in virsh_xml(root, "web01")
     assert len(list((cache / "vgpuadm" / "qemu-capabilities").glob("*.xml"))) == 1  # kept for the next root

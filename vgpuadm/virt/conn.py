@@ -66,13 +66,14 @@ def _caps_cache_store() -> str:
     return os.path.join(base, "vgpuadm", "qemu-capabilities")
 
 
-def _seed_caps_cache(embed_root: str) -> None:
+def _seed_caps_cache(embed_root: str, source: str | None = None) -> None:
     """A fresh embedded root makes libvirt probe QEMU's capabilities (~4 s). The probe result is keyed by the
-    QEMU binary and re-validated by libvirt on load, so copying a previous result in is safe and makes it 0.05 s."""
+    QEMU binary and re-validated by libvirt on load, so copying a previous result in is safe and makes it 0.05 s.
+    `source`: the folder of results to copy (default: the user's cache)."""
     target = os.path.join(embed_root, "cache", "qemu", "capabilities")
     if _cached_caps(embed_root):
         return
-    sources = glob.glob(os.path.join(_caps_cache_store(), "*.xml"))
+    sources = glob.glob(os.path.join(source or _caps_cache_store(), "*.xml"))
     if not sources:
         return
     try:
@@ -108,10 +109,10 @@ def _probe_caps_short(embed_root: str) -> None:
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             subprocess.run([sys.executable, "-I", "-c", _PROBE, short], capture_output=True, timeout=PROBE_TIMEOUT,
                            check=False, stdin=subprocess.DEVNULL)  # fmt: skip
+        _seed_caps_cache(embed_root, os.path.join(short, "cache", "qemu", "capabilities"))
         _save_caps_cache(short)
     finally:
         shutil.rmtree(short, ignore_errors=True)
-    _seed_caps_cache(embed_root)
 
 
 def _cached_caps(embed_root: str) -> list[str]:
