@@ -547,6 +547,21 @@ def is_pci_address(text: str) -> bool:
     return True
 
 
+# The ownership key of a host device, as a domain's <hostdev> names it: ("mdev", UUID) or ("pci", host address).
+# Every "who holds this device" question compares these; one constructor each, so they are spelled once.
+DeviceKey = tuple[str, str]
+MDEV_KEY = "mdev"
+PCI_KEY = "pci"
+
+
+def mdev_key(uuid: str) -> DeviceKey:
+    return (MDEV_KEY, uuid.lower())
+
+
+def pci_key(address: str) -> DeviceKey:
+    return (PCI_KEY, address)
+
+
 def device_key(text: str) -> str:
     """A device id as the user typed it (an mdev UUID or a PCI address) in the form the host names it."""
     return pci_address(text) if is_pci_address(text) else text.strip().lower()

@@ -26,6 +26,7 @@ from tests.fuzz import strategies as S
 from tests.fuzz.conftest import Tally, examples
 from tests.fuzz.mutate import doc_mutants, text_mutants
 from tests.fuzz.props import clean_error, tree_hash
+from vgpuadm import modes
 from vgpuadm.errors import VgpuadmError
 from vgpuadm.executor import read_journal
 from vgpuadm.executor.journalcheck import check_document
@@ -34,7 +35,7 @@ from vgpuadm.io.planfile import parse_plan
 from vgpuadm.model import Allocation
 from vgpuadm.report import merge as merge_mod
 from vgpuadm.steps import STEP_KINDS
-from vgpuadm.virt.xml import NS, hostdev_for, metadata_xml, parse_allocations
+from vgpuadm.virt.xml import NS, metadata_xml, parse_allocations
 
 # The grammars a value read back must match, written out here (not imported) so the product cannot agree with
 # itself by accident.
@@ -181,7 +182,7 @@ def _check_metadata(tally: Tally, xml: str) -> None:
         return
     for a in allocations:
         _check_allocation(tally, a)
-        hostdev = _attempt_quiet(hostdev_for, a)
+        hostdev = _attempt_quiet(modes.hostdev_xml, a)
         if isinstance(hostdev, str):
             _well_formed(tally, hostdev)
     rendered = _attempt_quiet(metadata_xml, allocations, "sim:/root")

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
+from vgpuadm import modes
 from vgpuadm.model import Allocation
 from vgpuadm.virt import templating, xml
 from vgpuadm.virt.xml import PciAddress
@@ -64,18 +65,18 @@ CASES: dict[str, Callable[[], list[str]]] = {
     "mdev-display-ramfb": lambda: [
         xml.mdev_hostdev(UUID, display=True, ramfb=True, guest_address=PciAddress(0, 0, 7, 0))
     ],
-    "mdev-from-allocation": lambda: [xml.hostdev_for(MDEV_ALLOC)],
-    "pci-gpu-audio": lambda: [xml.hostdev_for(a) for a in PCI_ALLOCS],
+    "mdev-from-allocation": lambda: [modes.hostdev_xml(MDEV_ALLOC)],
+    "pci-gpu-audio": lambda: [modes.hostdev_xml(a) for a in PCI_ALLOCS],
     "pci-unmanaged-rom-file": lambda: [
         xml.pci_hostdev("0000:65:00.0", managed=False, rom_file="/usr/share/vgpu/p4.rom", rom_enabled=True)
     ],
     "pci-rom-disabled": lambda: [xml.pci_hostdev("21:1f.7", rom_bar=False, rom_enabled=False)],
-    "vf-basic": lambda: [xml.hostdev_for(VF_ALLOC)],
+    "vf-basic": lambda: [modes.hostdev_xml(VF_ALLOC)],
     "vf-guest-address": lambda: [xml.vf_hostdev("0000:41:00.5", guest_address=PciAddress(0, 0, 0x11, 0))],
     "metadata-all-modes": lambda: [xml.metadata_xml([MDEV_ALLOC, VF_ALLOC, *PCI_ALLOCS], host="sim:/srv/lab/h1")],
-    "pool-vf": lambda: [xml.hostdev_for(POOL_ALLOC)],
+    "pool-vf": lambda: [modes.hostdev_xml(POOL_ALLOC)],
     "metadata-pool": lambda: [xml.metadata_xml([POOL_ALLOC], host="sim:/srv/lab/h1", changed="2026-12-01T13:40:00Z")],
-    "virtio-gl-egl-headless": lambda: [xml.hostdev_for(VIRTIO_ALLOC)],
+    "virtio-gl-egl-headless": lambda: [modes.hostdev_xml(VIRTIO_ALLOC)],
     "virtio-gl-spice": lambda: xml.virtio_gl_elements("/dev/dri/renderD129", "spice"),
     "metadata-escaped": lambda: [
         xml.metadata_xml(

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from vgpuadm import api
+from vgpuadm import api, modes
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
 from vgpuadm.host.root import HostRoot
 from vgpuadm.model import Allocation
@@ -120,11 +120,11 @@ def test_layout_c_gives_the_vf_unmanaged(sim_host):
 def test_destroy_plan_and_its_refusals(sim_host):
     snap = api.discover(str(sim_host("p4")))
     owned = [Allocation("web01", "mdev", "nvidia-63", "0000:01:00.0", uuid="c2177883-f1bb-47f0-914d-32a22e3a8804")]
-    dom = domain(allocations=owned, hostdevs=[xml.hostdev_for(owned[0])])
+    dom = domain(allocations=owned, hostdevs=[modes.hostdev_xml(owned[0])])
     plan, gone, after = guest.plan_destroy(snap, dom, {}, uuid=None, all_=True)
     # the mdev does not exist in this snapshot: only the new definition (no hostdev, no metadata) remains
     assert [type(s) for s in plan.steps] == [DefineDomain] and after == []
-    assert (plan.steps[0].detach, plan.steps[0].element) == (xml.hostdev_for(owned[0]), "")
+    assert (plan.steps[0].detach, plan.steps[0].element) == (modes.hostdev_xml(owned[0]), "")
     assert plan.describe() == [
         f"step 1/1 detach mdev {owned[0].uuid} (nvidia-63) from domain web01, and remove its vgpuadm metadata"
     ]
@@ -162,7 +162,7 @@ def test_a_running_domain_gets_a_function_hot_plugged_where_libvirt_puts_it(sim_
     [a] = guest.passthrough_allocations(snap, "web01", DOM_UUID, domain(), "0000:65:00.0", ["0000:65:00.0"], [],
                                         running=True)  # fmt: skip
     assert a.extra == {"managed": "yes", "host_driver": "nvidia"}
-    assert "<address" not in xml.hostdev_for(a).split("</source>")[1]
+    assert "<address" not in modes.hostdev_xml(a).split("</source>")[1]
     with pytest.raises(ConflictError, match=r"^domain web01 is running: 0000:65:00\.0's 2 functions go into one "
                        r"multifunction guest slot, which libvirt cannot hot-plug$") as refused:  # fmt: skip
         guest.plan_passthrough(snap, domain(), "65:00.0", {}, running=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from vgpuadm import api
+from vgpuadm import api, modes
 from vgpuadm.host.root import HostRoot
 from vgpuadm.model import Allocation
 from vgpuadm.plan import guest
@@ -32,7 +32,7 @@ def bare(name: str, uuid: str) -> str:
 def defined(host_key: str, name: str, uuid: str, after: Sequence[Allocation]) -> str:
     """The persistent XML the create --on-demand plan leaves: its hostdevs and its metadata record."""
     meta = xml.metadata_xml(after, host_key)
-    hostdevs = "".join(xml.hostdev_for(a) for a in after)
+    hostdevs = "".join(modes.hostdev_xml(a) for a in after)
     return (f"<domain type='kvm'><name>{name}</name><uuid>{uuid}</uuid><metadata>{meta}</metadata><devices>"
             f"<graphics type='vnc'/>{hostdevs}</devices></domain>")  # fmt: skip
 

@@ -2,10 +2,13 @@
 modes/base.py's Mode; `for_layout` maps a discovered layout to its mode, `for_name` the mode an allocation records
 ("mdev", "vf", "pci", "pool", "virtio-gl"). A new sharing mode is one new file plus its line in MODES."""
 
+import dataclasses
+
 from vgpuadm.errors import UsageError
-from vgpuadm.model import Layout
+from vgpuadm.model import Allocation, DeviceKey, Layout
 from vgpuadm.modes import mdev, mig, passthrough, sriov, vf_pool, vf_vgpu, virtio_gpu
 from vgpuadm.modes.base import Mode
+from vgpuadm.virt import xml
 
 MODES: tuple[Mode, ...] = (
     mdev.MODE,
@@ -38,4 +41,53 @@ def for_name(name: str) -> Mode:
     return mode
 
 
-__all__ = ["MODES", "Mode", "for_layout", "for_name"]
+def of(a: Allocation) -> Mode:
+    """The mode of a recorded device: every per-device question about `a` goes to it."""
+    return _BY_NAME[a.mode] if a.mode in _BY_NAME else for_name(a.mode)
+
+
+def key(a: Allocation) -> DeviceKey | None:
+    """The ownership key of `a`'s host device (None: nothing on the host, e.g. virtio-gl)."""
+    return of(a).key(a)
+
+
+def describe(a: Allocation) -> str:
+    return of(a).describe(a)
+
+
+def handle(a: Allocation) -> str:
+    return of(a).handle(a)
+
+
+def hostdev_xml(a: Allocation) -> str:
+    return of(a).hostdev_xml(a)
+
+
+def hostdev_as_attached(a: Allocation, domain_xml: str) -> str:
+    """hostdev_xml(a) with the guest PCI address the domain gives the device now, so that a detach undone puts it
+    back where the guest saw it (libvirt would otherwise take the next free slot, and several devices detached in
+    one plan would come back in swapped places)."""
+    want = key(a)
+    if a.extra.get("guest_address") or not domain_xml or want is None:
+        return hostdev_xml(a)
+    for ref in xml.parse_hostdevs(domain_xml):
+        if (ref.kind, ref.key) == want and ref.guest_address is not None:
+            extra = {**a.extra, "guest_address": str(ref.guest_address)}
+            if ref.guest_address.multifunction:
+                extra["multifunction"] = "on"
+            return hostdev_xml(dataclasses.replace(a, extra=extra))
+    return hostdev_xml(a)
+
+
+__all__ = [
+    "MODES",
+    "Mode",
+    "describe",
+    "for_layout",
+    "for_name",
+    "handle",
+    "hostdev_as_attached",
+    "hostdev_xml",
+    "key",
+    "of",
+]

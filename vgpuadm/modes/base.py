@@ -15,17 +15,61 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from vgpuadm.errors import UsageError
-from vgpuadm.model import Allocation, HostSnapshot, Layout
+from vgpuadm.model import Allocation, DeviceKey, HostSnapshot, Layout, pci_key
 from vgpuadm.steps import Step
 
 HostdevSpec = dict[str, Any]
 
 
 class Mode(ABC):
-    """One GPU sharing mode. `name` is what Allocation.mode records ("mdev", "vf", "pci")."""
+    """One GPU sharing mode. `name` is what Allocation.mode records ("mdev", "vf", "pci").
+
+    Besides planning, a mode answers every per-device question the rest of the program asks about an Allocation
+    it records — its ownership key, what it is called, the host device it lives on, the vgpu_params it has now,
+    the hostdev (or video) it renders, the restore phase that makes it — so callers never branch on the mode."""
 
     name: ClassVar[str]
     layouts: ClassVar[tuple[Layout, ...]]
+    # The restore phase (plan/restore.PHASES) that makes this mode's devices again after a reboot; None: nothing to
+    # make on the host.
+    restore_phase: ClassVar[str | None] = None
+    # The device is a whole GPU (with its IOMMU group's companions), given and taken back as one.
+    whole_gpu: ClassVar[bool] = False
+    # The vendor driver of the parent GPU must be bound for the device to exist (vGPU modes).
+    needs_vendor_driver: ClassVar[bool] = False
+
+    def key(self, a: Allocation) -> DeviceKey | None:
+        """The ownership key of `a`'s host device (what a domain's <hostdev> names); None: no host device."""
+        return pci_key(a.address) if a.address else None
+
+    def describe(self, a: Allocation) -> str:
+        """`a` in a sentence: "mdev 3b1c… (nvidia-63)", "VF 0000:41:00.4 (nvidia-1414)", "PCI function …"."""
+        return f"PCI function {a.address}"
+
+    def handle(self, a: Allocation) -> str:
+        """How the user names `a`'s device (`destroy --uuid`): devices with one handle go and come as one."""
+        return a.address or ""
+
+    def host_device(self, a: Allocation) -> str | None:
+        """The host device `a` lives on: the mdev parent, the VF, the passed-through function."""
+        return a.address or a.parent
+
+    def current_params(self, snapshot: HostSnapshot, a: Allocation) -> str | None:
+        """The vgpu_params `a`'s device has on the host now (None: no such device, or no parameters here)."""
+        return None
+
+    def params_step(self, snapshot: HostSnapshot, a: Allocation, params: str) -> Step | None:
+        """The step that writes vgpu_params `params` to `a`'s device (None: this mode's devices take none)."""
+        return None
+
+    def definition_step(self, a: Allocation, enable: bool) -> Step | None:
+        """A device that is not a <hostdev> (virtio-gl's <video>/<graphics>) is given or taken by its own step;
+        None for hostdevs, which go into the domain's one definition (DefineDomain)."""
+        return None
+
+    def hostdev_xml(self, a: Allocation) -> str:
+        """The libvirt element(s) the domain gets for `a` (a <hostdev>, or <video>/<graphics>)."""
+        raise UsageError(f"domain {a.domain}: {a.mode} devices render no XML", "this is a bug in vgpuadm; report it")
 
     @abstractmethod
     def validate(self, snapshot: HostSnapshot, device_id: str) -> None:

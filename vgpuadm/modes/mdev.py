@@ -6,14 +6,17 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from vgpuadm.errors import ConflictError, NotFoundError
-from vgpuadm.model import Allocation, HostSnapshot, Layout, Mdev, VgpuType
+from vgpuadm.model import Allocation, DeviceKey, HostSnapshot, Layout, Mdev, VgpuType, mdev_key
 from vgpuadm.modes.base import HostdevSpec, Mode, check_params, check_uuid, same_params
 from vgpuadm.steps import CreateMdev, RemoveMdev, SetVgpuParams, Step
+from vgpuadm.virt import xml
 
 
 class MdevMode(Mode):
     name: ClassVar[str] = "mdev"
     layouts: ClassVar[tuple[Layout, ...]] = (Layout.MDEV_PF, Layout.MDEV_VF)
+    restore_phase: ClassVar[str | None] = "vgpu"
+    needs_vendor_driver: ClassVar[bool] = True
 
     def validate(self, snapshot: HostSnapshot, device_id: str) -> None:
         self.find(snapshot, device_id)
@@ -59,6 +62,33 @@ class MdevMode(Mode):
 
     def missing(self, snapshot: HostSnapshot, a: Allocation) -> bool:
         return a.uuid not in snapshot.mdevs
+
+    def key(self, a: Allocation) -> DeviceKey | None:
+        return mdev_key(a.uuid) if a.uuid else None
+
+    def describe(self, a: Allocation) -> str:
+        return f"mdev {a.uuid} ({a.type_id})"
+
+    def handle(self, a: Allocation) -> str:
+        return a.uuid or ""
+
+    def host_device(self, a: Allocation) -> str | None:
+        return a.parent
+
+    def current_params(self, snapshot: HostSnapshot, a: Allocation) -> str | None:
+        m = snapshot.mdevs.get(a.uuid or "")
+        return m.vgpu_params if m is not None else None
+
+    def params_step(self, snapshot: HostSnapshot, a: Allocation, params: str) -> Step | None:
+        return SetVgpuParams("mdev", a.uuid or "", params, previous=self.current_params(snapshot, a) or "")
+
+    def hostdev_xml(self, a: Allocation) -> str:
+        return xml.mdev_hostdev(
+            xml.require(a, a.uuid, "UUID"),
+            display=a.extra.get("display") == "on",
+            ramfb=a.extra.get("ramfb") == "on",
+            guest_address=xml.guest_address(a),
+        )
 
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         m = snapshot.mdevs.get(device_id.lower())

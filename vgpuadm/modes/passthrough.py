@@ -24,6 +24,7 @@ from vgpuadm.steps import (
     Step,
     Unbind,
 )
+from vgpuadm.virt import xml
 
 VFIO = "vfio-pci"
 
@@ -31,6 +32,8 @@ VFIO = "vfio-pci"
 class PassthroughMode(Mode):
     name: ClassVar[str] = "pci"
     layouts: ClassVar[tuple[Layout, ...]] = (Layout.PASSTHROUGH,)
+    restore_phase: ClassVar[str | None] = "vfio"
+    whole_gpu: ClassVar[bool] = True
 
     def find(self, snapshot: HostSnapshot, gpu: str) -> PciFunction:
         fn = snapshot.functions.get(gpu)
@@ -110,6 +113,20 @@ class PassthroughMode(Mode):
 
     def missing(self, snapshot: HostSnapshot, a: Allocation) -> bool:
         return (a.address or "") not in snapshot.functions
+
+    def handle(self, a: Allocation) -> str:
+        return a.parent or a.address or ""  # the GPU: its IOMMU group's functions go with it
+
+    def hostdev_xml(self, a: Allocation) -> str:
+        extra = a.extra
+        return xml.pci_hostdev(
+            xml.require(a, a.address, "address"),
+            managed=extra.get("managed", "yes") == "yes",
+            rom_bar=xml.on(extra.get("rom_bar")),
+            rom_file=extra.get("rom_file"),
+            rom_enabled=xml.on(extra.get("rom_enabled")),
+            guest_address=xml.guest_address(a),
+        )
 
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         return {

@@ -20,6 +20,7 @@ from vgpuadm.errors import CapacityError, ConflictError, NotFoundError
 from vgpuadm.model import Allocation, HostSnapshot, Layout, PciFunction, VfPool
 from vgpuadm.modes.base import HostdevSpec, Mode
 from vgpuadm.steps import Bind, DriversProbe, SetDriverOverride, SetNumVfs, SetSriovAutoprobe, Step, Unbind
+from vgpuadm.virt import xml
 
 VFIO = "vfio-pci"
 _DRIVER = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # a driver name from metadata, before it becomes a sysfs path
@@ -28,6 +29,7 @@ _DRIVER = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # a driver name from metadata, b
 class VfPoolMode(Mode):
     name: ClassVar[str] = "pool"
     layouts: ClassVar[tuple[Layout, ...]] = (Layout.VF_POOL,)
+    restore_phase: ClassVar[str | None] = "vfio"
 
     def find(self, snapshot: HostSnapshot, pf: str) -> VfPool:
         pool = snapshot.vf_pools.get(pf)
@@ -128,6 +130,13 @@ class VfPoolMode(Mode):
         fn = snapshot.functions.get(a.address or "")
         pool = self.pool_of(snapshot, a.address or "")
         return fn is None or pool is None or fn.driver != self.driver_for(pool)
+
+    def describe(self, a: Allocation) -> str:
+        return f"VF {a.address} of {a.parent} ({a.type_id})"
+
+    def hostdev_xml(self, a: Allocation) -> str:
+        # vgpuadm binds a pool's VF itself: managed='no', as for a vendor-VFIO VF
+        return xml.vf_hostdev(xml.require(a, a.address, "address"), guest_address=xml.guest_address(a))
 
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         return {"mode": "pool", "address": device_id, "managed": "no"}

@@ -10,11 +10,14 @@ from vgpuadm.errors import ConflictError, NotFoundError
 from vgpuadm.model import Allocation, HostSnapshot, Layout, VendorVf, VgpuType
 from vgpuadm.modes.base import HostdevSpec, Mode, check_params
 from vgpuadm.steps import ClearVfVgpuType, SetVfPlacement, SetVfVgpuType, SetVgpuParams, Step
+from vgpuadm.virt import xml
 
 
 class VfVgpuMode(Mode):
     name: ClassVar[str] = "vf"
     layouts: ClassVar[tuple[Layout, ...]] = (Layout.VENDOR_VFIO,)
+    restore_phase: ClassVar[str | None] = "vgpu"
+    needs_vendor_driver: ClassVar[bool] = True
 
     def find(self, snapshot: HostSnapshot, vf: str) -> VendorVf:
         found = snapshot.vendor_vfs.get(vf)
@@ -67,6 +70,19 @@ class VfVgpuMode(Mode):
     def missing(self, snapshot: HostSnapshot, a: Allocation) -> bool:
         vf = snapshot.vendor_vfs.get(a.address or "")
         return vf is None or f"nvidia-{vf.current_type}" != a.type_id
+
+    def describe(self, a: Allocation) -> str:
+        return f"VF {a.address} ({a.type_id})"
+
+    def current_params(self, snapshot: HostSnapshot, a: Allocation) -> str | None:
+        vf = snapshot.vendor_vfs.get(a.address or "")
+        return vf.vgpu_params if vf is not None else None
+
+    def params_step(self, snapshot: HostSnapshot, a: Allocation, params: str) -> Step | None:
+        return SetVgpuParams("vf", a.address or "", params, previous=self.current_params(snapshot, a) or "")
+
+    def hostdev_xml(self, a: Allocation) -> str:
+        return xml.vf_hostdev(xml.require(a, a.address, "address"), guest_address=xml.guest_address(a))
 
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         return {"mode": "vf", "address": device_id, "managed": "no"}

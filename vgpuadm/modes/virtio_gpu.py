@@ -11,9 +11,11 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from vgpuadm.errors import NotFoundError
-from vgpuadm.model import Allocation, HostSnapshot, Layout
+from vgpuadm.model import Allocation, DeviceKey, HostSnapshot, Layout
 from vgpuadm.modes.base import HostdevSpec, Mode
 from vgpuadm.steps import Step
+from vgpuadm.virt import xml
+from vgpuadm.virt.steps import SetVirtioGl
 
 TYPE = "virtio-gl"
 GRAPHICS = ("egl-headless", "spice")
@@ -53,6 +55,26 @@ class VirtioGpuMode(Mode):
 
     def missing(self, snapshot: HostSnapshot, a: Allocation) -> bool:
         return a.extra.get("rendernode", "").removeprefix("/dev/dri/") not in snapshot.render_nodes
+
+    def key(self, a: Allocation) -> DeviceKey | None:
+        return None  # a paravirtual device: nothing on the host to own
+
+    def describe(self, a: Allocation) -> str:
+        return f"virtio-gpu on {a.extra.get('rendernode', '')}"
+
+    def handle(self, a: Allocation) -> str:
+        return TYPE
+
+    def host_device(self, a: Allocation) -> str | None:
+        return None
+
+    def definition_step(self, a: Allocation, enable: bool) -> Step:
+        return SetVirtioGl(a.domain, a.extra.get("rendernode", ""), a.extra.get("graphics", "egl-headless"), enable,
+                           a.extra.get("previous_video", ""))  # fmt: skip
+
+    def hostdev_xml(self, a: Allocation) -> str:
+        # no hostdev: the <video> and <graphics> the domain gets
+        return "".join(xml.virtio_gl_elements(a.extra.get("rendernode", ""), a.extra.get("graphics", "egl-headless")))
 
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         return {"mode": TYPE, "rendernode": render_path(device_id.removeprefix("/dev/dri/"))}

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpuadm import modes
 from vgpuadm.errors import NotFoundError, VgpuadmError
 from vgpuadm.executor import load_drivers
 from vgpuadm.host import mig as host_mig
@@ -120,7 +121,7 @@ def create_many(
                 done.append(p.name)
         return [
             GuestResult(p.name, s.uri, p.plan, dry_run, p.after, p.added,
-                        hostdevs=[xml.hostdev_for(a) for a in p.added], message=p.plan.summary)
+                        hostdevs=[modes.hostdev_xml(a) for a in p.added], message=p.plan.summary)
             for p in plans
         ]  # fmt: skip
 
@@ -147,7 +148,7 @@ def destroy(
             plan = Plan(plan.steps + tuple(release), plan.summary)
         s.execute(plan, dry_run=dry_run, progress=progress)
         return GuestResult(
-            vm, s.uri, plan, dry_run, after, removed=gone, hostdevs=[xml.hostdev_for(a) for a in gone],
+            vm, s.uri, plan, dry_run, after, removed=gone, hostdevs=[modes.hostdev_xml(a) for a in gone],
             message=plan.summary if gone else f"domain {vm} owns no vgpuadm devices",
         )  # fmt: skip
 
@@ -174,7 +175,7 @@ def passthrough(
                                                       running=vm in s.domains().running)  # fmt: skip
         s.execute(plan, dry_run=dry_run, progress=progress)
         return GuestResult(vm, s.uri, plan, dry_run, after, added,
-                           hostdevs=[xml.hostdev_for(a) for a in added], message=plan.summary)  # fmt: skip
+                           hostdevs=[modes.hostdev_xml(a) for a in added], message=plan.summary)  # fmt: skip
 
 
 def release(
@@ -196,4 +197,4 @@ def release(
         plan, holders, gone = planner.plan_release(s.snap, s.domains(), gpu, load_drivers(s.root.path))
         s.execute(plan, dry_run=dry_run, progress=progress)
         return GuestResult(", ".join(holders) or "no domain", s.uri, plan, dry_run, [], removed=gone,
-                           hostdevs=[xml.hostdev_for(a) for a in gone], message=plan.summary)  # fmt: skip
+                           hostdevs=[modes.hostdev_xml(a) for a in gone], message=plan.summary)  # fmt: skip

@@ -14,12 +14,14 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from vgpuadm import modes
 from vgpuadm.catalog import capacity
 from vgpuadm.catalog.capacity import consume, release
 from vgpuadm.catalog.mig import MigHost
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError, VgpuadmError
 from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
 from vgpuadm.modes import passthrough as passthrough_mode
+from vgpuadm.modes import virtio_gpu
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan.desired import DesiredPlan, Diff, describe_allocation
@@ -33,13 +35,12 @@ from vgpuadm.plan.guest import (
     passthrough_functions,
     remove_steps,
     virtio_gl_allocation,
-    virtio_gl_step,
 )
 from vgpuadm.plan.ids import device_uuid
 from vgpuadm.plan.placement import resolve_on_host
-from vgpuadm.steps import CreateMdev, Plan, SetVfVgpuType, SetVgpuParams, Step
+from vgpuadm.steps import CreateMdev, Plan, SetVfVgpuType, Step
 from vgpuadm.virt.steps import DefineDomain
-from vgpuadm.virt.xml import hostdev_as_attached, hostdev_for, metadata_xml, same_metadata
+from vgpuadm.virt.xml import metadata_xml, same_metadata
 
 
 def _located(plan_doc: DesiredPlan, vm: str, key: str, exc: VgpuadmError) -> VgpuadmError:
@@ -87,21 +88,20 @@ def build_apply_plan(
     detach: dict[str, list[tuple[Allocation, str]]] = {}
     attach: dict[str, list[Allocation]] = {}
     # a virtio-gl device is the domain's <video>/<graphics>, not a hostdev: its own step takes it out
-    virtio_off = [virtio_gl_step(a, False) for a in d.removes if a.mode == DeviceMode.VIRTIO_GL]
+    virtio_off: list[Step] = []
     for a in d.removes:
-        if a.mode != DeviceMode.VIRTIO_GL:
-            detach.setdefault(a.domain, []).append((a, hostdev_as_attached(a, doms.xml.get(a.domain, ""))))
+        if (off := modes.of(a).definition_step(a, False)) is not None:
+            virtio_off.append(off)
+        else:
+            detach.setdefault(a.domain, []).append((a, modes.hostdev_as_attached(a, doms.xml.get(a.domain, ""))))
     for a in d.removes:
         owned[a.domain] = [x for x in owned[a.domain] if x is not a]
         changed.add(a.domain)
     for p in d.set_params:
         a = p.allocation
-        kind, ident = ("mdev", a.uuid) if a.mode == DeviceMode.MDEV else ("vf", a.address)
-        current = snap.mdevs[a.uuid].vgpu_params if a.mode == DeviceMode.MDEV and a.uuid in snap.mdevs else None
-        if a.mode == DeviceMode.VF and a.address in snap.vendor_vfs:
-            current = snap.vendor_vfs[a.address].vgpu_params
-        if not a.on_demand:  # an on-demand device gets its params from the record when the hook makes it
-            steps.append(SetVgpuParams(kind, ident or "", p.params, previous=current or ""))
+        step = modes.of(a).params_step(snap, a, p.params)
+        if step is not None and not a.on_demand:  # an on-demand device gets its params when the hook makes it
+            steps.append(step)
         owned[a.domain] = [dataclasses.replace(x, params=p.params or None) if x is a else x for x in owned[a.domain]]
         changed.add(a.domain)
     between = {vm: list(owned.get(vm, [])) for vm in changed}  # what each domain records before the creates
@@ -122,7 +122,7 @@ def build_apply_plan(
                 a = virtio_gl_allocation(snap, doms.xml.get(vm, "<domain/>"), vm, domain_uuid, mine, spec.virtio_gl_gpu)
             except VgpuadmError as exc:
                 raise _located(plan_doc, vm, "virtio_gl", exc) from None
-            virtio_on.append(virtio_gl_step(a, True))
+            virtio_on.append(virtio_gpu.MODE.definition_step(a, True))
             mine.append(a)
             changed.add(vm)
             continue
@@ -206,7 +206,7 @@ def _define(
     host: str,
 ) -> DefineDomain:
     return DefineDomain(
-        vm, "".join(hostdev_for(a) for a in attach), "".join(h for _, h in detach),
+        vm, "".join(modes.hostdev_xml(a) for a in attach), "".join(h for _, h in detach),
         metadata_xml(devices, host) if devices else "", previous, len(devices),
         attached=", ".join(describe_allocation(a) for a in attach),
         detached=", ".join(describe_allocation(a) for a, _ in detach),

@@ -27,7 +27,7 @@ from vgpuadm.plan.ids import device_uuid
 from vgpuadm.plan.placement import check_count, check_host_count, resolve_on_host
 from vgpuadm.steps import CreateMdev, Plan, Step
 from vgpuadm.virt import xml
-from vgpuadm.virt.steps import DefineDomain, SetVirtioGl
+from vgpuadm.virt.steps import DefineDomain
 
 Users = dict[tuple[str, str], str]
 
@@ -48,13 +48,13 @@ def define_step(
     `previous_changed`, which an undo puts back) to `after`."""
     return DefineDomain(
         domain,
-        "".join(xml.hostdev_for(a) for a in attach),
+        "".join(modes.hostdev_xml(a) for a in attach),
         "".join(hostdev for _, hostdev in detach),
         xml.metadata_xml(after, host) if after else "",
         xml.metadata_xml(before, previous_host or host, previous_changed) if before else "",
         len(after),
-        attached=", ".join(_what(a) for a in attach),
-        detached=", ".join(_what(a) for a, _ in detach),
+        attached=", ".join(modes.describe(a) for a in attach),
+        detached=", ".join(modes.describe(a) for a, _ in detach),
     )
 
 
@@ -84,18 +84,6 @@ def free_slots(used: Collection[int], n: int) -> list[int]:
             out.append(slot)
         slot += 1
     return out
-
-
-def _what(a: Allocation) -> str:
-    if a.mode == DeviceMode.MDEV:
-        return f"mdev {a.uuid} ({a.type_id})"
-    if a.mode == DeviceMode.VF:
-        return f"VF {a.address} ({a.type_id})"
-    if a.mode == DeviceMode.POOL:
-        return f"VF {a.address} of {a.parent} ({a.type_id})"
-    if a.mode == DeviceMode.VIRTIO_GL:
-        return f"virtio-gpu on {a.extra.get('rendernode', '')}"
-    return f"PCI function {a.address}"
 
 
 def _params(params: Sequence[str]) -> str:
@@ -356,12 +344,6 @@ def _plan_on_demand(
     return out
 
 
-def virtio_gl_step(a: Allocation, enable: bool) -> SetVirtioGl:
-    """The definition edit that gives (or takes away) the virtio-gl device `a` records."""
-    return SetVirtioGl(a.domain, a.extra.get("rendernode", ""), a.extra.get("graphics", "egl-headless"), enable,
-                       a.extra.get("previous_video", ""))  # fmt: skip
-
-
 def virtio_gl_allocation(
     snap: HostSnapshot, domain_xml: str, name: str, duuid: str, owned: Sequence[Allocation], gpu: str | None
 ) -> Allocation:
@@ -388,7 +370,7 @@ def _plan_virtio_gl(snap: HostSnapshot, domain_xml: str, count: int, gpu: str | 
     a = virtio_gl_allocation(snap, domain_xml, name, duuid, owned, pci_address(gpu) if gpu else None)
     path = a.extra["rendernode"]
     after = sorted([*owned, a], key=lambda x: x.slot)
-    steps: list[Step] = [virtio_gl_step(a, True),
+    steps: list[Step] = [virtio_gpu.MODE.definition_step(a, True),
                          redefine_step(name, owned, after, snap.host_key, domain_xml)]  # fmt: skip
     return DomainPlan(name, Plan.of(steps, f"give domain {name} a virtio-gpu on {path}"), [a], after)
 
@@ -441,34 +423,27 @@ def plan_destroy(
         )
     else:
         key = device_key(uuid or "")
-        gone = [a for a in owned if key in ((a.uuid or "").lower(), (a.address or "").lower())
-                or (a.mode == DeviceMode.VIRTIO_GL and key == virtio_gpu.TYPE)]  # fmt: skip
-        if not gone:
+        chosen = next((g for handle, g in groups
+                       if key == handle or any(key in ((a.uuid or "").lower(), (a.address or "").lower()) for a in g)),
+                      None)  # fmt: skip
+        if chosen is None:
             raise NotFoundError(
                 f"domain {name} owns no vgpuadm device {uuid}",
                 f"list what it owns with `vgpuadm devices` or `virsh metadata {name} {xml.NS}`",
             )
-        if gone[0].mode == DeviceMode.PCI:  # a passed-through GPU goes as a whole (GPU + audio …)
-            gpu = gone[0].parent or gone[0].address
-            gone = [a for a in owned if a.mode == DeviceMode.PCI and (a.parent or a.address) == gpu]
+        gone = chosen  # a passed-through GPU goes as a whole (GPU + audio …): one handle
     for a in gone:
-        ref = ("mdev", (a.uuid or "").lower()) if a.mode == DeviceMode.MDEV else ("pci", a.address or "")
-        if a.mode != DeviceMode.VIRTIO_GL and ref in others:
+        ref = modes.key(a)
+        if ref is not None and ref in others:
             raise ConflictError(
-                f"{_what(a)} is also used by domain {others[ref]}",
+                f"{modes.describe(a)} is also used by domain {others[ref]}",
                 f"detach it from {others[ref]} first, e.g. `vgpuadm destroy --vm {others[ref]} --all`",
             )
     present = {(r.kind, r.key) for r in xml.parse_hostdevs(domain_xml)}
-    detach = []
-    for a in gone:
-        if a.mode == DeviceMode.VIRTIO_GL:
-            continue
-        ref = ("mdev", (a.uuid or "").lower()) if a.mode == DeviceMode.MDEV else ("pci", a.address or "")
-        if ref in present:
-            detach.append((a, xml.hostdev_as_attached(a, domain_xml)))
+    detach = [(a, modes.hostdev_as_attached(a, domain_xml)) for a in gone if modes.key(a) in present]
     after = [a for a in owned if a not in gone]
     # The virtio-gl edit first (it is the domain's <video>, not a hostdev), then the one definition of the rest.
-    steps: list[Step] = [virtio_gl_step(a, False) for a in gone if a.mode == DeviceMode.VIRTIO_GL]
+    steps: list[Step] = [s for a in gone if (s := modes.of(a).definition_step(a, False)) is not None]
     if gone:  # out of the definition (and the running guest) before the kernel frees the devices
         steps.append(redefine_step(name, owned, after, snap.host_key, domain_xml, detach=detach))
     steps += remove_steps(snap, gone, drivers or {})
@@ -480,15 +455,7 @@ def _device_groups(owned: Sequence[Allocation]) -> list[tuple[str, list[Allocati
     (with the rest of its IOMMU group) by the GPU's address."""
     groups: dict[str, list[Allocation]] = {}
     for a in owned:
-        if a.mode == DeviceMode.MDEV:
-            key = a.uuid or ""
-        elif a.mode == DeviceMode.PCI:
-            key = a.parent or a.address or ""
-        elif a.mode == DeviceMode.VIRTIO_GL:
-            key = virtio_gpu.TYPE
-        else:
-            key = a.address or ""
-        groups.setdefault(key, []).append(a)
+        groups.setdefault(modes.handle(a), []).append(a)
     return list(groups.items())
 
 
@@ -589,12 +556,12 @@ def plan_release(snap: HostSnapshot, domains: Domains, gpu: str, drivers: dict[s
     gone: list[Allocation] = []
     for name, d in sorted(domains.by_name.items()):
         owned = list(d.allocations)
-        mine = [a for a in owned if a.mode == DeviceMode.PCI and (a.parent or a.address) == gpu]
+        mine = [a for a in owned if modes.of(a).whole_gpu and modes.handle(a) == gpu]
         if not mine:
             continue
         holders.append(name)
         present = {(r.kind, r.key) for r in d.hostdevs}
-        detach = [(a, xml.hostdev_as_attached(a, d.xml)) for a in mine if ("pci", a.address) in present]
+        detach = [(a, modes.hostdev_as_attached(a, d.xml)) for a in mine if modes.key(a) in present]
         steps.append(redefine_step(name, owned, [a for a in owned if a not in mine], snap.host_key, d.xml,
                                    detach=detach))  # fmt: skip
         gone += mine

@@ -7,7 +7,6 @@ Pure: no libvirt, no sysfs. The templates live in templates/ at the repo root (v
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -140,57 +139,26 @@ def vf_hostdev(address: str | PciAddress, *, guest_address: PciAddress | None = 
     return render("hostdev/vf.xml.j2", source=source, guest_address=guest_address)
 
 
-def _on(value: str | None) -> bool | None:
+def guest_address(alloc: Allocation) -> PciAddress | None:
+    """The guest PCI address `alloc` records (extra guest_address, multifunction), if any."""
+    extra = alloc.extra
+    if not extra.get("guest_address"):
+        return None
+    return PciAddress.parse(extra["guest_address"], multifunction=extra.get("multifunction") == "on")
+
+
+def on(value: str | None) -> bool | None:
+    """A recorded on/off option (on, yes, 1, true) as a bool; None when not recorded."""
     if value is None:
         return None
     return value in ("on", "yes", "1", "true")
 
 
-def hostdev_for(alloc: Allocation) -> str:
-    """The hostdev element for one recorded device; options come from `alloc.extra` (display, ramfb, managed,
-    rom_bar, rom_file, rom_enabled, guest_address, multifunction)."""
-    extra = alloc.extra
-    guest = None
-    if extra.get("guest_address"):
-        guest = PciAddress.parse(extra["guest_address"], multifunction=extra.get("multifunction") == "on")
-    if alloc.mode == DeviceMode.VIRTIO_GL:  # no hostdev: the <video> and <graphics> the domain gets
-        return "".join(virtio_gl_elements(extra.get("rendernode", ""), extra.get("graphics", "egl-headless")))
-    if alloc.mode == DeviceMode.MDEV:
-        if not alloc.uuid:
-            raise UsageError(f"domain {alloc.domain}: mdev device #{alloc.slot} has no UUID", _META_HINT)
-        return mdev_hostdev(
-            alloc.uuid, display=extra.get("display") == "on", ramfb=extra.get("ramfb") == "on", guest_address=guest
-        )
-    if not alloc.address:
-        raise UsageError(f"domain {alloc.domain}: {alloc.mode} device #{alloc.slot} has no address", _META_HINT)
-    if alloc.mode in (DeviceMode.VF, DeviceMode.POOL):  # vgpuadm binds a pool's VF itself: managed='no' too
-        return vf_hostdev(alloc.address, guest_address=guest)
-    if alloc.mode == DeviceMode.PCI:
-        return pci_hostdev(
-            alloc.address,
-            managed=extra.get("managed", "yes") == "yes",
-            rom_bar=_on(extra.get("rom_bar")),
-            rom_file=extra.get("rom_file"),
-            rom_enabled=_on(extra.get("rom_enabled")),
-            guest_address=guest,
-        )
-    raise UsageError(f"domain {alloc.domain}: unknown device mode {alloc.mode!r}", f"modes are {', '.join(MODES)}")
-
-
-def hostdev_as_attached(alloc: Allocation, domain_xml: str) -> str:
-    """hostdev_for(alloc) with the guest PCI address the domain gives the device now, so that a detach undone puts
-    it back where the guest saw it (libvirt would otherwise take the next free slot, and several devices detached
-    in one plan would come back in swapped places)."""
-    if alloc.extra.get("guest_address") or not domain_xml:
-        return hostdev_for(alloc)
-    want = ("mdev", (alloc.uuid or "").lower()) if alloc.mode == DeviceMode.MDEV else ("pci", alloc.address or "")
-    for ref in parse_hostdevs(domain_xml):
-        if (ref.kind, ref.key) == want and ref.guest_address is not None:
-            extra = {**alloc.extra, "guest_address": str(ref.guest_address)}
-            if ref.guest_address.multifunction:
-                extra["multifunction"] = "on"
-            return hostdev_for(dataclasses.replace(alloc, extra=extra))
-    return hostdev_for(alloc)
+def require(alloc: Allocation, value: str | None, what: str) -> str:
+    """`value` (the UUID or address a device needs), else the metadata is broken: UsageError naming the device."""
+    if not value:
+        raise UsageError(f"domain {alloc.domain}: {alloc.mode} device #{alloc.slot} has no {what}", _META_HINT)
+    return value
 
 
 # -- virtio-gpu with 3D (virtio-gl mode) ------------------------------------------------------------------------
