@@ -37,6 +37,8 @@ class Mode(ABC):
     whole_gpu: ClassVar[bool] = False
     # The vendor driver of the parent GPU must be bound for the device to exist (vGPU modes).
     needs_vendor_driver: ClassVar[bool] = False
+    # The guest gets a <hostdev>; False for a device that is the domain's own <video>/<graphics> (virtio-gl).
+    hostdev: ClassVar[bool] = True
 
     def key(self, a: Allocation) -> DeviceKey | None:
         """The ownership key of `a`'s host device (what a domain's <hostdev> names); None: no host device."""
@@ -49,6 +51,16 @@ class Mode(ABC):
     def handle(self, a: Allocation) -> str:
         """How the user names `a`'s device (`destroy --uuid`): devices with one handle go and come as one."""
         return a.address or ""
+
+    def plan_line(self, a: Allocation) -> str:
+        """`a` as a plan's diff names it: "nvidia-63 3b1c… on 0000:01:00.0", "passthrough 0000:65:00.0"."""
+        ident = a.uuid or a.address
+        return f"{a.type_id} {ident} on {a.parent}" if a.parent and a.parent != ident else f"{a.type_id} {ident}"
+
+    def display(self, a: Allocation) -> tuple[bool, bool]:
+        """(display on, ramfb on): what `a`'s hostdev asks of the domain's graphics (libvirt refuses a display
+        without <graphics>, and more than one vGPU with ramfb)."""
+        return False, False
 
     def host_device(self, a: Allocation) -> str | None:
         """The host device `a` lives on: the mdev parent, the VF, the passed-through function."""

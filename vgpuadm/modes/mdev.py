@@ -72,6 +72,9 @@ class MdevMode(Mode):
     def handle(self, a: Allocation) -> str:
         return a.uuid or ""
 
+    def display(self, a: Allocation) -> tuple[bool, bool]:
+        return a.extra.get("display") == "on", a.extra.get("ramfb") == "on"
+
     def host_device(self, a: Allocation) -> str | None:
         return a.parent
 

@@ -114,6 +114,9 @@ class PassthroughMode(Mode):
     def missing(self, snapshot: HostSnapshot, a: Allocation) -> bool:
         return (a.address or "") not in snapshot.functions
 
+    def plan_line(self, a: Allocation) -> str:
+        return f"passthrough {a.address}"
+
     def handle(self, a: Allocation) -> str:
         return a.parent or a.address or ""  # the GPU: its IOMMU group's functions go with it
 

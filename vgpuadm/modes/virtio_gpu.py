@@ -29,6 +29,7 @@ def render_path(node: str) -> str:
 class VirtioGpuMode(Mode):
     name: ClassVar[str] = TYPE
     layouts: ClassVar[tuple[Layout, ...]] = ()
+    hostdev: ClassVar[bool] = False
 
     def pick(self, snapshot: HostSnapshot, gpu: str | None = None) -> tuple[str, str]:
         """The render node (renderD128) to render on, and its GPU: the one of `gpu`, else the lowest numbered."""
@@ -61,6 +62,10 @@ class VirtioGpuMode(Mode):
 
     def describe(self, a: Allocation) -> str:
         return f"virtio-gpu on {a.extra.get('rendernode', '')}"
+
+    def plan_line(self, a: Allocation) -> str:
+        node = a.extra.get("rendernode", "")
+        return f"{TYPE} {node} on {a.parent}" if a.parent else f"{TYPE} {node}"
 
     def handle(self, a: Allocation) -> str:
         return TYPE

@@ -19,7 +19,7 @@ from vgpuadm.catalog import capacity
 from vgpuadm.catalog.capacity import consume, release
 from vgpuadm.catalog.mig import MigHost
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError, VgpuadmError
-from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
+from vgpuadm.model import PCI_KEY, Allocation, DeviceMode, HostSnapshot
 from vgpuadm.modes import passthrough as passthrough_mode
 from vgpuadm.modes import virtio_gpu
 from vgpuadm.plan import devices as device_plans
@@ -111,7 +111,7 @@ def build_apply_plan(
     taken = doms.owned() - {k for a in d.removes for k in (a.uuid, a.address) if k}
     users = doms.users()
     gone_keys = {k for a in d.removes for k in device_keys(a)}
-    taken_pci = {key: name for (kind, key), name in users.items() if kind == "pci" and (kind, key) not in gone_keys}
+    taken_pci = {key: name for (kind, key), name in users.items() if kind == PCI_KEY and (kind, key) not in gone_keys}
     virtio_on: list[Step] = []
     for add in d.adds:
         vm, spec = add.vm, add.spec

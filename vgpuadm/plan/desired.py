@@ -12,8 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpuadm import modes
 from vgpuadm.errors import ConflictError
-from vgpuadm.model import Allocation, DeviceMode
+from vgpuadm.model import Allocation
 from vgpuadm.modes.base import join_params, normalise_params, same_params
 from vgpuadm.modes.virtio_gpu import TYPE as VIRTIO_GL
 
@@ -123,13 +124,7 @@ class Diff:
 
 
 def describe_allocation(a: Allocation) -> str:
-    if a.mode == DeviceMode.PCI:
-        return f"passthrough {a.address}"
-    if a.mode == DeviceMode.VIRTIO_GL:
-        node = a.extra.get("rendernode", "")
-        return f"{VIRTIO_GL} {node} on {a.parent}" if a.parent else f"{VIRTIO_GL} {node}"
-    ident = a.uuid or a.address
-    return f"{a.type_id} {ident} on {a.parent}" if a.parent and a.parent != ident else f"{a.type_id} {ident}"
+    return modes.of(a).plan_line(a)
 
 
 def format_params(params: str | Mapping[str, Any] | None) -> str:
@@ -174,8 +169,8 @@ def diff(desired: DesiredPlan, current: Current, resolved_types: Mapping[str, st
     for name in sorted(desired.vms):
         spec = desired.vms[name]
         owned = sorted(by_vm.get(name, []), key=lambda a: a.slot)
-        virtio = [a for a in owned if a.mode == DeviceMode.VIRTIO_GL]  # the domain's <video>, apart from hostdevs
-        owned = [a for a in owned if a.mode != DeviceMode.VIRTIO_GL]
+        virtio = [a for a in owned if not modes.of(a).hostdev]  # the domain's <video>, apart from hostdevs
+        owned = [a for a in owned if modes.of(a).hostdev]
         kept.extend(virtio[:1] if spec.virtio_gl else [])
         removes.extend(virtio[1:] if spec.virtio_gl else virtio)
         if spec.virtio_gl and not virtio:  # after every VM's hostdevs, so it takes the slot after theirs
@@ -189,7 +184,7 @@ def diff(desired: DesiredPlan, current: Current, resolved_types: Mapping[str, st
             want = set(spec.passthrough)
             covered: set[str] = set()
             for a in owned:
-                if a.mode == DeviceMode.PCI and ({a.address, a.parent} & want) and a.on_demand == spec.on_demand:
+                if modes.of(a).whole_gpu and ({a.address, a.parent} & want) and a.on_demand == spec.on_demand:
                     covered.update(k for k in (a.address, a.parent) if k and k in want)
                     kept.append(a)
                 else:
@@ -197,7 +192,7 @@ def diff(desired: DesiredPlan, current: Current, resolved_types: Mapping[str, st
             adds.extend(Add(vm=name, spec=spec, address=addr) for addr in spec.passthrough if addr not in covered)
             continue
         type_id = resolved_types.get(spec.type or "", spec.type or "")
-        matching = [a for a in owned if a.mode in (DeviceMode.MDEV, DeviceMode.VF, DeviceMode.POOL)
+        matching = [a for a in owned if not modes.of(a).whole_gpu
                     and a.type_id == type_id and a.on_demand == spec.on_demand]  # fmt: skip
         removes.extend(a for a in owned if a not in matching)
         removes.extend(matching[spec.count :])

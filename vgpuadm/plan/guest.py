@@ -17,7 +17,7 @@ from typing import Any
 from vgpuadm import modes
 from vgpuadm.catalog import capacity
 from vgpuadm.errors import ConflictError, NotFoundError, UsageError
-from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, device_key, pci_address
+from vgpuadm.model import PCI_KEY, Allocation, DeviceMode, HostSnapshot, device_key, mdev_key, pci_address, pci_key
 from vgpuadm.modes import passthrough as passthrough_mode
 from vgpuadm.modes import virtio_gpu
 from vgpuadm.modes.base import join_params, normalise_params
@@ -101,15 +101,13 @@ def check_display(domain_xml: str, added: Sequence[Allocation], *, turn_off: str
     ramfb on (libvirt refuses that definition: "Only one vgpu device can have 'ramfb' enabled"). The one check
     `create` and `apply -f` share; `turn_off` is how the user's own verb turns the display off."""
     name = xml.domain_identity(domain_xml)[0]
-    if any(a.mode == DeviceMode.MDEV and a.extra.get("display") == "on" for a in added) and not xml.has_graphics(
-        domain_xml
-    ):
+    if any(modes.of(a).display(a)[0] for a in added) and not xml.has_graphics(domain_xml):
         raise UsageError(
             f"domain {name} has no <graphics> device, which a vGPU with display on needs",
             f"add one (virsh edit {name}, then <graphics type='vnc'/> or <graphics type='spice'/> under <devices>), "
             f"or {turn_off}",
         )
-    ramfb = sum(1 for a in added if a.mode == DeviceMode.MDEV and a.extra.get("ramfb") == "on")
+    ramfb = sum(1 for a in added if modes.of(a).display(a)[1])
     if ramfb and ramfb + xml.count_ramfb(domain_xml) > 1:
         raise UsageError(
             f"domain {name} would have {ramfb + xml.count_ramfb(domain_xml)} vGPUs with ramfb on; libvirt allows one",
@@ -189,7 +187,7 @@ def plan_create_many(
                   xml.metadata_host(doc), xml.metadata_changed(doc, domain=name))  # fmt: skip
         present = {(r.kind, r.key) for r in xml.parse_hostdevs(doc)}
         for u in w.uuids:
-            if ("mdev", u) in present:
+            if mdev_key(u) in present:
                 raise ConflictError(
                     f"domain {name} already has a hostdev for mdev {u} that its vgpuadm metadata does not record",
                     f"remove it (virsh edit {name}) or record it with `vgpuadm restore`",
@@ -365,7 +363,7 @@ def _plan_virtio_gl(snap: HostSnapshot, domain_xml: str, count: int, gpu: str | 
         raise UsageError(f"--count {count}: a domain has one virtio-gpu", "omit --count for --type virtio-gl")
     name, duuid = xml.domain_identity(domain_xml)
     owned = xml.parse_allocations(domain_xml)
-    if any(a.mode == DeviceMode.VIRTIO_GL for a in owned):
+    if any(modes.of(a) is virtio_gpu.MODE for a in owned):
         return DomainPlan(name, Plan.of([], f"domain {name} already has a virtio-gpu"), [], owned)
     a = virtio_gl_allocation(snap, domain_xml, name, duuid, owned, pci_address(gpu) if gpu else None)
     path = a.extra["rendernode"]
@@ -377,7 +375,7 @@ def _plan_virtio_gl(snap: HostSnapshot, domain_xml: str, count: int, gpu: str | 
 
 def _pci_users(users: Users | None, besides: Collection[str]) -> dict[str, str]:
     """PCI address → the domain that references it, leaving out the domains being planned."""
-    return {key: name for (kind, key), name in (users or {}).items() if kind == "pci" and name not in besides}
+    return {key: name for (kind, key), name in (users or {}).items() if kind == PCI_KEY and name not in besides}
 
 
 def plan_create(
@@ -523,11 +521,11 @@ def plan_passthrough(
     name, duuid = xml.domain_identity(domain_xml)
     owned = xml.parse_allocations(domain_xml)
     functions = passthrough_functions(snap, gpu)
-    mine = {a.address for a in owned if a.mode == DeviceMode.PCI}
+    mine = {a.address for a in owned if modes.of(a).whole_gpu}
     if set(functions) <= mine:
         return Plan.of([], f"domain {name} already has {gpu}"), [], owned
     for f in functions:
-        if ("pci", f) in others:
+        if pci_key(f) in others:
             raise ConflictError(
                 f"{f} is already given to domain {others[('pci', f)]}",
                 f"take it back first: `vgpuadm destroy --vm {others[('pci', f)]} --uuid {gpu}` or `vgpuadm release "

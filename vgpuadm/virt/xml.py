@@ -15,7 +15,17 @@ from typing import Any
 from lxml import etree
 
 from vgpuadm.errors import ConflictError, UsageError
-from vgpuadm.model import UUID_PATTERN, Allocation, DeviceMode, parse_pci_address
+from vgpuadm.model import (
+    MDEV_KEY,
+    PCI_KEY,
+    UUID_PATTERN,
+    Allocation,
+    DeviceKey,
+    DeviceMode,
+    mdev_key,
+    parse_pci_address,
+    pci_key,
+)
 from vgpuadm.virt.templating import environment
 
 NS = "https://vgpuadm.dev/xmlns/vgpuadm/1"
@@ -23,6 +33,7 @@ PREFIX = "vgpuadm"
 METADATA_VERSION = "1"
 
 MODES = tuple(m.value for m in DeviceMode)
+PCI_ADDRESS_TYPE = "pci"  # <address type='pci' …/>: a guest PCI address (not a device mode)
 
 _UUID = re.compile(UUID_PATTERN)
 # What metadata values may be before they become part of a sysfs path, an mdevctl file name or a command: anyone
@@ -336,7 +347,7 @@ def parse_allocations(
                 parent=dev.get("parent"),
                 uuid=dev.get("uuid"),
                 address=dev.get("address"),
-                params=dev.get("params"),
+                params=dev.get("params") or None,  # an empty attribute records no parameters
                 domain_uuid=duuid,
                 slot=int(slot_text),
                 extra=extra,
@@ -365,20 +376,17 @@ def _address(el: Any, *, multifunction: bool = False) -> PciAddress:
 
 def parse_hostdevs(domain_xml: str | Any) -> list[HostdevRef]:
     """The domain's mdev and PCI hostdevs (any, not only vgpuadm's), in document order."""
-    doc = _document(domain_xml)
     out = []
-    for hd in doc.findall("devices/hostdev"):
+    for hd in _document(domain_xml).findall("devices/hostdev"):
+        key = hostdev_key(hd)
+        if key is None:
+            continue
         guest_el = hd.find("address")
         guest = (
             _address(guest_el, multifunction=guest_el.get("multifunction") == "on") if guest_el is not None else None
         )
-        src = hd.find("source/address")
-        if src is None:
-            continue
-        if hd.get("type") == "mdev" and src.get("uuid"):
-            out.append(HostdevRef("mdev", src.get("uuid").lower(), None, guest))
-        elif hd.get("type") == "pci":
-            out.append(HostdevRef("pci", str(_address(src)), hd.get("managed") == "yes", guest))
+        managed = None if key[0] == MDEV_KEY else hd.get("managed") == "yes"
+        out.append(HostdevRef(key[0], key[1], managed, guest))
     return out
 
 
@@ -386,7 +394,7 @@ def used_guest_slots(domain_xml: str, bus: int = 0) -> set[int]:
     doc = parse_domain(domain_xml)
     used = set()
     for el in doc.iter("address"):
-        if el.get("type") == "pci" and el.getparent().tag != "source":
+        if el.get("type") == PCI_ADDRESS_TYPE and el.getparent().tag != "source":
             addr = _address(el)
             if addr.domain == 0 and addr.bus == bus:
                 used.add(addr.slot)
@@ -474,15 +482,17 @@ def hostdev_elements(text: str) -> list[Any]:
     return found
 
 
-def hostdev_key(element: Any) -> tuple[str, str] | None:
-    """(kind, key) of one <hostdev> element, as parse_hostdevs names it (None: neither an mdev nor a PCI hostdev)."""
+def hostdev_key(element: Any) -> DeviceKey | None:
+    """The ownership key of one <hostdev> element: its `type` attribute (libvirt's hostdev types mdev and pci are
+    the key kinds) and its source (None: neither an mdev with a UUID nor a PCI hostdev)."""
     src = element.find("source/address")
     if src is None:
         return None
-    if element.get("type") == "mdev" and src.get("uuid"):
-        return ("mdev", src.get("uuid").lower())
-    if element.get("type") == "pci":
-        return ("pci", str(_address(src)))
+    kind = element.get("type")
+    if kind == MDEV_KEY and src.get("uuid"):
+        return mdev_key(src.get("uuid"))
+    if kind == PCI_KEY:
+        return pci_key(str(_address(src)))
     return None
 
 
