@@ -19,6 +19,11 @@ from vgpuadm.errors import UsageError
 
 # A device UUID as sysfs, libvirt and vgpuadm write it (lower-case, 8-4-4-4-12); compiled where it is matched.
 UUID_PATTERN = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+# A PCI address in the one canonical form sysfs names it (pci_address() below makes it from what users type): the
+# grammar every stored value (metadata, journal, mdevctl files, policy state) is held to; slots are 00…1f.
+PCI_PATTERN = r"[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]"
+# An mdev parent: a PCI function, or the device name of a virtual parent (the kernel's mtty, mdpy, mbochs).
+PARENT_PATTERN = PCI_PATTERN + r"|[A-Za-z][A-Za-z0-9_-]{0,63}"
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:

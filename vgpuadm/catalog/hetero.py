@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpuadm.errors import HostIOError
+from vgpuadm.model import PCI_PATTERN
 
 POLICIES = ("best-effort", "equal-share", "fixed-share")
 # RmPVMRL low word per policy (NVIDIA: 0x00 best effort, 0x01 equal share, 0x11 fixed share; 0x00TT00xx adds a
@@ -20,7 +21,7 @@ RMPVMRL = {"best-effort": 0x00, "equal-share": 0x01, "fixed-share": 0x11}
 TIMESLICE_MAX_MS = 30  # the largest time slice vgpuadm writes (one byte of RmPVMRL holds up to 255) [I]
 STATE_PATH = "/var/lib/vgpuadm/gpus.json"  # io/policyfile.py writes it; its text is made and read here
 MAX_STATE = 64 * 1024
-_PCI = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_PCI = re.compile(PCI_PATTERN)
 
 
 @dataclass(frozen=True)

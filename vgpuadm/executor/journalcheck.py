@@ -16,17 +16,15 @@ import stat
 from typing import Any
 
 from vgpuadm.errors import UnsafeError
-from vgpuadm.model import UUID_PATTERN
+from vgpuadm.model import PARENT_PATTERN, PCI_PATTERN, UUID_PATTERN
 from vgpuadm.steps import STEP_KINDS
 
 JOURNAL_HOST = "/var/lib/vgpuadm/journal.json"
 HINT = f"inspect {JOURNAL_HOST} and remove it by hand if no vgpuadm change was interrupted"
 MAX_TEXT = 1024 * 1024
 
-PCI = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
-# An mdev parent is a PCI function or, for a virtual parent such as the kernel's sample drivers, its device name
-# (mtty, mdpy): the same rule the domain metadata holds it to (virt/xml.py).
-PARENT = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]|[A-Za-z][A-Za-z0-9_-]{0,63}")
+PCI = re.compile(PCI_PATTERN)
+PARENT = re.compile(PARENT_PATTERN)  # the same rule the domain metadata holds a parent to (virt/xml.py)
 UUID = re.compile(UUID_PATTERN)
 TYPE_ID = re.compile(r"[A-Za-z0-9_.-]{0,64}")
 DRIVER = re.compile(r"[A-Za-z0-9_-]{0,64}")

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from vgpuadm.errors import HostIOError, UsageError
 from vgpuadm.host.files import read_nofollow, write_atomic
 from vgpuadm.host.root import MDEVCTL_DIR
-from vgpuadm.model import UUID_PATTERN
+from vgpuadm.model import PCI_PATTERN, UUID_PATTERN
 from vgpuadm.modes.base import join_params, split_params
 
 CONFIG_DIR = MDEVCTL_DIR
 PARAMS_ATTR = "nvidia/vgpu_params"
 _UUID = re.compile(UUID_PATTERN)
-_PCI = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_PCI = re.compile(PCI_PATTERN)
 # A parent that is not a PCI function (mtty, mdpy, mbochs): one plain sysfs device name, never a path component
 # that walks ("." or "..") or a hidden file.
 _DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_:.-]*$")

@@ -17,7 +17,9 @@ from lxml import etree
 from vgpuadm.errors import ConflictError, UsageError
 from vgpuadm.model import (
     MDEV_KEY,
+    PARENT_PATTERN,
     PCI_KEY,
+    PCI_PATTERN,
     UUID_PATTERN,
     Allocation,
     DeviceKey,
@@ -38,11 +40,11 @@ PCI_ADDRESS_TYPE = "pci"  # <address type='pci' …/>: a guest PCI address (not 
 _UUID = re.compile(UUID_PATTERN)
 # What metadata values may be before they become part of a sysfs path, an mdevctl file name or a command: anyone
 # allowed to edit a domain's metadata (libvirt per-domain ACLs) must not be able to steer root's writes.
-_CANONICAL_PCI = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]")
+_CANONICAL_PCI = re.compile(PCI_PATTERN)
 # Matched whole (fullmatch): `$` would let a value end in "\n".
 _GRAMMAR = {
     "type": re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"),  # nvidia-63, i915-GVTg_V5_4, mtty-2
-    "parent": re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7]|[A-Za-z][A-Za-z0-9_-]{0,63}"),  # or mtty
+    "parent": re.compile(PARENT_PATTERN),
     "uuid": _UUID,
     "address": _CANONICAL_PCI,
     "params": re.compile(r"[^\x00-\x1f\x7f]{0,1023}"),
