@@ -567,6 +567,18 @@ def pci_key(address: str) -> DeviceKey:
     return (PCI_KEY, address)
 
 
+def mdev_uuid(text: str, hint: str = "or omit --uuid") -> str:
+    """The canonical lower-case form of an mdev UUID as typed (any case, 36 characters, 8-4-4-4-12 hex), else
+    UsageError whose hint ends with `hint`."""
+    value = text.strip().lower()
+    parts = value.split("-")
+    if len(value) != 36 or [len(p) for p in parts] != [8, 4, 4, 4, 12] or not set(value) <= _HEX | {"-"}:
+        raise UsageError(
+            f'Malformed UUID "{text}"', f"give 36 characters like 83b8f4f2-509f-382f-3c1e-e6bfe0fa1001, {hint}"
+        )
+    return value
+
+
 def device_key(text: str) -> str:
     """A device id as the user typed it (an mdev UUID or a PCI address) in the form the host names it."""
     return pci_address(text) if is_pci_address(text) else text.strip().lower()

@@ -85,3 +85,30 @@ def test_vfio_unbind_refuses_an_owned_gpu_and_force_takes_it_from_the_domain(sim
     assert (root / f"sys/bus/pci/devices/{gpu}/driver").resolve().name == "nvidia"
     assert (root / "sys/bus/pci/devices/0000:65:00.1/driver").resolve().name == "snd_hda_intel"
     assert hostdev_keys(root, "ownpt01") == [] and allocations(root, "ownpt01") == []
+
+
+def test_a_short_or_upper_case_address_meets_the_same_ownership_guard(sim_host: Callable[[str], Path]) -> None:
+    """The README says the 0000: may be left out everywhere: `vf clear 18:00.4` on a VF a domain owns is refused as
+    `vf clear 0000:18:00.4` is (it used to clear the VF, rc 0, leaving the domain's device MISSING), and
+    `vfio unbind 65:00.0` finds the GPU `vfio bind 65:00.0` bound (it used to say "No PCI function 65:00.0")."""
+    root = sim_host("h200-vendor-vfio")
+    define(root, "shortvf01")
+    assert vgpuadm(root, "create", "--type", "H200X-4C", "--vm", "shortvf01").code == 0
+    [vf] = hostdev_keys(root, "shortvf01")
+    for typed in (vf.removeprefix("0000:"), vf.upper(), vf.removeprefix("0000:").upper()):
+        res = vgpuadm(root, "vf", "clear", typed)
+        assert (res.code, res.err) == (5, f"error: {vf} is given to domain shortvf01\n" + _hint("shortvf01", vf))
+    assert attr(root, f"/sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type") == "1420\n"
+
+    root = sim_host("passthrough")
+    assert vgpuadm(root, "vfio", "bind", "65:00.0").code == 0
+    assert attr(root, "/sys/bus/pci/devices/0000:65:00.0/driver_override") == "vfio-pci\n"
+    res = vgpuadm(root, "vfio", "unbind", "65:00.0")
+    assert res.code == 0, res.err
+    assert attr(root, "/sys/bus/pci/devices/0000:65:00.0/driver_override") == "(null)\n"  # as the kernel shows it
+
+
+def test_a_malformed_address_is_refused_where_it_enters(sim_host: Callable[[str], Path]) -> None:
+    res = vgpuadm(sim_host("h200-vendor-vfio"), "vf", "clear", "18:00")
+    assert (res.code, res.out) == (2, "")
+    assert res.err.splitlines()[0] == "error: '18:00' is not a PCI address"

@@ -4,6 +4,7 @@ libvirt domain and recorded in its vgpuadm <metadata>, as one plan that rolls ba
 from typing import Any
 
 from vgpuadm import api
+from vgpuadm.cli import ids
 from vgpuadm.cli.console import Console
 from vgpuadm.cli.host import plan_options
 from vgpuadm.model import DeviceMode
@@ -58,7 +59,9 @@ def register(app: Any) -> None:
             metavar="N",
         ),
         count: int = typer.Option(None, "--count", hidden=True, metavar="N"),  # the old name of --total
-        gpu: str = typer.Option(None, "--gpu", help="Only this GPU (a PF includes its VFs).", metavar="BDF"),
+        gpu: str = typer.Option(
+            None, "--gpu", help="Only this GPU (a PF includes its VFs).", metavar="BDF", callback=ids.bdf
+        ),
         policy: str = typer.Option("pack", "--policy", help="pack (fill one GPU first) or spread.", metavar="P"),
         numa: int = typer.Option(None, "--numa", help="Only GPUs on this NUMA node.", metavar="N"),
         display: str = typer.Option("off", "--display", help="on|off: expose the vGPU's display.", metavar="on|off"),
@@ -88,7 +91,9 @@ def register(app: Any) -> None:
     def destroy_cmd(
         ctx: typer.Context,
         vm: str = typer.Option(..., "--vm", help="The libvirt domain.", metavar="NAME"),
-        uuid: str = typer.Option(None, "--uuid", help="Only this device (mdev UUID, or VF/GPU address).", metavar="U"),
+        uuid: str = typer.Option(
+            None, "--uuid", help="Only this device (mdev UUID, or VF/GPU address).", metavar="U", callback=ids.device
+        ),
         all_: bool = typer.Option(False, "--all", help="Every device vgpuadm gave this VM."),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
@@ -108,7 +113,9 @@ def register(app: Any) -> None:
     @app.command("passthrough", epilog="Example: vgpuadm passthrough --gpu 0000:65:00.0 --vm db01")
     def passthrough_cmd(
         ctx: typer.Context,
-        gpu: str = typer.Option(..., "--gpu", help="The GPU; its whole IOMMU group goes along.", metavar="BDF"),
+        gpu: str = typer.Option(
+            ..., "--gpu", help="The GPU; its whole IOMMU group goes along.", metavar="BDF", callback=ids.bdf
+        ),
         vm: str = typer.Option(..., "--vm", help="The libvirt domain.", metavar="NAME"),
         force: bool = typer.Option(False, "--force", help="Allow a boot VGA GPU or a shared IOMMU group."),
         rom_file: str = typer.Option(None, "--rom-file", help="A VBIOS image for the GPU.", metavar="PATH"),
@@ -134,7 +141,7 @@ def register(app: Any) -> None:
     @app.command("release", epilog="Example: vgpuadm release --gpu 0000:65:00.0")
     def release_cmd(
         ctx: typer.Context,
-        gpu: str = typer.Option(..., "--gpu", help="The passed-through GPU.", metavar="BDF"),
+        gpu: str = typer.Option(..., "--gpu", help="The passed-through GPU.", metavar="BDF", callback=ids.bdf),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
     ) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from vgpuadm import api
+from vgpuadm.cli import ids
 from vgpuadm.cli.console import Console
 from vgpuadm.model import HostSnapshot
 from vgpuadm.plan.placement import check_count
@@ -95,7 +96,7 @@ def _mdev_app() -> Any:
     def create_cmd(
         ctx: typer.Context,
         type_name: str = typer.Option(..., "--type", help="Type id, name or profile (nvidia-63, P4-1Q).", metavar="T"),
-        gpu: str = typer.Option(None, "--gpu", help="Only this GPU (a PF includes its VFs).", metavar="BDF"),
+        gpu: str = typer.Option(None, "--gpu", help="Only this GPU (a PF includes its VFs).", metavar="BDF", callback=ids.bdf),
         count: int = typer.Option(1, "--count", help="How many new devices to make (those that exist do not "
                                   "count; `vgpuadm create --total` sets a VM's total).", metavar="N"),
         policy: str = typer.Option("pack", "--policy", help="pack (fill the busiest GPU) or spread.", metavar="P"),
@@ -124,7 +125,7 @@ def _mdev_app() -> Any:
     @app.command("remove", epilog="Example: vgpuadm mdev remove 83b8f4f2-509f-382f-3c1e-e6bfe0fa1001")
     def remove_cmd(
         ctx: typer.Context,
-        uuid: str = typer.Argument(..., help="The mdev UUID."),
+        uuid: str = typer.Argument(..., help="The mdev UUID.", callback=ids.uuid),
         force: bool = _force_option(),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
@@ -146,7 +147,9 @@ def _vf_app() -> Any:
     def set_type_cmd(
         ctx: typer.Context,
         type_name: str = typer.Option(..., "--type", help="Type id, number or profile (1420, H200X-4C).", metavar="T"),
-        vf: str = typer.Option(None, "--vf", help="This VF (default: one placement picks).", metavar="BDF"),
+        vf: str = typer.Option(
+            None, "--vf", help="This VF (default: one placement picks).", metavar="BDF", callback=ids.bdf
+        ),
         policy: str = typer.Option("pack", "--policy", help="pack or spread when --vf is omitted.", metavar="P"),
         param: list[str] = typer.Option(None, "--param", help="NVIDIA vgpu_params key=value.", metavar="K=V"),
         dry_run: bool = dry_opt,
@@ -163,7 +166,7 @@ def _vf_app() -> Any:
     @app.command("clear", epilog="Example: vgpuadm vf clear 0000:18:00.4")
     def clear_cmd(
         ctx: typer.Context,
-        vf: str = typer.Argument(..., help="The VF address."),
+        vf: str = typer.Argument(..., help="The VF address.", callback=ids.bdf),
         force: bool = _force_option(),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
@@ -188,7 +191,7 @@ def _sriov_app() -> Any:
     )
     def enable_cmd(
         ctx: typer.Context,
-        pf: str = typer.Argument(..., help="The PF address."),
+        pf: str = typer.Argument(..., help="The PF address.", callback=ids.bdf),
         num: int = typer.Option(
             None,
             "--num",
@@ -205,7 +208,7 @@ def _sriov_app() -> Any:
     @app.command("disable", epilog="Example: vgpuadm sriov disable 0000:41:00.0")
     def disable_cmd(
         ctx: typer.Context,
-        pf: str = typer.Argument(..., help="The PF address."),
+        pf: str = typer.Argument(..., help="The PF address.", callback=ids.bdf),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
     ) -> None:
@@ -225,7 +228,7 @@ def _vfio_app() -> Any:
     @app.command("bind", epilog="Example: vgpuadm vfio bind 0000:65:00.0")
     def bind_cmd(
         ctx: typer.Context,
-        gpu: str = typer.Argument(..., help="The GPU address."),
+        gpu: str = typer.Argument(..., help="The GPU address.", callback=ids.bdf),
         force: bool = typer.Option(False, "--force", help="Also take a boot VGA GPU or host-used group members."),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
@@ -237,7 +240,7 @@ def _vfio_app() -> Any:
     @app.command("unbind", epilog="Example: vgpuadm vfio unbind 0000:65:00.0")
     def unbind_cmd(
         ctx: typer.Context,
-        gpu: str = typer.Argument(..., help="The GPU address."),
+        gpu: str = typer.Argument(..., help="The GPU address.", callback=ids.bdf),
         force: bool = _force_option(),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,

@@ -9,13 +9,12 @@ libvirt hostdev needs (`hostdev_spec`): mdev → {"mode": "mdev", "uuid"}; vendo
 from __future__ import annotations
 
 import re
-import uuid as uuid_mod
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from vgpuadm.errors import UsageError
-from vgpuadm.model import Allocation, DeviceKey, HostSnapshot, Layout, pci_key
+from vgpuadm.model import Allocation, DeviceKey, HostSnapshot, Layout, mdev_uuid, pci_key
 from vgpuadm.steps import Step
 
 HostdevSpec = dict[str, Any]
@@ -108,17 +107,8 @@ PARAM_SEPARATOR = ", "  # what NVIDIA documents: `echo "frame_rate_limiter=0, di
 
 
 def check_uuid(text: str, hint: str = "or omit --uuid") -> str:
-    """The canonical lower-case form of a UUID the kernel accepts (36 characters), else UsageError whose hint ends
-    with `hint`."""
-    try:
-        value = uuid_mod.UUID(text)
-    except ValueError:
-        value = None
-    if value is None or len(text) != 36:
-        raise UsageError(
-            f'Malformed UUID "{text}"', f"give 36 characters like 83b8f4f2-509f-382f-3c1e-e6bfe0fa1001, {hint}"
-        )
-    return str(value)
+    """model.mdev_uuid: the one UUID grammar (kept under this name for the modes that check a requested UUID)."""
+    return mdev_uuid(text, hint)
 
 
 def split_params(text: str | None) -> list[str]:

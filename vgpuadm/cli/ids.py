@@ -1,0 +1,21 @@
+"""Identities as they enter on the command line: every PCI address (`--gpu`, `--vf`, `--parent`, a VF or GPU
+argument) and every device id (`--uuid`: an mdev UUID or a PCI address) is parsed here, once, into the one
+canonical form the host and the metadata use (model.pci_address, model.device_key) — so `18:00.4`, `0000:18:00.4`
+and `0000:18:00.4 ` name the same VF for every check that follows (ownership, presence, locks)."""
+
+from vgpuadm.model import device_key, mdev_uuid, pci_address
+
+
+def bdf(value: str | None) -> str | None:
+    """typer callback: a PCI address in canonical form (0000:18:00.4), None when not given."""
+    return None if value is None else pci_address(value)
+
+
+def device(value: str | None) -> str | None:
+    """typer callback: an mdev UUID (lower-case) or a PCI address (canonical), None when not given."""
+    return None if value is None else device_key(value)
+
+
+def uuid(value: str | None) -> str | None:
+    """typer callback: an mdev UUID in canonical (lower-case) form, None when not given."""
+    return None if value is None else mdev_uuid(value, "as `vgpuadm devices` lists them")
