@@ -23,6 +23,8 @@ def _report(console: Console, result: Any, as_json: bool, verb: str) -> None:
     if result.plan.empty:
         console.line(f"nothing to do: {result.message}")
         return
+    if verb == "attached" and result.removed:  # create --total below what the VM owns: the newest went back
+        verb = "removed"
     devices = result.added if verb == "attached" else result.removed
     for a in devices:
         what = a.uuid if a.mode == DeviceMode.MDEV else a.address or a.extra.get("rendernode")
@@ -55,7 +57,8 @@ def register(app: Any) -> None:
         total: int = typer.Option(
             None,
             "--total",
-            help="How many of this type the VM owns afterwards, in all (default 1; devices it has already count).",
+            help="How many of this type the VM owns afterwards, in all (default 1; devices it has already count; "
+            "fewer than it has takes the newest back). Its devices of other types stay.",
             metavar="N",
         ),
         count: int = typer.Option(None, "--count", hidden=True, metavar="N"),  # the old name of --total

@@ -117,10 +117,10 @@ def create_many(
                     if done:
                         exc.hint += f"; already provisioned before it: {', '.join(done)}"
                 raise
-            if p.added:
+            if p.added or p.removed:
                 done.append(p.name)
         return [
-            GuestResult(p.name, s.uri, p.plan, dry_run, p.after, p.added,
+            GuestResult(p.name, s.uri, p.plan, dry_run, p.after, p.added, p.removed,
                         hostdevs=[modes.hostdev_xml(a) for a in p.added], message=p.plan.summary)
             for p in plans
         ]  # fmt: skip

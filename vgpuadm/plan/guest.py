@@ -126,6 +126,7 @@ class DomainPlan:
     plan: Plan
     added: list[Allocation]
     after: list[Allocation]
+    removed: list[Allocation] = field(default_factory=list)  # --total below what it owns: the newest of the type
 
 
 @dataclass
@@ -171,6 +172,7 @@ def plan_create_many(
     type_id = resolve_on_host(snap, snap.types(), type_name)[0].type_id
     host_id = snap.machine_id
     wants: list[_Want] = []
+    shrink: dict[str, DomainPlan] = {}
     seen: set[str] = set()
     check_host_count(snap, sum(count for _, count in requests), "devices")
     for domain_xml, count in requests:
@@ -182,6 +184,12 @@ def plan_create_many(
         doc = xml.parse_domain(domain_xml)  # once, for the four readings
         owned = xml.parse_allocations(doc)
         need = count - sum(1 for a in owned if a.type_id == type_id)
+        if need < 0:  # --total is what the domain owns afterwards: the newest devices of the type go back
+            newest = sorted((a for a in owned if a.type_id == type_id), key=lambda a: a.slot)[need:]
+            others = {k: n for k, n in (taken or {}).items() if n != name}
+            steps, after = take_steps(snap, domain_xml, owned, newest, others, {})
+            shrink[name] = DomainPlan(name, Plan.of(steps, f"take {len(newest)} × {type_id} from domain {name} "
+                                                           f"(it keeps {count})"), [], after, newest)  # fmt: skip
         slots = free_slots({a.slot for a in owned}, max(need, 0))
         w = _Want(name, duuid, owned, slots, [device_uuid(host_id, duuid, slot) for slot in slots],
                   xml.metadata_host(doc), xml.metadata_changed(doc, domain=name))  # fmt: skip
@@ -193,6 +201,17 @@ def plan_create_many(
                     f"remove it (virsh edit {name}) or record it with `vgpuadm restore`",
                 )
         wants.append(w)
+    plans = _plan_growth(snap, wants, requests, type_id, taken, seen, gpu=gpu, policy=policy, numa=numa,
+                         display=display, ramfb=ramfb, params=params, on_demand=on_demand)  # fmt: skip
+    return [shrink.get(p.name, p) for p in plans]
+
+
+def _plan_growth(
+    snap: HostSnapshot, wants: list[_Want], requests: Sequence[tuple[str, int]], type_id: str, taken: Users | None,
+    seen: set[str], *, gpu: str | None, policy: str, numa: int | None, display: bool, ramfb: bool,
+    params: Sequence[str], on_demand: bool,
+) -> list[DomainPlan]:  # fmt: skip
+    """The devices each domain of a create lacks, placed together."""
     total = sum(len(w.slots) for w in wants)
     if total == 0:
         return [
@@ -430,6 +449,18 @@ def plan_destroy(
                 f"list what it owns with `vgpuadm devices` or `virsh metadata {name} {xml.NS}`",
             )
         gone = chosen  # a passed-through GPU goes as a whole (GPU + audio …): one handle
+    steps, after = take_steps(snap, domain_xml, owned, gone, others, drivers or {})
+    return Plan.of(steps, f"take {len(gone)} device(s) from domain {name}"), gone, after
+
+
+def take_steps(
+    snap: HostSnapshot, domain_xml: str, owned: Sequence[Allocation], gone: Sequence[Allocation], others: Users,
+    drivers: dict[str, str],
+) -> tuple[list[Step], list[Allocation]]:  # fmt: skip
+    """The steps that take `gone` from the domain that owns `owned` (refused for a device another domain also
+    references) and what it owns afterwards: the virtio-gl edit first (the domain's <video>, not a hostdev), then
+    the one definition of the rest — out of the definition (and the running guest) before the kernel frees them."""
+    name = xml.domain_identity(domain_xml)[0]
     for a in gone:
         ref = modes.key(a)
         if ref is not None and ref in others:
@@ -440,12 +471,11 @@ def plan_destroy(
     present = {(r.kind, r.key) for r in xml.parse_hostdevs(domain_xml)}
     detach = [(a, modes.hostdev_as_attached(a, domain_xml)) for a in gone if modes.key(a) in present]
     after = [a for a in owned if a not in gone]
-    # The virtio-gl edit first (it is the domain's <video>, not a hostdev), then the one definition of the rest.
     steps: list[Step] = [s for a in gone if (s := modes.of(a).definition_step(a, False)) is not None]
-    if gone:  # out of the definition (and the running guest) before the kernel frees the devices
+    if gone:
         steps.append(redefine_step(name, owned, after, snap.host_key, domain_xml, detach=detach))
-    steps += remove_steps(snap, gone, drivers or {})
-    return Plan.of(steps, f"take {len(gone)} device(s) from domain {name}"), gone, after
+    steps += remove_steps(snap, gone, drivers)
+    return steps, after
 
 
 def _device_groups(owned: Sequence[Allocation]) -> list[tuple[str, list[Allocation]]]:
