@@ -29,9 +29,7 @@ def test_a_smaller_total_takes_back_the_newest_devices_of_the_type(sim_host: Cal
 
     res = vgpuadm(root, "create", "--type", "nvidia-63", "--total", "1", "--vm", "total01")
     assert res.code == 0, res.err
-    assert res.out.splitlines() == [
-        f"removed mdev nvidia-63 {a.uuid} on {a.parent} (from total01)" for a in newest
-    ]
+    assert res.out.splitlines() == [f"removed mdev nvidia-63 {a.uuid} on {a.parent} (from total01)" for a in newest]
     assert mdevs(root) == sorted([oldest.uuid, other.uuid])
     assert hostdev_keys(root, "total01") == [oldest.uuid, other.uuid]
     assert [a.uuid for a in allocations(root, "total01")] == [oldest.uuid, other.uuid]
