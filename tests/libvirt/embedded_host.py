@@ -28,6 +28,13 @@ with VirtConn(embed_uri(sys.argv[1])) as c:
     print(json.dumps({n: c.uuid(c.define(domain_definition(n, memory_mib=64, vnc=vnc))) for n in sys.argv[3:]}))
 """
 
+_DEFINE_XML = """
+import sys
+from vgpuadm.virt.conn import VirtConn, embed_uri
+with VirtConn(embed_uri(sys.argv[1])) as c:
+    c.define(sys.stdin.read())
+"""
+
 _AUTOSTART = """
 import sys
 from vgpuadm.virt.conn import VirtConn, embed_uri
@@ -63,6 +70,13 @@ def define(root: Path, *names: str, vnc: bool = True) -> dict[str, str]:
     returns name → domain UUID."""
     proc = _helper(_DEFINE, str(root), "vnc" if vnc else "-", *names)
     return dict(json.loads(proc.stdout))
+
+
+def define_xml(root: Path, text: str) -> None:
+    """Define a domain from its XML in the root's embedded driver (as `virsh define` of an edited dump does)."""
+    proc = subprocess.run([sys.executable, "-c", _DEFINE_XML, str(root)], input=text, capture_output=True, text=True,
+                          env=_env(), timeout=300, check=False)  # fmt: skip
+    assert proc.returncode == 0, f"embedded libvirt define: exit {proc.returncode}\n{proc.stderr}"
 
 
 def autostart(root: Path, *names: str) -> None:

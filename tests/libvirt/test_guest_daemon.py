@@ -172,7 +172,8 @@ def test_destroy_refuses_a_device_another_domain_uses(sim_host, cli, conn, domai
     assert r.code == 5
     assert r.err.splitlines() == [
         f"error: mdev {u} (nvidia-63) is also used by domain {other}",
-        f"hint: detach it from {other} first, e.g. `vgpuadm destroy --vm {other} --all`",
+        f"hint: if one of {vm} and {other} is a copy of the other, drop the copy's claim with "
+        "`vgpuadm destroy --vm COPY --forget` (the device and the other VM stay as they are)",
     ]
     assert (mdevs(root), inactive_xml(conn, vm)) == ([u], before)
 

@@ -98,12 +98,15 @@ def register(app: Any) -> None:
             None, "--uuid", help="Only this device (mdev UUID, or VF/GPU address).", metavar="U", callback=ids.device
         ),
         all_: bool = typer.Option(False, "--all", help="Every device vgpuadm gave this VM."),
+        forget: bool = typer.Option(
+            False, "--forget", help="Only drop the VM's claim (hostdev and record); the device stays. For a copied VM."
+        ),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
     ) -> None:
         """Detach a VM's vgpuadm devices, remove them and give passed-through GPUs back to their drivers."""
         result = api.guest_destroy(
-            ctx.obj["root"], vm, uuid=uuid, all_=all_, connect=ctx.obj.get("connect"), dry_run=dry_run
+            ctx.obj["root"], vm, uuid=uuid, all_=all_, connect=ctx.obj.get("connect"), dry_run=dry_run, forget=forget
         )
         _report(ctx.obj["console"], result, as_json, "detached")
 

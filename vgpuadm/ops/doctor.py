@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 
+from vgpuadm import modes
 from vgpuadm.errors import VgpuadmError
 from vgpuadm.executor import read_journal
 from vgpuadm.executor.kernel import load_drivers
@@ -19,6 +20,7 @@ from vgpuadm.host.paths import PROC_CMDLINE
 from vgpuadm.host.root import SRIOV_MANAGE, HostRoot
 from vgpuadm.host.sysfs import check_root
 from vgpuadm.ops.session import Session
+from vgpuadm.plan.domains import missing_recorded
 from vgpuadm.plan.reconcile import find_leaks
 from vgpuadm.report.doctor import Check, HostFacts, run_checks
 
@@ -66,7 +68,7 @@ def facts(root: str | None, connect: str | None = None) -> HostFacts:
                 got = doc.get("plan")
                 plan = got if isinstance(got, dict) else {}
                 journal = f"{plan.get('summary') or 'a change'} (step {doc.get('current', '?')})"
-        version = error = leaks = None
+        version = error = leaks = missing = claimed = None
         uses_ramfb = False
         try:
             version = s.virt.lib_version()
@@ -75,6 +77,8 @@ def facts(root: str | None, connect: str | None = None) -> HostFacts:
             leaks = tuple(
                 (lk.kind, lk.id, lk.detail) for lk in find_leaks(snap, doms.owned(), load_drivers(s.root.path))
             )
+            missing = tuple((a.domain, modes.describe(a)) for a in missing_recorded(snap, doms))
+            claimed = tuple((key, tuple(names)) for (_, key), names in sorted(doms.claims().items()) if len(names) > 1)
         except VgpuadmError as exc:
             error = exc.message
         except ImportError as exc:  # libvirt-python missing
@@ -93,6 +97,8 @@ def facts(root: str | None, connect: str | None = None) -> HostFacts:
             journal=journal,
             journal_error=journal_error,
             leaks=leaks,
+            missing=missing,
+            claimed_twice=claimed,
         )
 
 

@@ -138,12 +138,15 @@ def destroy(
     connect: str | None = None,
     dry_run: bool = False,
     progress: Progress | None = None,
+    forget: bool = False,
 ) -> GuestResult:
     with Session.open(root, connect) as s:
         dom = s.domain_xml(vm)
         plan, gone, after = planner.plan_destroy(s.snap, dom, s.domains().users(besides=vm), uuid=uuid, all_=all_,
-                                                 drivers=load_drivers(s.root.path))  # fmt: skip
-        if any("mig_instance" in a.extra for a in gone):  # the GPU instances vgpuadm made for them go after them
+                                                 drivers=load_drivers(s.root.path), forget=forget)  # fmt: skip
+        if not forget and any(
+            "mig_instance" in a.extra for a in gone
+        ):  # the GPU instances vgpuadm made for them go after them
             release, _ = plan_mig.release(s.snap, host_mig.read_host(s.root), gone)
             plan = Plan(plan.steps + tuple(release), plan.summary)
         s.execute(plan, dry_run=dry_run, progress=progress)

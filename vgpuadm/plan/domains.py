@@ -88,6 +88,17 @@ class Domains:
                     out.setdefault(key, name)
         return out
 
+    def claims(self) -> dict[tuple[str, str], list[str]]:
+        """Every device a domain references → every domain that does, by name. More than one is a double claim
+        (a VM copied with `virsh dumpxml | virsh define` or virt-clone): only one of them can start at a time."""
+        out: dict[tuple[str, str], list[str]] = {}
+        for name, d in sorted(self.by_name.items()):
+            keys = {(ref.kind, ref.key) for ref in d.hostdevs}
+            keys.update(key for a in d.allocations for key in device_keys(a))
+            for key in keys:
+                out.setdefault(key, []).append(name)
+        return out
+
     def owned(self) -> set[str]:
         """Every device id (mdev UUID, PCI address) any domain references."""
         return {key for _, key in self.users()}
@@ -106,9 +117,14 @@ def with_recorded(snap: HostSnapshot, domains: Domains, *, besides: Collection[A
     counted as existing, so that placement never hands out what `restore` will bring back; `besides` are left
     out (allocations a plan removes). On-demand requests are not counted: they take room only while their domain
     runs (the hook makes them then, and the kernel shows them)."""
-    missing = [a for a in domains.allocations
-               if a not in besides and not a.on_demand and modes.for_name(a.mode).missing(snap, a)]  # fmt: skip
+    missing = [a for a in missing_recorded(snap, domains) if a not in besides]
     return consume(snap, missing) if missing else snap
+
+
+def missing_recorded(snap: HostSnapshot, domains: Domains) -> list[Allocation]:
+    """The devices the domains record that the host lacks now (after a reboot, before `restore`); on-demand
+    requests are not missing while their domain is off (the hook makes them at start)."""
+    return [a for a in domains.allocations if not a.on_demand and modes.of(a).missing(snap, a)]
 
 
 def device_keys(a: Allocation) -> list[tuple[str, str]]:

@@ -423,8 +423,11 @@ def plan_destroy(
     uuid: str | None,
     all_: bool,
     drivers: dict[str, str] | None = None,
+    forget: bool = False,
 ) -> tuple[Plan, list[Allocation], list[Allocation]]:
-    """Detach and free the selected devices of the domain; refuses devices another domain references. Pure."""
+    """Detach and free the selected devices of the domain; refuses devices another domain references. Pure.
+    `forget`: only drop the domain's claim (its hostdev and its record) and leave the device alone — for a copy of
+    a VM that claims its original's device."""
     name, _ = xml.domain_identity(domain_xml)
     owned = xml.parse_allocations(domain_xml)
     if all_ and uuid is not None:
@@ -449,13 +452,16 @@ def plan_destroy(
                 f"list what it owns with `vgpuadm devices` or `virsh metadata {name} {xml.NS}`",
             )
         gone = chosen  # a passed-through GPU goes as a whole (GPU + audio …): one handle
+    if forget:
+        steps, after = take_steps(snap, domain_xml, owned, gone, {}, drivers or {}, free=False)
+        return Plan.of(steps, f"forget {len(gone)} device(s) domain {name} claims"), gone, after
     steps, after = take_steps(snap, domain_xml, owned, gone, others, drivers or {})
     return Plan.of(steps, f"take {len(gone)} device(s) from domain {name}"), gone, after
 
 
 def take_steps(
     snap: HostSnapshot, domain_xml: str, owned: Sequence[Allocation], gone: Sequence[Allocation], others: Users,
-    drivers: dict[str, str],
+    drivers: dict[str, str], *, free: bool = True,
 ) -> tuple[list[Step], list[Allocation]]:  # fmt: skip
     """The steps that take `gone` from the domain that owns `owned` (refused for a device another domain also
     references) and what it owns afterwards: the virtio-gl edit first (the domain's <video>, not a hostdev), then
@@ -466,7 +472,8 @@ def take_steps(
         if ref is not None and ref in others:
             raise ConflictError(
                 f"{modes.describe(a)} is also used by domain {others[ref]}",
-                f"detach it from {others[ref]} first, e.g. `vgpuadm destroy --vm {others[ref]} --all`",
+                f"if one of {name} and {others[ref]} is a copy of the other, drop the copy's claim with "
+                f"`vgpuadm destroy --vm COPY --forget` (the device and the other VM stay as they are)",
             )
     present = {(r.kind, r.key) for r in xml.parse_hostdevs(domain_xml)}
     detach = [(a, modes.hostdev_as_attached(a, domain_xml)) for a in gone if modes.key(a) in present]
@@ -474,7 +481,8 @@ def take_steps(
     steps: list[Step] = [s for a in gone if (s := modes.of(a).definition_step(a, False)) is not None]
     if gone:
         steps.append(redefine_step(name, owned, after, snap.host_key, domain_xml, detach=detach))
-    steps += remove_steps(snap, gone, drivers)
+    if free:
+        steps += remove_steps(snap, gone, drivers)
     return steps, after
 
 

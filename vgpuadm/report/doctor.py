@@ -50,6 +50,10 @@ class HostFacts:
     journal: str | None  # the pending change's summary; None when there is none
     journal_error: str | None  # the journal exists but is unreadable/unsafe
     leaks: tuple[tuple[str, str, str], ...] | None  # (kind, id, detail); None when libvirt cannot say who owns what
+    # (domain, device) the domains record that the host lacks; None when libvirt cannot say
+    missing: tuple[tuple[str, str], ...] | None = None
+    # (device id, the domains that all claim it) for a device more than one domain references
+    claimed_twice: tuple[tuple[str, tuple[str, ...]], ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -248,6 +252,37 @@ def check_leaks(f: HostFacts) -> list[Check]:
     ]
 
 
+def check_missing(f: HostFacts) -> Check:
+    """Recorded devices the host lacks (after a reboot, before `restore`): their domains cannot start."""
+    if f.missing is None:
+        return Check("devices", WARN, "cannot tell whether the domains' devices exist: libvirt is unreachable",
+                     "start libvirtd, then rerun vgpuadm doctor")  # fmt: skip
+    if not f.missing:
+        return Check("devices", PASS, "every device the domains record exists")
+    by_domain: dict[str, list[str]] = {}
+    for domain, device in f.missing:
+        by_domain.setdefault(domain, []).append(device)
+    listed = "; ".join(f"{d}: {', '.join(devs)}" for d, devs in sorted(by_domain.items()))
+    return Check("devices", FAIL, f"{len(f.missing)} recorded device(s) missing, so these domains cannot start: "
+                                  f"{listed}", "vgpuadm restore (brings back every recorded device)")  # fmt: skip
+
+
+def check_claims(f: HostFacts) -> list[Check]:
+    """A device two domains claim (a copied VM): only one of them can start, and destroying either frees it."""
+    if not f.claimed_twice:
+        return [] if f.claimed_twice is None else [Check("claims", PASS, "no device is claimed by two domains")]
+    return [
+        Check(
+            f"claims {ident}",
+            FAIL,
+            f"{ident} is claimed by {len(names)} domains ({', '.join(names)}); only one of them can start",
+            "keep it on the VM it belongs to; on each copy run `vgpuadm destroy --vm COPY --forget` "
+            "(drops the copy's claim; the device and the VM it belongs to stay as they are)",
+        )
+        for ident, names in f.claimed_twice
+    ]
+
+
 def run_checks(f: HostFacts) -> list[Check]:
     """Every check, in the order they are printed."""
     return [
@@ -261,6 +296,8 @@ def run_checks(f: HostFacts) -> list[Check]:
         *check_boot_vga(f),
         check_journal(f),
         *check_leaks(f),
+        check_missing(f),
+        *check_claims(f),
     ]
 
 
