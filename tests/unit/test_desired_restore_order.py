@@ -8,9 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.unit.inventory_setup import mig_on
+from vgpuadm import modes
 from vgpuadm.api import discover
 from vgpuadm.model import Allocation
-from vgpuadm.plan.restore import PHASES, missing_devices, plan_phase
+from vgpuadm.plan.restore import PHASES, RESTORE_ORDER, missing_devices, plan_phase
 from vgpuadm.polling import wait_until
 from vgpuadm.steps import CreateMdev, SetVfVgpuType, SriovManage
 
@@ -19,6 +20,20 @@ VF = "0000:18:00.5"
 
 def test_phase_order_is_driver_sriov_policies_mig_vgpu_params_vfio() -> None:
     assert PHASES == ("driver", "sriov", "policies", "mig", "vgpu", "params", "vfio")
+
+
+def test_each_mode_names_a_device_phase_and_each_phase_declares_its_host_reads() -> None:
+    """A mode's restore_phase is a device phase of the one order (planned by asking the modes); the reads a phase
+    needs before it plans are declared with it, not by the caller comparing names."""
+    devices = {p.name for p in RESTORE_ORDER if p.build is None}
+    assert devices == {"vgpu", "vfio"}
+    assert {m.name: m.restore_phase for m in modes.MODES} == {
+        "mdev": "vgpu", "vf": "vgpu", "pci": "vfio", "sriov": None, "mig": None, "pool": "vfio", "virtio-gl": None,
+    }  # fmt: skip
+    reads = {p.name: (p.waits_for_devices, p.reads_mig, p.reads_policies) for p in RESTORE_ORDER}
+    assert {k: v for k, v in reads.items() if any(v)} == {
+        "policies": (False, False, True), "mig": (False, True, False), "vgpu": (True, False, False),
+    }  # fmt: skip
 
 
 def test_layout_c_needs_sriov_before_types(sim_host: Callable[[str], Path]) -> None:

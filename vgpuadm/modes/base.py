@@ -16,9 +16,13 @@ from typing import Any, ClassVar
 
 from vgpuadm.errors import UsageError
 from vgpuadm.model import Allocation, DeviceKey, HostSnapshot, Layout, pci_key
-from vgpuadm.steps import Step
+from vgpuadm.steps import Plan, Step
 
 HostdevSpec = dict[str, Any]
+# What a mode plans to bring one recorded device back after a reboot (plan/restore.py): independent units (one that
+# fails is rolled back alone) and the problems that keep the device from coming back, one line each.
+Rebuild = tuple[list[Plan], list[str]]
+RECREATE_VGPUS = "re-create vGPUs"  # the summary of a unit that makes a vGPU again
 
 
 class Mode(ABC):
@@ -30,7 +34,7 @@ class Mode(ABC):
 
     name: ClassVar[str]
     layouts: ClassVar[tuple[Layout, ...]]
-    # The restore phase (plan/restore.PHASES) that makes this mode's devices again after a reboot; None: nothing to
+    # The restore phase (plan/restore.RESTORE_ORDER) that makes this mode's devices again after a reboot; None: nothing to
     # make on the host.
     restore_phase: ClassVar[str | None] = None
     # The device is a whole GPU (with its IOMMU group's companions), given and taken back as one.
@@ -86,6 +90,33 @@ class Mode(ABC):
     def missing(self, snapshot: HostSnapshot, a: Allocation) -> bool:
         """Whether the device a domain records for `a` is absent from the host (restore brings it back)."""
         return False
+
+    # -- restore after a reboot (plan/restore.py): the questions its phases ask about a recorded device ----------
+
+    def device_shown(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        """Whether the host shows the device `a` lives on (host_device) yet: restore waits for it to register."""
+        return (self.host_device(a) or "") in snapshot.functions
+
+    def sriov_pf(self, snapshot: HostSnapshot, a: Allocation) -> str | None:
+        """The SR-IOV PF whose VFs bring `a`'s device back, when the allocation names it (None: restore looks for
+        the PF on the device's bus)."""
+        return None
+
+    def heterogeneous_gpu(self, snapshot: HostSnapshot, a: Allocation) -> str | None:
+        """The GPU that must be in heterogeneous (mixed-size) mode for `a`'s recorded placement ID (None: no such
+        record)."""
+        return None
+
+    def plan_rebuild(self, snapshot: HostSnapshot, a: Allocation, done: set[str]) -> Rebuild:
+        """The work that makes `a`'s device again in its restore phase (`restore_phase`), nothing when it is there.
+        `done`: the host devices this phase already brought back; a mode whose devices come back as a whole group
+        adds the group's, so that the group is planned once."""
+        return [], []
+
+    def restore_params(self, snapshot: HostSnapshot, a: Allocation) -> Step | None:
+        """The step that writes `a`'s recorded vgpu_params to its device again, where the device exists and has
+        other parameters (None: nothing to write)."""
+        return None
 
 
 # One vgpu_params pair (reference §2.5): keys such as `frame_rate_limiter` or `vgpu-placement-id`; a value holds

@@ -79,5 +79,10 @@ class VirtioGpuMode(Mode):
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         return {"mode": TYPE, "rendernode": render_path(device_id.removeprefix("/dev/dri/"))}
 
+    # -- restore after a reboot ---------------------------------------------------------------------------------
+
+    def device_shown(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        return True  # a paravirtual device: nothing on the host to wait for
+
 
 MODE = VirtioGpuMode()
