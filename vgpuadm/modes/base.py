@@ -118,6 +118,12 @@ class Mode(ABC):
         other parameters (None: nothing to write)."""
         return None
 
+    # -- on demand (plan/ondemand.py): what the qemu hook makes when the domain starts ----------------------------
+
+    # An on-demand device of this mode gets its GPU when its domain starts (placed by the capacity model from the
+    # recorded type and hints, as `create` places it); False: the allocation names its device from the first.
+    placed_at_start: ClassVar[bool] = False
+
 
 # One vgpu_params pair (reference §2.5): keys such as `frame_rate_limiter` or `vgpu-placement-id`; a value holds
 # neither whitespace nor a comma, so the list splits unambiguously on both.

@@ -107,7 +107,9 @@ class MdevMode(Mode):
             spec.update(type_id=m.type_id, parent=m.parent)
         return spec
 
-    # -- restore after a reboot ---------------------------------------------------------------------------------
+    # -- restore after a reboot, on demand ----------------------------------------------------------------------
+
+    placed_at_start: ClassVar[bool] = True  # an on-demand mdev records no parent: placed when its domain starts
 
     def device_shown(self, snapshot: HostSnapshot, a: Allocation) -> bool:
         return (a.parent or "") in snapshot.mdev_parents  # the parent registered with the mdev core
