@@ -75,22 +75,6 @@ class Mode(ABC):
         """The libvirt element(s) the domain gets for `a` (a <hostdev>, or <video>/<graphics>)."""
         raise UsageError(f"domain {a.domain}: {a.mode} devices render no XML", "this is a bug in vgpuadm; report it")
 
-    @abstractmethod
-    def validate(self, snapshot: HostSnapshot, device_id: str) -> None:
-        """Raise a VgpuadmError when `device_id` cannot be used in this mode on this host."""
-
-    @abstractmethod
-    def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
-        """What the libvirt hostdev template needs for `device_id` (an mdev UUID, a VF or GPU address)."""
-
-    def plan_free(self, snapshot: HostSnapshot, a: Allocation, drivers: Mapping[str, str]) -> list[Step]:
-        """Steps that free what allocation `a` holds on the host ([] when it does not exist now)."""
-        return []
-
-    def missing(self, snapshot: HostSnapshot, a: Allocation) -> bool:
-        """Whether the device a domain records for `a` is absent from the host (restore brings it back)."""
-        return False
-
     # -- restore after a reboot (plan/restore.py): the questions its phases ask about a recorded device ----------
 
     def device_shown(self, snapshot: HostSnapshot, a: Allocation) -> bool:
@@ -123,6 +107,22 @@ class Mode(ABC):
     # An on-demand device of this mode gets its GPU when its domain starts (placed by the capacity model from the
     # recorded type and hints, as `create` places it); False: the allocation names its device from the first.
     placed_at_start: ClassVar[bool] = False
+
+    @abstractmethod
+    def validate(self, snapshot: HostSnapshot, device_id: str) -> None:
+        """Raise a VgpuadmError when `device_id` cannot be used in this mode on this host."""
+
+    @abstractmethod
+    def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
+        """What the libvirt hostdev template needs for `device_id` (an mdev UUID, a VF or GPU address)."""
+
+    def plan_free(self, snapshot: HostSnapshot, a: Allocation, drivers: Mapping[str, str]) -> list[Step]:
+        """Steps that free what allocation `a` holds on the host ([] when it does not exist now)."""
+        return []
+
+    def missing(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        """Whether the device a domain records for `a` is absent from the host (restore brings it back)."""
+        return False
 
 
 # One vgpu_params pair (reference §2.5): keys such as `frame_rate_limiter` or `vgpu-placement-id`; a value holds

@@ -100,13 +100,6 @@ class MdevMode(Mode):
             guest_address=xml.guest_address(a),
         )
 
-    def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
-        m = snapshot.mdevs.get(device_id.lower())
-        spec: HostdevSpec = {"mode": "mdev", "uuid": device_id.lower(), "model": "vfio-pci"}
-        if m is not None:
-            spec.update(type_id=m.type_id, parent=m.parent)
-        return spec
-
     # -- restore after a reboot, on demand ----------------------------------------------------------------------
 
     placed_at_start: ClassVar[bool] = True  # an on-demand mdev records no parent: placed when its domain starts
@@ -145,6 +138,13 @@ class MdevMode(Mode):
         if not a.params or m is None or same_params(m.vgpu_params, a.params):
             return None
         return self.params_step(snapshot, a, join_params(split_params(a.params)))
+
+    def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
+        m = snapshot.mdevs.get(device_id.lower())
+        spec: HostdevSpec = {"mode": "mdev", "uuid": device_id.lower(), "model": "vfio-pci"}
+        if m is not None:
+            spec.update(type_id=m.type_id, parent=m.parent)
+        return spec
 
 
 MODE = MdevMode()

@@ -129,13 +129,6 @@ class PassthroughMode(Mode):
             guest_address=xml.guest_address(a),
         )
 
-    def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
-        return {
-            "mode": "pci",
-            "functions": [m.address for m in self.endpoints(snapshot, device_id)],
-            "managed": "yes",
-        }
-
     # -- restore after a reboot ---------------------------------------------------------------------------------
 
     def plan_rebuild(self, snapshot: HostSnapshot, a: Allocation, done: set[str]) -> Rebuild:
@@ -152,6 +145,13 @@ class PassthroughMode(Mode):
         except VgpuadmError as exc:
             return [], [f"{a.domain}: {gpu}: {exc.message}"]
         return ([Plan.of(steps, f"bind the IOMMU group of {gpu} to vfio-pci")] if steps else []), []
+
+    def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
+        return {
+            "mode": "pci",
+            "functions": [m.address for m in self.endpoints(snapshot, device_id)],
+            "managed": "yes",
+        }
 
 
 MODE = PassthroughMode()

@@ -138,9 +138,6 @@ class VfPoolMode(Mode):
         # vgpuadm binds a pool's VF itself: managed='no', as for a vendor-VFIO VF
         return xml.vf_hostdev(xml.require(a, a.address, "address"), guest_address=xml.guest_address(a))
 
-    def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
-        return {"mode": "pool", "address": device_id, "managed": "no"}
-
     # -- restore after a reboot ---------------------------------------------------------------------------------
 
     def sriov_pf(self, snapshot: HostSnapshot, a: Allocation) -> str | None:
@@ -155,6 +152,9 @@ class VfPoolMode(Mode):
         except VgpuadmError as exc:
             return [], [f"{a.domain}: {a.address}: {exc.message}"]
         return ([Plan.of(steps, f"bind VF {a.address} for its guest")] if steps else []), []
+
+    def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
+        return {"mode": "pool", "address": device_id, "managed": "no"}
 
 
 MODE = VfPoolMode()

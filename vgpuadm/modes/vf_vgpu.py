@@ -94,9 +94,6 @@ class VfVgpuMode(Mode):
     def hostdev_xml(self, a: Allocation) -> str:
         return xml.vf_hostdev(xml.require(a, a.address, "address"), guest_address=xml.guest_address(a))
 
-    def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
-        return {"mode": "vf", "address": device_id, "managed": "no"}
-
     # -- restore after a reboot ---------------------------------------------------------------------------------
 
     def device_shown(self, snapshot: HostSnapshot, a: Allocation) -> bool:
@@ -134,6 +131,9 @@ class VfVgpuMode(Mode):
         if not a.params or vf is None or not vf.in_use or same_params(vf.vgpu_params, a.params):
             return None
         return SetVgpuParams("vf", vf.address, join_params(split_params(a.params)), vf.vgpu_params or "")
+
+    def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
+        return {"mode": "vf", "address": device_id, "managed": "no"}
 
 
 def _recorded_placement(a: Allocation, snapshot: HostSnapshot, vf: str) -> int | None:
