@@ -34,7 +34,7 @@ class Mode(ABC):
 
     name: ClassVar[str]
     layouts: ClassVar[tuple[Layout, ...]]
-    # The restore phase (plan/restore.RESTORE_ORDER) that makes this mode's devices again after a reboot; None: nothing to
+    # The restore phase (plan/restore.PHASES) that makes this mode's devices again after a reboot; None: nothing to
     # make on the host.
     restore_phase: ClassVar[str | None] = None
     # The device is a whole GPU (with its IOMMU group's companions), given and taken back as one.
