@@ -8,17 +8,41 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.unit.inventory_setup import mig_on
+from vgpuadm import modes
 from vgpuadm.api import discover
 from vgpuadm.model import Allocation
-from vgpuadm.plan.restore import PHASES, missing_devices, plan_phase
+from vgpuadm.plan.restore import PHASES, RESTORE_ORDER, missing_devices, plan_phase
 from vgpuadm.polling import wait_until
-from vgpuadm.steps import CreateMdev, SetVfVgpuType, SriovManage
+from vgpuadm.steps import (
+    CreateMdev,
+    DriversProbe,
+    RecordDrivers,
+    SetDriverOverride,
+    SetNumVfs,
+    SetVfVgpuType,
+    SriovManage,
+    Unbind,
+)
 
 VF = "0000:18:00.5"
 
 
 def test_phase_order_is_driver_sriov_policies_mig_vgpu_params_vfio() -> None:
     assert PHASES == ("driver", "sriov", "policies", "mig", "vgpu", "params", "vfio")
+
+
+def test_each_mode_names_a_device_phase_and_each_phase_declares_its_host_reads() -> None:
+    """A mode's restore_phase is a device phase of the one order (planned by asking the modes); the reads a phase
+    needs before it plans are declared with it, not by the caller comparing names."""
+    devices = {p.name for p in RESTORE_ORDER if p.build is None}
+    assert devices == {"vgpu", "vfio"}
+    assert {m.name: m.restore_phase for m in modes.MODES} == {
+        "mdev": "vgpu", "vf": "vgpu", "pci": "vfio", "sriov": None, "mig": None, "pool": "vfio", "virtio-gl": None,
+    }  # fmt: skip
+    reads = {p.name: (p.waits_for_devices, p.reads_mig, p.reads_policies) for p in RESTORE_ORDER}
+    assert {k: v for k, v in reads.items() if any(v)} == {
+        "policies": (False, False, True), "mig": (False, True, False), "vgpu": (True, False, False),
+    }  # fmt: skip
 
 
 def test_layout_c_needs_sriov_before_types(sim_host: Callable[[str], Path]) -> None:
@@ -57,6 +81,33 @@ def test_mdev_plans_create_then_params_and_mig_types_are_reported(sim_host: Call
     mig = plan_phase("mig", [Allocation("m", "vf", "nvidia-1414", VF, address=VF)], h200)
     # no MIG state handed in (mig_gpus None: nvidia-smi not read): one problem line, no step
     assert mig.steps == [] and mig.problems == ("0000:18:00.0: nvidia-smi reports no GPU 0000:18:00.0",)
+
+
+def test_vfio_phase_binds_a_passed_through_group_once_and_names_what_cannot_come_back(
+    sim_host: Callable[[str], Path],
+) -> None:
+    """The vfio phase asks each device's mode: a passed-through GPU and its audio function are one group, bound
+    once; a function the host lacks and a pool VF whose VFs are off are problems, one line each, naming the domain;
+    the pool VF's recorded PF is the one the sriov phase enables."""
+    snap = discover(str(sim_host("passthrough")))
+    gpu, audio = "0000:65:00.0", "0000:65:00.1"
+    allocs = [Allocation("g1", "pci", None, gpu, address=audio, slot=1),
+              Allocation("g1", "pci", None, gpu, address=gpu, slot=0),
+              Allocation("g2", "pci", None, "0000:66:00.0", address="0000:66:00.0")]  # fmt: skip
+    vfio = plan_phase("vfio", allocs, snap)
+    assert [u.summary for u in vfio.units] == [f"bind the IOMMU group of {gpu} to vfio-pci"]
+    assert vfio.steps == [
+        RecordDrivers(((gpu, "nvidia"), (audio, "snd_hda_intel"))),
+        Unbind(gpu, "nvidia"), SetDriverOverride(gpu, "vfio-pci"), DriversProbe(gpu, "vfio-pci"),
+        Unbind(audio, "snd_hda_intel"), SetDriverOverride(audio, "vfio-pci"), DriversProbe(audio, "vfio-pci"),
+    ]  # fmt: skip
+    assert vfio.problems == ("g2: PCI function 0000:66:00.0 does not exist",)
+    assert [plan_phase(p, allocs, snap).steps for p in PHASES if p != "vfio"] == [[]] * 6
+    pool_snap = discover(str(sim_host("uhd770-vf-pool")))
+    pool = Allocation("g3", "pool", "xe-vf", "0000:00:02.0", address="0000:00:02.1")
+    assert missing_devices([pool], pool_snap) == ["0000:00:02.1"]
+    assert plan_phase("sriov", [pool], pool_snap).steps == [SetNumVfs("0000:00:02.0", 7, 0)]
+    assert plan_phase("vfio", [pool], pool_snap).problems == ("g3: 0000:00:02.1: VF 0000:00:02.1 does not exist",)
 
 
 def test_wait_until_polls_until_done_or_timeout() -> None:

@@ -15,9 +15,13 @@ from typing import Any, ClassVar
 
 from vgpuadm.errors import UsageError
 from vgpuadm.model import Allocation, DeviceKey, HostSnapshot, Layout, mdev_uuid, pci_key
-from vgpuadm.steps import Step
+from vgpuadm.steps import Plan, Step
 
 HostdevSpec = dict[str, Any]
+# What a mode plans to bring one recorded device back after a reboot (plan/restore.py): independent units (one that
+# fails is rolled back alone) and the problems that keep the device from coming back, one line each.
+Rebuild = tuple[list[Plan], list[str]]
+RECREATE_VGPUS = "re-create vGPUs"  # the summary of a unit that makes a vGPU again
 
 
 class Mode(ABC):
@@ -81,6 +85,39 @@ class Mode(ABC):
     def hostdev_xml(self, a: Allocation) -> str:
         """The libvirt element(s) the domain gets for `a` (a <hostdev>, or <video>/<graphics>)."""
         raise UsageError(f"domain {a.domain}: {a.mode} devices render no XML", "this is a bug in vgpuadm; report it")
+
+    # -- restore after a reboot (plan/restore.py): the questions its phases ask about a recorded device ----------
+
+    def device_shown(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        """Whether the host shows the device `a` lives on (host_device) yet: restore waits for it to register."""
+        return (self.host_device(a) or "") in snapshot.functions
+
+    def sriov_pf(self, snapshot: HostSnapshot, a: Allocation) -> str | None:
+        """The SR-IOV PF whose VFs bring `a`'s device back, when the allocation names it (None: restore looks for
+        the PF on the device's bus)."""
+        return None
+
+    def heterogeneous_gpu(self, snapshot: HostSnapshot, a: Allocation) -> str | None:
+        """The GPU that must be in heterogeneous (mixed-size) mode for `a`'s recorded placement ID (None: no such
+        record)."""
+        return None
+
+    def plan_rebuild(self, snapshot: HostSnapshot, a: Allocation, done: set[str]) -> Rebuild:
+        """The work that makes `a`'s device again in its restore phase (`restore_phase`), nothing when it is there.
+        `done`: the host devices this phase already brought back; a mode whose devices come back as a whole group
+        adds the group's, so that the group is planned once."""
+        return [], []
+
+    def restore_params(self, snapshot: HostSnapshot, a: Allocation) -> Step | None:
+        """The step that writes `a`'s recorded vgpu_params to its device again, where the device exists and has
+        other parameters (None: nothing to write)."""
+        return None
+
+    # -- on demand (plan/ondemand.py): what the qemu hook makes when the domain starts ----------------------------
+
+    # An on-demand device of this mode gets its GPU when its domain starts (placed by the capacity model from the
+    # recorded type and hints, as `create` places it); False: the allocation names its device from the first.
+    placed_at_start: ClassVar[bool] = False
 
     @abstractmethod
     def validate(self, snapshot: HostSnapshot, device_id: str) -> None:

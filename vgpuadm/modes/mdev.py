@@ -5,10 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from vgpuadm.errors import ConflictError, NotFoundError
+from vgpuadm.errors import ConflictError, NotFoundError, VgpuadmError
 from vgpuadm.model import Allocation, DeviceKey, HostSnapshot, Layout, Mdev, VgpuType, mdev_key
-from vgpuadm.modes.base import HostdevSpec, Mode, check_params, check_uuid, same_params
-from vgpuadm.steps import CreateMdev, RemoveMdev, SetVgpuParams, Step
+from vgpuadm.modes.base import (
+    RECREATE_VGPUS,
+    HostdevSpec,
+    Mode,
+    Rebuild,
+    check_params,
+    check_uuid,
+    join_params,
+    same_params,
+    split_params,
+)
+from vgpuadm.steps import CreateMdev, Plan, RemoveMdev, SetVgpuParams, Step
 from vgpuadm.virt import xml
 
 
@@ -92,6 +102,45 @@ class MdevMode(Mode):
             ramfb=a.extra.get("ramfb") == "on",
             guest_address=xml.guest_address(a),
         )
+
+    # -- restore after a reboot, on demand ----------------------------------------------------------------------
+
+    placed_at_start: ClassVar[bool] = True  # an on-demand mdev records no parent: placed when its domain starts
+
+    def device_shown(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        return (a.parent or "") in snapshot.mdev_parents  # the parent registered with the mdev core
+
+    def plan_rebuild(self, snapshot: HostSnapshot, a: Allocation, done: set[str]) -> Rebuild:
+        """The mdev with the UUID the domain names, on its recorded parent; parameters follow in their phase."""
+        steps: list[Step] = []
+        problems: list[str] = []
+        if not (a.uuid and a.parent and a.type_id):
+            return [], []
+        have = snapshot.mdevs.get(a.uuid)
+        if have is None:
+            parent = snapshot.mdev_parents.get(a.parent)
+            t = next((t for t in parent.types if t.type_id == a.type_id), None) if parent else None
+            if parent is None:
+                problems.append(f"{a.domain}: mdev {a.uuid} — parent {a.parent} has not registered")
+            elif t is None:
+                problems.append(f"{a.domain}: mdev {a.uuid} — parent {a.parent} offers no type {a.type_id}")
+            else:
+                try:  # this mode's own checks (UUID grammar, conflicts)
+                    steps += self.plan_create(snapshot, t, a.uuid)
+                except VgpuadmError as exc:
+                    problems.append(f"{a.domain}: mdev {a.uuid}: {exc.message}")
+        elif (have.parent, have.type_id) != (a.parent, a.type_id):
+            problems.append(
+                f"{a.domain}: mdev {a.uuid} exists as {have.type_id} on {have.parent}, "
+                f"the domain wants {a.type_id} on {a.parent}"
+            )
+        return [Plan((s,), RECREATE_VGPUS) for s in steps], problems
+
+    def restore_params(self, snapshot: HostSnapshot, a: Allocation) -> Step | None:
+        m = snapshot.mdevs.get(a.uuid or "")
+        if not a.params or m is None or same_params(m.vgpu_params, a.params):
+            return None
+        return self.params_step(snapshot, a, join_params(split_params(a.params)))
 
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         m = snapshot.mdevs.get(device_id.lower())

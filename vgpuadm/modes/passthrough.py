@@ -12,13 +12,14 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from vgpuadm.catalog import iommu
-from vgpuadm.errors import ConflictError, NotFoundError, UnsafeError
+from vgpuadm.errors import ConflictError, NotFoundError, UnsafeError, VgpuadmError
 from vgpuadm.model import Allocation, HostSnapshot, Layout, PciFunction
-from vgpuadm.modes.base import HostdevSpec, Mode
+from vgpuadm.modes.base import HostdevSpec, Mode, Rebuild
 from vgpuadm.steps import (
     Bind,
     DriversProbe,
     ForgetDrivers,
+    Plan,
     RecordDrivers,
     SetDriverOverride,
     Step,
@@ -130,6 +131,23 @@ class PassthroughMode(Mode):
             rom_enabled=xml.on(extra.get("rom_enabled")),
             guest_address=xml.guest_address(a),
         )
+
+    # -- restore after a reboot ---------------------------------------------------------------------------------
+
+    def plan_rebuild(self, snapshot: HostSnapshot, a: Allocation, done: set[str]) -> Rebuild:
+        """The GPU's whole IOMMU group bound to vfio-pci again (vgpuadm binds it when it gives the GPU to a guest,
+        managed or not: the safe sequence, reference §5.2, §5.3), once per group."""
+        gpu = a.parent or a.address
+        if not gpu or gpu in done:
+            return [], []
+        if gpu not in snapshot.functions:
+            return [], [f"{a.domain}: PCI function {gpu} does not exist"]
+        done.update(snapshot.group_members(gpu))
+        try:
+            steps = self.plan_bind(snapshot, gpu)
+        except VgpuadmError as exc:
+            return [], [f"{a.domain}: {gpu}: {exc.message}"]
+        return ([Plan.of(steps, f"bind the IOMMU group of {gpu} to vfio-pci")] if steps else []), []
 
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         return {

@@ -16,10 +16,10 @@ from typing import ClassVar
 
 from vgpuadm.catalog import iommu
 from vgpuadm.catalog.sriov_boards import check_vfs_settable
-from vgpuadm.errors import CapacityError, ConflictError, NotFoundError
+from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, VgpuadmError
 from vgpuadm.model import Allocation, HostSnapshot, Layout, PciFunction, VfPool
-from vgpuadm.modes.base import HostdevSpec, Mode
-from vgpuadm.steps import Bind, DriversProbe, SetDriverOverride, SetNumVfs, SetSriovAutoprobe, Step, Unbind
+from vgpuadm.modes.base import HostdevSpec, Mode, Rebuild
+from vgpuadm.steps import Bind, DriversProbe, Plan, SetDriverOverride, SetNumVfs, SetSriovAutoprobe, Step, Unbind
 from vgpuadm.virt import xml
 
 VFIO = "vfio-pci"
@@ -137,6 +137,21 @@ class VfPoolMode(Mode):
     def hostdev_xml(self, a: Allocation) -> str:
         # vgpuadm binds a pool's VF itself: managed='no', as for a vendor-VFIO VF
         return xml.vf_hostdev(xml.require(a, a.address, "address"), guest_address=xml.guest_address(a))
+
+    # -- restore after a reboot ---------------------------------------------------------------------------------
+
+    def sriov_pf(self, snapshot: HostSnapshot, a: Allocation) -> str | None:
+        return a.parent if a.parent in snapshot.vf_pools else None  # the pool the VF was taken from
+
+    def plan_rebuild(self, snapshot: HostSnapshot, a: Allocation, done: set[str]) -> Rebuild:
+        """The pool's VF bound for its guest again (vgpuadm binds it itself: managed='no')."""
+        if not a.address:
+            return [], []
+        try:
+            steps = self.plan_bind(snapshot, a.address)
+        except VgpuadmError as exc:
+            return [], [f"{a.domain}: {a.address}: {exc.message}"]
+        return ([Plan.of(steps, f"bind VF {a.address} for its guest")] if steps else []), []
 
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         return {"mode": "pool", "address": device_id, "managed": "no"}

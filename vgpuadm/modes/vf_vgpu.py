@@ -6,10 +6,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
+from vgpuadm.catalog.capacity import heterogeneous
 from vgpuadm.errors import ConflictError, NotFoundError
 from vgpuadm.model import Allocation, HostSnapshot, Layout, VendorVf, VgpuType
-from vgpuadm.modes.base import HostdevSpec, Mode, check_params
-from vgpuadm.steps import ClearVfVgpuType, SetVfPlacement, SetVfVgpuType, SetVgpuParams, Step
+from vgpuadm.modes.base import (
+    RECREATE_VGPUS,
+    HostdevSpec,
+    Mode,
+    Rebuild,
+    check_params,
+    join_params,
+    same_params,
+    split_params,
+)
+from vgpuadm.steps import ClearVfVgpuType, Plan, SetVfPlacement, SetVfVgpuType, SetVgpuParams, Step
 from vgpuadm.virt import xml
 
 
@@ -84,8 +94,52 @@ class VfVgpuMode(Mode):
     def hostdev_xml(self, a: Allocation) -> str:
         return xml.vf_hostdev(xml.require(a, a.address, "address"), guest_address=xml.guest_address(a))
 
+    # -- restore after a reboot ---------------------------------------------------------------------------------
+
+    def device_shown(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        return (self.host_device(a) or "") in snapshot.vendor_vfs  # the VF enabled (SR-IOV on its GPU)
+
+    def heterogeneous_gpu(self, snapshot: HostSnapshot, a: Allocation) -> str | None:
+        return snapshot.physical_gpu(a.address) if a.address and "placement_id" in a.extra else None
+
+    def plan_rebuild(self, snapshot: HostSnapshot, a: Allocation, done: set[str]) -> Rebuild:
+        """The VF's vGPU type again, at the recorded placement ID; parameters follow in their phase."""
+        if not a.type_id:
+            return [], []
+        steps: list[Step] = []
+        problems: list[str] = []
+        vf_addr = a.address or a.parent or ""
+        vf = snapshot.vendor_vfs.get(vf_addr)
+        number = a.type_id.rsplit("-", 1)[-1]
+        want = int(number) if number.isdecimal() else 0
+        if not want:  # recorded metadata is outside input: a VF's type is nvidia-<number>
+            problems.append(f"{a.domain}: vf device #{a.slot}: type {a.type_id[:80]!r} is not nvidia-<number>")
+        elif vf is None:
+            problems.append(f"{a.domain}: VF {vf_addr} does not exist (SR-IOV not enabled on its GPU)")
+        elif vf.current_type == 0:
+            t = next((t for t in vf.offered if t.numeric_id == want), None)
+            if t is None:
+                problems.append(f"{a.domain}: VF {vf_addr} does not offer {a.type_id} (creatable_vgpu_types)")
+            else:
+                steps += self.plan_create(snapshot, t, placement=_recorded_placement(a, snapshot, vf_addr))
+        elif vf.current_type != want:
+            problems.append(f"{a.domain}: VF {vf_addr} runs nvidia-{vf.current_type}, the domain wants {a.type_id}")
+        return [Plan((s,), RECREATE_VGPUS) for s in steps], problems
+
+    def restore_params(self, snapshot: HostSnapshot, a: Allocation) -> Step | None:
+        vf = snapshot.vendor_vfs.get(a.address or a.parent or "")
+        if not a.params or vf is None or not vf.in_use or same_params(vf.vgpu_params, a.params):
+            return None
+        return SetVgpuParams("vf", vf.address, join_params(split_params(a.params)), vf.vgpu_params or "")
+
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         return {"mode": "vf", "address": device_id, "managed": "no"}
+
+
+def _recorded_placement(a: Allocation, snapshot: HostSnapshot, vf: str) -> int | None:
+    """The placement ID the domain recorded, on a GPU in heterogeneous mode (the metadata grammar: 1–4 digits)."""
+    pid = a.extra.get("placement_id", "")
+    return int(pid) if pid.isdecimal() and heterogeneous(snapshot, snapshot.physical_gpu(vf)) else None
 
 
 MODE = VfVgpuMode()

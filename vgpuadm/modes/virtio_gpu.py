@@ -81,6 +81,11 @@ class VirtioGpuMode(Mode):
         # no hostdev: the <video> and <graphics> the domain gets
         return "".join(xml.virtio_gl_elements(a.extra.get("rendernode", ""), a.extra.get("graphics", "egl-headless")))
 
+    # -- restore after a reboot ---------------------------------------------------------------------------------
+
+    def device_shown(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        return True  # a paravirtual device: nothing on the host to wait for
+
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         return {"mode": TYPE, "rendernode": render_path(device_id.removeprefix("/dev/dri/"))}
 

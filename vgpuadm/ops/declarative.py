@@ -217,7 +217,7 @@ def restore(
     timeout: float = 60.0,
     report: Report | None = None,
 ) -> RestoreResult:
-    """Rebuild this host's domains' devices after a reboot, phase by phase (plan/restore.PHASES), under the host
+    """Rebuild this host's domains' devices after a reboot, phase by phase (plan/restore.RESTORE_ORDER), under the host
     lock. Each device is its own unit: one that fails is rolled back and named in `problems`, the others still
     happen."""
     check_timeout(timeout)
@@ -241,20 +241,20 @@ def restore(
         out.devices = len(allocs)
         sriov_manage = s.root.has_executable(SRIOV_MANAGE)
         snap, stale = s.snap, bool(recovered)  # the host is read again only after something changed it
-        for phase in restore_plan.PHASES:
+        for spec in restore_plan.RESTORE_ORDER:  # each phase with the host reads it declares
+            phase = spec.name
             if stale:
                 snap = s.refresh()
-            missing = restore_plan.missing_devices(allocs, snap) if phase == "vgpu" and not out.problems else []
+            missing = restore_plan.missing_devices(allocs, snap) if spec.waits_for_devices and not out.problems else []
             if missing:
                 say(f"waiting up to {timeout:g}s for {', '.join(missing)} to register")
                 snap = wait_until(s.refresh, functools.partial(restore_plan.all_present, allocs), timeout)
-            mig = host_mig.read_host(s.root) if phase == "mig" and restore_plan.needs_mig(allocs, snap) else None
+            mig = host_mig.read_host(s.root) if spec.reads_mig and restore_plan.needs_mig(allocs, snap) else None
             state = None
-            if phase == "policies" and host_hetero.wanted(snap):
+            if spec.reads_policies and host_hetero.wanted(snap):
                 state = read_policy(s.root.path, "state")
                 snap = dataclasses.replace(snap, policies=host_hetero.read(s.root, scheduler=True, placements=True))
-            pp = restore_plan.plan_phase(phase, allocs, snap, sriov_manage=sriov_manage, mig_host=mig,
-                                         policy_state=state)  # fmt: skip
+            pp = spec.plan(allocs, snap, restore_plan.HostReads(sriov_manage, mig, state))
             for line in pp.skipped:
                 say(f"{phase}: skipped: {line}")
                 out.skipped.append(line)

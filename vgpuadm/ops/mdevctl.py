@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vgpuadm import modes
 from vgpuadm.catalog.capacity import consume
 from vgpuadm.io import mdevctl
 from vgpuadm.io.domainxml import read_domain_dir
-from vgpuadm.model import Allocation, DeviceMode
+from vgpuadm.model import Allocation
 from vgpuadm.modes.mdev import MODE as MDEV
 from vgpuadm.ops.session import Session
 from vgpuadm.steps import Plan, Step, WriteMdevctlDefinition
@@ -29,7 +30,7 @@ def export(
         else:
             doms = read_domain_dir(domain_xml_dir, snap.host_key) if domain_xml_dir else s.domains()
             defs = [mdevctl.definition(a.parent, a.uuid, a.type_id, a.params)
-                    for a in doms.allocations if a.mode == DeviceMode.MDEV and a.parent and a.uuid and a.type_id]  # fmt: skip
+                    for a in doms.allocations if modes.of(a) is MDEV and a.parent and a.uuid and a.type_id]  # fmt: skip
         defs.sort(key=lambda d: (d.parent, d.uuid))
         out: list[tuple[mdevctl.Definition, bool]] = []
         steps: list[Step] = []
@@ -74,7 +75,7 @@ def import_(root: str | None, *, check: bool = False, include_manual: bool = Fal
             if other:
                 problems.append(f"{d.host_path}: attributes {', '.join(other)} are not supported; created without them")
             steps.extend(MDEV.plan_create(vsnap, t, d.uuid, d.params or ""))
-            vsnap = consume(vsnap, [Allocation("", DeviceMode.MDEV, d.mdev_type, d.parent, d.uuid)])
+            vsnap = consume(vsnap, [Allocation("", MDEV.name, d.mdev_type, d.parent, d.uuid)])
         plan = Plan.of(steps, "create mdevs from mdevctl definitions")
         if check or plan.empty:
             return ImportResult(plan, tuple(plan.describe()), tuple(problems))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from vgpuadm import modes
 from vgpuadm.catalog.capacity import consume
-from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
+from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.virt import xml as domxml
 
 
@@ -129,6 +129,5 @@ def missing_recorded(snap: HostSnapshot, domains: Domains) -> list[Allocation]:
 
 def device_keys(a: Allocation) -> list[tuple[str, str]]:
     """The (kind, key) references an allocation stands for, as parse_hostdevs names them."""
-    if a.mode == DeviceMode.MDEV:
-        return [("mdev", a.uuid.lower())] if a.uuid else []
-    return [("pci", a.address)] if a.address else []
+    key = modes.key(a)
+    return [key] if key is not None else []

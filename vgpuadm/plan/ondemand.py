@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping, Sequence
 from vgpuadm import modes
 from vgpuadm.catalog.capacity import consume, release
 from vgpuadm.errors import ConflictError, VgpuadmError
-from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
+from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.guest import remove_steps
 from vgpuadm.steps import CreateMdev, Plan, Step
@@ -45,7 +45,7 @@ def start_steps(snap: HostSnapshot, name: str, wanted: Sequence[Allocation]) -> 
     steps: list[Step] = []
     groups: dict[tuple[str, str, str, str, str], list[Allocation]] = {}
     for a in wanted:
-        if a.mode == DeviceMode.MDEV and a.uuid:
+        if modes.of(a).placed_at_start and a.uuid:
             have = snap.mdevs.get(a.uuid)
             if have is not None:
                 if have.type_id != a.type_id:
@@ -63,14 +63,15 @@ def start_steps(snap: HostSnapshot, name: str, wanted: Sequence[Allocation]) -> 
         parents = {s.uuid: s.parent for s in kernel.steps if isinstance(s, CreateMdev)}
         view = consume(view, [dataclasses.replace(a, parent=parents.get(a.uuid or "")) for a in group])
     for a in wanted:
-        if a.mode == DeviceMode.VF and a.address and a.type_id:
+        mode = modes.of(a)  # a vGPU on the device the allocation names (a layout C VF): typed at start
+        if mode.needs_vendor_driver and not mode.placed_at_start and a.address and a.type_id:
             kernel, _vf = device_plans.plan_vf_type(view, a.type_id, a.address, params=a.params or "")
             steps += kernel.steps
             view = consume(view, [a])
     gpus: list[tuple[str, bool]] = []
     for a in wanted:
         owner = a.parent or a.address
-        if a.mode == DeviceMode.PCI and owner and owner not in [g for g, _ in gpus]:
+        if modes.of(a).whole_gpu and owner and owner not in [g for g, _ in gpus]:
             gpus.append((owner, a.extra.get("force") == "yes"))
     for gpu, force in gpus:
         steps += device_plans.plan_vfio_bind(view, gpu, force).steps
@@ -82,7 +83,7 @@ def overcommit(snap: HostSnapshot, allocations: Sequence[Allocation], autostart:
     name order), the devices that are not on demand staying where they are. `snap` counts those (with_recorded).
     Requests of domains started by hand may add up to more than the host: that is what on-demand is for."""
     wanted = [a for a in allocations if a.on_demand and a.domain in autostart]
-    made = [a for a in wanted if a.mode != DeviceMode.PCI and not modes.for_name(a.mode).missing(snap, a)]
+    made = [a for a in wanted if not modes.of(a).whole_gpu and not modes.of(a).missing(snap, a)]
     view = release(snap, made) if made else snap
     by_domain: dict[str, list[Allocation]] = {}
     for a in wanted:
@@ -93,7 +94,7 @@ def overcommit(snap: HostSnapshot, allocations: Sequence[Allocation], autostart:
         try:
             for a in mine:
                 gpu = a.parent or a.address or ""
-                if a.mode == DeviceMode.PCI and bound.setdefault(gpu, name) != name:
+                if modes.of(a).whole_gpu and bound.setdefault(gpu, name) != name:
                     raise ConflictError(f"{gpu} is also an on-demand passthrough of domain {bound[gpu]}")
             _steps, view = start_steps(view, name, mine)
         except VgpuadmError as exc:

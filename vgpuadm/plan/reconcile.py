@@ -12,6 +12,8 @@ from vgpuadm.modes import passthrough
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.steps import Plan, Step
 
+VFIO = "vfio"  # the leak kind of a group vgpuadm bound to vfio-pci; a leaked vGPU's kind is its mode (mdev | vf)
+
 
 @dataclass(frozen=True)
 class Leak:
@@ -32,7 +34,7 @@ def find_leaks(snap: HostSnapshot, owned: set[str], vfio_remembered: dict[str, s
         fn = snap.functions.get(addr)
         group = snap.group_members(addr)
         if fn is not None and fn.driver == "vfio-pci" and not owned.intersection(group):
-            leaks.append(Leak("vfio", addr, f"bound to vfio-pci, was {vfio_remembered[addr] or 'unbound'}"))
+            leaks.append(Leak(VFIO, addr, f"bound to vfio-pci, was {vfio_remembered[addr] or 'unbound'}"))
     return sorted(leaks, key=lambda lk: (lk.kind, lk.id))
 
 
@@ -41,7 +43,7 @@ def leak_plan(snap: HostSnapshot, leaks: Sequence[Leak], vfio_remembered: dict[s
     steps: list[Step] = []
     done_groups: set[str] = set()
     for lk in leaks:
-        if lk.kind in ("mdev", "vf"):
+        if lk.kind != VFIO:  # a vGPU: removed as `vgpuadm remove` does
             steps.extend(device_plans.plan_remove(snap, lk.id).steps)
         elif lk.id not in done_groups:
             done_groups.update(snap.group_members(lk.id))

@@ -14,9 +14,13 @@ order, re-discovering between them, because each phase makes the devices the nex
   vgpu    mdevs (layouts A/B) with the UUIDs the domain XML names, VF vGPU types (layout C) at their recorded
           placement IDs
   params  vgpu_params written after create and before the guest starts (reference §2.5)
-  vfio    passthrough functions bound to vfio-pci again
+  vfio    passthrough functions bound to vfio-pci again, VF pools' VFs bound for their guests
 
-Every phase is idempotent: what already matches produces no step, so a second restore plans nothing.
+The order is declared once, in RESTORE_ORDER, each phase with the host reads it needs before it plans (the caller
+does them: planning stays pure). The enablers that are not devices (driver, SR-IOV, host policies, MIG, params)
+have their builders here; a device phase ("vgpu", "vfio") plans each allocation whose mode (modes/*.py) names it
+as its `restore_phase`, by asking that mode (`Mode.plan_rebuild`). Every phase is idempotent: what already matches
+produces no step, so a second restore plans nothing.
 """
 
 from __future__ import annotations
@@ -24,23 +28,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from vgpuadm.catalog.capacity import heterogeneous
+from vgpuadm import modes
 from vgpuadm.catalog.mig import MigHost, MigInstance, recorded_instance
 from vgpuadm.errors import NotFoundError, VgpuadmError
-from vgpuadm.model import Allocation, DeviceMode, HostSnapshot
-from vgpuadm.modes import mdev, mig, passthrough, sriov, vf_pool, vf_vgpu
-from vgpuadm.modes.base import join_params, split_params
+from vgpuadm.model import Allocation, HostSnapshot
+from vgpuadm.modes import mig, sriov
 from vgpuadm.plan import policies
-from vgpuadm.plan.desired import params_equal
 from vgpuadm.steps import (
     CreateGpuInstance,
     DriversProbe,
     Plan,
-    SetVgpuParams,
     Step,
 )
-
-PHASES = ("driver", "sriov", "policies", "mig", "vgpu", "params", "vfio")
 
 
 @dataclass(frozen=True)
@@ -74,20 +73,13 @@ def _units(steps: Iterable[Step], summary: str) -> tuple[Plan, ...]:
 
 def needed_device(a: Allocation) -> str | None:
     """The host device an allocation lives on: the mdev parent, the layout C VF, or the passed-through function."""
-    if a.mode == DeviceMode.MDEV:
-        return a.parent
-    return a.address or a.parent
+    return modes.of(a).host_device(a)
 
 
 def missing_devices(allocations: Iterable[Allocation], snap: HostSnapshot) -> list[str]:
     """Devices the allocations need that the host does not show yet (parents not registered, VFs not enabled)."""
-    present: dict[str, set[str]] = {
-        "mdev": set(snap.mdev_parents),
-        "vf": set(snap.vendor_vfs),
-        "pci": set(snap.functions),
-        "pool": set(snap.functions),
-    }
-    out = {dev for a in allocations if (dev := needed_device(a)) is not None and dev not in present.get(a.mode, {dev})}
+    out = {dev for a in allocations
+           if (dev := needed_device(a)) is not None and not modes.of(a).device_shown(snap, a)}  # fmt: skip
     return sorted(out)
 
 
@@ -95,30 +87,67 @@ def all_present(allocations: Iterable[Allocation], snap: HostSnapshot) -> bool:
     return not missing_devices(allocations, snap)
 
 
+@dataclass(frozen=True)
+class HostReads:
+    """What the caller read from the host for a phase (the reads its Phase declares). `sriov_manage`: NVIDIA's
+    sriov-manage is installed (the only way to enable the VFs of a PF bound to nvidia). `mig_host`: the MIG state
+    nvidia-smi reports. `policy_state`: the applied `gpus:` section's state file."""
+
+    sriov_manage: bool = False
+    mig_host: MigHost | None = None
+    policy_state: str | None = None
+
+
+Builder = Callable[[Sequence[Allocation], HostSnapshot, HostReads], PhasePlan]
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of restore, its place in the order declared once (RESTORE_ORDER). `build`: an enabler's planner;
+    None for a device phase, where each allocation's mode plans its device (the modes whose `restore_phase` is
+    `name`). The host reads the phase needs first, done by the caller (planning stays pure):"""
+
+    name: str
+    build: Builder | None = None
+    waits_for_devices: bool = False  # wait (up to --timeout) until the host shows every device (missing_devices)
+    reads_mig: bool = False  # the MIG state, when an allocation is of a MIG-backed type (needs_mig)
+    reads_policies: bool = False  # the policy state file and the GPUs' policies, where heterogeneous mode is wanted
+
+    def plan(self, allocations: Sequence[Allocation], snap: HostSnapshot, reads: HostReads) -> PhasePlan:
+        if self.build is not None:
+            return self.build(allocations, snap, reads)
+        return _devices(self.name, allocations, snap)
+
+
 def plan_phase(
     phase: str, allocations: Sequence[Allocation], snap: HostSnapshot, *, sriov_manage: bool = False,
     mig_host: MigHost | None = None, policy_state: str | None = None,
 ) -> PhasePlan:  # fmt: skip
-    """The work of one phase. `sriov_manage`: NVIDIA's sriov-manage is installed (the only way to enable the VFs
-    of a PF bound to nvidia). `mig_host`: the MIG state nvidia-smi reports (read when `needs_mig` says so)."""
-    if phase == "sriov":
-        return _sriov(allocations, snap, sriov_manage)
-    if phase == "mig":
-        return _mig(allocations, snap, mig_host)
-    if phase == "policies":
-        placed = {snap.physical_gpu(a.address) for a in allocations
-                  if a.mode == DeviceMode.VF and a.address and "placement_id" in a.extra}  # fmt: skip
-        return PhasePlan("policies", _units(policies.restore_steps(snap, policy_state, placed), "host policies"))
-    builders: dict[str, Callable[[Sequence[Allocation], HostSnapshot], PhasePlan]] = {
-        "driver": _driver,
-        "vgpu": _vgpu,
-        "params": _params,
-        "vfio": _vfio,
-    }
-    return builders[phase](allocations, snap)
+    """The work of one phase (by name; see HostReads for the keywords)."""
+    return _BY_NAME[phase].plan(allocations, snap, HostReads(sriov_manage, mig_host, policy_state))
 
 
-def _driver(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
+def _devices(phase: str, allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
+    """A device phase: each allocation whose mode makes its device in `phase`, in domain and slot order, planned
+    by its mode; a device that cannot come back is a problem, the others still do."""
+    units: list[Plan] = []
+    problems: list[str] = []
+    done: set[str] = set()
+    for a in sorted(allocs, key=lambda a: (a.domain, a.slot)):
+        mode = modes.of(a)
+        if mode.restore_phase == phase:
+            more, trouble = mode.plan_rebuild(snap, a, done)
+            units += more
+            problems += trouble
+    return PhasePlan(phase, tuple(units), tuple(problems))
+
+
+def _policies(allocs: Sequence[Allocation], snap: HostSnapshot, reads: HostReads) -> PhasePlan:
+    placed = {gpu for a in allocs if (gpu := modes.of(a).heterogeneous_gpu(snap, a)) is not None}
+    return PhasePlan("policies", _units(policies.restore_steps(snap, reads.policy_state, placed), "host policies"))
+
+
+def _driver(allocs: Sequence[Allocation], snap: HostSnapshot, reads: HostReads) -> PhasePlan:
     # A PF that hosts vGPUs (directly, or through its VFs) must run its vendor driver; drivers_probe with no
     # override binds the native driver. A PF already bound to something (even vfio-pci) is left alone.
     steps: list[Step] = []
@@ -131,7 +160,7 @@ def _driver(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
 
 def _pfs_needed(allocs: Sequence[Allocation], snap: HostSnapshot) -> list[str]:
     pfs: set[str] = set()
-    for dev in {needed_device(a) for a in allocs if a.mode in (DeviceMode.MDEV, DeviceMode.VF)}:
+    for dev in {needed_device(a) for a in allocs if modes.of(a).needs_vendor_driver}:
         if dev is None:
             continue
         if dev in snap.functions:
@@ -150,18 +179,18 @@ def _candidate_pfs(dev: str, snap: HostSnapshot) -> list[str]:
     return same_bus or [f.address for f in sriov if not f.sriov_num_vfs]
 
 
-def _sriov(allocs: Sequence[Allocation], snap: HostSnapshot, sriov_manage: bool) -> PhasePlan:
+def _sriov(allocs: Sequence[Allocation], snap: HostSnapshot, reads: HostReads) -> PhasePlan:
     # The SR-IOV mode's enable sequence: NVIDIA's sriov-manage for PFs bound to nvidia (the driver has no
     # sriov_configure), sriov_numvfs = sriov_totalvfs otherwise.
     units: list[Plan] = []
     problems: list[str] = []
     pfs: set[str] = set()
-    pool_pfs = {a.address: a.parent for a in allocs if a.mode == DeviceMode.POOL and a.parent in snap.vf_pools}
+    pool_pfs = {a.address: pf for a in allocs if (pf := modes.of(a).sriov_pf(snap, a)) is not None}
     for dev in missing_devices(allocs, snap):
         pfs.update([pool_pfs[dev]] if dev in pool_pfs else _candidate_pfs(dev, snap))
     for pf in sorted(pfs):
         try:
-            steps = sriov.MODE.plan_enable(snap, pf, sriov_manage=sriov_manage)
+            steps = sriov.MODE.plan_enable(snap, pf, sriov_manage=reads.sriov_manage)
         except VgpuadmError as exc:
             problems.append(f"{pf}: {exc.message}")
             continue
@@ -175,13 +204,13 @@ def needs_mig(allocs: Sequence[Allocation], snap: HostSnapshot) -> bool:
     return any(_is_mig_backed(a, snap) for a in allocs)
 
 
-def _mig(allocs: Sequence[Allocation], snap: HostSnapshot, mig_host: MigHost | None) -> PhasePlan:
+def _mig(allocs: Sequence[Allocation], snap: HostSnapshot, reads: HostReads) -> PhasePlan:
     """Per GPU, one unit: MIG mode on where it is off, then each GPU instance vgpuadm recorded (`mig_instance`) at
     its recorded start, then — for MIG-backed vGPUs on instances made by hand — the instances the room left does not
     cover, placed by the capacity model (GPU instances do not survive a reboot; MIG mode does, reference §3.5). A
     recorded start that is taken or not a placement of its profile is a problem naming the domain, and nothing is
     done on that GPU."""
-    host = mig_host or MigHost((), {})
+    host = reads.mig_host or MigHost((), {})
     names = {t.type_id: t.name for t in snap.types()}
     wanted: dict[str, list[Allocation]] = {}
     for a in allocs:
@@ -261,10 +290,8 @@ def _by_record(owners: Sequence[Allocation]) -> dict[tuple[int, int], list[Alloc
 
 
 def _vgpu_exists(a: Allocation, snap: HostSnapshot) -> bool:
-    if a.mode == DeviceMode.MDEV:
-        return bool(a.uuid) and a.uuid in snap.mdevs
-    vf = snap.vendor_vfs.get(a.address or "")
-    return vf is not None and a.type_id == f"nvidia-{vf.current_type}"
+    mode = modes.of(a)
+    return mode.needs_vendor_driver and not mode.missing(snap, a)
 
 
 def _is_mig_backed(a: Allocation, snap: HostSnapshot) -> bool:
@@ -274,99 +301,19 @@ def _is_mig_backed(a: Allocation, snap: HostSnapshot) -> bool:
     return False
 
 
-def _vgpu(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
-    steps: list[Step] = []
-    problems: list[str] = []
-    for a in sorted(allocs, key=lambda a: (a.domain, a.slot)):
-        if a.mode == DeviceMode.MDEV and a.uuid and a.parent and a.type_id:
-            have = snap.mdevs.get(a.uuid)
-            if have is None:
-                parent = snap.mdev_parents.get(a.parent)
-                t = next((t for t in parent.types if t.type_id == a.type_id), None) if parent else None
-                if parent is None:
-                    problems.append(f"{a.domain}: mdev {a.uuid} — parent {a.parent} has not registered")
-                elif t is None:
-                    problems.append(f"{a.domain}: mdev {a.uuid} — parent {a.parent} offers no type {a.type_id}")
-                else:
-                    try:  # the mdev mode's own checks (UUID grammar, conflicts); parameters follow in their phase
-                        steps += mdev.MODE.plan_create(snap, t, a.uuid)
-                    except VgpuadmError as exc:
-                        problems.append(f"{a.domain}: mdev {a.uuid}: {exc.message}")
-            elif (have.parent, have.type_id) != (a.parent, a.type_id):
-                problems.append(
-                    f"{a.domain}: mdev {a.uuid} exists as {have.type_id} on {have.parent}, "
-                    f"the domain wants {a.type_id} on {a.parent}"
-                )
-        elif a.mode == DeviceMode.VF and a.type_id:
-            vf_addr = a.address or a.parent or ""
-            vf = snap.vendor_vfs.get(vf_addr)
-            number = a.type_id.rsplit("-", 1)[-1]
-            want = int(number) if number.isdecimal() else 0
-            if not want:  # recorded metadata is outside input: a VF's type is nvidia-<number>
-                problems.append(f"{a.domain}: vf device #{a.slot}: type {a.type_id[:80]!r} is not nvidia-<number>")
-            elif vf is None:
-                problems.append(f"{a.domain}: VF {vf_addr} does not exist (SR-IOV not enabled on its GPU)")
-            elif vf.current_type == 0:
-                t = next((t for t in vf.offered if t.numeric_id == want), None)
-                if t is None:
-                    problems.append(f"{a.domain}: VF {vf_addr} does not offer {a.type_id} (creatable_vgpu_types)")
-                else:  # the VF mode's own planner, at the recorded placement; parameters follow in their phase
-                    steps += vf_vgpu.MODE.plan_create(snap, t, placement=_placement(a, snap, vf_addr))
-            elif vf.current_type != want:
-                problems.append(f"{a.domain}: VF {vf_addr} runs nvidia-{vf.current_type}, the domain wants {a.type_id}")
-    return PhasePlan("vgpu", _units(steps, "re-create vGPUs"), tuple(problems))
-
-
-def _placement(a: Allocation, snap: HostSnapshot, vf: str) -> int | None:
-    """The placement ID the domain recorded, on a GPU in heterogeneous mode (the metadata grammar: 1–4 digits)."""
-    pid = a.extra.get("placement_id", "")
-    return int(pid) if pid.isdecimal() and heterogeneous(snap, snap.physical_gpu(vf)) else None
-
-
-def _params(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
-    steps: list[Step] = []
-    for a in allocs:
-        if not a.params:
-            continue
-        if a.mode == DeviceMode.MDEV and a.uuid in snap.mdevs:
-            current = snap.mdevs[a.uuid].vgpu_params
-            if not params_equal(current, a.params):
-                steps.append(SetVgpuParams("mdev", a.uuid, join_params(split_params(a.params)), current or ""))
-        elif a.mode == DeviceMode.VF:
-            vf = snap.vendor_vfs.get(a.address or a.parent or "")
-            if vf is not None and vf.in_use and not params_equal(vf.vgpu_params, a.params):
-                steps.append(SetVgpuParams("vf", vf.address, join_params(split_params(a.params)), vf.vgpu_params or ""))
+def _params(allocs: Sequence[Allocation], snap: HostSnapshot, reads: HostReads) -> PhasePlan:
+    steps = [step for a in allocs if (step := modes.of(a).restore_params(snap, a)) is not None]
     return PhasePlan("params", _units(steps, "write vgpu_params"))
 
 
-def _vfio(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
-    # vgpuadm binds a passed-through GPU's whole IOMMU group to vfio-pci when it gives it to a guest (the
-    # passthrough mode's safe sequence, reference §5.2, §5.3), so restore binds it again, managed or not.
-    units: list[Plan] = []
-    problems: list[str] = []
-    covered: set[str] = set()
-    for a in sorted(allocs, key=lambda a: (a.domain, a.slot)):
-        gpu = a.parent or a.address
-        if a.mode == DeviceMode.POOL and a.address:  # a VF pool's VF, bound for its guest by vgpuadm
-            try:
-                steps = vf_pool.MODE.plan_bind(snap, a.address)
-            except VgpuadmError as exc:
-                problems.append(f"{a.domain}: {a.address}: {exc.message}")
-                continue
-            if steps:
-                units.append(Plan.of(steps, f"bind VF {a.address} for its guest"))
-            continue
-        if a.mode != DeviceMode.PCI or not gpu or gpu in covered:
-            continue
-        if gpu not in snap.functions:
-            problems.append(f"{a.domain}: PCI function {gpu} does not exist")
-            continue
-        covered.update(snap.group_members(gpu))
-        try:
-            steps = passthrough.MODE.plan_bind(snap, gpu)
-        except VgpuadmError as exc:
-            problems.append(f"{a.domain}: {gpu}: {exc.message}")
-            continue
-        if steps:
-            units.append(Plan.of(steps, f"bind the IOMMU group of {gpu} to vfio-pci"))
-    return PhasePlan("vfio", tuple(units), tuple(problems))
+RESTORE_ORDER: tuple[Phase, ...] = (
+    Phase("driver", _driver),
+    Phase("sriov", _sriov),
+    Phase("policies", _policies, reads_policies=True),
+    Phase("mig", _mig, reads_mig=True),
+    Phase("vgpu", waits_for_devices=True),
+    Phase("params", _params),
+    Phase("vfio"),
+)
+PHASES = tuple(p.name for p in RESTORE_ORDER)
+_BY_NAME = {p.name: p for p in RESTORE_ORDER}
