@@ -64,6 +64,12 @@ class Layout(StrEnum):
         return self is Layout.VENDOR_VFIO
 
     @property
+    def types_by_number(self) -> bool:
+        """Layout C: the driver lists and sets types by number (nvidia/creatable_vgpu_types, current_vgpu_type),
+        and a VF lists none while it or its GPU is full (nvidia-smi names them then)."""
+        return self is Layout.VENDOR_VFIO
+
+    @property
     def summary(self) -> str:
         """The layout in a few words ("layout A: mdev vGPUs on the GPU"); its name where there is none."""
         return _SUMMARY.get(self, str(self))

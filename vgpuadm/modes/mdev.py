@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from vgpuadm.errors import ConflictError, NotFoundError
 from vgpuadm.model import Allocation, DeviceKey, HostSnapshot, Layout, Mdev, VgpuType, mdev_key
-from vgpuadm.modes.base import HostdevSpec, Mode, check_params, check_uuid, same_params
+from vgpuadm.modes.base import HostdevSpec, Instance, Mode, check_params, check_uuid, same_params
 from vgpuadm.steps import CreateMdev, RemoveMdev, SetVgpuParams, Step
 from vgpuadm.virt import xml
 
@@ -96,6 +96,22 @@ class MdevMode(Mode):
         if m is not None:
             spec.update(type_id=m.type_id, parent=m.parent)
         return spec
+
+    # -- reports, placement, create planner ----------------------------------------------------------------------
+
+    def device_id(self, a: Allocation) -> str | None:
+        return a.uuid
+
+    def device_label(self, a: Allocation) -> str | None:
+        return f"mdev {a.uuid}"
+
+    def present(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        m = snapshot.mdevs.get((a.uuid or "").lower())
+        return m is not None and m.type_id == a.type_id
+
+    def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> tuple[list[Step], str]:
+        dev = ask.uuid()
+        return self.plan_create(snapshot, t, dev, ask.params), dev
 
 
 MODE = MdevMode()

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from vgpuadm.errors import ConflictError, NotFoundError
 from vgpuadm.model import Allocation, HostSnapshot, Layout, VendorVf, VgpuType
-from vgpuadm.modes.base import HostdevSpec, Mode, check_params
+from vgpuadm.modes.base import HostdevSpec, Instance, Mode, check_params
 from vgpuadm.steps import ClearVfVgpuType, SetVfPlacement, SetVfVgpuType, SetVgpuParams, Step
 from vgpuadm.virt import xml
 
@@ -86,6 +86,18 @@ class VfVgpuMode(Mode):
 
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         return {"mode": "vf", "address": device_id, "managed": "no"}
+
+    # -- reports, placement, create planner ----------------------------------------------------------------------
+
+    def device_label(self, a: Allocation) -> str | None:
+        return f"VF {a.address}"
+
+    def present(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        vf = snapshot.vendor_vfs.get(a.address or "")
+        return vf is not None and vf.in_use and f"nvidia-{vf.current_type}" == a.type_id
+
+    def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> tuple[list[Step], str]:
+        return self.plan_create(snapshot, t, ask.params, ask.placement()), t.parent
 
 
 MODE = VfVgpuMode()
