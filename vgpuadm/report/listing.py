@@ -8,9 +8,10 @@ from vgpuadm.model import Allocation, HostSnapshot, Layout, VgpuType, device_key
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
     from typing import Any
 
+    from vgpuadm.modes import Mode
     from vgpuadm.plan.domains import Domains
 
 
@@ -211,15 +212,16 @@ def vm_view(
     running: bool | None,
     allocations: Iterable[Allocation],
     changed: str | None,
+    mode_of: Callable[[Allocation], Mode],
 ) -> dict[str, Any]:
     """`vgpuadm show --vm NAME` (schemas/show.schema.json): what the domain owns as its vgpuadm metadata records
     it, where each device is (parent, physical GPU and its model), its vgpu_params and options, whether it exists
-    on the host now, whether it is made on demand (at VM start) or kept, and when vgpuadm last changed them."""
-    from vgpuadm import modes  # the steps and libvirt XML it imports stay off the fast path of the device lists
-
+    on the host now, whether it is made on demand (at VM start) or kept, and when vgpuadm last changed them.
+    `mode_of` is the registry's modes.of, passed in: this module, on the fast path of the device lists, does not
+    import the modes (nor the steps and libvirt XML they import)."""
     devices = []
     for a in sorted(allocations, key=lambda a: a.slot):
-        mode = modes.of(a)
+        mode = mode_of(a)
         where = a.parent or a.address
         gpu = snap.physical_gpu(where) if where else None
         devices.append(
