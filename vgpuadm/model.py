@@ -45,12 +45,13 @@ class Layout(StrEnum):
     PASSTHROUGH = "passthrough"  # D: whole-function passthrough candidate
     VF_POOL = "vf-pool"  # an AMD/Intel SR-IOV PF whose VFs go to guests whole (docs/reference/sriov-gpus.md)
 
-    # The sharing rule of each layout, declared once (catalog/capacity.py applies it as data):
+    # What differs per layout, declared once as data: catalog/capacity.py applies it (it may not import the modes),
+    # placement, naming and the reports read it.
     @property
     def sharing(self) -> str:
-        """ "one-size" (B/C: one vGPU per VF, one framebuffer size per GPU), "one-type" (A: one vGPU type per GPU
-        for NVIDIA; catalog/capacity turns it into "kernel" for other mdev drivers, whose types share one budget),
-        or "whole" (no vGPU sharing)."""
+        """The layout's sharing rule: "one-size" (B/C: one vGPU per VF, one framebuffer size per GPU), "one-type"
+        (A: one vGPU type per GPU for NVIDIA; catalog/capacity turns it into "kernel" for other mdev drivers, whose
+        types share one budget), or "whole" (no vGPU sharing)."""
         return _SHARING.get(self, "whole")
 
     @property
