@@ -50,6 +50,44 @@ class Layout(StrEnum):
     PASSTHROUGH = "passthrough"  # D: whole-function passthrough candidate
     VF_POOL = "vf-pool"  # an AMD/Intel SR-IOV PF whose VFs go to guests whole (docs/reference/sriov-gpus.md)
 
+    # What differs per layout, declared once as data: catalog/capacity.py applies it (it may not import the modes),
+    # placement, naming and the reports read it.
+    @property
+    def sharing(self) -> str:
+        """The layout's sharing rule: "one-size" (B/C: one vGPU per VF, one framebuffer size per GPU), "one-type"
+        (A: one vGPU type per GPU for NVIDIA; catalog/capacity turns it into "kernel" for other mdev drivers, whose
+        types share one budget), or "whole" (no vGPU sharing)."""
+        return _SHARING.get(self, "whole")
+
+    @property
+    def one_vgpu_per_vf(self) -> bool:
+        """Layouts B and C: each parent is a VF that holds at most one vGPU."""
+        return self.sharing == "one-size"
+
+    @property
+    def parent_is_device(self) -> bool:
+        """Layout C: the parent VF is itself the device a guest gets (a VF a domain names takes nothing else)."""
+        return self is Layout.VENDOR_VFIO
+
+    @property
+    def types_by_number(self) -> bool:
+        """Layout C: the driver lists and sets types by number (nvidia/creatable_vgpu_types, current_vgpu_type),
+        and a VF lists none while it or its GPU is full (nvidia-smi names them then)."""
+        return self is Layout.VENDOR_VFIO
+
+    @property
+    def summary(self) -> str:
+        """The layout in a few words ("layout A: mdev vGPUs on the GPU"); its name where there is none."""
+        return _SUMMARY.get(self, str(self))
+
+
+_SHARING = {Layout.MDEV_PF: "one-type", Layout.MDEV_VF: "one-size", Layout.VENDOR_VFIO: "one-size"}
+_SUMMARY = {
+    Layout.MDEV_PF: "layout A: mdev vGPUs on the GPU",
+    Layout.MDEV_VF: "layout B: mdev vGPUs on its VFs",
+    Layout.VENDOR_VFIO: "layout C: a vGPU type per VF",
+    Layout.PASSTHROUGH: "layout D: whole-GPU passthrough",
+}
 
 MDEV_LAYOUTS = (Layout.MDEV_PF, Layout.MDEV_VF)
 
@@ -62,6 +100,30 @@ class DeviceMode(StrEnum):
     PCI = "pci"  # layout D: whole-function passthrough, <hostdev type='pci'> with <driver name='vfio'/>
     POOL = "pool"  # a VF of an SR-IOV VF pool bound to vfio-pci (or a variant driver), <hostdev managed='no'>
     VIRTIO_GL = "virtio-gl"  # a paravirtual virtio-gpu with 3D through a host render node: <video> + <graphics>
+
+    @property
+    def holds(self) -> Holding:
+        """What one device of this mode holds of its GPU's shared capacity (catalog/capacity.py's consume and
+        release apply it as data)."""
+        return _HOLDS[self]
+
+
+class Holding(StrEnum):
+    """What a device a domain owns takes from its GPU while it exists, and gives back when it goes."""
+
+    MDEV_INSTANCE = "mdev-instance"  # one instance of its type on its mdev parent (layouts A/B)
+    VF_TYPE = "vf-type"  # its layout C VF, set to its type (at its placement ID in heterogeneous mode)
+    POOL_VF = "pool-vf"  # one VF of its SR-IOV pool
+    NOTHING = "nothing"  # a whole function (counted by its driver binding) or a paravirtual device
+
+
+_HOLDS = {
+    DeviceMode.MDEV: Holding.MDEV_INSTANCE,
+    DeviceMode.VF: Holding.VF_TYPE,
+    DeviceMode.POOL: Holding.POOL_VF,
+    DeviceMode.PCI: Holding.NOTHING,
+    DeviceMode.VIRTIO_GL: Holding.NOTHING,
+}
 
 
 class _DataclassFields:

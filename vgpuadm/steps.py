@@ -96,6 +96,11 @@ class RemoveMdev(Step):
         return f"remove mdev {self.uuid} from {self.parent}"
 
 
+# SetVgpuParams.device_path_kind: whose vgpu_params file the step writes.
+PARAMS_OF_MDEV = "mdev"  # an mdev's, by UUID
+PARAMS_OF_VF = "vf"  # a layout C VF's, by PCI address
+
+
 @step_kind("set-vgpu-params")
 @dataclass(frozen=True)
 class SetVgpuParams(Step):
@@ -113,8 +118,13 @@ class SetVgpuParams(Step):
     params: str
     previous: str = ""
 
+    @property
+    def of_mdev(self) -> bool:
+        """The file is an mdev's (id: its UUID), else a layout C VF's (id: its address)."""
+        return self.device_path_kind == PARAMS_OF_MDEV
+
     def describe(self) -> str:
-        what = "mdev" if self.device_path_kind == "mdev" else "VF"
+        what = "mdev" if self.of_mdev else "VF"
         if not self.params.strip():
             return f"clear vgpu_params of {what} {self.id}"
         return f'set vgpu_params of {what} {self.id} to "{self.params}"'

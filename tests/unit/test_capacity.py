@@ -11,7 +11,7 @@ import pytest
 from vgpuadm import api
 from vgpuadm.catalog import capacity
 from vgpuadm.errors import CapacityError, NotFoundError
-from vgpuadm.model import Allocation, HostSnapshot
+from vgpuadm.model import Allocation, DeviceMode, Holding, HostSnapshot, Layout, MdevParent, VgpuType
 from vgpuadm.plan.placement import place
 from vgpuadm.report.inventory import inventory
 from vgpuadm.steps import CreateMdev, SetVfVgpuType
@@ -171,3 +171,33 @@ def test_the_simulated_kernel_does_not_import_the_rules_it_checks() -> None:
     assert not [
         p.name for p in sim.glob("*.py") if "catalog.capacity" in p.read_text() or "import capacity" in p.read_text()
     ]
+
+
+def test_each_layout_and_device_mode_declares_its_rule_once() -> None:
+    """capacity applies the sharing rule a layout declares (Layout.sharing) and what a device mode holds
+    (DeviceMode.holds) as data: exact for every layout and mode, NVIDIA's one type per GPU turned into the kernel's
+    shared budget for other mdev drivers."""
+
+    def parent(layout: Layout, type_id: str) -> MdevParent:
+        t = VgpuType("p", layout, type_id, type_id, type_id, 1, 1, None, "vfio-pci", "")
+        return MdevParent("p", "/sys/devices/p", layout, None, (t,))
+
+    assert {layout: capacity.sharing_rule(layout, parent(layout, "nvidia-63")) for layout in Layout} == {
+        Layout.MDEV_PF: "one-type",
+        Layout.MDEV_VF: "one-size",
+        Layout.VENDOR_VFIO: "one-size",
+        Layout.SRIOV_PF: "whole",
+        Layout.PASSTHROUGH: "whole",
+        Layout.VF_POOL: "whole",
+    }
+    assert capacity.sharing_rule(Layout.MDEV_PF, parent(Layout.MDEV_PF, "mtty-1")) == "kernel"
+    assert capacity.sharing_rule(Layout.MDEV_PF, None) == "kernel"
+    assert [layout for layout in Layout if layout.one_vgpu_per_vf] == [Layout.MDEV_VF, Layout.VENDOR_VFIO]
+    assert [layout for layout in Layout if layout.parent_is_device or layout.types_by_number] == [Layout.VENDOR_VFIO]
+    assert {mode: mode.holds for mode in DeviceMode} == {
+        DeviceMode.MDEV: Holding.MDEV_INSTANCE,
+        DeviceMode.VF: Holding.VF_TYPE,
+        DeviceMode.PCI: Holding.NOTHING,
+        DeviceMode.POOL: Holding.POOL_VF,
+        DeviceMode.VIRTIO_GL: Holding.NOTHING,
+    }

@@ -10,8 +10,8 @@ import pytest
 
 from vgpuadm import api
 from vgpuadm.errors import ConflictError, UnsafeError, UsageError
-from vgpuadm.model import Layout
-from vgpuadm.modes import for_layout, for_name
+from vgpuadm.model import Allocation, Layout
+from vgpuadm.modes import MODES, for_layout, for_name, of
 from vgpuadm.sim.treestate import diff, tree_state
 from vgpuadm.steps import DriversProbe, RecordDrivers, SetDriverOverride, SriovManage, Unbind
 
@@ -164,3 +164,29 @@ def test_create_with_fixed_uuids_is_idempotent(sim_host: Callable[[str], Path]) 
         api.plan_create(api.discover(root), "P4-2Q", 2, uuids=uuids)
     with pytest.raises(ConflictError, match=rf"^mdev {uuids[1]} already exists"):
         api.plan_create(api.discover(root), "P4-1Q", 2, uuids=[uuids[1], "83b8f4f2-509f-382f-3c1e-e6bfe0fa1003"])
+
+
+def test_a_mode_answers_what_the_reports_ask(sim_host: Callable[[str], Path]) -> None:
+    """The id the device lists show, the label a sentence gives, whether `show` finds the device present (the mdev
+    of its type, the VF running its type, the function on vfio-pci, the render node), and the registry's flags."""
+    root = str(sim_host("p4"))
+    plan, [uuid] = api.plan_create(api.discover(root), "nvidia-63")
+    api.apply(plan, root)
+    snap = api.discover(root)
+    parent = snap.mdevs[uuid].parent
+    mdev = Allocation("vm", "mdev", "nvidia-63", parent, uuid=uuid.upper())
+    other_type = Allocation("vm", "mdev", "nvidia-64", parent, uuid=uuid)
+    vf = Allocation("vm", "vf", "nvidia-1414", "0000:41:00.4", address="0000:41:00.4")
+    pci = Allocation("vm", "pci", None, parent, address=parent)
+    gl = Allocation("vm", "virtio-gl", extra={"rendernode": "/dev/dri/renderD128"})
+    answers = [(of(a).device_id(a), of(a).device_label(a), of(a).present(snap, a)) for a in (mdev, vf, pci, gl)]
+    assert answers == [
+        (uuid.upper(), f"mdev {uuid.upper()}", True),
+        ("0000:41:00.4", "VF 0000:41:00.4", False),
+        (parent, None, False),  # on nvidia, not vfio-pci
+        (None, None, False),  # a P4 host has no render node
+    ]
+    assert not of(other_type).present(snap, other_type)
+    assert [m.name for m in MODES if m.paravirtual] == ["virtio-gl"]
+    assert [m.name for m in MODES if m.needs_vfs] == ["sriov"]
+    assert [m.name for m in MODES if m.whole_gpu] == ["pci"]

@@ -25,9 +25,7 @@ from vgpuadm.catalog.hetero import GpuPolicy
 from vgpuadm.catalog.mig import MigGpu, MigProfile
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.errors import CapacityError
-from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, Layout, Mdev, MdevParent, VendorVf, VgpuType
-
-SR_IOV_LAYOUTS = (Layout.MDEV_VF, Layout.VENDOR_VFIO)
+from vgpuadm.model import Allocation, DeviceMode, Holding, HostSnapshot, Layout, Mdev, MdevParent, VendorVf, VgpuType
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,13 +85,12 @@ def is_nvidia(type_id: str) -> bool:
 
 
 def sharing_rule(layout: Layout, parent: MdevParent | None) -> str:
-    """one-type | one-size | kernel | whole, for a physical GPU of `layout` (its mdev parent, if any)."""
-    if layout in SR_IOV_LAYOUTS:
-        return "one-size"
-    if layout == Layout.MDEV_PF:
-        nvidia = parent is not None and any(is_nvidia(t.type_id) for t in parent.types)
-        return "one-type" if nvidia else "kernel"
-    return "whole"
+    """one-type | one-size | kernel | whole, for a physical GPU of `layout` (its mdev parent, if any): the layout's
+    declared rule (Layout.sharing), where one type per GPU is NVIDIA's and other drivers share the kernel's budget."""
+    rule = layout.sharing
+    if rule == "one-type" and not (parent is not None and any(is_nvidia(t.type_id) for t in parent.types)):
+        return "kernel"
+    return rule
 
 
 def conflicting_types(running: Iterable[str], type_id: str) -> list[str]:
@@ -110,7 +107,7 @@ def conflicting_sizes(running: Iterable[int], framebuffer_mib: int | None) -> li
 
 def per_parent_room(t: VgpuType) -> int:
     """How many more of `t` its parent itself takes: one per VF on layouts B/C, else the kernel's count."""
-    return 1 if t.layout in SR_IOV_LAYOUTS else t.available_instances
+    return 1 if t.layout.one_vgpu_per_vf else t.available_instances
 
 
 def host_maximum(snapshot: HostSnapshot) -> int:
@@ -121,7 +118,7 @@ def host_maximum(snapshot: HostSnapshot) -> int:
     existing = Counter(m.parent for m in snapshot.mdevs.values())
     total = 0
     for name, p in snapshot.mdev_parents.items():
-        if p.layout in SR_IOV_LAYOUTS:
+        if p.layout.one_vgpu_per_vf:
             total += 1
         else:
             total += max((t.max_instances or t.available_instances + existing[name] for t in p.types), default=0)
@@ -133,7 +130,7 @@ def gpu_room(t: VgpuType, running: int, mixed: bool = False) -> int | None:
     """How many more vGPUs of `t`'s size its physical GPU takes on layouts B/C (max_instance counts vGPUs of this
     size across all VFs), or None when there is no per-GPU cap (`mixed`: heterogeneous mode, where the free
     placements decide)."""
-    if t.layout in SR_IOV_LAYOUTS and t.max_instances and not mixed:
+    if t.layout.one_vgpu_per_vf and t.max_instances and not mixed:
         return t.max_instances - running
     return None
 
@@ -159,7 +156,7 @@ def why_not(
 ) -> str | None:
     """Why parent t.parent cannot take one more t given `usage` of its physical GPU, or None. `owner`: the domain
     a layout C VF is given to."""
-    if owner and t.layout == Layout.VENDOR_VFIO:
+    if owner and t.layout.parent_is_device:
         return f"VF is given to domain {owner}"
     if numa is not None:
         fn = snapshot.functions.get(snapshot.physical_gpu(t.parent))
@@ -168,13 +165,13 @@ def why_not(
             return f"NUMA node unknown, wanted {numa}"
         if node != numa:
             return f"on NUMA node {node}, wanted {numa}"
-    if t.layout in SR_IOV_LAYOUTS:
+    if t.layout.one_vgpu_per_vf:
         if t.parent in usage.busy_vfs:
             return f"VF already hosts a vGPU ({usage.busy_vfs[t.parent]}); one vGPU per VF"
         other = [] if mig_only(t, usage) else conflicting_sizes(usage.sizes, t.framebuffer_mib)
         if other and not heterogeneous(snapshot, snapshot.physical_gpu(t.parent)):
             return f"GPU runs {other[0]} MiB vGPUs; one framebuffer size per GPU"
-    elif t.layout == Layout.MDEV_PF and is_nvidia(t.type_id):
+    elif t.layout.sharing == "one-type" and is_nvidia(t.type_id):
         other_types = conflicting_types(usage.types, t.type_id)
         if other_types:
             tid = other_types[0]
@@ -285,12 +282,13 @@ def consume(snap: HostSnapshot, created: Sequence[Allocation]) -> HostSnapshot:
     vfs = dict(snap.vendor_vfs)
     parents = dict(snap.mdev_parents)
     for a in created:
-        if a.mode == DeviceMode.MDEV and a.uuid and a.parent and a.type_id:
+        holds = a.mode.holds
+        if holds == Holding.MDEV_INSTANCE and a.uuid and a.parent and a.type_id:
             mdevs[a.uuid] = Mdev(a.uuid, a.type_id, a.parent)
             p = parents.get(a.parent)
             if p is not None:
                 parents[a.parent] = dataclasses.replace(p, types=_after(p, mdevs, a.type_id, -1))
-        elif a.mode == DeviceMode.VF and a.address and a.type_id:
+        elif holds == Holding.VF_TYPE and a.address and a.type_id:
             vf = vfs.get(a.address)
             if vf is not None:
                 pid = a.extra.get("placement_id", "")
@@ -306,23 +304,23 @@ def release(snap: HostSnapshot, gone: Sequence[Allocation]) -> HostSnapshot:
     vfs = dict(snap.vendor_vfs)
     parents = dict(snap.mdev_parents)
     for a in gone:
-        m = mdevs.pop(a.uuid or "", None) if a.mode == DeviceMode.MDEV else None
+        m = mdevs.pop(a.uuid or "", None) if a.mode.holds == Holding.MDEV_INSTANCE else None
         if m is not None and m.parent in parents:
             p = parents[m.parent]
             parents[m.parent] = dataclasses.replace(p, types=_after(p, mdevs, m.type_id, +1))
-        if a.mode == DeviceMode.VF and a.address in vfs:
+        if a.mode.holds == Holding.VF_TYPE and a.address in vfs:
             vfs[a.address] = dataclasses.replace(vfs[a.address], current_type=0)
     return _pools_after(_one_size(snap, gone, mdevs, vfs, parents), gone, take=False)
 
 
 def _pools_after(snap: HostSnapshot, allocs: Sequence[Allocation], *, take: bool) -> HostSnapshot:
     """VF pools once the pool VFs of `allocs` are taken (a disabled pool is enabled by the first) or given back."""
-    if not any(a.mode == DeviceMode.POOL for a in allocs):
+    if not any(a.mode.holds == Holding.POOL_VF for a in allocs):
         return snap
     pools = dict(snap.vf_pools)
     for a in allocs:
         p = pools.get(a.parent or "")
-        if a.mode != DeviceMode.POOL or p is None or not a.address:
+        if a.mode.holds != Holding.POOL_VF or p is None or not a.address:
             continue
         if take:
             free, num = tuple(v for v in p.free if v != a.address), p.num_vfs or p.total_vfs
@@ -345,7 +343,7 @@ def idle(snap: HostSnapshot) -> HostSnapshot:
 def _after(p: MdevParent, mdevs: Mapping[str, Mdev], type_id: str, sign: int) -> tuple[VgpuType, ...]:
     """`p`'s types once one `type_id` was created (sign −1) or removed (+1); `mdevs` already reflect the change.
     Layout B parents are recomputed per GPU afterwards (_one_size)."""
-    if p.layout == Layout.MDEV_VF:
+    if p.layout.one_vgpu_per_vf:
         return p.types
     if sharing_rule(p.layout, p) == "one-type":
         running = [m.type_id for m in mdevs.values() if m.parent == p.name]
@@ -389,7 +387,7 @@ def _one_size(
     for t in snap.types():
         known.setdefault(t.type_id, t)
     for gpu in gpus:
-        b_parents = [q for q in parents.values() if q.layout == Layout.MDEV_VF and snap.physical_gpu(q.name) == gpu]
+        b_parents = [q for q in parents.values() if q.layout.one_vgpu_per_vf and snap.physical_gpu(q.name) == gpu]
         c_vfs = [vf for vf in vfs.values() if snap.physical_gpu(vf.address) == gpu]
         running: list[VgpuType | None] = [
             known.get(m.type_id) for m in mdevs.values() if any(q.name == m.parent for q in b_parents)

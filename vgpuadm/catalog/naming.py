@@ -156,7 +156,7 @@ def parse_creatable(text: str) -> list[tuple[int, str]]:
 
 def _spellings(t: VgpuType) -> set[str]:
     names = {t.type_id.lower(), t.name.lower(), t.profile.lower()}
-    if t.numeric_id is not None and t.layout == "vendor-vfio":
+    if t.numeric_id is not None and t.layout.types_by_number:
         names.add(str(t.numeric_id))
     return names
 

@@ -77,7 +77,7 @@ def _undo_remove(s: RemoveMdev, ctx: ExecContext) -> None:
 
 
 def _params_path(s: SetVgpuParams) -> str:
-    if s.device_path_kind == "mdev":
+    if s.of_mdev:
         return f"{_mdev_dir(s.id)}/nvidia/vgpu_params"
     return f"{PCI}/devices/{s.id}/nvidia/vgpu_params"
 

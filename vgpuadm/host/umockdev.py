@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from vgpuadm.errors import NotFoundError, UsageError
 from vgpuadm.host.inputs import read_input
 
+MDEV_SUBSYSTEM, PCI_SUBSYSTEM = "mdev", "pci"  # the two whose devices make an mdev parent and its mdevs
 # Subsystems that are buses (/sys/bus/<name>); every other subsystem is a class (/sys/class/<name>).
 BUS_SUBSYSTEMS = frozenset(
     [
@@ -168,7 +169,7 @@ def load(recording: str, root: str, types_from: str | None = None, subsystems: s
     for d in devices:
         tree.device(d)
     by_path = {d.path: d for d in devices}
-    mdevs = [d for d in devices if d.subsystem == "mdev"]
+    mdevs = [d for d in devices if d.subsystem == MDEV_SUBSYSTEM]
     parents: dict[str, Device] = {}
     for m in mdevs:
         parent = by_path.get(os.path.dirname(m.path))
@@ -185,7 +186,7 @@ def load(recording: str, root: str, types_from: str | None = None, subsystems: s
 def _overlay_types(
     tree: _Tree, types_from: str, devices: list[Device], parents: dict[str, Device], mdevs: list[Device]
 ) -> None:
-    pci = {d.name: d for d in devices if d.subsystem == "pci"}
+    pci = {d.name: d for d in devices if d.subsystem == PCI_SUBSYSTEM}
     busy = {os.path.dirname(m.path) for m in mdevs}
     captured = os.path.join(types_from, "class", "mdev_bus")
     for name in sorted(os.listdir(captured)) if os.path.isdir(captured) else ():

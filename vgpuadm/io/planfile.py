@@ -82,6 +82,7 @@ def parse_plan(text: str, source: str = "plan.yaml") -> DesiredPlan:
 
 
 VM_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+:-]*")  # the schema's propertyNames pattern, matched whole
+PASSTHROUGH_KEY = "passthrough"  # a VM's key listing the functions it gets whole
 MAX_DEPTH = 32  # nesting a plan needs: vms → name → params is 3; the composer recurses per level
 MAX_ALIASES = 64  # aliases (*name) a plan may use; each may copy a whole subtree (the "billion laughs")
 
@@ -226,7 +227,7 @@ def _explain(err: Any) -> tuple[str, str]:
     if v == "propertyNames":
         return f"{err.instance!r} is not a valid VM name", "use the libvirt domain name (letters, digits, _.+:-)"
     if v == "oneOf":
-        return "must be one address or a list of addresses" if "passthrough" in list(
+        return "must be one address or a list of addresses" if PASSTHROUGH_KEY in list(
             err.absolute_path
         ) else "must be a string or a mapping", "see the plan example in README.md (Reboot survival)"
     if v in ("minItems", "uniqueItems"):
@@ -307,7 +308,7 @@ def _to_plan(data: Mapping[str, Any], marks: Any, source: str) -> DesiredPlan:
         if not VM_NAME.fullmatch(name):  # the schema's pattern ends in `$`, which Python lets match before a "\n"
             raise _fault(source, line, ["vms", name], f"{name!r} is not a valid VM name",
                          "use the libvirt domain name (letters, digits, _.+:-)")  # fmt: skip
-        has_type, has_pt = "type" in body, "passthrough" in body
+        has_type, has_pt = "type" in body, PASSTHROUGH_KEY in body
         virtio = body.get("virtio_gl", False)
         if has_type == has_pt and not (virtio and not has_type):
             problem = "names both type and passthrough" if has_type else "needs a type or passthrough"
@@ -326,7 +327,7 @@ def _to_plan(data: Mapping[str, Any], marks: Any, source: str) -> DesiredPlan:
                 "does not apply to passthrough",
                 "list each function under passthrough instead",
             )
-        passthrough = body.get("passthrough", ())
+        passthrough = body.get(PASSTHROUGH_KEY, ())
         if isinstance(passthrough, str):
             passthrough = (passthrough,)
         display = {**(defaults.get("display") or {}), **(body.get("display") or {})}

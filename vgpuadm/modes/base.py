@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from vgpuadm.errors import UsageError
-from vgpuadm.model import Allocation, DeviceKey, HostSnapshot, Layout, mdev_uuid, pci_key
+from vgpuadm.model import Allocation, DeviceKey, HostSnapshot, Layout, VgpuType, mdev_uuid, pci_key
 from vgpuadm.steps import Plan, Step
 
 HostdevSpec = dict[str, Any]
@@ -134,6 +135,48 @@ class Mode(ABC):
     def missing(self, snapshot: HostSnapshot, a: Allocation) -> bool:
         """Whether the device a domain records for `a` is absent from the host (restore brings it back)."""
         return False
+
+    # -- what the reports, the placement and the create planner ask (report/*, plan/devices.py, ops/demo.py) -------
+
+    # A paravirtual device (QEMU emulates it): nothing on the host to own, to make or to miss.
+    paravirtual: ClassVar[bool] = False
+    # A GPU of this mode's layout shares nothing until its SR-IOV VFs are enabled (`vgpuadm sriov enable`).
+    needs_vfs: ClassVar[bool] = False
+
+    def device_id(self, a: Allocation) -> str | None:
+        """The id the host names `a`'s device by, as the device lists show it: an mdev UUID, else a PCI address."""
+        return a.address
+
+    def device_label(self, a: Allocation) -> str | None:
+        """`a`'s device as a sentence names it before its type ("mdev U", "VF A"); None for a whole function, which
+        the host's label of it names."""
+        return None
+
+    def present(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        """The device exists on the host now as `a` records it (`show`'s `present`): the mdev or the VF running its
+        type, the function bound to vfio-pci, the render node."""
+        fn = snapshot.functions.get(a.address or "")
+        return fn is not None and fn.driver == "vfio-pci"
+
+    def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> tuple[list[Step], str]:
+        """Steps that make one more device of `t` on the parent placement chose, and the device's id (an mdev UUID,
+        a VF address)."""
+        raise UsageError(f"{t.type_id} on {t.parent}: {self.name} devices are not created", "this is a bug in vgpuadm")
+
+
+@dataclass
+class Instance:
+    """What one device of a create plan (plan/devices.plan_create) may need, asked for only by the mode that needs
+    it: its vgpu_params, its mdev UUID (given or drawn), its placement ID (heterogeneous mode), the VFs it must not
+    take (other domains' and this plan's), the PFs this plan already enables (updated), and where a taken pool VF's
+    former host driver is recorded (updated)."""
+
+    params: str
+    uuid: Callable[[], str]
+    placement: Callable[[], int | None]
+    exclude: Callable[[], Collection[str]]
+    enabling: set[str]
+    host_drivers: dict[str, str]
 
 
 # One vgpu_params pair (reference §2.5): keys such as `frame_rate_limiter` or `vgpu-placement-id`; a value holds

@@ -10,6 +10,7 @@ from vgpuadm.model import Allocation, DeviceKey, HostSnapshot, Layout, Mdev, Vgp
 from vgpuadm.modes.base import (
     RECREATE_VGPUS,
     HostdevSpec,
+    Instance,
     Mode,
     Rebuild,
     check_params,
@@ -148,6 +149,22 @@ class MdevMode(Mode):
         if m is not None:
             spec.update(type_id=m.type_id, parent=m.parent)
         return spec
+
+    # -- reports, placement, create planner ----------------------------------------------------------------------
+
+    def device_id(self, a: Allocation) -> str | None:
+        return a.uuid
+
+    def device_label(self, a: Allocation) -> str | None:
+        return f"mdev {a.uuid}"
+
+    def present(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        m = snapshot.mdevs.get((a.uuid or "").lower())
+        return m is not None and m.type_id == a.type_id
+
+    def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> tuple[list[Step], str]:
+        dev = ask.uuid()
+        return self.plan_create(snapshot, t, dev, ask.params), dev
 
 
 MODE = MdevMode()

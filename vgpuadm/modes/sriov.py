@@ -100,5 +100,9 @@ class SriovMode(Mode):
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         raise UsageError(f"{device_id} is an SR-IOV PF, not a guest device", "give a guest one of its VFs")
 
+    # -- reports ---------------------------------------------------------------------------------------------------
+
+    needs_vfs: ClassVar[bool] = True
+
 
 MODE = SriovMode()

@@ -17,8 +17,8 @@ from typing import ClassVar
 from vgpuadm.catalog import iommu
 from vgpuadm.catalog.sriov_boards import check_vfs_settable
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, VgpuadmError
-from vgpuadm.model import Allocation, HostSnapshot, Layout, PciFunction, VfPool
-from vgpuadm.modes.base import HostdevSpec, Mode, Rebuild
+from vgpuadm.model import Allocation, HostSnapshot, Layout, PciFunction, VfPool, VgpuType
+from vgpuadm.modes.base import HostdevSpec, Instance, Mode, Rebuild
 from vgpuadm.steps import Bind, DriversProbe, Plan, SetDriverOverride, SetNumVfs, SetSriovAutoprobe, Step, Unbind
 from vgpuadm.virt import xml
 
@@ -155,6 +155,19 @@ class VfPoolMode(Mode):
 
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         return {"mode": "pool", "address": device_id, "managed": "no"}
+
+    # -- reports, placement, create planner ----------------------------------------------------------------------
+
+    def present(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        fn = snapshot.functions.get(a.address or "")
+        pool = snapshot.vf_pools.get(a.parent or "")
+        return fn is not None and fn.driver is not None and fn.driver in ("vfio-pci", pool.variant if pool else None)
+
+    def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> tuple[list[Step], str]:
+        # the device is a free VF of the pool, bound to vfio-pci for the guest
+        steps, vf, host_driver = self.plan_take(snapshot, t.parent, ask.exclude(), ask.enabling)
+        ask.host_drivers[vf] = host_driver
+        return steps, vf
 
 
 MODE = VfPoolMode()

@@ -12,6 +12,7 @@ from vgpuadm.model import Allocation, HostSnapshot, Layout, VendorVf, VgpuType
 from vgpuadm.modes.base import (
     RECREATE_VGPUS,
     HostdevSpec,
+    Instance,
     Mode,
     Rebuild,
     check_params,
@@ -134,6 +135,18 @@ class VfVgpuMode(Mode):
 
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         return {"mode": "vf", "address": device_id, "managed": "no"}
+
+    # -- reports, placement, create planner ----------------------------------------------------------------------
+
+    def device_label(self, a: Allocation) -> str | None:
+        return f"VF {a.address}"
+
+    def present(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        vf = snapshot.vendor_vfs.get(a.address or "")
+        return vf is not None and vf.in_use and f"nvidia-{vf.current_type}" == a.type_id
+
+    def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> tuple[list[Step], str]:
+        return self.plan_create(snapshot, t, ask.params, ask.placement()), t.parent
 
 
 def _recorded_placement(a: Allocation, snapshot: HostSnapshot, vf: str) -> int | None:

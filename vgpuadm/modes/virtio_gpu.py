@@ -89,5 +89,12 @@ class VirtioGpuMode(Mode):
     def hostdev_spec(self, snapshot: HostSnapshot, device_id: str) -> HostdevSpec:
         return {"mode": TYPE, "rendernode": render_path(device_id.removeprefix("/dev/dri/"))}
 
+    # -- reports ---------------------------------------------------------------------------------------------------
+
+    paravirtual: ClassVar[bool] = True
+
+    def present(self, snapshot: HostSnapshot, a: Allocation) -> bool:
+        return not self.missing(snapshot, a)  # the render node exists
+
 
 MODE = VirtioGpuMode()

@@ -14,8 +14,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from vgpuadm import modes
 from vgpuadm.errors import UsageError
-from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, Layout
+from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.ops.declarative import restore
 from vgpuadm.ops.guest import GuestResult, create, destroy, passthrough
 from vgpuadm.ops.inventory import inventory, show_vm
@@ -143,15 +144,13 @@ def _snapshot(root: str) -> HostSnapshot:
 
 
 def _discovered(snap: HostSnapshot) -> list[str]:
-    what = {Layout.MDEV_PF: "layout A: mdev vGPUs on the GPU", Layout.MDEV_VF: "layout B: mdev vGPUs on its VFs",
-            Layout.VENDOR_VFIO: "layout C: a vGPU type per VF", Layout.PASSTHROUGH: "layout D: whole-GPU passthrough"}  # fmt: skip
     lines = []
     for fn in snap.gpus:
         if fn.physfn:
             continue
         layout = snap.layouts.get(fn.address)
         vfs = f", {fn.sriov_num_vfs} VFs" if fn.sriov_num_vfs else ""
-        lines.append(f"{snap.label(fn.address)}: {what.get(layout, str(layout)) if layout else 'no layout'}{vfs}")
+        lines.append(f"{snap.label(fn.address)}: {layout.summary if layout else 'no layout'}{vfs}")
     return lines
 
 
@@ -169,10 +168,9 @@ def _what(a: Allocation, snap: HostSnapshot | None = None) -> str:
     gpu = snap.physical_gpu(where)
     model = snap.models.get(gpu)
     on = f"on {_article(model)} {model} ({gpu})" if model else f"on {gpu}"
-    if a.mode == DeviceMode.MDEV:
-        return f"mdev {a.uuid}: {kind} {on}"
-    if a.mode == DeviceMode.VF:
-        return f"VF {a.address}: {kind} {on}"
+    label = modes.of(a).device_label(a)
+    if label is not None:
+        return f"{label}: {kind} {on}"
     return f"{snap.label(a.address or '')}, bound to vfio-pci"
 
 

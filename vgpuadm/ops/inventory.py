@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from vgpuadm import modes
 from vgpuadm.errors import ConflictError, LibvirtError, VgpuadmError
 from vgpuadm.executor import pending_error, read_journal
 from vgpuadm.host import mig as host_mig
@@ -124,8 +125,8 @@ def show_vm(root: str | None, vm: str, *, connect: str | None = None) -> dict[st
         d = s.domains().by_name.get(vm)
         if d is None:
             s.virt.xml(vm)  # raises NotFoundError naming the domain
-            return vm_view(s.snap, vm, None, None, (), None)
-        return vm_view(s.snap, d.name, d.uuid, d.running, d.allocations, d.changed)
+            return vm_view(s.snap, vm, None, None, (), None, modes.of)
+        return vm_view(s.snap, d.name, d.uuid, d.running, d.allocations, d.changed, modes.of)
 
 
 def merge_inventories(paths: list[str]) -> dict[str, Any]:

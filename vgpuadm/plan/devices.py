@@ -3,15 +3,17 @@ vfio-pci bind and give-back. Pure: a HostSnapshot in, a Plan out; each dispatche
 
 from __future__ import annotations
 
+import functools
 import uuid as uuid_mod
 from collections.abc import Mapping, Sequence
 
+from vgpuadm import modes
 from vgpuadm.catalog import capacity
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
-from vgpuadm.model import HostSnapshot, Layout, VgpuType, device_key, pci_address
-from vgpuadm.modes import mdev, passthrough, sriov, vf_pool, vf_vgpu
-from vgpuadm.modes.base import check_uuid
+from vgpuadm.model import HostSnapshot, VgpuType, device_key, pci_address
+from vgpuadm.modes import mdev, passthrough, sriov, vf_vgpu
+from vgpuadm.modes.base import Instance, check_uuid
 from vgpuadm.plan.placement import place
 from vgpuadm.steps import Plan, SetVfPlacement, Step
 
@@ -50,22 +52,27 @@ def plan_create(
     enabling: set[str] = set()
     planned: dict[str, list[tuple[int, int]]] = {}  # GPU in heterogeneous mode → placements this plan takes
     for i, (_parent, t) in enumerate(placement.choices):
-        if t.layout == Layout.VF_POOL:  # the device is a free VF of the pool, bound to vfio-pci for the guest
-            more, vf, host_driver = vf_pool.MODE.plan_take(snap, t.parent, {*(taken or {}), *ids}, enabling)
-            steps += more
-            ids.append(vf)
-            host_drivers[vf] = host_driver
-        elif t.layout == Layout.VENDOR_VFIO:
-            steps += vf_vgpu.MODE.plan_create(snap, t, params, _placement(snap, t, planned))
-            ids.append(t.parent)
-        else:
-            dev = check_uuid(uuids[i]) if uuids else str(uuid_mod.uuid4())
-            if dev in ids:
-                raise UsageError(f"UUID {dev} given twice", "give distinct UUIDs")
-            steps += mdev.MODE.plan_create(snap, t, dev, params)
-            ids.append(dev)
+        ask = Instance(
+            params,
+            functools.partial(_uuid, uuids[i] if uuids else None, ids),
+            functools.partial(_placement, snap, t, planned),
+            lambda: {*(taken or {}), *ids},
+            enabling,
+            host_drivers,
+        )
+        more, dev = modes.for_layout(t.layout).plan_instance(snap, t, ask)
+        steps += more
+        ids.append(dev)
     where = ", ".join(sorted({p for p, _ in placement.choices}))
     return Plan.of(steps, f"create {count} × {placement.type_id} on {where}"), ids
+
+
+def _uuid(given: str | None, ids: Sequence[str]) -> str:
+    """The UUID of the next mdev of a create plan: the one given (checked), else a random one."""
+    dev = check_uuid(given) if given is not None else str(uuid_mod.uuid4())
+    if dev in ids:
+        raise UsageError(f"UUID {dev} given twice", "give distinct UUIDs")
+    return dev
 
 
 def _placement(snap: HostSnapshot, t: VgpuType, planned: dict[str, list[tuple[int, int]]]) -> int | None:
@@ -140,7 +147,7 @@ def plan_vf_type(
             )
     placement = place(snap, type_name, 1, gpu=vf, policy=policy)
     t = placement.choices[0][1]
-    if t.layout != Layout.VENDOR_VFIO:
+    if not t.layout.types_by_number:
         raise UsageError(f"{t.type_id} on {t.parent} is an mdev type", "use `vgpuadm mdev create` for mdev types")
     return Plan.of(vf_vgpu.MODE.plan_create(snap, t, params), f"set {t.type_id} on VF {t.parent}"), t.parent
 

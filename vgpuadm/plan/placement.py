@@ -29,7 +29,7 @@ from vgpuadm.catalog.capacity import (
 )
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, NotFoundError, UsageError
-from vgpuadm.model import HostSnapshot, Layout, VgpuType, pci_address
+from vgpuadm.model import HostSnapshot, VgpuType, pci_address
 
 POLICIES = ("pack", "spread")
 
@@ -112,7 +112,7 @@ def place(
             if not any(vf.offered for vf in snapshot.vendor_vfs.values()):  # no list from the driver either
                 _vendor_vfs_full(snapshot, type_name, count)
             raise
-    if all(t.layout == Layout.VENDOR_VFIO and not t.available_instances for t in candidates):
+    if all(t.layout.types_by_number and not t.available_instances for t in candidates):
         _vendor_vfs_full(snapshot, type_name, count)  # known from the driver's list, creatable on no VF
     type_id = candidates[0].type_id
     usage = gpu_usage(snapshot)

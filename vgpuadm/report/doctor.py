@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpuadm import modes
 from vgpuadm.model import HostSnapshot, Layout, PciFunction
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
@@ -107,10 +108,10 @@ def check_vendor_drivers(f: HostFacts) -> list[Check]:
         if fn.driver is None:
             out.append(Check(name, WARN, f"{fn.address} ({layout}) has no driver bound",
                              f"load its driver (modprobe nvidia for NVIDIA) or bind it: vgpuadm vfio bind {fn.address}"))  # fmt: skip
-        elif layout == Layout.SRIOV_PF:
+        elif modes.for_layout(layout).needs_vfs:
             out.append(Check(name, WARN, f"{fn.address} on {fn.driver}: SR-IOV capable, no VFs enabled "
                              f"(0/{fn.sriov_total_vfs})", f"vgpuadm sriov enable {fn.address}"))  # fmt: skip
-        elif fn.vendor_id == NVIDIA and fn.driver == "nvidia" and layout == Layout.PASSTHROUGH:
+        elif fn.vendor_id == NVIDIA and fn.driver == "nvidia" and modes.for_layout(layout).whole_gpu:
             out.append(Check(name, PASS, f"{fn.address} on nvidia: passthrough only (no vGPU types: those need "
                              "NVIDIA's vGPU host driver and its nvidia-vgpud/nvidia-vgpu-mgr services)"))  # fmt: skip
         else:
@@ -123,7 +124,7 @@ def _needs_sriov_manage(snap: HostSnapshot) -> bool:
 
 
 def _needs_nvidia_smi(snap: HostSnapshot) -> bool:
-    return Layout.VENDOR_VFIO in snap.layouts.values()
+    return any(layout.types_by_number for layout in snap.layouts.values())
 
 
 def _has_nvidia(snap: HostSnapshot) -> bool:
@@ -183,7 +184,8 @@ def check_iommu_groups(f: HostFacts) -> list[Check]:
         ]  # fmt: skip
         if not others:
             continue
-        passthrough = f.snap.layouts.get(fn.address) == Layout.PASSTHROUGH
+        layout = f.snap.layouts.get(fn.address)
+        passthrough = layout is not None and modes.for_layout(layout).whole_gpu
         out.append(Check(
             f"iommu-group {fn.iommu_group}", FAIL if passthrough else WARN,
             f"{fn.address} shares IOMMU group {fn.iommu_group} with {', '.join(others)}: passthrough would give "

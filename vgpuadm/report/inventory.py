@@ -25,6 +25,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpuadm import modes
 from vgpuadm.catalog.boards import board_framebuffer_mib
 from vgpuadm.catalog.capacity import (
     Room,
@@ -37,7 +38,7 @@ from vgpuadm.catalog.capacity import (
     whole_gpu_room,
 )
 from vgpuadm.catalog.naming import describe_nvidia_name
-from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, Layout, VgpuType
+from vgpuadm.model import Allocation, HostSnapshot, Layout, VgpuType
 
 SCHEMA = "vgpuadm-inventory/1"
 
@@ -84,7 +85,7 @@ def inventory(
     `mig`: per MIG-capable GPU its GPU-instance occupancy (report/mig.gpu_occupancy), shown as the row's `mig`."""
     warnings = list(snap.warnings)
     gpus = _physical_gpus(snap)
-    devices = _devices(snap, gpus, {a.address for a in allocations or [] if a.mode == DeviceMode.PCI and a.address})
+    devices = _devices(snap, gpus, {a.address for a in allocations or [] if modes.of(a).whole_gpu and a.address})
     requests = [a for a in allocations or [] if a.on_demand]
     owners, missing = _owners(devices, allocations, warnings)
     missing = [m for m in missing if not m["on_demand"]]
@@ -273,9 +274,10 @@ def _owners(
     missing: list[dict[str, Any]] = []
     ids = {d.id for d in devices}
     for a in allocations or []:
-        if a.mode == DeviceMode.VIRTIO_GL:  # a paravirtual device: nothing on the host to own or to miss
+        mode = modes.of(a)
+        if mode.paravirtual:  # nothing on the host to own or to miss
             continue
-        key = a.uuid if a.mode == DeviceMode.MDEV else a.address
+        key = mode.device_id(a)
         if key is None or key not in ids:
             missing.append(
                 {
@@ -326,7 +328,7 @@ def _framebuffer(g: _Gpu) -> tuple[int | None, int]:
     memory comes from NVIDIA's table for its board; for a board not in the table only an idle GPU tells it (its
     largest type spans it), a busy one's total is unknown (None)."""
     used = sum(d.framebuffer_mib or 0 for d in g.devices)
-    if g.layout == Layout.VENDOR_VFIO.value:
+    if Layout(g.layout).types_by_number:
         names = [e[0].name for e in g.types.values()] + [d.name for d in g.devices if d.name]
         boards = [board_framebuffer_mib(describe_nvidia_name(n).board) for n in names]
         total = next((fb for fb in boards if fb), None)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from vgpuadm.catalog.naming import mig_profile_name
 from vgpuadm.errors import NotFoundError
-from vgpuadm.model import Allocation, DeviceMode, HostSnapshot, Layout, VgpuType, device_key, pci_address
+from vgpuadm.model import Allocation, HostSnapshot, Layout, VgpuType, device_key, mdev_key, pci_address, pci_key
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
     from typing import Any
 
+    from vgpuadm.modes import Mode
     from vgpuadm.plan.domains import Domains
 
 
@@ -94,7 +95,7 @@ def add_owners(rows: list[dict[str, Any]], users: dict[tuple[str, str], str] | N
     """Give each device row its `owner` (the domain referencing it, else None) and `owned` (None: unknown, when
     `users` — Domains.users() of this host — could not be read)."""
     for r in rows:
-        key = ("mdev", r["uuid"].lower()) if r["kind"] == "mdev" else ("pci", r["id"])
+        key = mdev_key(r["uuid"]) if r["uuid"] else pci_key(r["id"])  # an mdev row has its UUID, a VF row none
         owner = users.get(key) if users is not None else None
         r["owner"] = owner
         r["owned"] = None if users is None else owner is not None
@@ -211,19 +212,23 @@ def vm_view(
     running: bool | None,
     allocations: Iterable[Allocation],
     changed: str | None,
+    mode_of: Callable[[Allocation], Mode],
 ) -> dict[str, Any]:
     """`vgpuadm show --vm NAME` (schemas/show.schema.json): what the domain owns as its vgpuadm metadata records
     it, where each device is (parent, physical GPU and its model), its vgpu_params and options, whether it exists
-    on the host now, whether it is made on demand (at VM start) or kept, and when vgpuadm last changed them."""
+    on the host now, whether it is made on demand (at VM start) or kept, and when vgpuadm last changed them.
+    `mode_of` is the registry's modes.of, passed in: this module, on the fast path of the device lists, does not
+    import the modes (nor the steps and libvirt XML they import)."""
     devices = []
     for a in sorted(allocations, key=lambda a: a.slot):
+        mode = mode_of(a)
         where = a.parent or a.address
         gpu = snap.physical_gpu(where) if where else None
         devices.append(
             {
                 "slot": a.slot,
                 "mode": a.mode.value,
-                "id": a.uuid if a.mode == DeviceMode.MDEV else a.address,
+                "id": mode.device_id(a),
                 "type_id": a.type_id,
                 "name": _allocation_type_name(snap, a),
                 "parent": a.parent,
@@ -232,7 +237,7 @@ def vm_view(
                 "params": a.params,
                 "options": dict(sorted((k, v) for k, v in a.extra.items() if k != "on_demand")),
                 "on_demand": a.on_demand,
-                "present": _present(snap, a),
+                "present": mode.present(snap, a),
             }
         )
     return {"domain": name, "uuid": uuid, "running": running, "changed": changed, "devices": devices}
@@ -245,19 +250,3 @@ def _allocation_type_name(snap: HostSnapshot, a: Allocation) -> str | None:
         if t.type_id == a.type_id:
             return t.name
     return None
-
-
-def _present(snap: HostSnapshot, a: Allocation) -> bool:
-    """The device exists on the host now: the mdev, the VF running its type, the function bound to vfio-pci."""
-    if a.mode == DeviceMode.MDEV:
-        m = snap.mdevs.get((a.uuid or "").lower())
-        return m is not None and m.type_id == a.type_id
-    if a.mode == DeviceMode.VF:
-        vf = snap.vendor_vfs.get(a.address or "")
-        return vf is not None and vf.in_use and f"nvidia-{vf.current_type}" == a.type_id
-    # virtio-gl and pool as their modes' missing() say (not imported: the fast read path stays off modes/)
-    if a.mode == DeviceMode.VIRTIO_GL:  # the render node exists
-        return a.extra.get("rendernode", "").removeprefix("/dev/dri/") in snap.render_nodes
-    fn = snap.functions.get(a.address or "")
-    pool = snap.vf_pools.get(a.parent or "") if a.mode == DeviceMode.POOL else None
-    return fn is not None and fn.driver is not None and fn.driver in ("vfio-pci", pool.variant if pool else None)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vgpuadm.errors import ConflictError, UsageError, VgpuadmError
+from vgpuadm.model import MDEV_KEY
 from vgpuadm.polling import wait_until
 from vgpuadm.virt.steps import AttachHostdev, DefineDomain, DetachHostdev, SetMetadata, SetVirtioGl
 from vgpuadm.virt.xml import (
@@ -150,7 +151,7 @@ def unplug(
     left = deadline - time.monotonic()  # libvirt itself waited some of it
     if wait_until(lambda: key in _live_keys(virt, domain), lambda present: not present, left, UNPLUG_POLL,
                   max_interval=UNPLUG_POLL, sleep=sleep):  # fmt: skip
-        what = f"mdev {key[1]}" if key and key[0] == "mdev" else f"PCI device {key[1] if key else '?'}"
+        what = f"mdev {key[1]}" if key and key[0] == MDEV_KEY else f"PCI device {key[1] if key else '?'}"
         raise ConflictError(
             f"the guest of domain {domain} has not released {what} (PCIe unplug not acknowledged within "
             f"{UNPLUG_WAIT} s); nothing removed",
