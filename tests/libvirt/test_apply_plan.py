@@ -151,3 +151,35 @@ def test_plan_errors_name_file_line_and_key(host: tuple[Path, dict[str, str], Pa
     plan.write_text("vms:\n  web01:\n    type: nvidia-999\n")
     res = vgpuadm(root, "apply", "-f", str(plan))
     assert res.code == 3 and res.err.startswith('error: plan.yaml:3: vms.web01.type: Unknown type "nvidia-999"')
+
+
+def test_after_a_reboot_apply_brings_back_the_named_vms_missing_devices(
+    host: tuple[Path, dict[str, str], Path],
+) -> None:
+    """A plan is desired state: after `sim reboot` every device is gone, and `apply` (not only `restore`) brings back
+    the recorded devices of the VMs the plan names — same UUIDs, same vgpu_params — where it used to say "nothing to
+    do: the host matches the plan" with 0 mdevs. `--check` shows them and changes nothing."""
+    root, _uuids, plan = host
+    assert vgpuadm(root, "apply", "-f", str(plan)).code == 0
+    made = mdevs(root)
+    assert len(made) == 3
+    assert vgpuadm(root, "sim", "reboot", str(root)).code == 0
+    assert mdevs(root) == []
+
+    check = vgpuadm(root, "apply", "-f", str(plan), "--check")
+    assert check.code == 0, check.err
+    assert check.out.splitlines() == [
+        "! db02: 1 device missing (brought back as restore does)",
+        "! web01: 2 devices missing (brought back as restore does)",
+        "would bring back 3 missing device(s), then run 0 step(s); nothing was changed (--check)",
+    ]
+    assert mdevs(root) == []
+
+    res = vgpuadm(root, "apply", "-f", str(plan))
+    assert res.code == 0, res.err
+    assert res.out.splitlines()[-1] == "brought back 3 missing device(s) in 5 restore step(s)"
+    assert mdevs(root) == made
+    for a in allocations(root, "web01"):
+        assert attr(root, f"/sys/bus/mdev/devices/{a.uuid}/nvidia/vgpu_params") == "frame_rate_limiter=0\n"
+    again = vgpuadm(root, "apply", "-f", str(plan))
+    assert (again.code, again.out) == (0, "nothing to do: the host matches the plan\n")

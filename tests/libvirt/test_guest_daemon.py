@@ -355,3 +355,18 @@ def test_destroy_of_a_passed_through_gpu_gives_it_back(sim_host, cli, conn, doma
     assert (hostdevs(conn, vm), metadata(conn, vm)) == ([], None)
     assert os.path.basename(os.readlink(root / "sys/bus/pci/devices/0000:01:00.0/driver")) == "nvidia"
     assert os.path.basename(os.readlink(root / "sys/bus/pci/devices/0000:01:00.1/driver")) == "snd_hda_intel"
+
+
+def test_on_demand_create_on_a_running_domain_is_refused_before_any_change(sim_host, cli, conn, domain, libvirtd):
+    """An on-demand device is made by the hook as its domain starts: a running domain would never get it. Refused up
+    front, before any step (it used to fail late, on libvirt's hot-plug error)."""
+    root, vm = sim_host("p4"), domain(machine="pc")
+    conn.lookupByName(vm).create()
+    before = inactive_xml(conn, vm)
+    r = cli("--root", str(root), "-c", libvirtd, "create", "--type", "nvidia-63", "--vm", vm, "--on-demand")
+    assert (r.code, r.out) == (5, "")
+    assert r.err.splitlines() == [
+        f"error: domain {vm} is running; an on-demand device is made when its domain starts",
+        f"hint: shut it down first (virsh shutdown {vm}), or give it the device now without --on-demand",
+    ]
+    assert (mdevs(root), inactive_xml(conn, vm)) == ([], before)

@@ -28,9 +28,13 @@ def apply(console: Console, root: str | None, connect: str | None, plan_file: st
     if d.empty:
         console.line("nothing to do: the host matches the plan")
     elif check:
-        console.line(f"would run {len(result.plan.steps)} step(s); nothing was changed (--check)")
+        back = f"bring back {len(d.missing)} missing device(s), then " if d.missing else ""
+        console.line(f"would {back}run {len(result.plan.steps)} step(s); nothing was changed (--check)")
     else:
-        console.line(f"applied {len(result.applied)} step(s): {result.plan.summary}")
+        if result.restored:
+            console.line(f"brought back {len(d.missing)} missing device(s) in {len(result.restored)} restore step(s)")
+        if not result.plan.empty or not result.restored:
+            console.line(f"applied {len(result.applied)} step(s): {result.plan.summary}")
 
 
 def restore(console: Console, root: str | None, connect: str | None, domain_xml_dir: str | None,

@@ -35,7 +35,7 @@ from vgpuadm.plan import reconcile as reconcile_plan
 from vgpuadm.plan import restore as restore_plan
 from vgpuadm.plan.apply import build_apply_plan, resolve_types
 from vgpuadm.plan.desired import Current, DesiredPlan, Diff, describe_allocation
-from vgpuadm.plan.domains import Domains, with_recorded
+from vgpuadm.plan.domains import Domains, missing_recorded, with_recorded
 from vgpuadm.plan.policies import PolicyPlan
 from vgpuadm.plan.reconcile import Leak
 from vgpuadm.polling import wait_until
@@ -57,17 +57,23 @@ class ApplyResult:
     applied: tuple[str, ...]
     checked_only: bool
     warnings: tuple[str, ...] = ()  # on-demand requests of autostarting domains that would not all fit at boot
+    restored: tuple[str, ...] = ()  # the restore steps that brought back the named VMs' missing devices
+
+    @property
+    def changed(self) -> bool:
+        return not self.checked_only and (not self.plan.empty or bool(self.restored))
 
     def to_json(self) -> dict[str, Any]:
         """The `apply --json` document (vgpuadm/schemas/apply.schema.json)."""
         return {
-            "changed": not self.checked_only and not self.plan.empty,
+            "changed": self.changed,
             "check": self.checked_only,
             "summary": self.plan.summary,
             "diff": self.diff.lines(),
             "untouched": list(self.diff.untouched),
             "steps": list(self.applied),
             "warnings": list(self.warnings),
+            "restored": list(self.restored),
         }
 
 
@@ -84,42 +90,70 @@ def apply_desired(
     check: bool = False,
     prune: bool = False,
     progress: Progress | None = None,
+    timeout: float = 60.0,
 ) -> ApplyResult:
     """Make the host match a desired state (a plan file's, or the Ansible module's), as ONE journaled plan.
-    `check` computes the diff and the steps and changes nothing."""
+    `check` computes the diff and the steps and changes nothing. The recorded devices of the VMs the plan names
+    that the host lacks (after a reboot) are desired state too: they come back first, as `restore` brings them
+    back (same phases and checks; `timeout` for GPUs to register), then the plan is made against the host."""
     with Session.open(root, connect) as s:
-        snap, doms = s.snap, s.domains()
+        doms = s.domains()
         for name, spec in plan_doc.vms.items():
             if name not in doms.by_name:
                 raise NotFoundError(
                     f"{plan_doc.source}:{spec.line}: vms.{name}: no libvirt domain named {name!r}",
                     "define the domain first (virsh define) or fix the name in the plan",
                 )
-        snap, mig = planning_snapshot(s.root, snap, plan_doc)
-        resolved = resolve_types(plan_doc, snap, doms.allocations)
-        d = desired.diff(plan_doc, Current(doms.allocations, doms.running), resolved, prune=prune)
-        desired.check_safe(d, doms.running)
-        if mig is plan_mig.NONE and any("mig_instance" in a.extra for a in d.removes):
-            mig = host_mig.read_host(s.root)
-        first: tuple[Step, ...] = ()
-        policy_warnings: tuple[str, ...] = ()
-        if plan_doc.gpus:  # host policies first: the VMs' devices are placed under the new mode
-            pp = _plan_gpus(s, snap, doms, plan_doc)
-            snap, first, policy_warnings = pp.snap, pp.steps, pp.warnings
-            d = dataclasses.replace(d, gpus=pp.lines)
-        plan = build_apply_plan(plan_doc, d, snap, doms, load_drivers(s.root.path), mig)
-        first, steps = plan_mig.one_mode_change(first, plan.steps)
-        plan = Plan(steps, plan.summary)
-        d = dataclasses.replace(d, gpus=(*d.gpus, *plan_mig.diff_lines(plan.steps)))
-        plan = Plan((*first, *plan.steps), plan.summary) if first else plan
-        after = allocations_after(doms, plan)
-        boots = {a.domain for a in after if a.on_demand}
-        autostart = {name for name in sorted(boots) if s.virt.autostart(name)}
-        warnings = policy_warnings + tuple(ondemand.overcommit(projected(snap, doms, d, plan), after, autostart))
-        if check or plan.empty:
-            return ApplyResult(d, plan, tuple(plan.describe()), check, warnings)
-        result = s.execute(plan, progress=progress)
-        return ApplyResult(d, plan, result.applied, False, warnings)
+        result = _apply(s, plan_doc, doms, check=check, prune=prune, progress=progress)
+        if check or not result.diff.missing:
+            return result
+        out = RestoreResult()
+        rebuild(s, s.context(), list(result.diff.missing), timeout, lambda _line: None, out, stale=False)
+        if out.problems:
+            raise NotFoundError(
+                f"{len(out.problems)} recorded device(s) of the plan's VMs could not be brought back: "
+                f"{'; '.join(out.problems[:3])}",
+                "check that the GPU driver and its daemons run, then apply again (it only redoes what is missing)",
+            )
+        s.refresh()
+        after = _apply(s, plan_doc, doms, check=False, prune=prune, progress=progress)
+        return dataclasses.replace(after, diff=dataclasses.replace(after.diff, missing=result.diff.missing),
+                                   restored=tuple(out.done))  # fmt: skip
+
+
+def _apply(
+    s: Session, plan_doc: DesiredPlan, doms: Domains, *, check: bool, prune: bool, progress: Progress | None
+) -> ApplyResult:
+    """One plan of apply_desired against the host as it is: the diff, and with `check` nothing else; devices the
+    diff finds missing are left to the caller (they need restore's phases, not one plan)."""
+    snap = s.snap
+    missing = tuple(a for a in missing_recorded(snap, doms) if a.domain in plan_doc.vms)
+    snap, mig = planning_snapshot(s.root, snap, plan_doc)
+    resolved = resolve_types(plan_doc, snap, doms.allocations)
+    d = desired.diff(plan_doc, Current(doms.allocations, doms.running), resolved, prune=prune)
+    desired.check_safe(d, doms.running)
+    d = dataclasses.replace(d, missing=tuple(a for a in missing if a in d.kept))
+    if mig is plan_mig.NONE and any("mig_instance" in a.extra for a in d.removes):
+        mig = host_mig.read_host(s.root)
+    first: tuple[Step, ...] = ()
+    policy_warnings: tuple[str, ...] = ()
+    if plan_doc.gpus:  # host policies first: the VMs' devices are placed under the new mode
+        pp = _plan_gpus(s, snap, doms, plan_doc)
+        snap, first, policy_warnings = pp.snap, pp.steps, pp.warnings
+        d = dataclasses.replace(d, gpus=pp.lines)
+    plan = build_apply_plan(plan_doc, d, snap, doms, load_drivers(s.root.path), mig)
+    first, steps = plan_mig.one_mode_change(first, plan.steps)
+    plan = Plan(steps, plan.summary)
+    d = dataclasses.replace(d, gpus=(*d.gpus, *plan_mig.diff_lines(plan.steps)))
+    plan = Plan((*first, *plan.steps), plan.summary) if first else plan
+    after = allocations_after(doms, plan)
+    boots = {a.domain for a in after if a.on_demand}
+    autostart = {name for name in sorted(boots) if s.virt.autostart(name)}
+    warnings = policy_warnings + tuple(ondemand.overcommit(projected(snap, doms, d, plan), after, autostart))
+    if check or plan.empty or d.missing:
+        return ApplyResult(d, plan, tuple(plan.describe()), check, warnings)
+    result = s.execute(plan, progress=progress)
+    return ApplyResult(d, plan, result.applied, False, warnings)
 
 
 def planning_snapshot(root: HostRoot, snap: HostSnapshot, plan_doc: DesiredPlan) -> tuple[HostSnapshot, MigHost]:
@@ -239,41 +273,50 @@ def restore(
             say(f"recovered: {line}")
         allocs = [a for a in doms.allocations if not a.on_demand]  # the qemu hook makes those at start
         out.devices = len(allocs)
-        sriov_manage = s.root.has_executable(SRIOV_MANAGE)
-        snap, stale = s.snap, bool(recovered)  # the host is read again only after something changed it
-        for spec in restore_plan.RESTORE_ORDER:  # each phase with the host reads it declares
-            phase = spec.name
-            if stale:
-                snap = s.refresh()
-            missing = restore_plan.missing_devices(allocs, snap) if spec.waits_for_devices and not out.problems else []
-            if missing:
-                say(f"waiting up to {timeout:g}s for {', '.join(missing)} to register")
-                snap = wait_until(s.refresh, functools.partial(restore_plan.all_present, allocs), timeout)
-            mig = host_mig.read_host(s.root) if spec.reads_mig and restore_plan.needs_mig(allocs, snap) else None
-            state = None
-            if spec.reads_policies and host_hetero.wanted(snap):
-                state = read_policy(s.root.path, "state")
-                snap = dataclasses.replace(snap, policies=host_hetero.read(s.root, scheduler=True, placements=True))
-            pp = spec.plan(allocs, snap, restore_plan.HostReads(sriov_manage, mig, state))
-            for line in pp.skipped:
-                say(f"{phase}: skipped: {line}")
-                out.skipped.append(line)
-            # One journal for the phase; each unit still fails (and is rolled back) alone.
-            errors = execute_units(pp.units, ctx, f"restore: {phase}") if pp.units else []
-            stale = bool(pp.units)
-            for unit, error in zip(pp.units, errors, strict=True):
-                if error is not None:
-                    out.problems.append(f"{phase}: {error.message}")
-                    say(f"{phase}: FAILED: {error.message}")
-                    continue
-                for step in unit.steps:
-                    out.done.append(f"{phase}: {step.describe()}")
-                    say(f"{phase}: {step.describe()}")
-            allocs = pp.without_held(allocs, snap)
-            out.problems.extend(f"{phase}: {p}" for p in pp.problems)
-            for p in pp.problems:
-                say(f"{phase}: cannot restore: {p}")
+        rebuild(s, ctx, allocs, timeout, say, out, stale=bool(recovered))
     return out
+
+
+def rebuild(
+    s: Session, ctx: Any, allocs: list[Allocation], timeout: float, say: Report, out: RestoreResult, *, stale: bool
+) -> None:
+    """Bring `allocs` back, phase by phase (plan/restore.RESTORE_ORDER, each with the host reads it declares): what
+    `restore` does for every domain and `apply` for the missing devices of the VMs its plan names. Each device is
+    its own unit: one that fails is rolled back and named in `out.problems`, the others still happen."""
+    sriov_manage = s.root.has_executable(SRIOV_MANAGE)
+    snap = s.snap  # the host is read again only after something changed it
+    for spec in restore_plan.RESTORE_ORDER:  # each phase with the host reads it declares
+        phase = spec.name
+        if stale:
+            snap = s.refresh()
+        missing = restore_plan.missing_devices(allocs, snap) if spec.waits_for_devices and not out.problems else []
+        if missing:
+            say(f"waiting up to {timeout:g}s for {', '.join(missing)} to register")
+            snap = wait_until(s.refresh, functools.partial(restore_plan.all_present, allocs), timeout)
+        mig = host_mig.read_host(s.root) if spec.reads_mig and restore_plan.needs_mig(allocs, snap) else None
+        state = None
+        if spec.reads_policies and host_hetero.wanted(snap):
+            state = read_policy(s.root.path, "state")
+            snap = dataclasses.replace(snap, policies=host_hetero.read(s.root, scheduler=True, placements=True))
+        pp = spec.plan(allocs, snap, restore_plan.HostReads(sriov_manage, mig, state))
+        for line in pp.skipped:
+            say(f"{phase}: skipped: {line}")
+            out.skipped.append(line)
+        # One journal for the phase; each unit still fails (and is rolled back) alone.
+        errors = execute_units(pp.units, ctx, f"restore: {phase}") if pp.units else []
+        stale = bool(pp.units)
+        for unit, error in zip(pp.units, errors, strict=True):
+            if error is not None:
+                out.problems.append(f"{phase}: {error.message}")
+                say(f"{phase}: FAILED: {error.message}")
+                continue
+            for step in unit.steps:
+                out.done.append(f"{phase}: {step.describe()}")
+                say(f"{phase}: {step.describe()}")
+        allocs = pp.without_held(allocs, snap)
+        out.problems.extend(f"{phase}: {p}" for p in pp.problems)
+        for p in pp.problems:
+            say(f"{phase}: cannot restore: {p}")
 
 
 # -- reconcile ---------------------------------------------------------------------------------------------------

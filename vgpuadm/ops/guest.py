@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuadm import modes
-from vgpuadm.errors import NotFoundError, VgpuadmError
+from vgpuadm.errors import ConflictError, NotFoundError, VgpuadmError
 from vgpuadm.executor import load_drivers
 from vgpuadm.host import mig as host_mig
 from vgpuadm.model import Allocation
@@ -100,6 +100,12 @@ def create_many(
     fails, the domains before it keep their devices and the error says which they are."""
     with Session.open(root, connect) as s:
         snap = s.snap
+        running = sorted({vm for vm, _ in requests} & s.domains().running) if options.get("on_demand") else []
+        if running:  # the hook makes on-demand devices as the domain starts: a running one would never get them
+            raise ConflictError(
+                f"domain {running[0]} is running; an on-demand device is made when its domain starts",
+                f"shut it down first (virsh shutdown {running[0]}), or give it the device now without --on-demand",
+            )
         xmls = [(s.domain_xml(vm), count) for vm, count in requests]
         planning = with_recorded(snap, s.domains())  # what restore will bring back is taken
         mig = host_mig.read_host(s.root) if plan_mig.may_need(planning, [type_name]) else plan_mig.NONE

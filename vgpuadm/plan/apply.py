@@ -28,6 +28,7 @@ from vgpuadm.plan.desired import DesiredPlan, Diff, describe_allocation
 from vgpuadm.plan.domains import Domains, device_keys, with_recorded
 from vgpuadm.plan.guest import (
     check_display,
+    define_step,
     free_slots,
     on_demand_allocations,
     on_demand_passthrough,
@@ -205,12 +206,8 @@ def _define(
     devices: list[Allocation],
     host: str,
 ) -> DefineDomain:
-    return DefineDomain(
-        vm, "".join(modes.hostdev_xml(a) for a in attach), "".join(h for _, h in detach),
-        metadata_xml(devices, host) if devices else "", previous, len(devices),
-        attached=", ".join(describe_allocation(a) for a in attach),
-        detached=", ".join(describe_allocation(a) for a, _ in detach),
-    )  # fmt: skip
+    return define_step(vm, (), devices, host, previous=previous, attach=attach, detach=detach,
+                       label=describe_allocation)  # fmt: skip
 
 
 def _passthrough(

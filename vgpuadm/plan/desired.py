@@ -95,10 +95,11 @@ class Diff:
     kept: tuple[Allocation, ...] = ()
     untouched: tuple[str, ...] = ()  # domains with devices the plan does not name (left alone without --prune)
     gpus: tuple[str, ...] = ()  # `~ gpu …` lines: host-policy changes (plan/policies.py)
+    missing: tuple[Allocation, ...] = ()  # kept devices the host lacks (after a reboot): brought back as restore does
 
     @property
     def empty(self) -> bool:
-        return not (self.adds or self.removes or self.set_params or self.gpus)
+        return not (self.adds or self.removes or self.set_params or self.gpus or self.missing)
 
     @property
     def instances_needed(self) -> int:
@@ -107,6 +108,11 @@ class Diff:
     def lines(self) -> list[str]:
         """The diff as text: `+` added, `-` removed, `~` changed, in VM order."""
         out: list[tuple[str, int, str]] = []
+        gone: dict[str, int] = {}
+        for a in self.missing:
+            gone[a.domain] = gone.get(a.domain, 0) + 1
+        for vm, n in gone.items():
+            out.append((vm, -1, f"! {vm}: {n} device{'s' if n > 1 else ''} missing (brought back as restore does)"))
         for r in self.removes:
             out.append((r.domain, 0, f"- {r.domain}: {describe_allocation(r)}"))
         for p in self.set_params:

@@ -10,7 +10,7 @@ makes nothing new, and mdev UUIDs derive from (host, domain UUID, slot) so they 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,19 +42,24 @@ def define_step(
     previous_changed: str | None = None,
     attach: Sequence[Allocation] = (),
     detach: Sequence[tuple[Allocation, str]] = (),
+    previous: str | None = None,
+    label: Callable[[Allocation], str] = modes.describe,
 ) -> DefineDomain:
-    """The domain's whole change as one persistent definition: `attach` hot-plugged/added, `detach` (allocation,
-    its hostdev as attached now) taken out, and the metadata going from `before` (last changed at
-    `previous_changed`, which an undo puts back) to `after`."""
+    """The domain's whole change as one persistent definition — the one place a DefineDomain is built: `attach`
+    hot-plugged/added, `detach` (allocation, its hostdev as attached now) taken out, and the metadata going from
+    `before` (last changed at `previous_changed`, which an undo puts back; or the metadata element `previous` as
+    it stands) to `after`. `label` names the devices in the step's description."""
+    if previous is None:
+        previous = xml.metadata_xml(before, previous_host or host, previous_changed) if before else ""
     return DefineDomain(
         domain,
         "".join(modes.hostdev_xml(a) for a in attach),
         "".join(hostdev for _, hostdev in detach),
         xml.metadata_xml(after, host) if after else "",
-        xml.metadata_xml(before, previous_host or host, previous_changed) if before else "",
+        previous,
         len(after),
-        attached=", ".join(modes.describe(a) for a in attach),
-        detached=", ".join(modes.describe(a) for a, _ in detach),
+        attached=", ".join(label(a) for a in attach),
+        detached=", ".join(label(a) for a, _ in detach),
     )
 
 

@@ -255,7 +255,7 @@ class Task:
             result = self.api.apply_desired(
                 self.p["root"], plan_doc, connect=self.p["connect"], check=self.module.check_mode
             )
-            changed = not result.plan.empty
+            changed = not result.plan.empty or bool(result.diff.missing)  # missing devices come back too
             steps = list(result.applied)
             for warning in result.warnings:
                 self.module.warn(warning)
