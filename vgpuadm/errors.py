@@ -80,6 +80,12 @@ class LibvirtError(VgpuadmError):
     exit_code = 8
 
 
+class Interrupted(VgpuadmError):
+    """Ctrl-C (SIGINT) stopped the command; the message says what was rolled back. Exit 130 = 128 + SIGINT."""
+
+    exit_code = 130
+
+
 # Every exit status vgpuadm ends with (the classes above carry theirs); README and `vgpuadm --help` list these.
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, "success"),

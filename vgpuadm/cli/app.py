@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from vgpuadm.cli.console import Console, OutputClosed
-from vgpuadm.errors import EXIT_CODES, NeedsRootError, UsageError, VgpuadmError
+from vgpuadm.errors import EXIT_CODES, Interrupted, NeedsRootError, UsageError, VgpuadmError
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
@@ -292,10 +292,11 @@ def _run(argv: Sequence[str], console: Console) -> int:
                 return 0
             raise UsageError(exc.format_message(), "run `vgpuadm --help` for the commands and options") from None
         except Exit as exc:
+            if exc.exit_code == Interrupted.exit_code:  # typer's answer to ^C outside a change
+                raise KeyboardInterrupt from None
             return exc.exit_code
-        except Abort:
-            console.err.write("aborted\n")
-            return 130
+        except Abort:  # older typer (click's own answer to ^C)
+            raise KeyboardInterrupt from None
         finally:
             from vgpuadm import api
 
@@ -303,8 +304,8 @@ def _run(argv: Sequence[str], console: Console) -> int:
         return result if isinstance(result, int) else 0
     except VgpuadmError as exc:
         return _fail(console, argv, exc)
-    except KeyboardInterrupt:
-        return _fail(console, argv, VgpuadmError("interrupted"), 130)
+    except KeyboardInterrupt:  # a change in flight answers ^C itself (Interrupted: what it rolled back)
+        return _fail(console, argv, Interrupted("interrupted", "nothing was being changed"))
     except (BrokenPipeError, OutputClosed):
         raise
     except PermissionError as exc:  # an access check we missed: still the needs-root answer, not a bug report

@@ -38,7 +38,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from vgpuadm.errors import ConflictError, HostIOError, UnsafeError, UsageError, VgpuadmError
+from vgpuadm.errors import ConflictError, HostIOError, Interrupted, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor.hints import errno_hint
 from vgpuadm.executor.journalcheck import check_document, check_owner, check_progress_state
 from vgpuadm.host import root as host_root
@@ -539,6 +539,8 @@ def execute_units(units: Sequence[Plan], ctx: ExecContext, summary: str) -> list
                 for k, unit in enumerate(rest):
                     try:
                         _run_unit(unit, offset, batch, ctx, journal, None)
+                    except Interrupted:
+                        raise  # ^C stops the whole command, not one unit
                     except VgpuadmError as exc:
                         failed = k
                         out.append(exc)
@@ -592,12 +594,16 @@ def _run_unit(unit: Plan, offset: int, journaled: Plan, ctx: ExecContext, journa
         except OSError as exc:  # the journal or a state file under <root>/var/lib/vgpuadm
             err = HostIOError(f"{exc.strerror or exc}: {exc.filename}", errno=exc.errno)
             _fail(unit, n, ctx, journal, done, step, i, err)
-        except BaseException:
+        except BaseException as exc:
             # A bug or ^C: leave the host as it was, then let it surface. The step in flight is undone
             # only when its effect appeared during this run.
             inflight = [(i, step)] if not before and _already_applied(step, ctx) else []
-            rollback([s for _, s in [*done, *inflight]], ctx)
-            journal.remove()
+            undone = [s for _, s in [*done, *inflight]]
+            problems = rollback(undone, ctx)
+            if not problems:
+                journal.remove()
+            if isinstance(exc, KeyboardInterrupt):
+                raise interrupted(undone, problems) from None
             raise
         if ours:
             done.append((i, step))
@@ -654,6 +660,16 @@ def _fail(
         journal.remove()
         err.hint = f"{cause + '; ' if cause else ''}nothing was changed (the earlier steps were rolled back)"
     raise err from None
+
+
+def interrupted(undone: list[Step], problems: list[str]) -> Interrupted:
+    """The error a Ctrl-C in the middle of a plan ends with: what was rolled back, in the order it was undone."""
+    what = f" ({'; '.join(s.describe() for s in reversed(undone))})" if undone else ""
+    n = len(undone)
+    message = f"interrupted: rolled back {n} step{'' if n == 1 else 's'}{what}"
+    if problems:
+        return Interrupted(message, f"rollback incomplete ({'; '.join(problems)}): run `vgpuadm recover`")
+    return Interrupted(message, "nothing was changed; run the command again to make the change")
 
 
 def rollback(done: list[Step], ctx: ExecContext) -> list[str]:
