@@ -86,6 +86,16 @@ class Interrupted(VgpuadmError):
     exit_code = 130
 
 
+class LibvirtMissingError(LibvirtError):
+    """libvirt-python is not installed: read commands go on without ownership, changing commands refuse."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "libvirt-python is not installed",
+            "install python3-libvirt (apt) or libvirt-python (pip, in vgpuadm's venv)",
+        )
+
+
 # Every exit status vgpuadm ends with (the classes above carry theirs); README and `vgpuadm --help` list these.
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, "success"),

@@ -94,6 +94,50 @@ def test_read_command_and_dry_run_without_root_work(public_root):
     assert code == 0, err
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody: needs root")
+def test_guest_dry_run_without_root_works(public_root):
+    """`create --dry-run` only reads: no root needed, as the needs-root hint says (libvirt's in-process test
+    driver, test:///default, stands in for a libvirtd the user may read)."""
+    code, out, err = run_as_nobody("--root", str(public_root), "-c", "test:///default", "create", "--vm", "test",
+                                   "--type", "P4-1Q", "--dry-run")  # fmt: skip
+    assert code == 0, err
+    assert out.splitlines()[0] == "would give domain test 1 × nvidia-63:"
+    assert not (public_root / "run").exists() and not (public_root / "var/lib/vgpuadm").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody: needs root")
+def test_libvirt_permission_problem_is_not_answered_start_libvirtd(public_root, tmp_path):
+    """A socket this user may not reach (EACCES: tmp_path is 0700 root) is a permission problem, not a daemon
+    that is not running."""
+    sock = f"{tmp_path}/libvirt-sock"
+    uri = f"qemu:///system?socket={sock}"
+    code, _out, err = run_as_nobody("--root", str(public_root), "-c", uri, "vms")
+    assert code == 8
+    assert err.splitlines() == [
+        f"error: cannot connect to {uri}: Failed to connect socket to '{sock}': Permission denied",
+        f"hint: this user may not use {uri}: rerun as root (sudo), or add the user to the libvirt group "
+        "(polkit's org.libvirt.unix.manage)",
+    ]
+
+
+def test_libvirt_not_running_is_answered_start_libvirtd(tmp_path):
+    """No daemon behind the socket: start it. libvirt's own error printing stays off stderr (the subprocess's
+    real stderr holds vgpuadm's two lines and nothing else)."""
+    import subprocess
+    import sys
+
+    build("p4", f"{tmp_path}/h")
+    sock = f"{tmp_path}/no-daemon/libvirt-sock"
+    uri = f"qemu:///system?socket={sock}"
+    r = subprocess.run([sys.executable, "-m", "vgpuadm", "--root", f"{tmp_path}/h", "-c", uri, "vms"],
+                       capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert (r.returncode, r.stdout) == (8, "")
+    assert r.stderr.splitlines() == [
+        f"error: cannot connect to {uri}: Failed to connect socket to '{sock}': No such file or directory",
+        "hint: start libvirtd (systemctl start libvirtd) or pick another URI with --connect",
+    ]
+
+
 # --- 2. --root validated before anything is created under it ------------------------------------------------------
 
 

@@ -66,7 +66,7 @@ def facts(root: str | None, connect: str | None = None) -> HostFacts:
                 got = doc.get("plan")
                 plan = got if isinstance(got, dict) else {}
                 journal = f"{plan.get('summary') or 'a change'} (step {doc.get('current', '?')})"
-        version = error = leaks = None
+        version = error = hint = leaks = None
         uses_ramfb = False
         try:
             version = s.virt.lib_version()
@@ -75,10 +75,8 @@ def facts(root: str | None, connect: str | None = None) -> HostFacts:
             leaks = tuple(
                 (lk.kind, lk.id, lk.detail) for lk in find_leaks(snap, doms.owned(), load_drivers(s.root.path))
             )
-        except VgpuadmError as exc:
-            error = exc.message
-        except ImportError as exc:  # libvirt-python missing
-            error = str(exc)
+        except VgpuadmError as exc:  # also LibvirtMissingError: no libvirt-python
+            error, hint = exc.message, exc.hint
         return HostFacts(
             snap=snap,
             iommu_group_count=len(sysfs.listdir("/sys/kernel/iommu_groups")),
@@ -89,6 +87,7 @@ def facts(root: str | None, connect: str | None = None) -> HostFacts:
             libvirt_uri=s.uri,
             libvirt_version=version,
             libvirt_error=error,
+            libvirt_hint=hint,
             uses_ramfb=uses_ramfb,
             journal=journal,
             journal_error=journal_error,

@@ -97,7 +97,7 @@ def create_many(
     """Provision several domains (name, total count) with one type under one lock, one discovery and one libvirt
     connection. Placement is joint; each domain's plan is applied (or rolled back) as a unit, in order. When one
     fails, the domains before it keep their devices and the error says which they are."""
-    with Session.open(root, connect) as s:
+    with Session.changing(root, connect, dry_run=dry_run) as s:
         snap = s.snap
         xmls = [(s.domain_xml(vm), count) for vm, count in requests]
         planning = with_recorded(snap, s.domains())  # what restore will bring back is taken
@@ -138,7 +138,7 @@ def destroy(
     dry_run: bool = False,
     progress: Progress | None = None,
 ) -> GuestResult:
-    with Session.open(root, connect) as s:
+    with Session.changing(root, connect, dry_run=dry_run) as s:
         dom = s.domain_xml(vm)
         plan, gone, after = planner.plan_destroy(s.snap, dom, s.domains().users(besides=vm), uuid=uuid, all_=all_,
                                                  drivers=load_drivers(s.root.path))  # fmt: skip
@@ -167,7 +167,7 @@ def passthrough(
     progress: Progress | None = None,
     on_demand: bool = False,
 ) -> GuestResult:
-    with Session.open(root, connect) as s:
+    with Session.changing(root, connect, dry_run=dry_run) as s:
         dom = s.domain_xml(vm)
         plan, added, after = planner.plan_passthrough(s.snap, dom, gpu, s.domains().users(besides=vm), force=force,
                                                       rom_file=rom_file, on_demand=on_demand,
@@ -188,7 +188,7 @@ def release(
     """Take a passed-through GPU back from whichever domain has it (per vgpuadm metadata) and give it back to its
     host drivers. With no domain holding it, only the drivers are restored."""
     gpu = str(xml.PciAddress.parse(gpu))
-    with Session.open(root, connect) as s:
+    with Session.changing(root, connect, dry_run=dry_run) as s:
         if gpu not in s.snap.functions:
             raise NotFoundError(
                 f"No PCI function {gpu} on this host", s.snap.skipped(gpu, "run `vgpuadm gpus` to list GPUs")

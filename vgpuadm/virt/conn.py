@@ -9,6 +9,7 @@ libvirt, in-process, no daemon.
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import os
 import shlex
@@ -19,7 +20,7 @@ import tempfile
 import threading
 from typing import Any
 
-from vgpuadm.errors import ConflictError, LibvirtError, NotFoundError
+from vgpuadm.errors import ConflictError, LibvirtError, LibvirtMissingError, NotFoundError
 from vgpuadm.host.root import EMBED_LIBVIRT
 
 DEFAULT_URI = "qemu:///system"
@@ -50,9 +51,32 @@ def embed_uri(root: str) -> str:
 
 
 def _libvirt() -> Any:
-    import libvirt
-
+    global _quiet
+    try:
+        import libvirt
+    except ImportError:
+        raise LibvirtMissingError() from None
+    if not _quiet:
+        # libvirt prints every error to stderr by default; vgpuadm reports them itself, once. Installed before
+        # the first call into libvirt, whichever it is.
+        libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+        _quiet = True
     return libvirt
+
+
+_quiet = False
+# libvirt error codes (virterror.h) of a connection this user may not open, as opposed to a daemon not running.
+_ERR_AUTH = (45, 79, 94)  # VIR_ERR_AUTH_FAILED, VIR_ERR_AUTH_CANCELLED, VIR_ERR_AUTH_UNAVAILABLE
+
+
+def _connect_hint(exc: Any, uri: str) -> str:
+    """What to do about a refused connection: permission (auth, or the socket's EACCES) or no daemon."""
+    if exc.get_error_code() in _ERR_AUTH or os.strerror(errno.EACCES) in _message(exc):
+        return (
+            f"this user may not use {uri}: rerun as root (sudo), or add the user to the libvirt group "
+            "(polkit's org.libvirt.unix.manage)"
+        )
+    return "start libvirtd (systemctl start libvirtd) or pick another URI with --connect"
 
 
 def library_version() -> tuple[int, int, int]:
@@ -194,8 +218,6 @@ class VirtConn:
     def _open(self) -> Any:
         global _embedded_root
         libvirt = _libvirt()
-        # libvirt prints every error to stderr by default; vgpuadm reports them itself, once.
-        libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
         if self.embed_root:
             with _lock:
                 if _embedded_root is not None and _embedded_root != self.embed_root:
@@ -216,10 +238,7 @@ class VirtConn:
         try:
             conn = libvirt.open(self.uri)
         except libvirt.libvirtError as exc:
-            raise LibvirtError(
-                f"cannot connect to {self.uri}: {_message(exc)}",
-                "start libvirtd (systemctl start libvirtd) or pick another URI with --connect",
-            ) from None
+            raise LibvirtError(f"cannot connect to {self.uri}: {_message(exc)}", _connect_hint(exc, self.uri)) from None
         return conn
 
     def close(self) -> None:
