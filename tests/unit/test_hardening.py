@@ -106,6 +106,26 @@ def test_guest_dry_run_without_root_works(public_root):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody: needs root")
+def test_declarative_dry_runs_without_root_work(public_root):
+    """apply/restore/reconcile/recover/mdevctl --dry-run only read: no root (test:///default stands in for libvirt)."""
+    plan = public_root.parent / "plan.yaml"
+    plan.write_text("version: 1\nvms:\n  test:\n    type: P4-1Q\n    count: 1\n")
+    plan.chmod(0o644)
+    c = ("-c", "test:///default")
+    for args in (
+        (*c, "apply", "-f", str(plan), "--dry-run"),
+        (*c, "restore", "--dry-run"),
+        (*c, "reconcile", "--dry-run"),
+        ("recover", "--dry-run"),
+        (*c, "mdevctl", "export", "--dry-run"),
+        ("mdevctl", "import", "--dry-run"),
+    ):
+        code, _out, err = run_as_nobody("--root", str(public_root), *args)
+        assert (code, err) == (0, ""), args
+    assert not (public_root / "run").exists() and not (public_root / "var/lib/vgpuadm").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody: needs root")
 def test_libvirt_permission_problem_is_not_answered_start_libvirtd(public_root, tmp_path):
     """A socket this user may not reach (EACCES: tmp_path is 0700 root) is a permission problem, not a daemon
     that is not running."""
