@@ -174,7 +174,8 @@ def test_captured_real_mig_host_replays_every_nvidia_smi_read(cli, tmp_path: Pat
         return out
 
     on_host = answers(host)
-    assert len(on_host[2]) == 3  # the three GPU instances
+    assert len(on_host[2]) == 3  # the three GPU instances, also in the inventory's MIG section
+    assert len(on_host[3]["gpus"][0]["mig"]["instances"]) == 3  # type: ignore[index]
     r = cli("--root", str(host), "snapshot", str(archive))
     assert r.code == 0, r.err
     r = cli("sim", "import", str(archive), str(copy))
