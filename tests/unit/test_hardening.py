@@ -106,8 +106,9 @@ def test_guest_dry_run_without_root_works(public_root):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody: needs root")
-def test_declarative_dry_runs_without_root_work(public_root):
-    """apply/restore/reconcile/recover/mdevctl --dry-run only read: no root (test:///default stands in for libvirt)."""
+def test_dry_runs_of_every_changing_verb_without_root_work(public_root):
+    """apply/restore/reconcile/recover/mdevctl/hook/unit --dry-run only read: no root (test:///default stands in for
+    libvirt)."""
     plan = public_root.parent / "plan.yaml"
     plan.write_text("version: 1\nvms:\n  test:\n    type: P4-1Q\n    count: 1\n")
     plan.chmod(0o644)
@@ -119,6 +120,10 @@ def test_declarative_dry_runs_without_root_work(public_root):
         ("recover", "--dry-run"),
         (*c, "mdevctl", "export", "--dry-run"),
         ("mdevctl", "import", "--dry-run"),
+        ("hook", "install", "--qemu-d", "--dry-run"),
+        ("hook", "uninstall", "--dry-run"),
+        ("unit", "install", "--dry-run"),
+        ("unit", "uninstall", "--dry-run"),
     ):
         code, _out, err = run_as_nobody("--root", str(public_root), *args)
         assert (code, err) == (0, ""), args
