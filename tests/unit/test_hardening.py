@@ -163,6 +163,30 @@ def test_libvirt_not_running_is_answered_start_libvirtd(tmp_path):
     ]
 
 
+def test_embedded_libvirt_that_cannot_start_says_why_in_two_lines(tmp_path):
+    """libvirt's embedded driver failing at start (here `<embedded root>/lib` is a file, as a directory this user
+    may not write would be) logs its own lines to stderr unless told not to; vgpuadm's error is the only output,
+    and its hint is not "start libvirtd" (there is no daemon)."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "h"
+    build("p4", str(root))
+    embed = root / "var/lib/vgpuadm/libvirt"
+    embed.mkdir(parents=True)
+    (embed / "lib").write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LIBVIRT_")}
+    r = subprocess.run([sys.executable, "-m", "vgpuadm", "--root", str(root), "vms"], capture_output=True,
+                       text=True, timeout=120, check=False, env=env)  # fmt: skip
+    uri = f"qemu:///embed?root={embed}"
+    assert (r.returncode, r.stdout) == (8, "")
+    assert r.stderr.splitlines() == [
+        f"error: cannot connect to {uri}: Failed to create lib dir {embed}/lib/qemu: Not a directory",
+        f"hint: libvirt's embedded driver (no daemon) could not start under {embed}: this user must be able to "
+        "create its directories there and in ~/.cache (or run as root); or pick a running libvirt with --connect",
+    ]
+
+
 # --- 2. --root validated before anything is created under it ------------------------------------------------------
 
 

@@ -50,15 +50,23 @@ def embed_uri(root: str) -> str:
     return f"qemu:///embed?root={os.path.join(os.path.abspath(root), EMBED_SUBDIR)}"
 
 
+# libvirt logs to stderr when no log output is set: the embedded driver's `info : libvirt version …` and
+# `error : virStateInitialize …` lines would precede vgpuadm's own one-line error. Read by libvirt when it loads;
+# a user's own LIBVIRT_LOG_OUTPUTS (or LIBVIRT_DEBUG) still wins.
+QUIET_LOG_OUTPUTS = "4:file:/dev/null"
+
+
 def _libvirt() -> Any:
     global _quiet
+    if "libvirt" not in sys.modules and not os.environ.get("LIBVIRT_DEBUG"):
+        os.environ.setdefault("LIBVIRT_LOG_OUTPUTS", QUIET_LOG_OUTPUTS)
     try:
         import libvirt
     except ImportError:
         raise LibvirtMissingError() from None
     if not _quiet:
-        # libvirt prints every error to stderr by default; vgpuadm reports them itself, once. Installed before
-        # the first call into libvirt, whichever it is.
+        # libvirt also prints every error to stderr by default; vgpuadm reports them itself, once. Installed
+        # before the first call into libvirt, whichever it is.
         libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
         _quiet = True
     return libvirt
@@ -70,7 +78,14 @@ _ERR_AUTH = (45, 79, 94)  # VIR_ERR_AUTH_FAILED, VIR_ERR_AUTH_CANCELLED, VIR_ERR
 
 
 def _connect_hint(exc: Any, uri: str) -> str:
-    """What to do about a refused connection: permission (auth, or the socket's EACCES) or no daemon."""
+    """What to do about a refused connection: an embedded driver that could not start (no daemon involved),
+    permission (auth, or the socket's EACCES) or no daemon."""
+    embed_root = _embed_root_of(uri)
+    if embed_root:
+        return (
+            f"libvirt's embedded driver (no daemon) could not start under {embed_root}: this user must be able to "
+            "create its directories there and in ~/.cache (or run as root); or pick a running libvirt with --connect"
+        )
     if exc.get_error_code() in _ERR_AUTH or os.strerror(errno.EACCES) in _message(exc):
         return (
             f"this user may not use {uri}: rerun as root (sudo), or add the user to the libvirt group "
