@@ -101,3 +101,18 @@ def test_restore_json_refusal_is_the_error_document(
     assert r.returncode == 8
     assert json.loads(r.stdout) == {"error": REFUSAL[0].removeprefix("error: "),
                                     "hint": REFUSAL[1].removeprefix("hint: "), "exit_code": 8}  # fmt: skip
+
+
+def test_doctor_names_the_package_not_libvirtd(
+    sim_host: Callable[[str], Path], no_libvirt: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    root = sim_host("p4")
+    r = no_libvirt("--root", str(root), "doctor", "--json")
+    check = next(c for c in json.loads(r.stdout)["checks"] if c["check"] == "libvirt")
+    assert check == {
+        "check": "libvirt",
+        "status": "fail",
+        "detail": f"libvirt at qemu:///embed?root={root}/var/lib/vgpuadm/libvirt is unreachable: "
+        "libvirt-python is not installed",
+        "hint": REFUSAL[1].removeprefix("hint: "),
+    }
