@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=.work/floors
-venv=${FLOORS_VENV:-.work/floors-venv}
+venv=${FLOORS_VENV:-.work/floors-venv}  # FLOORS_VENV: another venv to (re)use
 mkdir -p "$work"
 # pip's output only when it failed.
 pip_q() { "$1" "${@:2}" -q --disable-pip-version-check > "$work/pip.log" 2>&1 || { cat "$work/pip.log"; exit 1; }; }
@@ -24,11 +24,18 @@ pip_q "$venv/bin/pip" install --no-deps --force-reinstall .
 "$venv/bin/python" - "$work/floors.txt" <<'PY'
 import sys
 from importlib.metadata import version
+
+
+def release(v):  # 9.0 == 9.0.0
+    parts = [int(p) for p in v.split(".")]
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
 bad = []
 for line in open(sys.argv[1]):
     name, want = line.strip().split("==")
     got = version(name)
-    if tuple(int(p) for p in got.split(".")[:2]) != tuple(int(p) for p in want.split(".")[:2]):
+    if release(got) != release(want):
         bad.append(f"{name}: {got} installed, floor {want}")
 sys.exit("\n".join(bad) or None)
 PY
