@@ -11,6 +11,8 @@ step ruff check vgpuadm tests bench
 step ruff format --check vgpuadm tests bench
 step mypy
 step lint-imports
+# The dependency floors pyproject declares, installed in a venv of their own, run the CLI (scripts/test-floors.sh).
+step scripts/test-floors.sh
 # pytest exits 5 when it collected nothing: that is a failure for us, as is any other non-zero code.
 mkdir -p .work && rm -f .work/junit-*.xml
 step pytest -n 2 -q tests --ignore=tests/kernel --junitxml .work/junit-main.xml

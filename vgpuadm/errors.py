@@ -80,6 +80,22 @@ class LibvirtError(VgpuadmError):
     exit_code = 8
 
 
+class Interrupted(VgpuadmError):
+    """Ctrl-C (SIGINT) stopped the command; the message says what was rolled back. Exit 130 = 128 + SIGINT."""
+
+    exit_code = 130
+
+
+class LibvirtMissingError(LibvirtError):
+    """libvirt-python is not installed: read commands go on without ownership, changing commands refuse."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "libvirt-python is not installed",
+            "install python3-libvirt (apt) or libvirt-python (pip, in vgpuadm's venv)",
+        )
+
+
 # Every exit status vgpuadm ends with (the classes above carry theirs); README and `vgpuadm --help` list these.
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, "success"),

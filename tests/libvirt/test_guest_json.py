@@ -90,7 +90,7 @@ def test_apply_reconcile_restore(sim_host: Callable[[str], Path], tmp_path: Path
     leak = "0a0a0a0a-0000-4000-8000-0000000000aa"
     api.open_sysfs(str(root)).write(f"/sys/class/mdev_bus/{GPU}/mdev_supported_types/nvidia-63/create", leak)
     found = run_json(root, "reconcile", "reconcile")
-    assert found == {"recovered": [], "leaks": [{"kind": "mdev", "id": leak, "detail": f"nvidia-63 on {GPU}"}],
+    assert found == {"dry_run": False, "recovered": [], "leaks": [{"kind": "mdev", "id": leak, "detail": f"nvidia-63 on {GPU}"}],
                      "fixed": [], "lost": []}  # fmt: skip
     fixed = run_json(root, "reconcile", "reconcile", "--fix")
     assert fixed["fixed"] == [f"step 1/1 remove mdev {leak} from {GPU}"] and leak not in mdevs(root)
@@ -99,4 +99,5 @@ def test_apply_reconcile_restore(sim_host: Callable[[str], Path], tmp_path: Path
     restored = run_json(root, "restore", "restore")
     assert (restored["devices"], restored["problems"], len(mdevs(root))) == (2, [], 2)
     assert [line.split(": ", 1)[0] for line in restored["done"]] == ["vgpu", "vgpu"]
-    assert run_json(root, "restore", "restore") == {"devices": 2, "done": [], "skipped": [], "problems": []}
+    assert run_json(root, "restore", "restore") == {"devices": 2, "dry_run": False, "planned": [], "done": [],
+                                                    "skipped": [], "problems": []}  # fmt: skip

@@ -13,7 +13,7 @@ from typing import ClassVar
 import pytest
 
 import vgpuadm.executor as executor_mod
-from vgpuadm.errors import HostIOError, UsageError
+from vgpuadm.errors import HostIOError, Interrupted, UsageError
 from vgpuadm.executor import JOURNAL, ExecContext, execute, host_lock, read_journal, recover, register
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.steps import Plan, Step, step_kind
@@ -199,9 +199,12 @@ def test_state_file_errors_become_host_errors(tmp_path: Path) -> None:
 
 
 def test_interrupt_rolls_back_then_surfaces(tmp_path: Path) -> None:
+    """^C surfaces as Interrupted (exit 130) naming what was rolled back (the CLI prints it, tests/unit/
+    test_rollback.py sends a real SIGINT)."""
     ctx = _ctx(tmp_path)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Interrupted) as info:
         execute(Plan.of([Note("a"), Note("b", "interrupt")], ""), ctx)
+    assert (info.value.message, info.value.exit_code) == ("interrupted: rolled back 1 step (note a)", 130)
     assert ctx.extras["log"] == ["+a", "-a"]
     assert not (tmp_path / JOURNAL).exists()
 

@@ -77,7 +77,7 @@ def test_declarative_schemas_reject_bad_values() -> None:
     with pytest.raises(jsonschema.ValidationError):
         validate("restore", {"devices": 1, "done": ["create mdev x"], "skipped": [], "problems": []})
     with pytest.raises(jsonschema.ValidationError):
-        validate("reconcile", {"recovered": [], "leaks": [{"kind": "pci", "id": "x", "detail": ""}], "fixed": [],
+        validate("reconcile", {"dry_run": False, "recovered": [], "leaks": [{"kind": "pci", "id": "x", "detail": ""}], "fixed": [],
                                "lost": []})  # fmt: skip
     with pytest.raises(jsonschema.ValidationError):
         validate("apply", {"changed": False, "check": True, "summary": "", "diff": ["web01 added"], "untouched": [],

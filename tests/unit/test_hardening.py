@@ -94,6 +94,99 @@ def test_read_command_and_dry_run_without_root_work(public_root):
     assert code == 0, err
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody: needs root")
+def test_guest_dry_run_without_root_works(public_root):
+    """`create --dry-run` only reads: no root needed, as the needs-root hint says (libvirt's in-process test
+    driver, test:///default, stands in for a libvirtd the user may read)."""
+    code, out, err = run_as_nobody("--root", str(public_root), "-c", "test:///default", "create", "--vm", "test",
+                                   "--type", "P4-1Q", "--dry-run")  # fmt: skip
+    assert code == 0, err
+    assert out.splitlines()[0] == "would give domain test 1 × nvidia-63:"
+    assert not (public_root / "run").exists() and not (public_root / "var/lib/vgpuadm").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody: needs root")
+def test_dry_runs_of_every_changing_verb_without_root_work(public_root):
+    """apply/restore/reconcile/recover/mdevctl/hook/unit --dry-run only read: no root (test:///default stands in for
+    libvirt)."""
+    plan = public_root.parent / "plan.yaml"
+    plan.write_text("version: 1\nvms:\n  test:\n    type: P4-1Q\n    count: 1\n")
+    plan.chmod(0o644)
+    c = ("-c", "test:///default")
+    for args in (
+        (*c, "apply", "-f", str(plan), "--dry-run"),
+        (*c, "restore", "--dry-run"),
+        (*c, "reconcile", "--dry-run"),
+        ("recover", "--dry-run"),
+        (*c, "mdevctl", "export", "--dry-run"),
+        ("mdevctl", "import", "--dry-run"),
+        ("hook", "install", "--qemu-d", "--dry-run"),
+        ("hook", "uninstall", "--dry-run"),
+        ("unit", "install", "--dry-run"),
+        ("unit", "uninstall", "--dry-run"),
+    ):
+        code, _out, err = run_as_nobody("--root", str(public_root), *args)
+        assert (code, err) == (0, ""), args
+    assert not (public_root / "run").exists() and not (public_root / "var/lib/vgpuadm").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody: needs root")
+def test_libvirt_permission_problem_is_not_answered_start_libvirtd(public_root, tmp_path):
+    """A socket this user may not reach (EACCES: tmp_path is 0700 root) is a permission problem, not a daemon
+    that is not running."""
+    sock = f"{tmp_path}/libvirt-sock"
+    uri = f"qemu:///system?socket={sock}"
+    code, _out, err = run_as_nobody("--root", str(public_root), "-c", uri, "vms")
+    assert code == 8
+    assert err.splitlines() == [
+        f"error: cannot connect to {uri}: Failed to connect socket to '{sock}': Permission denied",
+        f"hint: this user may not use {uri}: rerun as root (sudo), or add the user to the libvirt group "
+        "(polkit's org.libvirt.unix.manage)",
+    ]
+
+
+def test_libvirt_not_running_is_answered_start_libvirtd(tmp_path):
+    """No daemon behind the socket: start it. libvirt's own error printing stays off stderr (the subprocess's
+    real stderr holds vgpuadm's two lines and nothing else)."""
+    import subprocess
+    import sys
+
+    build("p4", f"{tmp_path}/h")
+    sock = f"{tmp_path}/no-daemon/libvirt-sock"
+    uri = f"qemu:///system?socket={sock}"
+    r = subprocess.run([sys.executable, "-m", "vgpuadm", "--root", f"{tmp_path}/h", "-c", uri, "vms"],
+                       capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert (r.returncode, r.stdout) == (8, "")
+    assert r.stderr.splitlines() == [
+        f"error: cannot connect to {uri}: Failed to connect socket to '{sock}': No such file or directory",
+        "hint: start libvirtd (systemctl start libvirtd) or pick another URI with --connect",
+    ]
+
+
+def test_embedded_libvirt_that_cannot_start_says_why_in_two_lines(tmp_path):
+    """libvirt's embedded driver failing at start (here `<embedded root>/lib` is a file, as a directory this user
+    may not write would be) logs its own lines to stderr unless told not to; vgpuadm's error is the only output,
+    and its hint is not "start libvirtd" (there is no daemon)."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "h"
+    build("p4", str(root))
+    embed = root / "var/lib/vgpuadm/libvirt"
+    embed.mkdir(parents=True)
+    (embed / "lib").write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LIBVIRT_")}
+    r = subprocess.run([sys.executable, "-m", "vgpuadm", "--root", str(root), "vms"], capture_output=True,
+                       text=True, timeout=120, check=False, env=env)  # fmt: skip
+    uri = f"qemu:///embed?root={embed}"
+    assert (r.returncode, r.stdout) == (8, "")
+    assert r.stderr.splitlines() == [
+        f"error: cannot connect to {uri}: Failed to create lib dir {embed}/lib/qemu: Not a directory",
+        f"hint: libvirt's embedded driver (no daemon) could not start under {embed}: this user must be able to "
+        "create its directories there and in ~/.cache (or run as root); or pick a running libvirt with --connect",
+    ]
+
+
 # --- 2. --root validated before anything is created under it ------------------------------------------------------
 
 

@@ -268,3 +268,67 @@ def test_state_file_failure_rolls_back_the_restore(sim_host: Callable[[str], Pat
     assert info.value.message.startswith("step 7/7 forget original drivers of 0000:65:00.0, 0000:65:00.1 failed: ")
     assert diff(before, kernel_state(root)) == {}
     assert set(load_drivers(str(root))) == {"0000:65:00.0", "0000:65:00.1"}
+
+
+def _interrupt_mid_change(root: Path, *json_flag: str) -> tuple[int, str, str]:
+    """`vgpuadm mdev create --count 3` in a subprocess; the third mdev's create write takes effect and then stalls
+    (sim/faults.py inject_stall), and a real SIGINT reaches the process while that step is in flight."""
+    import signal
+    import subprocess
+    import time
+
+    from vgpuadm.sim.faults import inject_stall
+
+    inject_stall(str(root), "*/nvidia-63/create", 60.0, after=2)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vgpuadm", "--root", str(root), "mdev", "create", "--type", "nvidia-63",
+         "--gpu", "0000:01:00.0", "--count", "3", *json_flag],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+    )  # fmt: skip
+    devices = root / "sys/bus/mdev/devices"
+    deadline = time.monotonic() + 60
+    while len(list(devices.iterdir()) if devices.is_dir() else []) < 3:  # the stalled step's mdev exists
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out, err
+
+
+def test_ctrl_c_mid_change_says_what_was_rolled_back(sim_host: Callable[[str], Path]) -> None:
+    """Ctrl-C in the middle of a change: everything is rolled back (the tree is as before, no journal) and the
+    last line says so — not silence after a line saying an mdev was created."""
+    root = sim_host("p4")
+    before = kernel_state(root)
+    code, out, err = _interrupt_mid_change(root)
+    assert code == 130
+    lines = err.splitlines()
+    uuids = re.findall(r"create mdev ([0-9a-f-]{36})", lines[-2])
+    assert len(set(uuids)) == 3, err
+    assert lines[-2:] == [
+        f"error: interrupted: rolled back 3 steps (create mdev {uuids[0]} of type nvidia-63 on 0000:01:00.0; "
+        f"create mdev {uuids[1]} of type nvidia-63 on 0000:01:00.0; "
+        f"create mdev {uuids[2]} of type nvidia-63 on 0000:01:00.0)",
+        "hint: nothing was changed; run the command again to make the change",
+    ], err
+    assert out == ""
+    assert diff(before, kernel_state(root)) == {}
+    assert not (root / JOURNAL).exists()
+
+
+def test_ctrl_c_mid_change_under_json_prints_the_error_document(sim_host: Callable[[str], Path]) -> None:
+    """Under --json the interruption is also the error document (schemas/error.schema.json) on stdout."""
+    import json
+
+    import jsonschema
+
+    root = sim_host("p4")
+    code, out, err = _interrupt_mid_change(root, "--json")
+    assert code == 130
+    doc = json.loads(out)
+    schema = json.loads((REPO / "vgpuadm/schemas/error.schema.json").read_text())
+    jsonschema.validate(doc, schema)
+    assert doc["exit_code"] == 130
+    assert doc["error"].startswith("interrupted: rolled back 3 steps (create mdev ")
+    assert doc["hint"] == "nothing was changed; run the command again to make the change"
+    assert err.splitlines()[-2] == f"error: {doc['error']}"

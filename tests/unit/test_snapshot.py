@@ -98,7 +98,8 @@ def test_captured_real_host_round_trips_with_serials_and_uuids_redacted(cli, tmp
     r = cli("--root", str(root), "snapshot", str(archive), "--json")
     assert r.code == 0, r.err
     doc = json.loads(r.out)
-    assert (doc["simulated"], doc["nvidia_smi"], doc["redacted_uuids"]) == (False, ["-q"], 2)
+    every_read = ["vgpu -s -v", "-q", "-q -x", "vgpu -q", "vgpu -ss", "mig -lgip", "mig -lgipp", "mig -lgi"]
+    assert (doc["simulated"], doc["nvidia_smi"], doc["redacted_uuids"]) == (False, every_read, 2)
     with tarfile.open(archive) as tf:
         names = tf.getnames()
         text = tf.extractfile("vgpuadm-snapshot/nvidia-smi/q.txt").read().decode()  # type: ignore[union-attr]
@@ -120,6 +121,88 @@ def test_captured_real_host_round_trips_with_serials_and_uuids_redacted(cli, tmp
     assert _reads(cli, copy) == _reads(cli, root)
     replay = os.popen(f"{copy}/usr/bin/nvidia-smi -q").read()
     assert replay == text
+
+
+def _unsimulated_copy(sim_root: Path, dest: Path) -> None:
+    """`sim_root` as a real host looks to vgpuadm: the same /sys tree, no simulator marker, and an nvidia-smi that
+    answers every read vgpuadm makes with what the simulated driver answered (output, errors, exit status) —
+    and refuses anything else, as a driver the snapshot never asked would be unknown."""
+    import shutil
+    import subprocess
+
+    from vgpuadm.host.nvidia_smi import READS
+    from vgpuadm.host.sysfs import SIM_MARKER
+
+    shutil.copytree(sim_root / "sys", dest / "sys", symlinks=True)
+    answers = dest.parent / f"{dest.name}-answers"
+    answers.mkdir()
+    cases = []
+    for i, args in enumerate(READS):
+        r = subprocess.run([str(sim_root / "usr/bin/nvidia-smi"), *args], capture_output=True, timeout=60, check=False)
+        (answers / f"{i}.out").write_bytes(r.stdout)
+        (answers / f"{i}.err").write_bytes(r.stderr)
+        cases.append(f'  "{" ".join(args)}") cat {answers}/{i}.out; cat {answers}/{i}.err >&2; exit {r.returncode} ;;')
+    smi = dest / "usr/bin/nvidia-smi"
+    smi.parent.mkdir(parents=True)
+    smi.write_text('#!/bin/sh\ncase "$*" in\n' + "\n".join(cases) + "\n  *) echo unknown >&2; exit 9 ;;\nesac\n")
+    smi.chmod(0o755)
+    assert not (dest / SIM_MARKER).exists()
+
+
+def test_captured_real_mig_host_replays_every_nvidia_smi_read(cli, tmp_path: Path) -> None:
+    """A snapshot of a host that is not simulated records every nvidia-smi read, so on the imported copy
+    `mig status|profiles|instances` and the inventory's MIG section answer as on the host itself."""
+    sim, host, archive, copy = tmp_path / "sim", tmp_path / "host", tmp_path / "host.tar.gz", tmp_path / "copy"
+    build("h200-mig", str(sim))
+    for args in (["mig", "enable"], ["mig", "create", "--profile", "1g.18gb", "--count", "2"],
+                 ["mig", "create", "--profile", "19"]):  # fmt: skip
+        r = cli("--root", str(sim), *args, "--gpu", "0000:18:00.0")
+        assert r.code == 0, r.err
+    _unsimulated_copy(sim, host)
+    # Owners through libvirt's test driver: the embedded one is one root per process (this one is pytest's).
+    reads = [["mig", "status", "--json"], ["mig", "profiles", "--json"], ["-c", "test:///default", "mig", "instances",
+             "--json"], ["inventory", "--json", "--no-libvirt"], ["types", "--json"]]  # fmt: skip
+
+    def answers(root: Path) -> list[object]:
+        out = []
+        for args in reads:
+            r = cli("--root", str(root), *args)
+            assert (r.code, r.err) == (0, ""), (args, r.err)
+            doc = json.loads(r.out)
+            if isinstance(doc, dict):
+                doc.pop("generated_at", None)
+            out.append(doc)
+        return out
+
+    on_host = answers(host)
+    assert len(on_host[2]) == 3  # the three GPU instances, also in the inventory's MIG section
+    assert len(on_host[3]["gpus"][0]["mig"]["instances"]) == 3  # type: ignore[index]
+    r = cli("--root", str(host), "snapshot", str(archive))
+    assert r.code == 0, r.err
+    r = cli("sim", "import", str(archive), str(copy))
+    assert r.code == 0 and "as a captured host" in r.out, r.err
+    assert answers(copy) == on_host
+    with tarfile.open(archive) as tf:
+        manifest = json.load(tf.extractfile("vgpuadm-snapshot/manifest.json"))  # type: ignore[arg-type]
+    assert manifest["redacted"]["machine_id"] == (
+        "not the id: the first 32 hex digits of a salted sha256 of it (stable per host)"
+    )
+
+
+def test_snapshot_copies_only_the_proc_files_it_reads(cli, tmp_path: Path) -> None:
+    """Of /proc, only /proc/cmdline (what doctor reads) goes into a snapshot — not an empty placeholder for
+    every other entry of /proc."""
+    root, archive = tmp_path / "host", tmp_path / "host.tar.gz"
+    build("p4", str(root))
+    (root / "proc/self").mkdir(parents=True)
+    for name in ("cmdline", "meminfo", "uptime", "version"):
+        (root / "proc" / name).write_text(f"{name}\n")
+    r = cli("--root", str(root), "snapshot", str(archive))
+    assert r.code == 0, r.err
+    with tarfile.open(archive) as tf:
+        proc = sorted(n for n in tf.getnames() if n.split("/")[0] == "proc")
+        cmdline = tf.extractfile("proc/cmdline").read()  # type: ignore[union-attr]
+    assert (proc, cmdline) == (["proc", "proc/cmdline"], b"cmdline\n")
 
 
 def test_import_accepts_a_umockdev_recording(cli, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from vgpuadm.cli import ids
 from vgpuadm.cli.console import Console, OutputClosed
-from vgpuadm.errors import EXIT_CODES, NeedsRootError, UsageError, VgpuadmError
+from vgpuadm.errors import EXIT_CODES, Interrupted, NeedsRootError, UsageError, VgpuadmError
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
@@ -192,6 +192,7 @@ def build_app(only: "Sequence[str] | None" = None) -> "Any":
 
 
 LATE_OPTIONS = ("connect", "root")  # global options also accepted after the subcommand
+VALUE_METAVARS: "dict[object, str]" = {int: "N", float: "SECONDS", "int": "N", "float": "SECONDS"}
 
 
 def finish_tree(command: "Any", late: "dict[str, Any] | None" = None) -> "Any":
@@ -201,13 +202,15 @@ def finish_tree(command: "Any", late: "dict[str, Any] | None" = None) -> "Any":
     import copy
 
     late = late or {p.name: p for p in command.params if p.name in LATE_OPTIONS}
+    # The annotations of the command's own function (typer's callback wraps it with functools.update_wrapper).
+    annotations = getattr(command.callback, "__annotations__", {})
     for param in command.params:
         if param.param_type_name == "argument":
             if param.metavar is None:
                 param.metavar = param.name.upper()
             param.display_type_rich = lambda ctx: None  # the metavar says it; typer would add `<str>`
         elif not param.is_flag and param.metavar is None:
-            param.metavar = {int: "N", float: "SECONDS"}.get(param.type_descriptor.annotation, "VALUE")
+            param.metavar = VALUE_METAVARS.get(annotations.get(param.name), "VALUE")
     if hasattr(command, "commands"):
         for sub in command.commands.values():
             finish_tree(sub, late)
@@ -227,6 +230,15 @@ def _late_option(option: "Any", name: str, late: "Any") -> "Any":
     late.callback, late.expose_value, late.envvar = store, False, None
     late.help = f"The same as `vgpuadm {option.opts[0]} {option.metavar}` before the command."
     return late
+
+
+def click_error_class() -> "Any":
+    """click's ClickException, the base of every usage error the command tree raises. Found through typer's public
+    BadParameter (a ClickException): typer ≥ 0.20 vendors click under a private module name, older typer uses
+    click itself, and vgpuadm names neither."""
+    import typer
+
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
 def run(argv: Sequence[str], console: Console | None = None) -> int:
@@ -263,29 +275,29 @@ def _run(argv: Sequence[str], console: Console) -> int:
         if code is not None:
             return code
         import typer.main
-
-        # typer ≥ 0.20 vendors click as typer._click: catch its exceptions, not click's.
         from typer import Abort, Exit
-        from typer._click.exceptions import ClickException, NoArgsIsHelpError
 
         from vgpuadm.cli import completion
+
+        click_exception = click_error_class()
 
         command = finish_tree(typer.main.get_command(build_app(modules_for(argv))))
         completion.attach(command)
         try:
             result = command.main(args=list(argv), prog_name="vgpuadm", standalone_mode=False,
                                   obj={"console": console, "argv": tuple(argv)})  # fmt: skip
-        except NoArgsIsHelpError as exc:
-            # click ≥ 8.2 raises this for a bare group instead of printing its help.
-            console.line(exc.ctx.get_help() if exc.ctx else exc.format_message())
-            return 0
-        except ClickException as exc:
+        except click_exception as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # click ≥ 8.2: a bare group raises it instead of its help
+                ctx = getattr(exc, "ctx", None)
+                console.line(ctx.get_help() if ctx else exc.format_message())
+                return 0
             raise UsageError(exc.format_message(), "run `vgpuadm --help` for the commands and options") from None
         except Exit as exc:
+            if exc.exit_code == Interrupted.exit_code:  # typer's answer to ^C outside a change
+                raise KeyboardInterrupt from None
             return exc.exit_code
-        except Abort:
-            console.err.write("aborted\n")
-            return 130
+        except Abort:  # older typer (click's own answer to ^C)
+            raise KeyboardInterrupt from None
         finally:
             from vgpuadm import api
 
@@ -293,8 +305,8 @@ def _run(argv: Sequence[str], console: Console) -> int:
         return result if isinstance(result, int) else 0
     except VgpuadmError as exc:
         return _fail(console, argv, exc)
-    except KeyboardInterrupt:
-        return _fail(console, argv, VgpuadmError("interrupted"), 130)
+    except KeyboardInterrupt:  # a change in flight answers ^C itself (Interrupted: what it rolled back)
+        return _fail(console, argv, Interrupted("interrupted", "nothing was being changed"))
     except (BrokenPipeError, OutputClosed):
         raise
     except PermissionError as exc:  # an access check we missed: still the needs-root answer, not a bug report

@@ -4,6 +4,7 @@ from typing import Any
 
 from vgpuadm import api
 from vgpuadm.cli.console import Console
+from vgpuadm.cli.host import plan_options
 from vgpuadm.errors import NotFoundError
 
 
@@ -38,11 +39,15 @@ def apply(console: Console, root: str | None, connect: str | None, plan_file: st
 
 
 def restore(console: Console, root: str | None, connect: str | None, domain_xml_dir: str | None,
-            timeout: float, as_json: bool = False) -> None:  # fmt: skip
+            timeout: float, as_json: bool = False, dry_run: bool = False) -> None:  # fmt: skip
     report = None if as_json else console.line
-    result = api.restore(root, connect=connect, domain_xml_dir=domain_xml_dir, timeout=timeout, report=report)
+    result = api.restore(root, connect=connect, domain_xml_dir=domain_xml_dir, timeout=timeout, report=report,
+                         dry_run=dry_run)  # fmt: skip
     if as_json:
         console.json(result.to_json())  # printed even with problems: the error below still makes the exit non-zero
+    elif dry_run:
+        console.line(f"would run {len(result.planned)} step(s) first for {result.devices} recorded device(s); "
+                     "nothing was changed (--dry-run)")  # fmt: skip
     elif not result.done and not result.problems:
         console.line(f"nothing to restore: all {result.devices} recorded device(s) are in place")
     elif result.done:
@@ -59,8 +64,8 @@ def restore(console: Console, root: str | None, connect: str | None, domain_xml_
 
 
 def reconcile(console: Console, root: str | None, connect: str | None, fix: bool, finish: bool,
-              as_json: bool = False) -> None:  # fmt: skip
-    result = api.reconcile(root, connect=connect, fix=fix, finish=finish)
+              as_json: bool = False, dry_run: bool = False) -> None:  # fmt: skip
+    result = api.reconcile(root, connect=connect, fix=fix, finish=finish, dry_run=dry_run)
     if as_json:
         console.json(result.to_json())
         return
@@ -69,7 +74,7 @@ def reconcile(console: Console, root: str | None, connect: str | None, fix: bool
     if not result.recovered:
         console.line("journal: no interrupted change")
     for leak in result.leaks:
-        console.line(f"{'removed' if fix else 'leak'}: {leak.describe()}")
+        console.line(f"{('would remove' if dry_run else 'removed') if fix else 'leak'}: {leak.describe()}")
     if not result.leaks:
         console.line("no leaked devices")
     elif not fix:
@@ -79,20 +84,32 @@ def reconcile(console: Console, root: str | None, connect: str | None, fix: bool
 
 
 def mdevctl_export(console: Console, root: str | None, connect: str | None, domain_xml_dir: str | None,
-                   from_host: bool) -> None:  # fmt: skip
-    written = api.mdevctl_export(root, connect=connect, domain_xml_dir=domain_xml_dir, from_host=from_host)
-    for d, changed in written:
-        console.line(f"{'wrote' if changed else 'unchanged'} {d.host_path} ({d.mdev_type}, start={d.start})")
-    if not written:
+                   from_host: bool, dry_run: bool = False, as_json: bool = False) -> None:  # fmt: skip
+    result = api.mdevctl_export(root, connect=connect, domain_xml_dir=domain_xml_dir, from_host=from_host,
+                                dry_run=dry_run)  # fmt: skip
+    if as_json:
+        console.json(result.to_json())
+        return
+    verb = "would write" if dry_run else "wrote"
+    for d, changed in result.written:
+        console.line(f"{verb if changed else 'unchanged'} {d.host_path} ({d.mdev_type}, start={d.start})")
+    if not result.written:
         console.line("no mdevs to export")
+    elif dry_run:
+        console.line("nothing was changed (--dry-run)")
 
 
-def mdevctl_import(console: Console, root: str | None, check: bool, include_manual: bool) -> None:
+def mdevctl_import(console: Console, root: str | None, check: bool, include_manual: bool,
+                   as_json: bool = False) -> None:  # fmt: skip
     result = api.mdevctl_import(root, check=check, include_manual=include_manual)
-    for line in result.applied:
-        console.line(line)
+    if as_json:
+        console.json(result.to_json())
     for p in result.problems:
         console.warn(p)
+    if as_json:
+        return
+    for line in result.applied:
+        console.line(line)
     if result.plan.empty:
         console.line("nothing to do: every mdevctl definition is running")
     elif check:
@@ -102,6 +119,8 @@ def mdevctl_import(console: Console, root: str | None, check: bool, include_manu
 def register(app: Any) -> None:
     """Add apply, restore, reconcile and the mdevctl group to the top-level typer app."""
     import typer
+
+    dry_opt, json_opt = plan_options()
 
     @app.command(
         "apply",
@@ -117,7 +136,7 @@ def register(app: Any) -> None:
             help="The plan (YAML, vgpuadm/schemas/plan-v1); `-` reads it from stdin.",
             metavar="PLAN",
         ),
-        check: bool = typer.Option(False, "--check", help="Show what would change; change nothing."),
+        check: bool = typer.Option(False, "--check", "--dry-run", help="Show what would change; change nothing."),
         show_diff: bool = typer.Option(False, "--diff", help="Print the changes (+ add, - remove, ~ change)."),
         prune: bool = typer.Option(False, "--prune", help="Also take devices from VMs the plan does not name."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schemas/apply.schema.json)."),
@@ -136,11 +155,12 @@ def register(app: Any) -> None:
         old_domain_xml_dir: str = typer.Option(None, "--domains-xml", hidden=True, metavar="DIR"),  # inventory's old name
         timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for GPUs to register.", metavar="S"),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schemas/restore.schema.json)."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print what restore would do first; change nothing."),
     ) -> None:  # fmt: skip
         """After a reboot, re-create every device the domains' vgpuadm metadata records: driver, SR-IOV VFs, vGPU
         types and mdevs (same UUIDs), vgpu_params, vfio-pci binds. Idempotent."""
         restore(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), domain_xml_dir or old_domain_xml_dir,
-                timeout, as_json)  # fmt: skip
+                timeout, as_json, dry_run)  # fmt: skip
 
     @app.command("reconcile", epilog="Example: vgpuadm reconcile --fix")
     def reconcile_cmd(
@@ -148,9 +168,10 @@ def register(app: Any) -> None:
         fix: bool = typer.Option(False, "--fix", help="Remove the devices no domain owns."),
         finish: bool = typer.Option(False, "--finish", help="Complete an interrupted change instead of rolling back."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schemas/reconcile.schema.json)."),
+        dry_run: bool = dry_opt,
     ) -> None:
         """Roll back (or finish) a change a crash interrupted, and list devices that no domain owns (leaks)."""
-        reconcile(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), fix, finish, as_json)
+        reconcile(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), fix, finish, as_json, dry_run)
 
     mdevctl_app = typer.Typer(help="mdevctl interop: /etc/mdevctl.d/<parent>/<uuid> definitions.", no_args_is_help=True)
 
@@ -164,19 +185,22 @@ def register(app: Any) -> None:
             None, "--domains-xml", hidden=True, metavar="DIR"
         ),  # inventory's old name
         from_host: bool = typer.Option(False, "--from-host", help="Export every existing mdev, owned or not."),
+        dry_run: bool = dry_opt,
+        as_json: bool = json_opt,
     ) -> None:
         """Write an mdevctl definition (start=auto) for every mdev the domains own, so mdevctl's udev rule can
         re-create them at boot."""
         mdevctl_export(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"),
-                       domain_xml_dir or old_domain_xml_dir, from_host)  # fmt: skip
+                       domain_xml_dir or old_domain_xml_dir, from_host, dry_run, as_json)  # fmt: skip
 
     @mdevctl_app.command("import", epilog="Example: vgpuadm mdevctl import --check")
     def import_cmd(
         ctx: typer.Context,
-        check: bool = typer.Option(False, "--check", help="Show what would be created; change nothing."),
+        check: bool = typer.Option(False, "--check", "--dry-run", help="Show what would be created; change nothing."),
         include_manual: bool = typer.Option(False, "--all", help="Also start definitions with start=manual."),
+        as_json: bool = json_opt,
     ) -> None:
         """Create the mdevs that mdevctl definitions describe and that do not exist yet."""
-        mdevctl_import(ctx.obj["console"], ctx.obj["root"], check, include_manual)
+        mdevctl_import(ctx.obj["console"], ctx.obj["root"], check, include_manual, as_json)
 
     app.add_typer(mdevctl_app, name="mdevctl")

@@ -256,14 +256,24 @@ def _vfio_app() -> Any:
 def _recover_cmd(app: Any) -> None:
     import typer
 
-    @app.command("recover", epilog="Example: vgpuadm --root /tmp/h recover")
+    dry_opt, json_opt = plan_options()
+
+    @app.command("recover", epilog="Example: vgpuadm --root /tmp/h recover --dry-run")
     def recover_cmd(
         ctx: typer.Context,
         finish: bool = typer.Option(False, "--finish", help="Complete the interrupted plan instead of undoing it."),
+        dry_run: bool = dry_opt,
+        as_json: bool = json_opt,
     ) -> None:
         """Roll back (or --finish) a change that a crashed vgpuadm left half done."""
         console: Console = ctx.obj["console"]
-        done = api.recover(ctx.obj["root"], finish=finish, connect=ctx.obj.get("connect"))
+        done = api.recover(ctx.obj["root"], finish=finish, connect=ctx.obj.get("connect"), dry_run=dry_run)
+        if as_json:  # schemas/change.schema.json
+            n = len(done)
+            console.json({"changed": bool(done) and not dry_run, "dry_run": dry_run,
+                          "summary": "recover an interrupted change" if done else "nothing to recover",
+                          "steps": [f"step {i}/{n} {line}" for i, line in enumerate(done, 1)], "devices": []})  # fmt: skip
+            return
         if not done:
             console.line("nothing to recover")
         for line in done:

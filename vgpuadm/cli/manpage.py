@@ -69,9 +69,9 @@ def _options(command: Any, ctx: Any) -> list[str]:
 
 def render(command: Any, version: str) -> str:
     """The roff text of vgpuadm(8) for the click command tree `command`."""
-    from typer._click import Context
+    import typer
 
-    top = Context(command, info_name="vgpuadm")
+    top = typer.Context(command, info_name="vgpuadm")
     lines = [
         f'.TH VGPUADM 8 "" "vgpuadm {esc(version)}" "System Administration"',
         ".SH NAME",

@@ -38,7 +38,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from vgpuadm.errors import ConflictError, HostIOError, UnsafeError, UsageError, VgpuadmError
+from vgpuadm.errors import ConflictError, HostIOError, Interrupted, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor.hints import errno_hint
 from vgpuadm.executor.journalcheck import check_document, check_owner, check_progress_state
 from vgpuadm.host import root as host_root
@@ -539,6 +539,8 @@ def execute_units(units: Sequence[Plan], ctx: ExecContext, summary: str) -> list
                 for k, unit in enumerate(rest):
                     try:
                         _run_unit(unit, offset, batch, ctx, journal, None)
+                    except Interrupted:
+                        raise  # ^C stops the whole command, not one unit
                     except VgpuadmError as exc:
                         failed = k
                         out.append(exc)
@@ -592,12 +594,16 @@ def _run_unit(unit: Plan, offset: int, journaled: Plan, ctx: ExecContext, journa
         except OSError as exc:  # the journal or a state file under <root>/var/lib/vgpuadm
             err = HostIOError(f"{exc.strerror or exc}: {exc.filename}", errno=exc.errno)
             _fail(unit, n, ctx, journal, done, step, i, err)
-        except BaseException:
+        except BaseException as exc:
             # A bug or ^C: leave the host as it was, then let it surface. The step in flight is undone
             # only when its effect appeared during this run.
             inflight = [(i, step)] if not before and _already_applied(step, ctx) else []
-            rollback([s for _, s in [*done, *inflight]], ctx)
-            journal.remove()
+            undone = [s for _, s in [*done, *inflight]]
+            problems = rollback(undone, ctx)
+            if not problems:
+                journal.remove()
+            if isinstance(exc, KeyboardInterrupt):
+                raise interrupted(undone, problems) from None
             raise
         if ours:
             done.append((i, step))
@@ -656,6 +662,25 @@ def _fail(
     raise err from None
 
 
+def _undo_list(doc: dict[str, Any], plan: Plan, current: int) -> list[Step]:
+    """The steps a recovery reports undone: those a failed run recorded as done when it started rolling back, else
+    every step up to the journal's current one (the rollback itself undoes the whole plan: undo is tolerant)."""
+    indices = doc.get("undo") if doc.get("state") == "rolling-back" else None
+    if isinstance(indices, list):
+        return [plan.steps[i] for i in indices if isinstance(i, int) and 0 <= i < len(plan.steps)]
+    return list(plan.steps[: current + 1])
+
+
+def interrupted(undone: list[Step], problems: list[str]) -> Interrupted:
+    """The error a Ctrl-C in the middle of a plan ends with: what was rolled back, in the order it was undone."""
+    what = f" ({'; '.join(s.describe() for s in reversed(undone))})" if undone else ""
+    n = len(undone)
+    message = f"interrupted: rolled back {n} step{'' if n == 1 else 's'}{what}"
+    if problems:
+        return Interrupted(message, f"rollback incomplete ({'; '.join(problems)}): run `vgpuadm recover`")
+    return Interrupted(message, "nothing was changed; run the command again to make the change")
+
+
 def rollback(done: list[Step], ctx: ExecContext) -> list[str]:
     """Undo steps in reverse order; returns the problems (empty when all undid cleanly)."""
     problems = []
@@ -669,14 +694,25 @@ def rollback(done: list[Step], ctx: ExecContext) -> list[str]:
     return problems
 
 
-def recover(ctx: ExecContext, *, finish: bool = False) -> list[str]:
-    """Deal with a journal left by a crashed run; returns what was done ([] when there was nothing).
+def recover(ctx: ExecContext, *, finish: bool = False, dry_run: bool = False) -> list[str]:
+    """Deal with a journal left by a crashed run; returns what was done ([] when there was nothing). `dry_run`:
+    what would be done (`would roll back: …`, `would apply: …`); nothing changes and no lock is taken.
 
     Rolling back is the default: the interrupted plan was computed from a snapshot that is now stale and the
     command that started it never reported success, so the host goes back to the state its user last saw.
     Every undo checks the current state first, so the whole plan is undone in reverse: steps that never ran (or
     whose journal update the crash lost) are no-ops. `finish=True` instead completes the plan from the journal's
     step on, skipping each step whose effect is already present."""
+    if dry_run:
+        doc = read_journal(ctx.root)
+        if doc is None:
+            return []
+        plan = Plan.from_dict(doc.get("plan", {}))
+        current = min(int(doc.get("current", 0)), len(plan.steps) - 1)
+        if finish and doc.get("state") == "applying":
+            todo = [s for s in plan.steps[current:] if not _already_applied(s, ctx)]
+            return [f"would apply: {s.describe()}" for s in todo]
+        return [f"would roll back: {s.describe()}" for s in reversed(_undo_list(doc, plan, current))]
     with host_lock(ctx.root, ctx.lock_timeout):
         doc = read_journal(ctx.root)
         if doc is None:
@@ -700,13 +736,9 @@ def recover(ctx: ExecContext, *, finish: bool = False) -> list[str]:
         else:
             # A run that failed and started rolling back recorded which steps it had done: the failed step (and
             # a step whose effect was there before) is never undone. A crash while applying undoes the whole plan.
-            indices = doc.get("undo") if doc.get("state") == "rolling-back" else None
-            if isinstance(indices, list):
-                undo = [plan.steps[i] for i in indices if 0 <= i < len(plan.steps)]
-                problems = rollback(undo, ctx)
-            else:
-                undo = list(plan.steps[: current + 1])
-                problems = rollback(list(plan.steps), ctx)
+            undo = _undo_list(doc, plan, current)
+            partial = isinstance(doc.get("undo"), list) and doc.get("state") == "rolling-back"
+            problems = rollback(undo if partial else list(plan.steps), ctx)
             if problems:
                 raise HostIOError(
                     f"rollback of the interrupted change incomplete: {'; '.join(problems)}",

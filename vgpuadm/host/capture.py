@@ -216,11 +216,12 @@ class Collector:
 
 
 def record(root: str, touched: dict[str, str], redactor: Redactor) -> Collector:
-    """Copy every path a RecordingSysfs noted; then every directory copied gets its entries (placeholders), so
-    the files the verbs write (`create`, `remove`, `bind`, `driver_override`…) are there in the copy too."""
+    """Copy every path a RecordingSysfs noted; then every directory copied under /sys gets its entries
+    (placeholders), so the files the verbs write (`create`, `remove`, `bind`, `driver_override`…) are there in the
+    copy too. Elsewhere (/proc/cmdline) only what was read is copied."""
     c = Collector(root, redactor)
     for host_path, what in sorted(touched.items()):
         c.add(host_path, what)
-    for m in [m for m in c.members.values() if m.kind == "dir"]:
-        c.entries(m.path)
+    for m in [m for m in c.members.values() if m.kind == "dir" and (m.path + "/").startswith("/sys/")]:
+        c.entries(m.path)  # only under /sys: /proc's hundreds of entries are not what the verbs write
     return c

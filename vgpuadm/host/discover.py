@@ -355,7 +355,7 @@ def _with_supported_types(sysfs: Sysfs, vfs: dict[str, VendorVf]) -> dict[str, V
     only when some VF lists nothing; without nvidia-smi those VFs keep offering nothing."""
     if not any(not vf.creatable for vf in vfs.values()):
         return vfs
-    text = nvidia_smi.run(HostRoot(sysfs.root), "vgpu", "-s", "-v")
+    text = nvidia_smi.run(HostRoot(sysfs.root), *nvidia_smi.VGPU_SUPPORTED)
     supported = nvidia_smi.parse_supported_types(text) if text else {}
     out = dict(vfs)
     for addr, vf in vfs.items():

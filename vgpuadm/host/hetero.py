@@ -20,13 +20,13 @@ def wanted(snap: HostSnapshot) -> bool:
 def read(root: HostRoot, *, scheduler: bool = False, placements: bool = False) -> dict[str, GpuPolicy]:
     """GPU address → its policies; {} without nvidia-smi or when it reports nothing. The placements are read only
     when some GPU is in heterogeneous mode, the scheduler only when asked (each is one more nvidia-smi run)."""
-    q = nvidia_smi.run(root, "-q")
+    q = nvidia_smi.run(root, *nvidia_smi.QUERY)
     if not q:
         return {}
     modes = parse_query_text(q)
     on = placements or any(m.heterogeneous_mode == "Enabled" for m in modes.values())
-    blocks = parse_type_blocks(nvidia_smi.run(root, "vgpu", "-s", "-v") or "") if on else {}
-    sched = parse_scheduler_state(nvidia_smi.run(root, "vgpu", "-ss") or "") if scheduler else {}
+    blocks = parse_type_blocks(nvidia_smi.run(root, *nvidia_smi.VGPU_SUPPORTED) or "") if on else {}
+    sched = parse_scheduler_state(nvidia_smi.run(root, *nvidia_smi.VGPU_SCHEDULER) or "") if scheduler else {}
     out = {}
     for index, (address, m) in enumerate(modes.items()):
         types = tuple(

@@ -24,8 +24,8 @@ WHY = "read MIG state"
 _UUID = re.compile(UUID_PATTERN)
 
 
-def _read(root: HostRoot, *args: str) -> str:
-    result = nvidia_smi.invoke(root, list(args), WHY)
+def _read(root: HostRoot, args: tuple[str, ...]) -> str:
+    result = nvidia_smi.read(root, args, WHY)
     text = result.stdout
     if result.returncode != 0 and not text.strip():
         text = result.stderr
@@ -35,13 +35,13 @@ def _read(root: HostRoot, *args: str) -> str:
 def read(root: HostRoot) -> list[MigGpu]:
     """Every GPU nvidia-smi reports, with its MIG profiles (placements merged in) and instances (none while MIG is
     off), each instance with the layout C VFs whose vGPU runs on it."""
-    xml = nvidia_smi.invoke(root, ["-q", "-x"], WHY)
+    xml = nvidia_smi.read(root, nvidia_smi.QUERY_XML, WHY)
     if xml.returncode != 0:
         raise HostIOError(f"nvidia-smi -q -x failed: {xml.message()}", "check the driver with `nvidia-smi`")
     gpus = parse_query_xml(xml.stdout.encode())
-    profiles = parse_gi_profiles(_read(root, "mig", "-lgip"))
-    placements = parse_gi_placements(_read(root, "mig", "-lgipp"))
-    instances = parse_gpu_instances(_read(root, "mig", "-lgi"))
+    profiles = parse_gi_profiles(_read(root, nvidia_smi.MIG_GI_PROFILES))
+    placements = parse_gi_placements(_read(root, nvidia_smi.MIG_GI_PLACEMENTS))
+    instances = parse_gpu_instances(_read(root, nvidia_smi.MIG_GPU_INSTANCES))
     sysfs = root.sysfs()
     users: dict[tuple[str, int], list[str]] = {}
     for vf in sysfs.listdir(PCI_DEVICES):
@@ -50,7 +50,7 @@ def read(root: HostRoot) -> list[MigGpu]:
         if text is not None and text.strip().isdecimal() and physfn:
             users.setdefault((physfn, int(text)), []).append(vf)
     if instances:  # layout B mdevs name no instance in sysfs: the driver's vgpu -q says which one each runs on
-        for address, q in parse_vgpu_query(nvidia_smi.run(root, "vgpu", "-q") or "").items():
+        for address, q in parse_vgpu_query(nvidia_smi.run(root, *nvidia_smi.VGPU_QUERY) or "").items():
             for v in q.vgpus:
                 uuid, gi = v.fields.get("MDEV UUID", ""), v.gpu_instance_id
                 if gi is not None and _UUID.fullmatch(uuid.lower()):
@@ -82,7 +82,7 @@ def read_host(root: HostRoot) -> MigHost:
         gpus = read(root)
     except VgpuadmError:
         return MigHost((), {})
-    text = nvidia_smi.run(root, "vgpu", "-s", "-v")
+    text = nvidia_smi.run(root, *nvidia_smi.VGPU_SUPPORTED)
     blocks = parse_type_blocks(text) if text else {}
     types = {pf: tuple(MigType(t.type_id, t.name, t.gi_profile_id, t.max_instances) for t in infos)
              for pf, infos in blocks.items()}  # fmt: skip

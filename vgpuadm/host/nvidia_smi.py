@@ -15,6 +15,25 @@ from vgpuadm.host.root import NVIDIA_SMI, HostRoot
 TIMEOUT = 20.0  # seconds; nvidia-smi waits on the driver, which can hang on a wedged GPU
 MAX_OUTPUT = 4 << 20  # bytes of output believed
 
+# Every nvidia-smi call that reads (discovery, the read commands, planning). They go through `run` or `read`,
+# which accept only these, and `vgpuadm snapshot` records each one (ops/snapshot.py), so a captured host replays
+# every read: a new read is added here or it cannot run.
+VGPU_SUPPORTED = ("vgpu", "-s", "-v")
+QUERY = ("-q",)
+QUERY_XML = ("-q", "-x")
+VGPU_QUERY = ("vgpu", "-q")
+VGPU_SCHEDULER = ("vgpu", "-ss")
+MIG_GI_PROFILES = ("mig", "-lgip")
+MIG_GI_PLACEMENTS = ("mig", "-lgipp")
+MIG_GPU_INSTANCES = ("mig", "-lgi")
+READS = (VGPU_SUPPORTED, QUERY, QUERY_XML, VGPU_QUERY, VGPU_SCHEDULER, MIG_GI_PROFILES, MIG_GI_PLACEMENTS,
+         MIG_GPU_INSTANCES)  # fmt: skip
+
+
+def _check_read(args: tuple[str, ...]) -> None:
+    if args not in READS:
+        raise ValueError(f"nvidia-smi {' '.join(args)} is not in host/nvidia_smi.READS (a snapshot would miss it)")
+
 
 def locate(root: HostRoot) -> str | None:
     import shutil  # stdlib, but only hosts whose VFs need the driver's word pay for it
@@ -26,9 +45,11 @@ def locate(root: HostRoot) -> str | None:
 
 
 def run(root: HostRoot, *args: str) -> str | None:
-    """nvidia-smi's standard output, or None when it is missing, fails or times out (callers then know less)."""
+    """nvidia-smi's standard output, or None when it is missing, fails or times out (callers then know less).
+    `args`: one of READS."""
     import subprocess  # see locate()
 
+    _check_read(args)
     binary = locate(root)
     if binary is None:
         return None
@@ -69,6 +90,21 @@ class Result:
             if line.strip():
                 return line.strip()[:200]
         return f"exit status {self.returncode}"
+
+
+def read(root: HostRoot, args: tuple[str, ...], why: str) -> Result:
+    """A read (one of READS) whose failure the caller reports: `invoke`'s answer."""
+    _check_read(args)
+    return invoke(root, list(args), why)
+
+
+def capture(root: HostRoot, args: tuple[str, ...]) -> Result | None:
+    """A read (one of READS) as `vgpuadm snapshot` records it: exit status, output and errors; None when there is
+    no nvidia-smi or it does not answer."""
+    try:
+        return read(root, args, "capture the host")
+    except (HostIOError, NotFoundError):
+        return None
 
 
 def invoke(root: HostRoot, args: list[str], why: str) -> Result:

@@ -93,10 +93,11 @@ def apply_desired(
     timeout: float = 60.0,
 ) -> ApplyResult:
     """Make the host match a desired state (a plan file's, or the Ansible module's), as ONE journaled plan.
-    `check` computes the diff and the steps and changes nothing. The recorded devices of the VMs the plan names
-    that the host lacks (after a reboot) are desired state too: they come back first, as `restore` brings them
-    back (same phases and checks; `timeout` for GPUs to register), then the plan is made against the host."""
-    with Session.open(root, connect) as s:
+    `check` computes the diff and the steps and changes nothing (it only reads: no lock, no root needed). The
+    recorded devices of the VMs the plan names that the host lacks (after a reboot) are desired state too: they
+    come back first, as `restore` brings them back (same phases and checks; `timeout` for GPUs to register), then
+    the plan is made against the host."""
+    with Session.changing(root, connect, dry_run=check) as s:
         doms = s.domains()
         for name, spec in plan_doc.vms.items():
             if name not in doms.by_name:
@@ -107,8 +108,9 @@ def apply_desired(
         result = _apply(s, plan_doc, doms, check=check, prune=prune, progress=progress)
         if check or not result.diff.missing:
             return result
-        out = RestoreResult()
-        rebuild(s, s.context(), list(result.diff.missing), timeout, lambda _line: None, out, stale=False)
+        out, ctx = RestoreResult(), s.context()
+        ctx.virt = s.virt
+        rebuild(s, ctx, list(result.diff.missing), timeout, lambda _line: None, out, stale=False)
         if out.problems:
             raise NotFoundError(
                 f"{len(out.problems)} recorded device(s) of the plan's VMs could not be brought back: "
@@ -225,10 +227,13 @@ class RestoreResult:
     problems: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     devices: int = 0
+    dry_run: bool = False
+    planned: list[str] = field(default_factory=list)  # dry run: the steps restore would run first
 
     def to_json(self) -> dict[str, Any]:
         """The `restore --json` document (vgpuadm/schemas/restore.schema.json)."""
-        return {"devices": self.devices, "done": self.done, "skipped": self.skipped, "problems": self.problems}
+        return {"devices": self.devices, "dry_run": self.dry_run, "planned": self.planned, "done": self.done,
+                "skipped": self.skipped, "problems": self.problems}  # fmt: skip
 
 
 MAX_TIMEOUT = 3600.0  # seconds restore waits for GPUs at most (an hour: far beyond any driver's registration)
@@ -250,47 +255,66 @@ def restore(
     domain_xml_dir: str | None = None,
     timeout: float = 60.0,
     report: Report | None = None,
+    dry_run: bool = False,
 ) -> RestoreResult:
     """Rebuild this host's domains' devices after a reboot, phase by phase (plan/restore.RESTORE_ORDER), under the host
     lock. Each device is its own unit: one that fails is rolled back and named in `problems`, the others still
-    happen."""
+    happen.
+
+    dry_run: what restore would do first, changing nothing (no lock, no root needed): the phases are planned
+    against the host as it is, up to the first phase that would change it — the phases after it are planned
+    against what that phase leaves, so they are named, not guessed."""
     check_timeout(timeout)
     say = report or (lambda _line: None)
-    out = RestoreResult()
-    with Session.open(root, connect, allow_pending=True) as s:
+    out = RestoreResult(dry_run=dry_run)
+    with Session.changing(root, connect, dry_run=dry_run, allow_pending=True) as s:
         doms = read_domain_dir(domain_xml_dir, s.host_key) if domain_xml_dir else s.domains()
         ctx = s.context()
         if not domain_xml_dir:
             ctx.virt = s.virt
         try:
-            recovered = recover(ctx)
+            recovered = recover(ctx, dry_run=dry_run)
         except VgpuadmError as exc:
             raise ConflictError(
                 f"an interrupted change is pending and could not be rolled back: {exc.message}",
                 "run `vgpuadm reconcile` once libvirt runs, then `vgpuadm restore` again",
             ) from None
         for line in recovered:
-            say(f"recovered: {line}")
+            say(f"recovered: {line}" if not dry_run else f"journal: {line}")
         allocs = [a for a in doms.allocations if not a.on_demand]  # the qemu hook makes those at start
         out.devices = len(allocs)
-        rebuild(s, ctx, allocs, timeout, say, out, stale=bool(recovered))
+        rebuild(s, ctx, allocs, timeout, say, out, stale=bool(recovered), dry_run=dry_run)
     return out
 
 
 def rebuild(
-    s: Session, ctx: Any, allocs: list[Allocation], timeout: float, say: Report, out: RestoreResult, *, stale: bool
+    s: Session,
+    ctx: Any,
+    allocs: list[Allocation],
+    timeout: float,
+    say: Report,
+    out: RestoreResult,
+    *,
+    stale: bool,
+    dry_run: bool = False,
 ) -> None:
     """Bring `allocs` back, phase by phase (plan/restore.RESTORE_ORDER, each with the host reads it declares): what
     `restore` does for every domain and `apply` for the missing devices of the VMs its plan names. Each device is
-    its own unit: one that fails is rolled back and named in `out.problems`, the others still happen."""
+    its own unit: one that fails is rolled back and named in `out.problems`, the others still happen. `dry_run`:
+    plan until the first phase that would change the host, into `out.planned`."""
     sriov_manage = s.root.has_executable(SRIOV_MANAGE)
     snap = s.snap  # the host is read again only after something changed it
     for spec in restore_plan.RESTORE_ORDER:  # each phase with the host reads it declares
         phase = spec.name
+        if dry_run and stale:  # an earlier phase (or the journal) would change the host first
+            say(f"{phase}: planned once the steps above are done")
+            continue
         if stale:
             snap = s.refresh()
         missing = restore_plan.missing_devices(allocs, snap) if spec.waits_for_devices and not out.problems else []
-        if missing:
+        if missing and dry_run:
+            say(f"would wait up to {timeout:g}s for {', '.join(missing)} to register")
+        elif missing:
             say(f"waiting up to {timeout:g}s for {', '.join(missing)} to register")
             snap = wait_until(s.refresh, functools.partial(restore_plan.all_present, allocs), timeout)
         mig = host_mig.read_host(s.root) if spec.reads_mig and restore_plan.needs_mig(allocs, snap) else None
@@ -302,18 +326,24 @@ def rebuild(
         for line in pp.skipped:
             say(f"{phase}: skipped: {line}")
             out.skipped.append(line)
-        # One journal for the phase; each unit still fails (and is rolled back) alone.
-        errors = execute_units(pp.units, ctx, f"restore: {phase}") if pp.units else []
         stale = bool(pp.units)
-        for unit, error in zip(pp.units, errors, strict=True):
-            if error is not None:
-                out.problems.append(f"{phase}: {error.message}")
-                say(f"{phase}: FAILED: {error.message}")
-                continue
-            for step in unit.steps:
-                out.done.append(f"{phase}: {step.describe()}")
-                say(f"{phase}: {step.describe()}")
-        allocs = pp.without_held(allocs, snap)
+        if dry_run:
+            for unit in pp.units:
+                for step in unit.steps:
+                    out.planned.append(f"{phase}: {step.describe()}")
+                    say(f"{phase}: would {step.describe()}")
+        else:
+            # One journal for the phase; each unit still fails (and is rolled back) alone.
+            errors = execute_units(pp.units, ctx, f"restore: {phase}") if pp.units else []
+            for unit, error in zip(pp.units, errors, strict=True):
+                if error is not None:
+                    out.problems.append(f"{phase}: {error.message}")
+                    say(f"{phase}: FAILED: {error.message}")
+                    continue
+                for step in unit.steps:
+                    out.done.append(f"{phase}: {step.describe()}")
+                    say(f"{phase}: {step.describe()}")
+            allocs = pp.without_held(allocs, snap)
         out.problems.extend(f"{phase}: {p}" for p in pp.problems)
         for p in pp.problems:
             say(f"{phase}: cannot restore: {p}")
@@ -328,10 +358,12 @@ class ReconcileResult:
     leaks: tuple[Leak, ...]
     fixed: tuple[str, ...]
     lost: tuple[str, ...]  # allocations whose device is missing (run `vgpuadm restore`)
+    dry_run: bool = False  # recovered and fixed say what would be done
 
     def to_json(self) -> dict[str, Any]:
         """The `reconcile --json` document (vgpuadm/schemas/reconcile.schema.json)."""
         return {
+            "dry_run": self.dry_run,
             "recovered": list(self.recovered),
             "leaks": [{"kind": lk.kind, "id": lk.id, "detail": lk.detail} for lk in self.leaks],
             "fixed": list(self.fixed),
@@ -360,26 +392,27 @@ def check_owner_uri(uri: str, root: str, simulated: bool) -> None:
 
 
 def reconcile(
-    root: str | None, *, connect: str | None = None, fix: bool = False, finish: bool = False
+    root: str | None, *, connect: str | None = None, fix: bool = False, finish: bool = False, dry_run: bool = False
 ) -> ReconcileResult:
-    """Roll back (or finish) a crashed change, then list — and with `fix` remove — devices no domain owns."""
-    with Session.open(root, connect, allow_pending=True) as s:
+    """Roll back (or finish) a crashed change, then list — and with `fix` remove — devices no domain owns.
+    dry_run: what it would do, changing nothing (no lock, no root needed)."""
+    with Session.changing(root, connect, dry_run=dry_run, allow_pending=True) as s:
         if fix:
             check_owner_uri(s.uri, s.root.path, s.simulated)
         ctx = s.context()
         ctx.virt = s.virt
-        recovered = recover(ctx, finish=finish)
+        recovered = recover(ctx, finish=finish, dry_run=dry_run)
         snap = s.refresh()
         doms: Domains = s.domains()
         remembered = load_drivers(s.root.path)
         leaks = reconcile_plan.find_leaks(snap, doms.owned(), remembered)
         fixed: tuple[str, ...] = ()
         if fix and leaks:
-            fixed = s.execute(reconcile_plan.leak_plan(snap, leaks, remembered)).applied
+            fixed = s.execute(reconcile_plan.leak_plan(snap, leaks, remembered), dry_run=dry_run).applied
             snap = s.refresh()
         lost = tuple(
             f"{a.domain}: {describe_allocation(a)}"
             for a in doms.allocations
             if not a.on_demand and reconcile_plan.device_missing(a, snap)
         )
-    return ReconcileResult(tuple(recovered), tuple(leaks), fixed, lost)
+    return ReconcileResult(tuple(recovered), tuple(leaks), fixed, lost, dry_run)

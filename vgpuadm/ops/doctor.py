@@ -68,7 +68,7 @@ def facts(root: str | None, connect: str | None = None) -> HostFacts:
                 got = doc.get("plan")
                 plan = got if isinstance(got, dict) else {}
                 journal = f"{plan.get('summary') or 'a change'} (step {doc.get('current', '?')})"
-        version = error = leaks = missing = claimed = None
+        version = error = hint = leaks = missing = claimed = None
         uses_ramfb = False
         try:
             version = s.virt.lib_version()
@@ -79,10 +79,8 @@ def facts(root: str | None, connect: str | None = None) -> HostFacts:
             )
             missing = tuple((a.domain, modes.describe(a)) for a in missing_recorded(snap, doms))
             claimed = tuple((key, tuple(names)) for (_, key), names in sorted(doms.claims().items()) if len(names) > 1)
-        except VgpuadmError as exc:
-            error = exc.message
-        except ImportError as exc:  # libvirt-python missing
-            error = str(exc)
+        except VgpuadmError as exc:  # also LibvirtMissingError: no libvirt-python
+            error, hint = exc.message, exc.hint
         return HostFacts(
             snap=snap,
             iommu_group_count=len(sysfs.listdir("/sys/kernel/iommu_groups")),
@@ -93,6 +91,7 @@ def facts(root: str | None, connect: str | None = None) -> HostFacts:
             libvirt_uri=s.uri,
             libvirt_version=version,
             libvirt_error=error,
+            libvirt_hint=hint,
             uses_ramfb=uses_ramfb,
             journal=journal,
             journal_error=journal_error,

@@ -98,7 +98,7 @@ def create_many(
     """Provision several domains (name, total count) with one type under one lock, one discovery and one libvirt
     connection. Placement is joint; each domain's plan is applied (or rolled back) as a unit, in order. When one
     fails, the domains before it keep their devices and the error says which they are."""
-    with Session.open(root, connect) as s:
+    with Session.changing(root, connect, dry_run=dry_run) as s:
         snap = s.snap
         running = sorted({vm for vm, _ in requests} & s.domains().running) if options.get("on_demand") else []
         if running:  # the hook makes on-demand devices as the domain starts: a running one would never get them
@@ -146,7 +146,7 @@ def destroy(
     progress: Progress | None = None,
     forget: bool = False,
 ) -> GuestResult:
-    with Session.open(root, connect) as s:
+    with Session.changing(root, connect, dry_run=dry_run) as s:
         dom = s.domain_xml(vm)
         plan, gone, after = planner.plan_destroy(s.snap, dom, s.domains().users(besides=vm), uuid=uuid, all_=all_,
                                                  drivers=load_drivers(s.root.path), forget=forget)  # fmt: skip
@@ -177,7 +177,7 @@ def passthrough(
     progress: Progress | None = None,
     on_demand: bool = False,
 ) -> GuestResult:
-    with Session.open(root, connect) as s:
+    with Session.changing(root, connect, dry_run=dry_run) as s:
         dom = s.domain_xml(vm)
         plan, added, after = planner.plan_passthrough(s.snap, dom, gpu, s.domains().users(besides=vm), force=force,
                                                       rom_file=rom_file, on_demand=on_demand,
@@ -198,7 +198,7 @@ def release(
     """Take a passed-through GPU back from whichever domain has it (per vgpuadm metadata) and give it back to its
     host drivers. With no domain holding it, only the drivers are restored."""
     gpu = str(xml.PciAddress.parse(gpu))
-    with Session.open(root, connect) as s:
+    with Session.changing(root, connect, dry_run=dry_run) as s:
         if gpu not in s.snap.functions:
             raise NotFoundError(
                 f"No PCI function {gpu} on this host", s.snap.skipped(gpu, "run `vgpuadm gpus` to list GPUs")

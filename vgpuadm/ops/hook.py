@@ -118,7 +118,7 @@ def install(
     why = ""
     if single_script is None:
         single_script, why = hook_form(libvirt_version or library_version())
-    with Session.open(root, needs_sys=False) as s:
+    with Session.changing(root, dry_run=dry_run, needs_sys=False) as s:
         r = s.root.path
         cmd = hook_command(s.root, command)
         name = hookfile.SCRIPT if single_script else hookfile.DIR_HOOK
@@ -151,7 +151,7 @@ def install(
 def uninstall(root: str | None, *, dry_run: bool = False) -> HookInstallResult:
     """Remove vgpuadm's hook (either form); a chained script goes back to hooks/qemu. A file vgpuadm did not write
     is left alone."""
-    with Session.open(root, needs_sys=False) as s:
+    with Session.changing(root, dry_run=dry_run, needs_sys=False) as s:
         r = s.root.path
         steps: list[Step] = []
         chained = None

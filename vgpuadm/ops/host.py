@@ -144,18 +144,25 @@ def _no_domains(s: Session) -> bool:
 
 
 def recover(
-    root: str | None = None, *, finish: bool = False, virt: Any = None, connect: str | None = None
+    root: str | None = None,
+    *,
+    finish: bool = False,
+    virt: Any = None,
+    connect: str | None = None,
+    dry_run: bool = False,
 ) -> list[str]:
     """Roll back (default) or finish a change a crashed run left in the journal; [] when there was none. When the
-    journal holds libvirt steps and no `virt` is given, a connection is opened (`connect`, else this root's)."""
+    journal holds libvirt steps and no `virt` is given, a connection is opened (`connect`, else this root's).
+    dry_run: what it would do (`would roll back: …`); only reads, so no root is needed."""
     sysfs = open_sysfs(root)
     check_root(sysfs.root)
-    check_writable(sysfs.root)
+    if not dry_run:
+        check_writable(sysfs.root)
     ctx = ExecContext(sysfs=sysfs, root=sysfs.root, virt=virt)
     doc = read_journal(ctx.root) or {}
     kinds = {s.get("kind") for s in doc.get("plan", {}).get("steps", [])}
     if virt is None and kinds & LIBVIRT_STEP_KINDS:
         with VirtConn(choose_uri(connect, ctx.root, sysfs.simulated)) as conn:
             ctx.virt = conn
-            return _recover(ctx, finish=finish)
-    return _recover(ctx, finish=finish)
+            return _recover(ctx, finish=finish, dry_run=dry_run)
+    return _recover(ctx, finish=finish, dry_run=dry_run)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vgpuadm import modes
-from vgpuadm.errors import ConflictError, LibvirtError, VgpuadmError
+from vgpuadm.errors import ConflictError, LibvirtError, LibvirtMissingError, VgpuadmError
 from vgpuadm.executor import pending_error, read_journal
 from vgpuadm.host import mig as host_mig
 from vgpuadm.host import nvidia_smi
@@ -47,12 +47,15 @@ def inventory(
         if domains_xml is not None:
             found = read_domain_dir(domains_xml, snap.host_key, option="--domain-xml-dir")
             allocations, source = found.allocations, f"domains-xml:{os.path.abspath(domains_xml)}"
-        elif use_libvirt:
-            wanted = None if domains is None else set(domains)
-            allocations = [a for a in s.domains().allocations if wanted is None or a.domain in wanted]
-            running = s.domains().running
-            source = f"libvirt:{s.uri}"
         warnings: list[str] = []
+        if domains_xml is None and use_libvirt:
+            wanted = None if domains is None else set(domains)
+            try:
+                allocations = [a for a in s.domains().allocations if wanted is None or a.domain in wanted]
+                running = s.domains().running
+                source = f"libvirt:{s.uri}"
+            except LibvirtMissingError as exc:  # the rest of the host can still be read
+                warnings.append(f"owners unknown: {exc.message}; {exc.hint}")
         mig = _mig_occupancy(s, allocations, warnings)
         doc = build_inventory(snap, allocations, host=host or s.root.hostname(), generated_at=_now(), source=source,
                               running=running, mig=mig)  # fmt: skip
@@ -98,8 +101,6 @@ def device_users(
             return snap, s.domains().users(), None
         except (LibvirtError, ConflictError) as exc:
             return snap, None, exc.message
-        except ImportError:
-            return snap, None, "libvirt-python is not installed"
 
 
 def domain_allocations(root: str | None, vm: str, *, connect: str | None = None) -> list[Allocation]:

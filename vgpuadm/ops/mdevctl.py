@@ -6,6 +6,7 @@ files written by WriteMdevctlDefinition steps through the same executor (journal
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from vgpuadm import modes
 from vgpuadm.catalog.capacity import consume
@@ -14,15 +15,37 @@ from vgpuadm.io.domainxml import read_domain_dir
 from vgpuadm.model import Allocation
 from vgpuadm.modes.mdev import MODE as MDEV
 from vgpuadm.ops.session import Session
-from vgpuadm.steps import Plan, Step, WriteMdevctlDefinition
+from vgpuadm.steps import CreateMdev, Plan, Step, WriteMdevctlDefinition
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    written: list[tuple[mdevctl.Definition, bool]]  # each definition and whether its file changed (would change)
+    plan: Plan
+    dry_run: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """The `mdevctl export --json` document (vgpuadm/schemas/change.schema.json)."""
+        return change_json(self.plan, self.dry_run, [d.uuid for d, changed in self.written if changed])
+
+
+def change_json(plan: Plan, dry_run: bool, devices: list[str]) -> dict[str, Any]:
+    return {"changed": not dry_run and not plan.empty, "dry_run": dry_run, "summary": plan.summary,
+            "steps": list(plan.describe()), "devices": devices}  # fmt: skip
 
 
 def export(
-    root: str | None, *, connect: str | None = None, domain_xml_dir: str | None = None, from_host: bool = False
-) -> list[tuple[mdevctl.Definition, bool]]:
+    root: str | None,
+    *,
+    connect: str | None = None,
+    domain_xml_dir: str | None = None,
+    from_host: bool = False,
+    dry_run: bool = False,
+) -> ExportResult:
     """Write an mdevctl definition (start=auto) for every mdev the domains own, or with `from_host` for every
-    mdev that exists now. Returns each definition and whether its file changed."""
-    with Session.open(root, connect) as s:
+    mdev that exists now; each definition and whether its file changed (dry_run: would change; nothing is
+    written, and only reading needs no root)."""
+    with Session.changing(root, connect, dry_run=dry_run) as s:
         snap = s.snap
         if from_host:
             defs = [mdevctl.definition(m.parent, m.uuid, m.type_id, (m.vgpu_params or "").strip() or None)
@@ -40,8 +63,9 @@ def export(
             out.append((d, previous != text))
             if previous != text:
                 steps.append(WriteMdevctlDefinition(d.parent, d.uuid, text, previous))
-        s.execute(Plan.of(steps, "write mdevctl definitions"))  # lock (held), journal, undo
-        return out
+        plan = Plan.of(steps, "write mdevctl definitions")
+        s.execute(plan, dry_run=dry_run)  # lock (held), journal, undo
+        return ExportResult(out, plan, dry_run)
 
 
 @dataclass(frozen=True)
@@ -49,11 +73,17 @@ class ImportResult:
     plan: Plan
     applied: tuple[str, ...]
     problems: tuple[str, ...]
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The `mdevctl import --json` document (vgpuadm/schemas/change.schema.json)."""
+        made = [] if self.dry_run else [s.uuid for s in self.plan.steps if isinstance(s, CreateMdev)]
+        return change_json(self.plan, self.dry_run, made)
 
 
 def import_(root: str | None, *, check: bool = False, include_manual: bool = False) -> ImportResult:
     """Create the mdevs that mdevctl definitions describe and that do not exist yet (start=auto ones, or all)."""
-    with Session.open(root) as s:
+    with Session.changing(root, dry_run=check) as s:
         snap = s.snap
         steps: list[Step] = []
         problems: list[str] = []
@@ -78,6 +108,6 @@ def import_(root: str | None, *, check: bool = False, include_manual: bool = Fal
             vsnap = consume(vsnap, [Allocation("", MDEV.name, d.mdev_type, d.parent, d.uuid)])
         plan = Plan.of(steps, "create mdevs from mdevctl definitions")
         if check or plan.empty:
-            return ImportResult(plan, tuple(plan.describe()), tuple(problems))
+            return ImportResult(plan, tuple(plan.describe()), tuple(problems), check)
         result = s.execute(plan)
         return ImportResult(plan, result.applied, tuple(problems))

@@ -36,7 +36,7 @@ def ownership(s: Session) -> tuple[dict[str, str] | None, Made | None]:
     when the domains cannot be read."""
     try:
         domains = s.domains()
-    except (LibvirtError, ConflictError, ImportError):
+    except (LibvirtError, ConflictError):  # also LibvirtMissingError: no libvirt-python
         return None, None
     owners = {key: vm for (_kind, key), vm in domains.users().items()}
     return owners, made_by(domains.allocations, s.snap.physical_gpu)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any
 
 from vgpuadm.errors import NotFoundError
@@ -84,6 +84,13 @@ class Session:
             if not allow_pending and read_journal(s.root.path) is not None:
                 raise pending_error()
             yield s
+
+    @classmethod
+    def changing(
+        cls, root: str | None, connect: str | None = None, *, dry_run: bool = False, **options: Any
+    ) -> AbstractContextManager[Session]:
+        """`open` for a change; `read` for its dry run, which only reads: no lock, no journal, no root needed."""
+        return cls.read(root, connect) if dry_run else cls.open(root, connect, **options)
 
     @classmethod
     @contextmanager

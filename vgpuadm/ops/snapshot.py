@@ -29,10 +29,13 @@ from vgpuadm.io import snapshot_archive
 from vgpuadm.sim.profiles import install_tools
 
 FORMAT = 1
+MACHINE_ID_NOTE = "not the id: the first 32 hex digits of a salted sha256 of it (stable per host)"
 MANIFEST = "/vgpuadm-snapshot/manifest.json"
 SMI_DIR = "/vgpuadm-snapshot/nvidia-smi"
-# nvidia-smi runs captured: file name → arguments. `vgpu -s -v` is what discovery asks; `-q` is for people.
-SMI_RUNS = {"vgpu-s-v.txt": ("vgpu", "-s", "-v"), "q.txt": ("-q",)}
+# nvidia-smi runs captured: file name → arguments — every read the tool makes (host/nvidia_smi.READS), so that
+# a captured host answers discovery, `mig status|profiles|instances`, the inventory's MIG section and the policies.
+# `<name>.txt` holds the output; `<name>.stderr` and `<name>.status` the errors and exit status when it failed.
+SMI_RUNS = {"-".join(a.lstrip("-") for a in args) + ".txt": args for args in nvidia_smi.READS}
 # What `doctor` reads beyond discovery, so that it can judge an imported host too.
 DOCTOR_READS = {"/proc/cmdline": "read", "/sys/module": "list", "/sys/bus/pci/drivers": "list",
                 "/sys/kernel/iommu_groups": "list"}  # fmt: skip
@@ -75,12 +78,18 @@ def take(root: str | None, out: str) -> SnapshotResult:
         c.add_text(PCI_IDS[0], _pci_ids(models))
     runs = []
     for name, args in SMI_RUNS.items():
-        text = nvidia_smi.run(host, *args)
-        if text is not None:
-            c.add_text(f"{SMI_DIR}/{name}", redactor.text(text))
-            runs.append(" ".join(args))
+        result = nvidia_smi.capture(host, args)
+        if result is None:
+            continue
+        c.add_text(f"{SMI_DIR}/{name}", redactor.text(result.stdout))
+        if result.returncode:
+            stem = name.removesuffix(".txt")
+            c.add_text(f"{SMI_DIR}/{stem}.stderr", redactor.text(result.stderr))
+            c.add_text(f"{SMI_DIR}/{stem}.status", f"{result.returncode & 0xFF}\n")
+        runs.append(" ".join(args))
     manifest = {"format": FORMAT, "simulated": host.simulated, "nvidia_smi": runs,
-                "redacted": {"gpu_uuids": len(redactor.uuids)}}  # fmt: skip
+                "redacted": {"gpu_uuids": len(redactor.uuids), "serial_numbers": True,
+                             "machine_id": MACHINE_ID_NOTE}}  # fmt: skip
     c.add_text(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     count = snapshot_archive.write(out, c.members.values())
     return SnapshotResult(out, count, host.simulated, tuple(runs), len(redactor.uuids))
@@ -110,6 +119,12 @@ class ImportResult:
 _REPLAY = """#!/bin/sh
 # nvidia-smi of a captured host (written by `vgpuadm sim import`): replays what `vgpuadm snapshot` recorded.
 d=$(cd "$(dirname "$0")/../.." && pwd)/vgpuadm-snapshot/nvidia-smi
+replay() {{
+  cat "$d/$1.txt"
+  [ -f "$d/$1.stderr" ] && cat "$d/$1.stderr" >&2
+  [ -f "$d/$1.status" ] && exit "$(cat "$d/$1.status")"
+  exit 0
+}}
 case "$*" in
 {cases}esac
 echo "nvidia-smi (captured host): nothing was recorded for: $*" >&2
@@ -118,7 +133,7 @@ exit 2
 
 
 def _install_replay(dest: str, runs: dict[str, str]) -> None:
-    cases = "".join(f'  "{args}") exec cat "$d/{name}" ;;\n' for name, args in runs.items())
+    cases = "".join(f'  "{args}") replay "{name.removesuffix(".txt")}" ;;\n' for name, args in runs.items())
     script = os.path.join(dest, NVIDIA_SMI.lstrip("/"))
     os.makedirs(os.path.dirname(script), exist_ok=True)
     with open(script, "w") as f:

@@ -59,7 +59,7 @@ class UnitResult:
 
 
 def _run(root: str | None, dry_run: bool, make: Any) -> UnitResult:
-    with Session.open(root, needs_sys=False) as s:
+    with Session.changing(root, dry_run=dry_run, needs_sys=False) as s:
         previous = unitfile.read_unit(s.root.path, unitfile.RESTORE_UNIT)
         plan, command, text = make(previous)
         result = s.execute(plan, dry_run=dry_run) if not plan.empty else None

@@ -56,6 +56,7 @@ class HostFacts:
     # (device id, the domains that all claim it) for a device more than one domain references
     claimed_twice: tuple[tuple[str, tuple[str, ...]], ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    libvirt_hint: str | None = None  # what to do about libvirt_error (no daemon, no permission, no libvirt-python)
 
 
 def _version(v: tuple[int, int, int]) -> str:
@@ -158,7 +159,7 @@ def check_tools(f: HostFacts) -> list[Check]:
 def check_libvirt(f: HostFacts) -> Check:
     if f.libvirt_version is None:
         return Check("libvirt", FAIL, f"libvirt at {f.libvirt_uri} is unreachable: {f.libvirt_error}",
-                     "start libvirtd (systemctl start libvirtd) or pass --connect URI")  # fmt: skip
+                     f.libvirt_hint or "start libvirtd (systemctl start libvirtd) or pass --connect URI")  # fmt: skip
     have = f.libvirt_version
     has_mdev = bool(f.snap.mdev_parents)
     if has_mdev and have < LIBVIRT_MDEV:
@@ -240,7 +241,7 @@ def check_journal(f: HostFacts) -> Check:
 def check_leaks(f: HostFacts) -> list[Check]:
     if f.leaks is None:
         return [Check("leaks", WARN, "cannot tell which devices are leaked: libvirt is unreachable",
-                      "start libvirtd, then rerun vgpuadm doctor")]  # fmt: skip
+                      "fix what the libvirt check says, then rerun vgpuadm doctor")]  # fmt: skip
     if not f.leaks:
         return [Check("leaks", PASS, "every device is owned by a domain")]
     return [

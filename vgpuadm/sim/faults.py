@@ -7,12 +7,17 @@ Faults live in the marker's `faults` list, so every process writing to the root 
   its canonical form (links resolved, e.g. /sys/devices/pci0000:00/…).
 - `after`: this many matching writes still succeed first; `times`: how many then fail (0 = every one, forever).
 A failing write has no effect at all (the kernel refused it before doing anything). Faults survive `sim reboot`.
+
+A slow write instead: {"path_glob": …, "stall": 5.0, "after": 0, "times": 1} (`inject_stall`) — the write takes
+effect, then the writer waits `stall` seconds before the kernel returns (a driver slow to finish). Tests use it to
+interrupt a change in the middle of a step (tests/unit/test_rollback.py).
 """
 
 from __future__ import annotations
 
 import errno as errno_mod
 import json
+import math
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -47,6 +52,17 @@ def inject_fault(root: str, path_glob: str, errno_name: str, times: int = 1, aft
         save_faults(root, faults)
 
 
+def inject_stall(root: str, path_glob: str, seconds: float, times: int = 1, after: int = 0) -> None:
+    """Make the next matching writes under `root` take effect, then return only after `seconds`."""
+    require_simulated(root)
+    if not (math.isfinite(seconds) and 0 < seconds <= 600) or times < 0 or after < 0:
+        raise UsageError(f"stall={seconds} times={times} after={after}", "stall is 0-600 seconds; times, after ≥ 0")
+    with root_lock(root):
+        faults = load_model(root)["faults"]
+        faults.append({"path_glob": path_glob, "stall": float(seconds), "after": after, "times": times})
+        save_faults(root, faults)
+
+
 def clear_faults(root: str) -> None:
     require_simulated(root)
     with root_lock(root):
@@ -59,17 +75,22 @@ def list_faults(root: str) -> list[dict[str, Any]]:
         return list(json.load(f).get("faults") or [])
 
 
-def check(root: str, faults: list[dict[str, Any]], paths: tuple[str, ...]) -> int | None:
-    """Called by the kernel under the lock before a write: the errno to fail with, or None. Persists counters."""
+def check(root: str, faults: list[dict[str, Any]], paths: tuple[str, ...]) -> tuple[int | None, float]:
+    """Called by the kernel under the lock before a write: (the errno to fail with or None, the seconds to stall
+    after the write took effect). Persists counters."""
     updated = [dict(f) for f in faults]
     code = None
+    stall = 0.0
     for i, fault in enumerate(updated):
         if not any(fnmatchcase(p, fault["path_glob"]) for p in paths):
             continue
         if fault["after"] > 0:
             fault["after"] -= 1
             continue
-        code = errno_code(fault["errno"])
+        if "stall" in fault:
+            stall = float(fault["stall"])
+        else:
+            code = errno_code(fault["errno"])
         if fault["times"] == 1:
             del updated[i]
         elif fault["times"] > 1:
@@ -77,4 +98,4 @@ def check(root: str, faults: list[dict[str, Any]], paths: tuple[str, ...]) -> in
         break
     if updated != faults:
         save_faults(root, updated)
-    return code
+    return code, stall

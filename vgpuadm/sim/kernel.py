@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno as errno_mod
 import os
 import stat
+import time
 from typing import Any
 
 from vgpuadm.sim import faults, hetero, mdevs, pci, vendor_vfio
@@ -45,12 +46,14 @@ class SimKernel:
             host = SimHost(self.root, self._load())
             real = host.real(host_path)
             canonical = host.resolve(host_path) if os.path.lexists(real) else host_path
-            code = faults.check(self.root, host.model["faults"], (host_path, canonical))
+            code, stall = faults.check(self.root, host.model["faults"], (host_path, canonical))
             if code is not None:
                 fail(code)
             if not os.path.lexists(real) or not os.path.exists(real):
                 fail(errno_mod.ENOENT)
             dispatch(host, canonical, buf)
+        if stall:
+            time.sleep(stall)  # a slow driver: the write is done, the writer waits (outside the lock)
 
 
 def dispatch(host: SimHost, path: str, data: bytes) -> None:

@@ -9,6 +9,7 @@ libvirt, in-process, no daemon.
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import os
 import shlex
@@ -19,7 +20,7 @@ import tempfile
 import threading
 from typing import Any
 
-from vgpuadm.errors import ConflictError, LibvirtError, NotFoundError
+from vgpuadm.errors import ConflictError, LibvirtError, LibvirtMissingError, NotFoundError
 from vgpuadm.host.root import EMBED_LIBVIRT
 
 DEFAULT_URI = "qemu:///system"
@@ -49,10 +50,48 @@ def embed_uri(root: str) -> str:
     return f"qemu:///embed?root={os.path.join(os.path.abspath(root), EMBED_SUBDIR)}"
 
 
-def _libvirt() -> Any:
-    import libvirt
+# libvirt logs to stderr when no log output is set: the embedded driver's `info : libvirt version …` and
+# `error : virStateInitialize …` lines would precede vgpuadm's own one-line error. Read by libvirt when it loads;
+# a user's own LIBVIRT_LOG_OUTPUTS (or LIBVIRT_DEBUG) still wins.
+QUIET_LOG_OUTPUTS = "4:file:/dev/null"
 
+
+def _libvirt() -> Any:
+    global _quiet
+    if "libvirt" not in sys.modules and not os.environ.get("LIBVIRT_DEBUG"):
+        os.environ.setdefault("LIBVIRT_LOG_OUTPUTS", QUIET_LOG_OUTPUTS)
+    try:
+        import libvirt
+    except ImportError:
+        raise LibvirtMissingError() from None
+    if not _quiet:
+        # libvirt also prints every error to stderr by default; vgpuadm reports them itself, once. Installed
+        # before the first call into libvirt, whichever it is.
+        libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+        _quiet = True
     return libvirt
+
+
+_quiet = False
+# libvirt error codes (virterror.h) of a connection this user may not open, as opposed to a daemon not running.
+_ERR_AUTH = (45, 79, 94)  # VIR_ERR_AUTH_FAILED, VIR_ERR_AUTH_CANCELLED, VIR_ERR_AUTH_UNAVAILABLE
+
+
+def _connect_hint(exc: Any, uri: str) -> str:
+    """What to do about a refused connection: an embedded driver that could not start (no daemon involved),
+    permission (auth, or the socket's EACCES) or no daemon."""
+    embed_root = _embed_root_of(uri)
+    if embed_root:
+        return (
+            f"libvirt's embedded driver (no daemon) could not start under {embed_root}: this user must be able to "
+            "create its directories there and in ~/.cache (or run as root); or pick a running libvirt with --connect"
+        )
+    if exc.get_error_code() in _ERR_AUTH or os.strerror(errno.EACCES) in _message(exc):
+        return (
+            f"this user may not use {uri}: rerun as root (sudo), or add the user to the libvirt group "
+            "(polkit's org.libvirt.unix.manage)"
+        )
+    return "start libvirtd (systemctl start libvirtd) or pick another URI with --connect"
 
 
 def library_version() -> tuple[int, int, int]:
@@ -194,8 +233,6 @@ class VirtConn:
     def _open(self) -> Any:
         global _embedded_root
         libvirt = _libvirt()
-        # libvirt prints every error to stderr by default; vgpuadm reports them itself, once.
-        libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
         if self.embed_root:
             with _lock:
                 if _embedded_root is not None and _embedded_root != self.embed_root:
@@ -216,10 +253,7 @@ class VirtConn:
         try:
             conn = libvirt.open(self.uri)
         except libvirt.libvirtError as exc:
-            raise LibvirtError(
-                f"cannot connect to {self.uri}: {_message(exc)}",
-                "start libvirtd (systemctl start libvirtd) or pick another URI with --connect",
-            ) from None
+            raise LibvirtError(f"cannot connect to {self.uri}: {_message(exc)}", _connect_hint(exc, self.uri)) from None
         return conn
 
     def close(self) -> None:
