@@ -237,3 +237,65 @@ def test_layout_b_places_each_mdev_on_its_own_vf_at_start(sim_host, cli, monkeyp
     ]
     assert hook(cli, monkeypatch, root, "train01", "release", "end", dom).code == 0
     assert diff(before, tree_state(root)) == {}
+
+
+def libvirt_file(root: Path, domain_xml: str, *, running: bool) -> None:
+    """Write a domain where libvirt keeps it: its persistent definition, or (running) its status file."""
+    name, _ = xml.domain_identity(domain_xml)
+    where = root / ("run/libvirt/qemu" if running else "etc/libvirt/qemu")
+    where.mkdir(parents=True, exist_ok=True)
+    text = f"<domstatus state='running' reason='booted' pid='4242'>{domain_xml}</domstatus>" if running else domain_xml
+    (where / f"{name}.xml").write_text(text)
+
+
+def test_an_on_demand_mdev_another_domain_owns_is_never_made_used_or_freed_for_this_one(sim_host, cli, monkeypatch):
+    """web02's metadata names web01's on-demand mdev: web02's start is refused (one line, exit 5, nothing written)
+    and its stop leaves the mdev to web01, which runs with it (libvirt's status file says so)."""
+    root = sim_host("p4")
+    web01 = on_demand(root, "web01", UUIDS[0], "nvidia-63")
+    [u] = [a.uuid for a in xml.parse_allocations(web01)]
+    assert hook(cli, monkeypatch, root, "web01", "prepare", "begin", web01).code == 0
+    libvirt_file(root, web01, running=True)
+    web02 = web01.replace("<name>web01</name>", "<name>web02</name>").replace(UUIDS[0], UUIDS[1])
+    libvirt_file(root, web02, running=False)
+    running = tree_state(root)
+    r = hook(cli, monkeypatch, root, "web02", "prepare", "begin", web02)
+    assert (r.code, r.out) == (5, "")
+    assert r.err == (f"vgpuadm: domain web02: its vgpuadm metadata names {u} as on-demand, and domain web01 owns it "
+                     "(a device is made, freed and rebound only for the domain that owns it; remove the request "
+                     f"(vgpuadm destroy --vm web02 --uuid {u}))\n")  # fmt: skip
+    r = hook(cli, monkeypatch, root, "web02", "release", "end", web02)
+    assert (r.code, r.err) == (0, f"vgpuadm: domain web02: left {u} alone: domain web01 owns it\n")
+    assert tree_state(root) == running
+    # once web01 has stopped (its status file gone) and freed it, the mdev is nobody's: web02 may make it
+    (root / "run/libvirt/qemu/web01.xml").unlink()
+    assert hook(cli, monkeypatch, root, "web01", "release", "end", web01).code == 0
+    assert hook(cli, monkeypatch, root, "web02", "prepare", "begin", web02).code == 0
+
+
+def test_a_gpu_another_domain_owns_is_never_rebound_for_an_on_demand_passthrough(sim_host, cli, monkeypatch):
+    """db02 asks for 0000:65:00.0 on demand. A stopped db03 asking for the same GPU on demand does not own it (only
+    one runs at a time); db01 passing it through for good, or running with it, does: db02's start is refused and
+    its stop does not give the GPU back to the host driver under db01."""
+    root = sim_host("passthrough")
+    snap = api.discover(str(root))
+    _plan, _added, after = guest.plan_passthrough(snap, bare("db02", UUIDS[1]), "0000:65:00.0", {}, on_demand=True)
+    db02 = defined(snap.host_key, "db02", UUIDS[1], after)
+    libvirt_file(root, db02.replace("<name>db02</name>", "<name>db03</name>").replace(UUIDS[1], UUIDS[2]),
+                 running=False)  # fmt: skip
+    gpu = "<hostdev mode='subsystem' type='pci' managed='yes'><source><address domain='0x0000' bus='0x65' " \
+          "slot='0x00' function='0x0'/></source></hostdev>"  # fmt: skip
+    db01 = f"<domain type='kvm'><name>db01</name><uuid>{UUIDS[0]}</uuid><devices>{gpu}</devices></domain>"
+    libvirt_file(root, db01, running=False)
+    before = tree_state(root)
+    r = hook(cli, monkeypatch, root, "db02", "prepare", "begin", db02)
+    assert r.code == 5 and r.err.startswith("vgpuadm: domain db02: its vgpuadm metadata names 0000:65:00.0 as "
+                                            "on-demand, and domain db01 owns it (")  # fmt: skip
+    assert tree_state(root) == before
+    (root / "etc/libvirt/qemu/db01.xml").unlink()
+    assert hook(cli, monkeypatch, root, "db02", "prepare", "begin", db02).code == 0
+    bound = tree_state(root)
+    libvirt_file(root, db01, running=True)  # db01 now runs with the group db02's start bound
+    r = hook(cli, monkeypatch, root, "db02", "release", "end", db02)
+    assert (r.code, r.err) == (0, "vgpuadm: domain db02: left 0000:65:00.0 alone: domain db01 owns it\n")
+    assert tree_state(root) == bound

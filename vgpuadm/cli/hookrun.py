@@ -36,6 +36,6 @@ def run_hook(console: Console, root: str | None, args: list[str], stdin: Any, ar
         hint = f" ({exc.hint})" if exc.hint else ""
         console.err.write(f"vgpuadm: domain {domain}: {exc.message}{hint}\n".replace("\n", " ").rstrip() + "\n")
         return exc.exit_code
-    for line in result.applied:
+    for line in (*result.applied, *result.left):
         console.err.write(f"vgpuadm: domain {domain}: {line}\n")
     return 0

@@ -8,6 +8,8 @@ never calls libvirt (libvirt documents that a hook calling back into its API dea
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,12 +17,17 @@ from vgpuadm.errors import ConflictError
 from vgpuadm.executor import load_drivers
 from vgpuadm.host.root import HostRoot
 from vgpuadm.io import hookfile
+from vgpuadm.io.domainxml import read_libvirt_domains
+from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.ops.session import Session
 from vgpuadm.ops.unit import vgpuadm_command
 from vgpuadm.plan import ondemand
+from vgpuadm.plan.domains import Domains, device_keys
+from vgpuadm.plan.guest import remove_steps
 from vgpuadm.steps import Plan, RemoveHookFile, Step, WriteHookFile
 from vgpuadm.virt import hookcall
 from vgpuadm.virt.conn import library_version
+from vgpuadm.virt.xml import domain_identity
 
 
 @dataclass(frozen=True)
@@ -29,10 +36,11 @@ class HookRunResult:
     phase: str  # "start", "stop" or "" (an operation the hook leaves alone)
     plan: Plan
     applied: tuple[str, ...]
+    left: tuple[str, ...] = ()  # at stop: devices the metadata names that another domain owns, left alone
 
     def to_json(self) -> dict[str, Any]:
         return {"domain": self.domain, "phase": self.phase, "steps": self.plan.describe(),
-                "applied": list(self.applied)}  # fmt: skip
+                "applied": list(self.applied), "left": list(self.left)}  # fmt: skip
 
 
 def run(root: str | None, domain: str, operation: str, sub_operation: str, domain_xml: bytes) -> HookRunResult:
@@ -51,12 +59,70 @@ def run_on_demand(root: str | None, domain: str, phase: str, domain_xml: str) ->
     """`run` for a domain whose XML hookcall has checked and found on-demand devices in (cli/hookrun.py checks it
     before loading this module)."""
     with Session.open(root) as s:  # s.virt is never opened here
+        owners = foreign_owners(read_libvirt_domains(s.root, s.host_key), domain_xml)
+        left: list[str] = []
         if phase == "start":
             plan = ondemand.plan_start(s.snap, domain_xml)
+            _name, wanted = ondemand.requests(domain_xml, s.host_key)
+            for device in _touched(plan.steps, wanted):
+                if device in owners:
+                    raise ConflictError(
+                        f"its vgpuadm metadata names {device} as on-demand, and domain {owners[device]} owns it",
+                        f"a device is made, freed and rebound only for the domain that owns it; remove the request "
+                        f"(vgpuadm destroy --vm {domain} --uuid {device})",
+                    )
         else:
-            plan = ondemand.plan_stop(s.snap, domain_xml, load_drivers(s.root.path))
+            plan, left = _stop_plan(s.snap, domain_xml, load_drivers(s.root.path), owners)
         applied = s.execute(plan).applied if not plan.empty else ()
-    return HookRunResult(domain, phase, plan, tuple(applied))
+    return HookRunResult(domain, phase, plan, tuple(applied), tuple(left))
+
+
+def foreign_owners(domains: Domains, domain_xml: str) -> dict[str, str]:
+    """Device id (mdev UUID, PCI address) → the other domain of this host that owns it now: every device a running
+    domain references, and every device a stopped one references that is not an on-demand request of it (a request
+    takes a device only while its domain runs; several stopped domains may ask for the same GPU)."""
+    me = domain_identity(domain_xml)
+    out: dict[str, str] = {}
+    for name, d in sorted(domains.by_name.items()):
+        if name == me[0] or (me[1] and d.uuid.lower() == me[1].lower()):
+            continue
+        asked = set() if d.running else {k for a in d.allocations if a.on_demand for k in device_keys(a)}
+        for key in [(ref.kind, ref.key) for ref in d.hostdevs] + [k for a in d.allocations for k in device_keys(a)]:
+            if key not in asked:
+                out.setdefault(key[1], name)
+    return out
+
+
+DEVICE_FIELDS = frozenset({"uuid", "address", "id", "vf"})  # the Step fields that name the device a step changes
+
+
+def _touched(steps: Iterable[Step], wanted: Sequence[Allocation]) -> list[str]:
+    """Every device id the allocations name and the steps make, free, type or rebind (lower-case)."""
+    ids = [key for a in wanted for _kind, key in device_keys(a)]
+    for step in steps:
+        for f in dataclasses.fields(step):
+            value = getattr(step, f.name)
+            if f.name in DEVICE_FIELDS and isinstance(value, str) and value:
+                ids.append(value.lower())
+    return list(dict.fromkeys(ids))
+
+
+def _stop_plan(snap: HostSnapshot, domain_xml: str, drivers: Mapping[str, str],
+               owners: Mapping[str, str]) -> tuple[Plan, list[str]]:  # fmt: skip
+    """plan_stop, less the requests whose device (or a function their give-back rebinds) another domain owns."""
+    plan = ondemand.plan_stop(snap, domain_xml, drivers)
+    _name, wanted = ondemand.requests(domain_xml, snap.host_key)
+    if not any(d in owners for d in _touched(plan.steps, wanted)):
+        return plan, []
+    mine: list[Allocation] = []
+    left: list[str] = []
+    for a in wanted:
+        theirs = [d for d in _touched(remove_steps(snap, [a], dict(drivers)), [a]) if d in owners]
+        if theirs:
+            left += [f"left {d} alone: domain {owners[d]} owns it" for d in theirs if not any(d in x for x in left)]
+        else:
+            mine.append(a)
+    return Plan.of(remove_steps(snap, mine, dict(drivers)), plan.summary), left
 
 
 # -- install / uninstall / status ------------------------------------------------------------------------------------
