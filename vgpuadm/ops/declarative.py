@@ -297,23 +297,34 @@ class ReconcileResult:
 
 
 def check_owner_uri(uri: str, root: str, simulated: bool) -> None:
-    """A device is a leak only when the libvirt that owns this host's domains says so: refuse --fix through another
-    driver (test:///, xen…) or through an embedded libvirt that is not this simulated root's."""
+    """A device is a leak only when the libvirt that holds this host's domains says so: on a simulated root its
+    embedded libvirt (under <root>/var/lib/vgpuadm/libvirt), on a real host the local system daemon
+    (qemu:///system, or qemu+unix:///system with its socket named). Anything else (another driver, qemu:///session,
+    a remote host, another root's embedded libvirt, the system daemon for a simulated root) is refused for --fix."""
     parts = urlsplit(uri)
-    driver = parts.scheme.split("+", 1)[0]
+    driver, _, transport = parts.scheme.partition("+")
     if driver != "qemu":
         raise UnsafeError(
             f"--connect {uri} is not this host's QEMU/KVM libvirt, so it cannot say which devices are leaks",
             "run `vgpuadm reconcile --fix` without --connect, or with the qemu:/// URI of this host",
         )
-    if parts.path == "/embed":
-        embed_root = (parse_qs(parts.query).get("root") or [""])[0]
+    query = parse_qs(parts.query, keep_blank_values=True)
+    if simulated:
+        embed_root = (query.get("root") or [""])[0]
         own = f"{root.rstrip('/')}{EMBED_LIBVIRT}"
-        if not simulated or embed_root.rstrip("/") != own:
+        if parts.path != "/embed" or transport or parts.netloc or set(query) != {"root"} or \
+                embed_root.rstrip("/") != own:  # fmt: skip
             raise UnsafeError(
-                f"--connect {uri} is an embedded libvirt that does not hold this host's domains",
+                f"--connect {uri} does not hold this simulated host's domains (its embedded libvirt does), so it "
+                "cannot say which devices are leaks",
                 "run `vgpuadm reconcile --fix` without --connect",
             )
+        return
+    if parts.path != "/system" or parts.netloc or transport not in ("", "unix") or not set(query) <= {"socket"}:
+        raise UnsafeError(
+            f"--connect {uri} is not this host's own system libvirt, so it cannot say which devices are leaks",
+            "run `vgpuadm reconcile --fix` without --connect, or with --connect qemu:///system",
+        )
 
 
 def reconcile(
