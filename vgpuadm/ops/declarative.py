@@ -224,7 +224,6 @@ def restore(
     say = report or (lambda _line: None)
     out = RestoreResult()
     with Session.open(root, connect, allow_pending=True) as s:
-        doms = read_domain_dir(domain_xml_dir, s.host_key) if domain_xml_dir else s.domains()
         ctx = s.context()
         if not domain_xml_dir:
             ctx.virt = s.virt
@@ -235,6 +234,8 @@ def restore(
                 f"an interrupted change is pending and could not be rolled back: {exc.message}",
                 "run `vgpuadm reconcile` once libvirt runs, then `vgpuadm restore` again",
             ) from None
+        # read after the rollback: it may have taken devices out of definitions (restoring them would leak them)
+        doms = read_domain_dir(domain_xml_dir, s.host_key) if domain_xml_dir else s.domains()
         for line in recovered:
             say(f"recovered: {line}")
         allocs = [a for a in doms.allocations if not a.on_demand]  # the qemu hook makes those at start
