@@ -13,6 +13,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "libvirt"))
 from embedded_host import allocations, define, hostdev_keys, mdevs, vgpuadm
 
+from vgpuadm.host.root import HostRoot
+from vgpuadm.plan.ids import device_uuid
 from vgpuadm.sim.treestate import tree_state
 
 pytestmark = pytest.mark.libvirt
@@ -142,3 +144,25 @@ def test_restore_after_a_crash_mid_apply_brings_back_only_what_the_rollback_kept
     assert again.out.splitlines()[-1] == "applied 6 step(s): apply plan.yaml: +3 −0 ~0"
     assert vgpuadm(root, "apply", "-f", str(plan)).out == "nothing to do: the host matches the plan\n"
     _no_leaks_no_losses(root, names)
+
+
+def test_create_onto_a_leaked_mdev_with_the_slots_uuid_is_one_error_naming_the_fix(
+    sim_host: Callable[[str], Path],
+) -> None:
+    """A leak that holds the UUID a domain's next slot derives (what a crashed apply plus restore left behind):
+    `create` said "'<uuid>' is not a PCI address" (it took the existing mdev for a layout C VF)."""
+    root = sim_host("p4")
+    duuid = define(root, "web01")["web01"]
+    leak = device_uuid(HostRoot(str(root)).machine_id(), duuid, 0)
+    assert vgpuadm(root, "mdev", "create", "--type", "nvidia-63", "--uuid", leak).code == 0
+    state = tree_state(root)
+    res = vgpuadm(root, "create", "--vm", "web01", "--type", "nvidia-63")
+    assert (res.code, res.out) == (5, "")
+    assert res.err.splitlines() == [
+        f"error: mdev {leak}, the UUID of domain web01's next device, exists and no vgpuadm metadata records it",
+        "hint: `vgpuadm reconcile --fix` removes it; then run this again",
+    ]
+    assert tree_state(root) == state
+    assert vgpuadm(root, "reconcile", "--fix").code == 0
+    assert vgpuadm(root, "create", "--vm", "web01", "--type", "nvidia-63").code == 0
+    assert hostdev_keys(root, "web01") == [leak] == mdevs(root)
