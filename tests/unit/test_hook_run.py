@@ -7,6 +7,8 @@ libvirt is involved (the domain XML is built here from the planner's own hostdev
 from __future__ import annotations
 
 import io
+import json
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,9 +16,11 @@ from pathlib import Path
 import pytest
 
 from vgpuadm import api
+from vgpuadm.host import mig as host_mig
 from vgpuadm.host.root import HostRoot
 from vgpuadm.model import Allocation
 from vgpuadm.plan import guest
+from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan.ids import device_uuid
 from vgpuadm.sim.treestate import diff, tree_state
 from vgpuadm.virt import xml
@@ -38,7 +42,10 @@ def defined(host_key: str, name: str, uuid: str, after: Sequence[Allocation]) ->
 
 
 def on_demand(root: Path, name: str, uuid: str, type_name: str, count: int = 1, **options: object) -> str:
+    """As `create --on-demand` records the request (a MIG-backed type placed as the driver will list it)."""
     snap = api.discover(str(root))
+    if plan_mig.may_need(snap, [type_name]):
+        snap = plan_mig.project(snap, host_mig.read_host(HostRoot(str(root))), [type_name])
     _plan, added, after = guest.plan_create(snap, bare(name, uuid), type_name, count, on_demand=True, **options)
     assert added and all(a.on_demand for a in added)
     return defined(snap.host_key, name, uuid, after)
@@ -299,3 +306,66 @@ def test_a_gpu_another_domain_owns_is_never_rebound_for_an_on_demand_passthrough
     r = hook(cli, monkeypatch, root, "db02", "release", "end", db02)
     assert (r.code, r.err) == (0, "vgpuadm: domain db02: left 0000:65:00.0 alone: domain db01 owns it\n")
     assert tree_state(root) == bound
+
+
+def _gpu_instances(cli, root: Path) -> list[tuple[str, int, tuple[str, ...]]]:
+    r = cli("--root", str(root), "mig", "instances", "--json")
+    assert r.code == 0, r.err
+    return sorted((i["name"], i["start"], tuple(i["vgpus"])) for i in json.loads(r.out))
+
+
+def test_an_on_demand_mig_backed_vgpu_gets_its_gpu_instance_at_start_and_gives_it_back_at_stop(
+    sim_host, cli, monkeypatch
+):
+    """Layout C (H200, MIG mode off): the start turns MIG mode on and makes the GPU instance, as `create` does
+    (plan/mig.py), before typing the VF (it failed with EIO: a MIG-backed type needs a free instance); the record
+    of the instance made (0600) lets the stop destroy exactly that one."""
+    root = sim_host("h200-mig")
+    dom = on_demand(root, "m1", UUIDS[0], "H200X-1-18C")
+    [vf] = [a.address for a in xml.parse_allocations(dom)]
+    r = hook(cli, monkeypatch, root, "m1", "prepare", "begin", dom)
+    assert (r.code, r.out) == (0, "")
+    assert r.err.splitlines() == [
+        "vgpuadm: domain m1: step 1/4 enable MIG mode on GPU 0000:18:00.0 (nvidia-smi -i 0)",
+        "vgpuadm: domain m1: step 2/4 create MIG GPU instance 1g.18gb (profile 19) at slot 6 on 0000:18:00.0",
+        f"vgpuadm: domain m1: step 3/4 set vGPU type 1414 (nvidia-1414) on VF {vf}",
+        "vgpuadm: domain m1: step 4/4 write /var/lib/vgpuadm/on-demand-mig.json",
+    ]
+    assert _gpu_instances(cli, root) == [("1g.18gb", 6, (vf,))]
+    record = root / "var/lib/vgpuadm/on-demand-mig.json"
+    assert json.loads(record.read_text()) == {vf: "19:6"} and record.stat().st_mode & 0o777 == 0o600
+    r = hook(cli, monkeypatch, root, "m1", "release", "end", dom)
+    assert r.code == 0 and r.err.splitlines() == [
+        f"vgpuadm: domain m1: step 1/3 clear vGPU type 1414 (nvidia-1414) from VF {vf}",
+        "vgpuadm: domain m1: step 2/3 destroy MIG GPU instance 1 (1g.18gb at slot 6) on 0000:18:00.0",
+        "vgpuadm: domain m1: step 3/3 remove /var/lib/vgpuadm/on-demand-mig.json",
+    ]
+    assert _gpu_instances(cli, root) == [] and not record.exists()
+
+
+def test_an_on_demand_mdev_on_a_mig_vf_uses_a_hand_made_instance_and_leaves_it(sim_host, cli, monkeypatch):
+    """Layout B (A100D, MIG on): with a GPU instance made by hand the start makes none and the stop destroys none;
+    without one, the start makes it (mdevs on VFs need it as layout C does) and the stop destroys it."""
+    root = sim_host("a100d-mig")
+    assert cli("--root", str(root), "mig", "enable", "--gpu", "0000:41:00.0").code == 0
+    assert subprocess.run([str(root / "usr/bin/nvidia-smi"), "-r", "-i", "0"], capture_output=True).returncode == 0
+    dom = on_demand(root, "m1", UUIDS[0], "A100D-1-10C")
+    [u] = [a.uuid for a in xml.parse_allocations(dom)]
+    r = hook(cli, monkeypatch, root, "m1", "prepare", "begin", dom)
+    assert r.code == 0 and r.err.splitlines()[:2] == [
+        "vgpuadm: domain m1: step 1/3 create MIG GPU instance 1g.10gb (profile 19) at slot 6 on 0000:41:00.0",
+        f"vgpuadm: domain m1: step 2/3 create mdev {u} of type nvidia-607 on 0000:41:00.4",
+    ]
+    r = hook(cli, monkeypatch, root, "m1", "release", "end", dom)
+    assert r.code == 0 and r.err.splitlines()[1:] == [
+        "vgpuadm: domain m1: step 2/3 destroy MIG GPU instance 1 (1g.10gb at slot 6) on 0000:41:00.0",
+        "vgpuadm: domain m1: step 3/3 remove /var/lib/vgpuadm/on-demand-mig.json",
+    ]
+    assert _gpu_instances(cli, root) == []
+    made = cli("--root", str(root), "mig", "create", "--gpu", "0000:41:00.0", "--profile", "1g.10gb")
+    assert made.code == 0, made.err
+    r = hook(cli, monkeypatch, root, "m1", "prepare", "begin", dom)
+    assert (r.code, r.err) == (0, f"vgpuadm: domain m1: step 1/1 create mdev {u} of type nvidia-607 on 0000:41:00.4\n")
+    r = hook(cli, monkeypatch, root, "m1", "release", "end", dom)
+    assert (r.code, r.err) == (0, f"vgpuadm: domain m1: step 1/1 remove mdev {u} from 0000:41:00.4\n")
+    assert _gpu_instances(cli, root) == [("1g.10gb", 6, ())]
