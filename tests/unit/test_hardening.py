@@ -7,6 +7,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -203,6 +204,60 @@ BAD_PLANS = {
     "local-tag": ("vms: !mine {}\n", "local-tag.yaml:1: YAML tag !mine is not allowed in a plan"),
     "latin-1": ("vms:\n  caf\xe9: {type: nvidia-63}\n", "latin-1.yaml:2: not UTF-8 (byte 0xe9 at offset 10)"),
 }
+
+
+def _doubling(levels: int) -> str:
+    """2^levels values from 2 × levels aliases (under the alias limit): each list holds the previous one twice."""
+    return "x0: &a0 [1, 1]\n" + "".join(f"x{i}: &a{i} [*a{i - 1}, *a{i - 1}]\n" for i in range(1, levels + 1))
+
+
+EXPENSIVE_PLANS = {  # each took over 60 s even with --check; refused now, the work bounded (not only the counts)
+    "doubling": (
+        _doubling(30) + "vms: {web01: {type: nvidia-63}}\n",
+        "doubling.yaml:14: the plan expands to more than 50000 values",
+    ),
+    "merge-keys": (
+        "b: &b {"
+        + ", ".join(f"k{i}: {i}" for i in range(2000))
+        + "}\nvms:\n"
+        + "".join(f"  vm{i}: {{<<: *b, type: nvidia-63}}\n" for i in range(60)),
+        "merge-keys.yaml:14: the plan expands to more than 50000 values",
+    ),
+    "nested-merge-keys": (
+        "m0: &m0 {a: 1, b: 2}\n"
+        + "".join(f"m{i}: &m{i} {{<<: [*m{i - 1}], k: [*m{i - 1}, *m{i - 1}]}}\n" for i in range(1, 21))
+        + "vms: {}\n",
+        "nested-merge-keys.yaml:9: the plan expands to more than 50000 values",
+    ),
+    "100000-vms": (
+        "vms:\n" + "".join(f"  vm{i}: {{type: nvidia-63}}\n" for i in range(100_000)),
+        "100000-vms.yaml:12501: the plan expands to more than 50000 values",
+    ),
+    "1025-vms": (
+        "vms:\n" + "".join(f"  vm{i}: {{type: nvidia-63}}\n" for i in range(1025)),
+        "1025-vms.yaml:1: vms: 1025 VMs, more than 1024",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", EXPENSIVE_PLANS)
+def test_expensive_plan_is_refused_within_seconds(cli, sim_host, tmp_path, name):
+    text, message = EXPENSIVE_PLANS[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    root = sim_host("p4")
+
+    def too_slow(*_args):
+        raise TimeoutError(f"apply -f {name}.yaml --check still runs after 15 s")
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(15)
+    try:
+        r = cli("--root", str(root), "apply", "-f", str(path), "--check")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert one_error(r, 2) == f"error: {message}"
 
 
 @pytest.mark.parametrize("name", BAD_PLANS)
