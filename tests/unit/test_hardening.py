@@ -278,6 +278,26 @@ def test_host_name_with_markup_prints_as_text(cli, sim_host):
     assert "GPUs on [/x] [bold]b :smile:" in r.out
 
 
+def test_terminal_escapes_in_host_data_print_escaped(cli, sim_host):
+    """A sysfs type name (host data) holding ESC sequences that would retitle and recolor the terminal: the table
+    shows them escaped, JSON as JSON escapes; no raw control character reaches stdout."""
+    root = sim_host("p4")
+    [name] = root.glob("sys/devices/pci0000:00/*/0000:01:00.0/mdev_supported_types/nvidia-63/name")
+    name.write_bytes(b"GRID P4-1Q\x1b]0;pwned\x07\x1b[31m\n")
+    r = cli("--root", str(root), "types")
+    assert r.code == 0, r.err
+    assert "GRID P4-1Q\\x1b]0;pwned\\x07\\x1b[31m" in r.out
+    assert not any(c in r.out for c in "\x1b\x07")
+    r = cli("--root", str(root), "types", "--json")
+    assert "GRID P4-1Q\\u001b]0;pwned\\u0007\\u001b[31m" in r.out and "\x1b" not in r.out
+
+
+def test_console_lines_keep_breaks_and_tabs_and_escape_other_controls():
+    out = io.StringIO()
+    Console(out=out).line("a\x1b[2Jb\nc\td\re\x9bf")
+    assert out.getvalue() == "a\\x1b[2Jb\nc\td\\re\\x9bf\n"
+
+
 def test_vgpu_param_with_markup_prints_as_text(cli, sim_host):
     root = str(sim_host("p4"))
     r = cli("--root", root, "mdev", "create", "--type", "P4-1Q", "--param", "frame_rate_limiter=[/x]")
