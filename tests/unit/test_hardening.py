@@ -124,6 +124,14 @@ def test_empty_root_is_refused(cli, command):
     assert one_error(r, 2) == "error: --root is empty"
 
 
+@pytest.mark.parametrize("command", [("mdev", "create", "--type", "P4-1Q"), ("gpus",), ("gpus", "--json")])
+def test_empty_vgpuadm_root_is_refused(cli, monkeypatch, command):
+    monkeypatch.setenv("VGPUADM_ROOT", "")
+    r = cli(*command)
+    assert one_error(r, 2) == "error: VGPUADM_ROOT is set but empty"
+    assert r.err.splitlines()[1] == "hint: unset it for this host (/), or set it to a host root"
+
+
 # --- 3. limits: counts, input files, timeouts ---------------------------------------------------------------------
 
 
