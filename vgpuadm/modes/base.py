@@ -43,6 +43,10 @@ class Mode(ABC):
         """Whether the device a domain records for `a` is absent from the host (restore brings it back)."""
         return False
 
+    def record_problem(self, a: Allocation) -> str | None:
+        """Why a recorded `a` can never be restored whatever the host shows (None: it can)."""
+        return None
+
 
 # One vgpu_params pair (reference §2.5): keys such as `frame_rate_limiter` or `vgpu-placement-id`; a value holds
 # neither whitespace nor a comma, so the list splits unambiguously on both.

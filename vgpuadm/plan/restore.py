@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from vgpuadm import modes
 from vgpuadm.catalog.capacity import heterogeneous
 from vgpuadm.catalog.mig import MigHost, MigInstance, recorded_instance
 from vgpuadm.errors import NotFoundError, VgpuadmError
@@ -87,7 +88,13 @@ def missing_devices(allocations: Iterable[Allocation], snap: HostSnapshot) -> li
         "pci": set(snap.functions),
         "pool": set(snap.functions),
     }
-    out = {dev for a in allocations if (dev := needed_device(a)) is not None and dev not in present.get(a.mode, {dev})}
+    out = {
+        dev
+        for a in allocations
+        if (dev := needed_device(a)) is not None
+        and dev not in present.get(a.mode, {dev})
+        and not modes.for_name(a.mode).record_problem(a)
+    }  # fmt: skip (a record rejected anyway: no wait)
     return sorted(out)
 
 
@@ -302,8 +309,8 @@ def _vgpu(allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
             vf = snap.vendor_vfs.get(vf_addr)
             number = a.type_id.rsplit("-", 1)[-1]
             want = int(number) if number.isdecimal() else 0
-            if not want:  # recorded metadata is outside input: a VF's type is nvidia-<number>
-                problems.append(f"{a.domain}: vf device #{a.slot}: type {a.type_id[:80]!r} is not nvidia-<number>")
+            if bad := modes.for_name(a.mode).record_problem(a):
+                problems.append(bad)
             elif vf is None:
                 problems.append(f"{a.domain}: VF {vf_addr} does not exist (SR-IOV not enabled on its GPU)")
             elif vf.current_type == 0:
