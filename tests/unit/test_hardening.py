@@ -132,6 +132,60 @@ def test_empty_vgpuadm_root_is_refused(cli, monkeypatch, command):
     assert r.err.splitlines()[1] == "hint: unset it for this host (/), or set it to a host root"
 
 
+def _bad_model(root: Path) -> None:
+    marker = root / "vgpuadm-simulated-host.json"
+    model = json.loads(marker.read_text())
+    model["mdev_parents"]["0000:01:00.0"]["types"] = None
+    marker.write_text(json.dumps(model))
+
+
+USAGE_NOT_70 = {  # each ended in "internal error" (exit 70): now one usage error (exit 2) with a hint
+    "snapshot-into-missing-directory": (
+        lambda root, tmp: ("--root", str(root), "snapshot", f"{tmp}/missing/host.tar.gz"),
+        "error: {tmp}/missing/host.tar.gz: directory {tmp}/missing does not exist",
+    ),
+    "non-utf8-argument": (
+        lambda root, tmp: ("--root", str(root), "create", "--vm", "web\udcff01", "--type", "nvidia-63"),
+        "error: argument b'web\\xff01' is not UTF-8 text",
+    ),
+    "sim-build-empty-directory": (
+        lambda root, tmp: ("sim", "build", "p4", ""),
+        "error: the directory for the simulated host is empty",
+    ),
+    "100000-digit-count-in-a-plan": (
+        lambda root, tmp: (
+            "--root",
+            str(root),
+            "apply",
+            "--check",
+            "-f",
+            _write(tmp / "plan.yaml", "vms:\n  web01:\n    type: nvidia-63\n    count: " + "9" * 100_000 + "\n"),
+        ),
+        "error: plan.yaml:4: a number of 100000 characters",
+    ),
+    "malformed-simulated-host-model": (
+        lambda root, tmp: (_bad_model(root), "--root", str(root), "mdev", "create", "--type", "nvidia-63")[1:],
+        "error: step 1/1 create mdev {uuid} of type nvidia-63 on 0000:01:00.0 failed: {root}/vgpuadm-simulated-host"
+        ".json: an mdev parent has no path or types",
+    ),
+}
+
+
+def _write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("name", USAGE_NOT_70)
+def test_odd_input_is_a_usage_error_not_an_internal_one(cli, sim_host, tmp_path, name):
+    root = sim_host("p4")
+    make, expected = USAGE_NOT_70[name]
+    r = cli(*make(root, tmp_path))
+    error = one_error(r, 2)
+    uuid = error.split("create mdev ")[-1].split(" ")[0]
+    assert error == expected.format(tmp=tmp_path, root=root, uuid=uuid)
+
+
 # --- 3. limits: counts, input files, timeouts ---------------------------------------------------------------------
 
 

@@ -85,6 +85,7 @@ VM_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+:-]*")  # the schema's propertyN
 MAX_DEPTH = 32  # nesting a plan needs: vms → name → params is 3; the composer recurses per level
 MAX_ALIASES = 64  # aliases (*name) a plan may use; each may copy a whole subtree (the "billion laughs")
 MAX_NODES = 50_000  # values (scalars, maps, lists), aliases and merge keys expanded: ruamel parses ~10,000 a second
+MAX_DIGITS = 64  # a plain number longer than this is no count (Python refuses int() past 4300 digits)
 MAX_VMS = 1024  # VMs in one plan: far more than a host runs, and what --check plans in seconds
 
 
@@ -94,7 +95,7 @@ def _screen(events: Any, source: str) -> None:
     is still open (a self-referencing structure), any explicit tag (`!!python/object`, `!custom`), and a document
     of more than MAX_NODES values once its aliases are expanded (each alias counts the size of the subtree it
     names, a merge key `<<: *a` too: 30 doubling aliases make 2^30 values, under the alias limit)."""
-    from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, NodeEvent
+    from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, NodeEvent, ScalarEvent
 
     open_nodes: list[list[Any]] = []  # [anchor, expanded size so far] of each open collection
     sizes: dict[str, int] = {}  # anchor → its subtree's expanded size
@@ -113,6 +114,10 @@ def _screen(events: Any, source: str) -> None:
         elif isinstance(ev, NodeEvent) and getattr(ev, "tag", None) is not None:
             tag = str(getattr(ev, "tag", "")).replace("tag:yaml.org,2002:", "!!")
             raise UsageError(f"{source}:{line}: YAML tag {tag} is not allowed in a plan", "remove the tag")
+        if isinstance(ev, ScalarEvent) and ev.style is None and len(ev.value) > MAX_DIGITS \
+                and re.fullmatch(r"[-+]?[0-9_.eE+-]+", ev.value):  # fmt: skip
+            raise UsageError(f"{source}:{line}: a number of {len(ev.value)} characters",
+                             f"write counts and numbers with at most {MAX_DIGITS} digits")  # fmt: skip
         if isinstance(ev, NodeEvent):
             n = sizes.get(ev.anchor, 1) if isinstance(ev, AliasEvent) else 1
             total += n
