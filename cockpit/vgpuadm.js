@@ -145,8 +145,11 @@
     function renderTable(inv, migInstances) {
         const body = $("device-table").tBodies[0];
         body.replaceChildren();
-        const byParent = {};
-        for (const d of inv.devices) (byParent[d.physical_gpu] = byParent[d.physical_gpu] || []).push(d);
+        const byParent = new Map(); // keys are host data: "__proto__" must be a key like any other
+        for (const d of inv.devices) {
+            if (!byParent.has(d.physical_gpu)) byParent.set(d.physical_gpu, []);
+            byParent.get(d.physical_gpu).push(d);
+        }
         for (const g of inv.gpus) {
             const state = g.layout === "passthrough" && g.driver === "vfio-pci" ? "bound to vfio-pci"
                 : g.devices ? g.devices + " in use" : "free";
@@ -157,7 +160,7 @@
                     body.appendChild(row(["  " + f.address, "VF", f.layout, null, null, "free"], "vf"));
                 }
             }
-            for (const d of byParent[g.address] || []) {
+            for (const d of byParent.get(g.address) || []) {
                 const owner = d.owned ? d.domain : d.domain === null ? "unassigned" : d.domain;
                 const state = d.owned ? "owned" : "leak: no VM owns it";
                 body.appendChild(row(["  " + d.id, d.name, d.kind === "mdev" ? "mdev" : "VF (vendor VFIO)", d.type_id,

@@ -483,7 +483,8 @@ class WritePolicyFile(Step):
     previous: str | None = None
 
     def describe(self) -> str:
-        paths = {"modprobe": "/etc/modprobe.d/vgpuadm-nvidia.conf", "state": "/var/lib/vgpuadm/gpus.json"}
+        paths = {"modprobe": "/etc/modprobe.d/vgpuadm-nvidia.conf", "state": "/var/lib/vgpuadm/gpus.json",
+                 "on-demand-mig": "/var/lib/vgpuadm/on-demand-mig.json"}  # fmt: skip
         return f"{'write' if self.text is not None else 'remove'} {paths.get(self.name, self.name)}"
 
 

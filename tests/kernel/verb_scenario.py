@@ -29,7 +29,7 @@ from lxml import etree
 
 from vgpuadm.cli.app import run as run_cli
 from vgpuadm.cli.console import Console
-from vgpuadm.executor import CRASH_HOOK
+from vgpuadm.executor import CRASH_ARMED, CRASH_HOOK
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.virt.xml import NS, PREFIX, domain_definition
 
@@ -217,7 +217,10 @@ def run(
         args = [a.format(**names) for a in step.args]
         if step.crash_after is None:
             r = cli(*base, *args)
-        else:
+        else:  # on a real root the hook is honoured only once armed (vgpuadm/executor: CRASH_ARMED)
+            armed = os.path.join(root or "/", CRASH_ARMED)
+            os.makedirs(os.path.dirname(armed), mode=0o700, exist_ok=True)
+            open(armed, "w").close()
             ((code, stdout, stderr),) = forked([[*base, *args]], env={CRASH_HOOK: str(step.crash_after)})
             r = Result(code, stdout, stderr)
         try:

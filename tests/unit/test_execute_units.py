@@ -18,7 +18,8 @@ from tests.conftest import Result
 from tests.unit.test_executor import Note, RuntimeNote, _ctx
 from vgpuadm import api
 from vgpuadm.errors import HostIOError
-from vgpuadm.executor import JOURNAL, execute_units, read_journal, recover
+from vgpuadm.executor import CRASH_ARMED, JOURNAL, execute_units, read_journal, recover
+from vgpuadm.host.sysfs import SIM_MARKER
 from vgpuadm.model import Allocation
 from vgpuadm.steps import Plan
 from vgpuadm.virt.xml import metadata_xml
@@ -107,6 +108,7 @@ def test_a_crash_mid_batch_leaves_the_whole_batch_to_recover(tmp_path: Path) -> 
     """The process dies after the batch's 2nd step (the executor's test crash hook): the journal names all three
     units' steps at step 2, and `recover` undoes all of them, in reverse (undo tolerates the step never run)."""
     tests = str(Path(__file__).resolve().parents[2])
+    (tmp_path / SIM_MARKER).write_text("{}")  # the crash hook is honoured on a simulated root only
     r = subprocess.run([sys.executable, "-c", CRASH.format(tests=tests, root=str(tmp_path))],
                        env={"VGPUADM_TEST_CRASH_AFTER_STEP": "2", "PYTHONPATH": tests}, capture_output=True)  # fmt: skip
     assert r.returncode == 99, r.stderr
@@ -156,3 +158,28 @@ def test_restore_journals_once_per_phase(
     assert len(reads) == 2
     assert set(api.discover(root).mdevs) == {f"11111111-0000-4000-8000-{n:012d}" for n in range(devices)}
     assert not (Path(root) / JOURNAL).exists()
+
+
+@pytest.mark.parametrize(("simulated", "value"), [(False, "2"), (True, "9" * 100_000), (True, "-1"), (True, "2x")])
+def test_the_crash_hook_is_honoured_only_on_a_simulated_root_and_only_as_a_step_number(
+    tmp_path: Path, simulated: bool, value: str
+) -> None:
+    """A production run (a real root) never dies on purpose whatever its environment says; a value that is not a
+    step number (100,000 digits, negative, text) is no step on a simulated root either, and never a traceback."""
+    tests = str(Path(__file__).resolve().parents[2])
+    if simulated:
+        (tmp_path / SIM_MARKER).write_text("{}")
+    r = subprocess.run([sys.executable, "-c", CRASH.format(tests=tests, root=str(tmp_path))],
+                       env={"VGPUADM_TEST_CRASH_AFTER_STEP": value, "PYTHONPATH": tests}, capture_output=True)  # fmt: skip
+    assert (r.returncode, r.stderr) == (0, b"")
+    assert read_journal(str(tmp_path)) is None
+
+
+def test_the_crash_hook_is_honoured_on_a_real_root_once_armed(tmp_path: Path) -> None:
+    """The kernel lane's throwaway guest (a real root) arms it with a root-only file under /run/vgpuadm."""
+    tests = str(Path(__file__).resolve().parents[2])
+    (tmp_path / CRASH_ARMED).parent.mkdir(parents=True, mode=0o700)
+    (tmp_path / CRASH_ARMED).write_text("")
+    r = subprocess.run([sys.executable, "-c", CRASH.format(tests=tests, root=str(tmp_path))],
+                       env={"VGPUADM_TEST_CRASH_AFTER_STEP": "2", "PYTHONPATH": tests}, capture_output=True)  # fmt: skip
+    assert r.returncode == 99, r.stderr

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -216,6 +217,68 @@ def test_empty_root_is_refused(cli, command):
     assert one_error(r, 2) == "error: --root is empty"
 
 
+@pytest.mark.parametrize("command", [("mdev", "create", "--type", "P4-1Q"), ("gpus",), ("gpus", "--json")])
+def test_empty_vgpuadm_root_is_refused(cli, monkeypatch, command):
+    monkeypatch.setenv("VGPUADM_ROOT", "")
+    r = cli(*command)
+    assert one_error(r, 2) == "error: VGPUADM_ROOT is set but empty"
+    assert r.err.splitlines()[1] == "hint: unset it for this host (/), or set it to a host root"
+
+
+def _bad_model(root: Path) -> None:
+    marker = root / "vgpuadm-simulated-host.json"
+    model = json.loads(marker.read_text())
+    model["mdev_parents"]["0000:01:00.0"]["types"] = None
+    marker.write_text(json.dumps(model))
+
+
+USAGE_NOT_70 = {  # each ended in "internal error" (exit 70): now one usage error (exit 2) with a hint
+    "snapshot-into-missing-directory": (
+        lambda root, tmp: ("--root", str(root), "snapshot", f"{tmp}/missing/host.tar.gz"),
+        "error: {tmp}/missing/host.tar.gz: directory {tmp}/missing does not exist",
+    ),
+    "non-utf8-argument": (
+        lambda root, tmp: ("--root", str(root), "create", "--vm", "web\udcff01", "--type", "nvidia-63"),
+        "error: argument b'web\\xff01' is not UTF-8 text",
+    ),
+    "sim-build-empty-directory": (
+        lambda root, tmp: ("sim", "build", "p4", ""),
+        "error: the directory for the simulated host is empty",
+    ),
+    "100000-digit-count-in-a-plan": (
+        lambda root, tmp: (
+            "--root",
+            str(root),
+            "apply",
+            "--check",
+            "-f",
+            _write(tmp / "plan.yaml", "vms:\n  web01:\n    type: nvidia-63\n    count: " + "9" * 100_000 + "\n"),
+        ),
+        "error: plan.yaml:4: a number of 100000 characters",
+    ),
+    "malformed-simulated-host-model": (
+        lambda root, tmp: (_bad_model(root), "--root", str(root), "mdev", "create", "--type", "nvidia-63")[1:],
+        "error: step 1/1 create mdev {uuid} of type nvidia-63 on 0000:01:00.0 failed: {root}/vgpuadm-simulated-host"
+        ".json: an mdev parent has no path or types",
+    ),
+}
+
+
+def _write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("name", USAGE_NOT_70)
+def test_odd_input_is_a_usage_error_not_an_internal_one(cli, sim_host, tmp_path, name):
+    root = sim_host("p4")
+    make, expected = USAGE_NOT_70[name]
+    r = cli(*make(root, tmp_path))
+    error = one_error(r, 2)
+    uuid = error.split("create mdev ")[-1].split(" ")[0]
+    assert error == expected.format(tmp=tmp_path, root=root, uuid=uuid)
+
+
 # --- 3. limits: counts, input files, timeouts ---------------------------------------------------------------------
 
 
@@ -298,6 +361,60 @@ BAD_PLANS = {
 }
 
 
+def _doubling(levels: int) -> str:
+    """2^levels values from 2 × levels aliases (under the alias limit): each list holds the previous one twice."""
+    return "x0: &a0 [1, 1]\n" + "".join(f"x{i}: &a{i} [*a{i - 1}, *a{i - 1}]\n" for i in range(1, levels + 1))
+
+
+EXPENSIVE_PLANS = {  # each took over 60 s even with --check; refused now, the work bounded (not only the counts)
+    "doubling": (
+        _doubling(30) + "vms: {web01: {type: nvidia-63}}\n",
+        "doubling.yaml:14: the plan expands to more than 50000 values",
+    ),
+    "merge-keys": (
+        "b: &b {"
+        + ", ".join(f"k{i}: {i}" for i in range(2000))
+        + "}\nvms:\n"
+        + "".join(f"  vm{i}: {{<<: *b, type: nvidia-63}}\n" for i in range(60)),
+        "merge-keys.yaml:14: the plan expands to more than 50000 values",
+    ),
+    "nested-merge-keys": (
+        "m0: &m0 {a: 1, b: 2}\n"
+        + "".join(f"m{i}: &m{i} {{<<: [*m{i - 1}], k: [*m{i - 1}, *m{i - 1}]}}\n" for i in range(1, 21))
+        + "vms: {}\n",
+        "nested-merge-keys.yaml:9: the plan expands to more than 50000 values",
+    ),
+    "100000-vms": (
+        "vms:\n" + "".join(f"  vm{i}: {{type: nvidia-63}}\n" for i in range(100_000)),
+        "100000-vms.yaml:12501: the plan expands to more than 50000 values",
+    ),
+    "1025-vms": (
+        "vms:\n" + "".join(f"  vm{i}: {{type: nvidia-63}}\n" for i in range(1025)),
+        "1025-vms.yaml:1: vms: 1025 VMs, more than 1024",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", EXPENSIVE_PLANS)
+def test_expensive_plan_is_refused_within_seconds(cli, sim_host, tmp_path, name):
+    text, message = EXPENSIVE_PLANS[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    root = sim_host("p4")
+
+    def too_slow(*_args):
+        raise TimeoutError(f"apply -f {name}.yaml --check still runs after 15 s")
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(15)
+    try:
+        r = cli("--root", str(root), "apply", "-f", str(path), "--check")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert one_error(r, 2) == f"error: {message}"
+
+
 @pytest.mark.parametrize("name", BAD_PLANS)
 def test_hostile_plan_is_one_error_naming_the_file(cli, sim_host, tmp_path, name):
     text, message = BAD_PLANS[name]
@@ -314,6 +431,26 @@ def test_host_name_with_markup_prints_as_text(cli, sim_host):
     r = cli("--root", str(sim_host("p4")), "inventory", "--host", "[/x] [bold]b :smile:")
     assert r.code == 0, r.err
     assert "GPUs on [/x] [bold]b :smile:" in r.out
+
+
+def test_terminal_escapes_in_host_data_print_escaped(cli, sim_host):
+    """A sysfs type name (host data) holding ESC sequences that would retitle and recolor the terminal: the table
+    shows them escaped, JSON as JSON escapes; no raw control character reaches stdout."""
+    root = sim_host("p4")
+    [name] = root.glob("sys/devices/pci0000:00/*/0000:01:00.0/mdev_supported_types/nvidia-63/name")
+    name.write_bytes(b"GRID P4-1Q\x1b]0;pwned\x07\x1b[31m\n")
+    r = cli("--root", str(root), "types")
+    assert r.code == 0, r.err
+    assert "GRID P4-1Q\\x1b]0;pwned\\x07\\x1b[31m" in r.out
+    assert not any(c in r.out for c in "\x1b\x07")
+    r = cli("--root", str(root), "types", "--json")
+    assert "GRID P4-1Q\\u001b]0;pwned\\u0007\\u001b[31m" in r.out and "\x1b" not in r.out
+
+
+def test_console_lines_keep_breaks_and_tabs_and_escape_other_controls():
+    out = io.StringIO()
+    Console(out=out).line("a\x1b[2Jb\nc\td\re\x9bf")
+    assert out.getvalue() == "a\\x1b[2Jb\nc\td\\re\\x9bf\n"
 
 
 def test_vgpu_param_with_markup_prints_as_text(cli, sim_host):

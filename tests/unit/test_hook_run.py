@@ -7,6 +7,8 @@ libvirt is involved (the domain XML is built here from the planner's own hostdev
 from __future__ import annotations
 
 import io
+import json
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,9 +16,11 @@ from pathlib import Path
 import pytest
 
 from vgpuadm import api, modes
+from vgpuadm.host import mig as host_mig
 from vgpuadm.host.root import HostRoot
 from vgpuadm.model import Allocation
 from vgpuadm.plan import guest
+from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan.ids import device_uuid
 from vgpuadm.sim.treestate import diff, tree_state
 from vgpuadm.virt import xml
@@ -38,7 +42,10 @@ def defined(host_key: str, name: str, uuid: str, after: Sequence[Allocation]) ->
 
 
 def on_demand(root: Path, name: str, uuid: str, type_name: str, count: int = 1, **options: object) -> str:
+    """As `create --on-demand` records the request (a MIG-backed type placed as the driver will list it)."""
     snap = api.discover(str(root))
+    if plan_mig.may_need(snap, [type_name]):
+        snap = plan_mig.project(snap, host_mig.read_host(HostRoot(str(root))), [type_name])
     _plan, added, after = guest.plan_create(snap, bare(name, uuid), type_name, count, on_demand=True, **options)
     assert added and all(a.on_demand for a in added)
     return defined(snap.host_key, name, uuid, after)
@@ -237,3 +244,128 @@ def test_layout_b_places_each_mdev_on_its_own_vf_at_start(sim_host, cli, monkeyp
     ]
     assert hook(cli, monkeypatch, root, "train01", "release", "end", dom).code == 0
     assert diff(before, tree_state(root)) == {}
+
+
+def libvirt_file(root: Path, domain_xml: str, *, running: bool) -> None:
+    """Write a domain where libvirt keeps it: its persistent definition, or (running) its status file."""
+    name, _ = xml.domain_identity(domain_xml)
+    where = root / ("run/libvirt/qemu" if running else "etc/libvirt/qemu")
+    where.mkdir(parents=True, exist_ok=True)
+    text = f"<domstatus state='running' reason='booted' pid='4242'>{domain_xml}</domstatus>" if running else domain_xml
+    (where / f"{name}.xml").write_text(text)
+
+
+def test_an_on_demand_mdev_another_domain_owns_is_never_made_used_or_freed_for_this_one(sim_host, cli, monkeypatch):
+    """web02's metadata names web01's on-demand mdev: web02's start is refused (one line, exit 5, nothing written)
+    and its stop leaves the mdev to web01, which runs with it (libvirt's status file says so)."""
+    root = sim_host("p4")
+    web01 = on_demand(root, "web01", UUIDS[0], "nvidia-63")
+    [u] = [a.uuid for a in xml.parse_allocations(web01)]
+    assert hook(cli, monkeypatch, root, "web01", "prepare", "begin", web01).code == 0
+    libvirt_file(root, web01, running=True)
+    web02 = web01.replace("<name>web01</name>", "<name>web02</name>").replace(UUIDS[0], UUIDS[1])
+    libvirt_file(root, web02, running=False)
+    running = tree_state(root)
+    r = hook(cli, monkeypatch, root, "web02", "prepare", "begin", web02)
+    assert (r.code, r.out) == (5, "")
+    assert r.err == (f"vgpuadm: domain web02: its vgpuadm metadata names {u} as on-demand, and domain web01 owns it "
+                     "(a device is made, freed and rebound only for the domain that owns it; remove the request "
+                     f"(vgpuadm destroy --vm web02 --uuid {u}))\n")  # fmt: skip
+    r = hook(cli, monkeypatch, root, "web02", "release", "end", web02)
+    assert (r.code, r.err) == (0, f"vgpuadm: domain web02: left {u} alone: domain web01 owns it\n")
+    assert tree_state(root) == running
+    # once web01 has stopped (its status file gone) and freed it, the mdev is nobody's: web02 may make it
+    (root / "run/libvirt/qemu/web01.xml").unlink()
+    assert hook(cli, monkeypatch, root, "web01", "release", "end", web01).code == 0
+    assert hook(cli, monkeypatch, root, "web02", "prepare", "begin", web02).code == 0
+
+
+def test_a_gpu_another_domain_owns_is_never_rebound_for_an_on_demand_passthrough(sim_host, cli, monkeypatch):
+    """db02 asks for 0000:65:00.0 on demand. A stopped db03 asking for the same GPU on demand does not own it (only
+    one runs at a time); db01 passing it through for good, or running with it, does: db02's start is refused and
+    its stop does not give the GPU back to the host driver under db01."""
+    root = sim_host("passthrough")
+    snap = api.discover(str(root))
+    _plan, _added, after = guest.plan_passthrough(snap, bare("db02", UUIDS[1]), "0000:65:00.0", {}, on_demand=True)
+    db02 = defined(snap.host_key, "db02", UUIDS[1], after)
+    libvirt_file(root, db02.replace("<name>db02</name>", "<name>db03</name>").replace(UUIDS[1], UUIDS[2]),
+                 running=False)  # fmt: skip
+    gpu = "<hostdev mode='subsystem' type='pci' managed='yes'><source><address domain='0x0000' bus='0x65' " \
+          "slot='0x00' function='0x0'/></source></hostdev>"  # fmt: skip
+    db01 = f"<domain type='kvm'><name>db01</name><uuid>{UUIDS[0]}</uuid><devices>{gpu}</devices></domain>"
+    libvirt_file(root, db01, running=False)
+    before = tree_state(root)
+    r = hook(cli, monkeypatch, root, "db02", "prepare", "begin", db02)
+    assert r.code == 5 and r.err.startswith("vgpuadm: domain db02: its vgpuadm metadata names 0000:65:00.0 as "
+                                            "on-demand, and domain db01 owns it (")  # fmt: skip
+    assert tree_state(root) == before
+    (root / "etc/libvirt/qemu/db01.xml").unlink()
+    assert hook(cli, monkeypatch, root, "db02", "prepare", "begin", db02).code == 0
+    bound = tree_state(root)
+    libvirt_file(root, db01, running=True)  # db01 now runs with the group db02's start bound
+    r = hook(cli, monkeypatch, root, "db02", "release", "end", db02)
+    assert (r.code, r.err) == (0, "vgpuadm: domain db02: left 0000:65:00.0 alone: domain db01 owns it\n")
+    assert tree_state(root) == bound
+
+
+def _gpu_instances(cli, root: Path) -> list[tuple[str, int, tuple[str, ...]]]:
+    r = cli("--root", str(root), "mig", "instances", "--json")
+    assert r.code == 0, r.err
+    return sorted((i["name"], i["start"], tuple(i["vgpus"])) for i in json.loads(r.out))
+
+
+def test_an_on_demand_mig_backed_vgpu_gets_its_gpu_instance_at_start_and_gives_it_back_at_stop(
+    sim_host, cli, monkeypatch
+):
+    """Layout C (H200, MIG mode off): the start turns MIG mode on and makes the GPU instance, as `create` does
+    (plan/mig.py), before typing the VF (it failed with EIO: a MIG-backed type needs a free instance); the record
+    of the instance made (0600) lets the stop destroy exactly that one."""
+    root = sim_host("h200-mig")
+    dom = on_demand(root, "m1", UUIDS[0], "H200X-1-18C")
+    [vf] = [a.address for a in xml.parse_allocations(dom)]
+    r = hook(cli, monkeypatch, root, "m1", "prepare", "begin", dom)
+    assert (r.code, r.out) == (0, "")
+    assert r.err.splitlines() == [
+        "vgpuadm: domain m1: step 1/4 enable MIG mode on GPU 0000:18:00.0 (nvidia-smi -i 0)",
+        "vgpuadm: domain m1: step 2/4 create MIG GPU instance 1g.18gb (profile 19) at slot 6 on 0000:18:00.0",
+        f"vgpuadm: domain m1: step 3/4 set vGPU type 1414 (nvidia-1414) on VF {vf}",
+        "vgpuadm: domain m1: step 4/4 write /var/lib/vgpuadm/on-demand-mig.json",
+    ]
+    assert _gpu_instances(cli, root) == [("1g.18gb", 6, (vf,))]
+    record = root / "var/lib/vgpuadm/on-demand-mig.json"
+    assert json.loads(record.read_text()) == {vf: "19:6"} and record.stat().st_mode & 0o777 == 0o600
+    r = hook(cli, monkeypatch, root, "m1", "release", "end", dom)
+    assert r.code == 0 and r.err.splitlines() == [
+        f"vgpuadm: domain m1: step 1/3 clear vGPU type 1414 (nvidia-1414) from VF {vf}",
+        "vgpuadm: domain m1: step 2/3 destroy MIG GPU instance 1 (1g.18gb at slot 6) on 0000:18:00.0",
+        "vgpuadm: domain m1: step 3/3 remove /var/lib/vgpuadm/on-demand-mig.json",
+    ]
+    assert _gpu_instances(cli, root) == [] and not record.exists()
+
+
+def test_an_on_demand_mdev_on_a_mig_vf_uses_a_hand_made_instance_and_leaves_it(sim_host, cli, monkeypatch):
+    """Layout B (A100D, MIG on): with a GPU instance made by hand the start makes none and the stop destroys none;
+    without one, the start makes it (mdevs on VFs need it as layout C does) and the stop destroys it."""
+    root = sim_host("a100d-mig")
+    assert cli("--root", str(root), "mig", "enable", "--gpu", "0000:41:00.0").code == 0
+    assert subprocess.run([str(root / "usr/bin/nvidia-smi"), "-r", "-i", "0"], capture_output=True).returncode == 0
+    dom = on_demand(root, "m1", UUIDS[0], "A100D-1-10C")
+    [u] = [a.uuid for a in xml.parse_allocations(dom)]
+    r = hook(cli, monkeypatch, root, "m1", "prepare", "begin", dom)
+    assert r.code == 0 and r.err.splitlines()[:2] == [
+        "vgpuadm: domain m1: step 1/3 create MIG GPU instance 1g.10gb (profile 19) at slot 6 on 0000:41:00.0",
+        f"vgpuadm: domain m1: step 2/3 create mdev {u} of type nvidia-607 on 0000:41:00.4",
+    ]
+    r = hook(cli, monkeypatch, root, "m1", "release", "end", dom)
+    assert r.code == 0 and r.err.splitlines()[1:] == [
+        "vgpuadm: domain m1: step 2/3 destroy MIG GPU instance 1 (1g.10gb at slot 6) on 0000:41:00.0",
+        "vgpuadm: domain m1: step 3/3 remove /var/lib/vgpuadm/on-demand-mig.json",
+    ]
+    assert _gpu_instances(cli, root) == []
+    made = cli("--root", str(root), "mig", "create", "--gpu", "0000:41:00.0", "--profile", "1g.10gb")
+    assert made.code == 0, made.err
+    r = hook(cli, monkeypatch, root, "m1", "prepare", "begin", dom)
+    assert (r.code, r.err) == (0, f"vgpuadm: domain m1: step 1/1 create mdev {u} of type nvidia-607 on 0000:41:00.4\n")
+    r = hook(cli, monkeypatch, root, "m1", "release", "end", dom)
+    assert (r.code, r.err) == (0, f"vgpuadm: domain m1: step 1/1 remove mdev {u} from 0000:41:00.4\n")
+    assert _gpu_instances(cli, root) == [("1g.10gb", 6, ())]

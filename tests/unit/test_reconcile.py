@@ -13,6 +13,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "libvirt"))
 from embedded_host import allocations, define, hostdev_keys, mdevs, vgpuadm
 
+from vgpuadm.host.root import HostRoot
+from vgpuadm.plan.ids import device_uuid
 from vgpuadm.sim.treestate import tree_state
 
 pytestmark = pytest.mark.libvirt
@@ -109,3 +111,58 @@ def test_a_crash_on_a_virtual_mdev_parent_is_rolled_back(sim_host: Callable[[str
     ]
     assert not (root / "var/lib/vgpuadm/journal.json").exists()
     assert tree_state(root) == state
+
+
+def test_restore_after_a_crash_mid_apply_brings_back_only_what_the_rollback_kept(
+    sim_host: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """A kill after web0's definition step, then the boot-time `restore`: the rollback takes web0's devices out of
+    its definition, so restore (reading the domains only after it) makes nothing; no device leaks and the next
+    apply converges in one run. Before, restore read the domains first and re-made web0's rolled-back devices:
+    nobody's (leaks), and apply then mis-counted what each VM had."""
+    root = sim_host("p4")
+    names = ("web0", "web1", "web2")
+    define(root, *names)
+    state = tree_state(root)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("vms:\n" + "".join(f"  {n}:\n    type: nvidia-63\n" for n in names))
+    # 6 steps: create ×3, then one attach per domain; after step 4 web0 holds its device
+    crashed = vgpuadm(root, "apply", "-f", str(plan), env={CRASH: "4"})
+    assert crashed.code == 99, crashed.err
+    assert len(hostdev_keys(root, "web0")) == 1 and len(mdevs(root)) == 3
+
+    res = vgpuadm(root, "restore", "--timeout", "1")
+    assert res.code == 0, res.err
+    assert [ln for ln in res.out.splitlines() if not ln.startswith("recovered: rolled back: ")] == [
+        "nothing to restore: all 0 recorded device(s) are in place"
+    ]
+    assert mdevs(root) == [] and tree_state(root) == state
+    _no_leaks_no_losses(root, names)
+
+    again = vgpuadm(root, "apply", "-f", str(plan))
+    assert again.code == 0, again.err
+    assert again.out.splitlines()[-1] == "applied 6 step(s): apply plan.yaml: +3 −0 ~0"
+    assert vgpuadm(root, "apply", "-f", str(plan)).out == "nothing to do: the host matches the plan\n"
+    _no_leaks_no_losses(root, names)
+
+
+def test_create_onto_a_leaked_mdev_with_the_slots_uuid_is_one_error_naming_the_fix(
+    sim_host: Callable[[str], Path],
+) -> None:
+    """A leak that holds the UUID a domain's next slot derives (what a crashed apply plus restore left behind):
+    `create` said "'<uuid>' is not a PCI address" (it took the existing mdev for a layout C VF)."""
+    root = sim_host("p4")
+    duuid = define(root, "web01")["web01"]
+    leak = device_uuid(HostRoot(str(root)).machine_id(), duuid, 0)
+    assert vgpuadm(root, "mdev", "create", "--type", "nvidia-63", "--uuid", leak).code == 0
+    state = tree_state(root)
+    res = vgpuadm(root, "create", "--vm", "web01", "--type", "nvidia-63")
+    assert (res.code, res.out) == (5, "")
+    assert res.err.splitlines() == [
+        f"error: mdev {leak}, the UUID of domain web01's next device, exists and no vgpuadm metadata records it",
+        "hint: `vgpuadm reconcile --fix` removes it; then run this again",
+    ]
+    assert tree_state(root) == state
+    assert vgpuadm(root, "reconcile", "--fix").code == 0
+    assert vgpuadm(root, "create", "--vm", "web01", "--type", "nvidia-63").code == 0
+    assert hostdev_keys(root, "web01") == [leak] == mdevs(root)

@@ -3,6 +3,8 @@ parser accept with the right values, JSON valid against the published schema, ta
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import shutil
 import subprocess
@@ -156,3 +158,22 @@ def test_hostile_names_are_escaped(sim_host):
     info = [s for f in text_string_to_metric_families(host_metrics(doc)) if f.name == "vgpuadm_device_info"
             for s in f.samples]  # fmt: skip
     assert [s.labels["domain"] for s in info] == [name, "", ""]
+
+
+@pytest.mark.parametrize("name", ['=HYPERLINK("http://x")', "+1+1", "-2+3", "@SUM(A1)", "\tx", "\rx"])
+def test_csv_cells_that_a_spreadsheet_would_run_get_a_leading_quote(sim_host, name):
+    """Host data (a domain name, a host name) starting with = + - @ tab or CR is a formula to a spreadsheet: the
+    cell gets a leading ' (text), numbers stay numbers."""
+    from vgpuadm.model import Allocation
+    from vgpuadm.report.inventory import inventory
+    from vgpuadm.report.render_csv import host_csv
+
+    root = sim_host("p4")
+    p4_busy(root)
+    doc = inventory(api.discover(str(root)), [Allocation(name, "mdev", uuid=U[0])], host=name,
+                    generated_at="2026-11-29T12:00:00Z")  # fmt: skip
+    rows = list(csv.reader(io.StringIO(host_csv(doc), newline="")))
+    shown = "'" + name.replace("\r", "\\r")
+    assert {r[0] for r in rows[1:]} == {shown}
+    assert [r[11] for r in rows[1:] if r[1] == U[0]] == [shown]
+    assert all(r[5].isdigit() or r[5] == "" for r in rows[1:])

@@ -4,6 +4,7 @@ line, and restore reports it with its own exit code."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,3 +26,23 @@ def test_a_vf_type_that_is_not_a_number_is_a_named_restore_problem(
     assert res.err.splitlines()[0] == (
         "error: 1 device(s) could not be restored: vgpu: web01: vf device #0: type 'nvidia-x' is not nvidia-<number>"
     )
+
+
+def test_a_record_restore_rejects_is_rejected_before_it_waits(
+    sim_host: Callable[[str], Path], tmp_path: Path, cli: Any
+) -> None:
+    """Its VF not there yet (a host without it, or at boot before SR-IOV): restore used to wait its whole --timeout
+    for the VF to register and then reject the record for its type; the record is checked first, no wait."""
+    saved = tmp_path / "domains"
+    saved.mkdir()
+    (saved / "web01.xml").write_text(
+        "<domain type='kvm'><name>web01</name><uuid>6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a01</uuid><metadata>"
+        "<vgpuadm:vgpuadm xmlns:vgpuadm='https://vgpuadm.dev/xmlns/vgpuadm/1' version='1'>"
+        "<vgpuadm:device slot='0' mode='vf' type='nvidia-x' parent='0000:18:00.4' address='0000:18:00.4'/>"
+        "</vgpuadm:vgpuadm></metadata></domain>"
+    )
+    started = time.monotonic()
+    res = cli("--root", str(sim_host("p4")), "restore", "--domain-xml-dir", str(saved), "--timeout", "20")
+    assert time.monotonic() - started < 10
+    assert res.code == 3
+    assert res.out == "vgpu: cannot restore: web01: vf device #0: type 'nvidia-x' is not nvidia-<number>\n"

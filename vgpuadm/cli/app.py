@@ -269,6 +269,10 @@ def _discard(stream: "Any") -> None:
 
 def _run(argv: Sequence[str], console: Console) -> int:
     try:
+        for arg in argv:  # Python holds undecodable bytes as surrogates: no name, path or value of ours has them
+            if not arg.isascii() and any("\udc80" <= c <= "\udcff" for c in arg):
+                raise UsageError(f"argument {arg.encode('utf-8', 'surrogateescape')!r} is not UTF-8 text",
+                                 "give names, paths and values as UTF-8")  # fmt: skip
         from vgpuadm.cli import fast
 
         code = fast.try_run(argv, console)

@@ -31,7 +31,9 @@ class Console:
         self._write(dumps(doc) + "\n")
 
     def line(self, text: str = "") -> None:
-        self._write(text + "\n")
+        """Text as is, but for the control characters host data may bring (an ESC sequence in a sysfs type name
+        or a domain name would recolor or retitle the terminal): shown escaped, line breaks and tabs kept."""
+        self._write(text.translate(_CONTROL) + "\n")
 
     def _write(self, text: str) -> None:
         try:
@@ -54,7 +56,7 @@ class Console:
         from rich.text import Text
 
         width = _width(self.out)
-        cells = [["-" if v is None else str(v) for v in row] for row in rows]
+        cells = [["-" if v is None else one_line(str(v)) for v in row] for row in rows]
         shown = list(range(len(columns)))
         widths = [max([len(columns[i]), *(len(r[i]) for r in cells)]) for i in shown]
         for name in optional:
@@ -65,7 +67,7 @@ class Console:
         edge = sum(widths[i] + 3 for i in shown) + 1 <= width
         # Every cell, title and header is rich Text, never markup: cells hold user data (VM names, --param values,
         # --host names), and `[/x]` in one must print as is, not raise rich's MarkupError or restyle the table.
-        table = Table(title=Text(title), title_justify="left", header_style="bold", show_edge=edge)
+        table = Table(title=Text(one_line(title)), title_justify="left", header_style="bold", show_edge=edge)
         for i in shown:
             if columns[i] in keep:
                 table.add_column(Text(columns[i]), no_wrap=True, overflow="ignore", min_width=widths[i])
@@ -104,6 +106,7 @@ class Console:
 
 
 _LINE_BREAKING = {c: repr(chr(c))[1:-1] for c in [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]}
+_CONTROL = {c: e for c, e in _LINE_BREAKING.items() if c not in (0x09, 0x0A)}
 
 
 def one_line(text: str) -> str:

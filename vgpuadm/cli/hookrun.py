@@ -6,7 +6,7 @@ from virt/hookcall.py alone; only a domain with on-demand devices loads the orch
 
 from typing import Any
 
-from vgpuadm.cli.console import Console
+from vgpuadm.cli.console import Console, one_line
 from vgpuadm.errors import VgpuadmError
 from vgpuadm.virt import hookcall
 
@@ -34,8 +34,8 @@ def run_hook(console: Console, root: str | None, args: list[str], stdin: Any, ar
                 set_lock_policy()
     except VgpuadmError as exc:
         hint = f" ({exc.hint})" if exc.hint else ""
-        console.err.write(f"vgpuadm: domain {domain}: {exc.message}{hint}\n".replace("\n", " ").rstrip() + "\n")
+        console.err.write(f"vgpuadm: domain {one_line(domain)}: {one_line(exc.message + hint)}\n")
         return exc.exit_code
-    for line in result.applied:
-        console.err.write(f"vgpuadm: domain {domain}: {line}\n")
+    for line in (*result.applied, *result.left):
+        console.err.write(f"vgpuadm: domain {one_line(domain)}: {one_line(line)}\n")
     return 0

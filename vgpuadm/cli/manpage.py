@@ -30,6 +30,7 @@ FILES = (
     ("/run/vgpuadm/lock", "the host lock every change holds"),
     ("/var/lib/vgpuadm/journal.json", "the journal of a change in flight (vgpuadm recover)"),
     ("/var/lib/vgpuadm/drivers.json", "the drivers GPUs had before vfio bind"),
+    ("/var/lib/vgpuadm/on-demand-mig.json", "the MIG GPU instances the qemu hook made for on-demand vGPUs"),
     ("/etc/mdevctl.d/", "mdevctl definitions (vgpuadm mdevctl export)"),
     ("/etc/systemd/system/vgpuadm-restore.service", "the boot-time restore unit (vgpuadm unit install)"),
 )

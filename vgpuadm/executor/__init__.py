@@ -30,6 +30,7 @@ import copy
 import errno as errno_mod
 import json
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -54,6 +55,8 @@ JOURNAL = host_root.JOURNAL.lstrip("/")
 DRIVERS = host_root.DRIVERS.lstrip("/")
 DEFAULT_LOCK_TIMEOUT = 30.0
 CRASH_HOOK = "VGPUADM_TEST_CRASH_AFTER_STEP"  # tests only: os._exit right after step N (1-based) is applied
+CRASH_DIGITS = re.compile(r"[1-9][0-9]{0,5}")
+CRASH_ARMED = "run/vgpuadm/test-crash-hook"  # under the root: arms the hook on a real root (the kernel lane's guest)
 
 
 ApplyFn = Callable[[Any, "ExecContext"], None]
@@ -567,7 +570,7 @@ def _run_unit(unit: Plan, offset: int, journaled: Plan, ctx: ExecContext, journa
     own applied steps are undone and the error (naming the step within `unit`) raised."""
     done: list[tuple[int, Step]] = []  # (index in the journaled plan, step) of the steps to undo on failure
     total = len(unit.steps)
-    crash_after = int(os.environ.get(CRASH_HOOK, "0") or 0)
+    crash_after = _crash_after(ctx)
     for n, step in enumerate(unit.steps):
         i = offset + n
         before = True  # until checked: a step interrupted before it started is not undone
@@ -610,6 +613,17 @@ def _run_unit(unit: Plan, offset: int, journaled: Plan, ctx: ExecContext, journa
         if crash_after == i + 1:
             journal.close()
             os._exit(99)
+
+
+def _crash_after(ctx: ExecContext) -> int:
+    """The test crash hook's step number: honoured only on a simulated root, or on a real one whose root-only
+    /run/vgpuadm holds CRASH_ARMED (the kernel lane's throwaway guest), so a production run never dies on purpose
+    whatever its environment says; and only when it is a plain step number."""
+    text = os.environ.get(CRASH_HOOK, "")
+    if not text or not CRASH_DIGITS.fullmatch(text):
+        return 0
+    armed = ctx.sysfs.simulated or os.path.isfile(os.path.join(ctx.root, CRASH_ARMED))
+    return int(text) if armed else 0
 
 
 def _apply_one(step: Step, ctx: ExecContext) -> None:
@@ -756,6 +770,7 @@ from vgpuadm.executor import policies as policies  # noqa: E402
 from vgpuadm.executor.kernel import load_drivers  # noqa: E402
 
 __all__ = [
+    "CRASH_ARMED",
     "CRASH_HOOK",
     "DEFAULT_LOCK_TIMEOUT",
     "JOURNAL",

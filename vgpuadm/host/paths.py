@@ -14,4 +14,10 @@ MDEVCTL_DIR = "/etc/mdevctl.d"
 SRIOV_MANAGE = "/usr/lib/nvidia/sriov-manage"  # NVIDIA's VF enable script (reference §3.1)
 NVIDIA_SMI = "/usr/bin/nvidia-smi"
 PCI_IDS = ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids")  # the PCI ID database (Debian, then Fedora)
+# Where libvirt keeps its QEMU domains' XML: (persistent definitions, running domains' status files), for the system
+# daemon and for the embedded driver of a simulated root. The hook reads them: it must not call libvirt.
+LIBVIRT_DOMAIN_DIRS = (
+    ("/etc/libvirt/qemu", "/run/libvirt/qemu"),
+    (f"{EMBED_LIBVIRT}/etc/qemu", f"{EMBED_LIBVIRT}/run/qemu"),
+)
 LIBVIRT_HOOKS = "/etc/libvirt/hooks"  # where libvirtd looks for its qemu hook (the file qemu, the directory qemu.d)

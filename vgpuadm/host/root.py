@@ -38,10 +38,14 @@ if TYPE_CHECKING:
 
 
 def resolve_root(root: str | None) -> str:
-    """--root, else $VGPUADM_ROOT, else /. An empty `--root ""` is refused (it must not silently mean /)."""
+    """--root, else $VGPUADM_ROOT, else /. An empty `--root ""` or VGPUADM_ROOT="" is refused (neither may silently
+    mean /)."""
     if root is not None and not root.strip():
         raise UsageError("--root is empty", "pass --root DIR (a host root), or leave --root out for this host (/)")
-    return os.path.abspath(root or os.environ.get("VGPUADM_ROOT") or DEFAULT_ROOT)
+    env = os.environ.get("VGPUADM_ROOT")
+    if root is None and env is not None and not env.strip():
+        raise UsageError("VGPUADM_ROOT is set but empty", "unset it for this host (/), or set it to a host root")
+    return os.path.abspath(root or env or DEFAULT_ROOT)
 
 
 def check_exists(root: str) -> None:

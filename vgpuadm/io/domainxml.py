@@ -7,8 +7,10 @@ import glob
 import os
 
 from vgpuadm.errors import UsageError, VgpuadmError
+from vgpuadm.host.paths import LIBVIRT_DOMAIN_DIRS
+from vgpuadm.host.root import HostRoot
 from vgpuadm.plan.domains import Domain, Domains
-from vgpuadm.virt.xml import domain_identity
+from vgpuadm.virt.xml import domain_identity, status_domain
 
 MAX_FILES = 10_000  # domains on one host; more is not a domain directory
 MAX_BYTES = 8 << 20  # one domain's XML
@@ -37,3 +39,33 @@ def read_domain_dir(directory: str, host_key: str, *, option: str = "--domain-xm
         except VgpuadmError as exc:
             raise UsageError(f"{path}: {exc.message}", exc.hint) from None
     return Domains.mine(host_key, entries)
+
+
+def read_libvirt_domains(root: HostRoot, host_key: str) -> Domains:
+    """This host's domains as libvirt keeps them on disk under `root` (the system daemon's and the embedded
+    driver's directories, LIBVIRT_DOMAIN_DIRS): each persistent definition, and each running domain's status file
+    (running; a transient domain has only that one). For the qemu hook, which must not call libvirt back. Files are
+    opened without following a link out of the root and read up to MAX_BYTES."""
+    found: dict[str, Domain] = {}
+    for config, status in LIBVIRT_DOMAIN_DIRS:
+        for directory, running in ((config, False), (status, True)):
+            try:
+                names = sorted(n for n in os.listdir(root.real(directory)) if n.endswith(".xml"))
+            except OSError:
+                continue
+            if len(names) > MAX_FILES:
+                raise UsageError(f"{directory} holds {len(names)} XML files", f"at most {MAX_FILES} domains are read")
+            for file in names:
+                path = f"{directory}/{file}"
+                text = root.read_small(path, MAX_BYTES + 1)
+                if text is None:
+                    continue  # removed while listing (a domain undefined or stopped), or not a regular file
+                if len(text) > MAX_BYTES:
+                    raise UsageError(f"domain XML {path} is larger than {MAX_BYTES >> 20} MiB", "is it a domain's XML?")
+                try:
+                    text = status_domain(text) if running else text
+                    name, uuid = domain_identity(text)
+                    found[name] = Domain.read(name, uuid, text, running, "")
+                except VgpuadmError as exc:
+                    raise UsageError(f"{path}: {exc.message}", exc.hint) from None
+    return Domains.mine(host_key, found.values())

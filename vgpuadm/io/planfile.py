@@ -85,21 +85,27 @@ VM_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+:-]*")  # the schema's propertyN
 PASSTHROUGH_KEY = "passthrough"  # a VM's key listing the functions it gets whole
 MAX_DEPTH = 32  # nesting a plan needs: vms → name → params is 3; the composer recurses per level
 MAX_ALIASES = 64  # aliases (*name) a plan may use; each may copy a whole subtree (the "billion laughs")
+MAX_NODES = 50_000  # values (scalars, maps, lists), aliases and merge keys expanded: ruamel parses ~10,000 a second
+MAX_DIGITS = 64  # a plain number longer than this is no count (Python refuses int() past 4300 digits)
+MAX_VMS = 1024  # VMs in one plan: far more than a host runs, and what --check plans in seconds
 
 
 def _screen(events: Any, source: str) -> None:
     """Refuse, from the parser's events (iterative: no recursion, nothing built yet), what a plan never needs and
     an attacker would use: nesting deeper than MAX_DEPTH, more than MAX_ALIASES aliases, an alias to a node that
-    is still open (a self-referencing structure) and any explicit tag (`!!python/object`, `!custom`)."""
-    from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, NodeEvent
+    is still open (a self-referencing structure), any explicit tag (`!!python/object`, `!custom`), and a document
+    of more than MAX_NODES values once its aliases are expanded (each alias counts the size of the subtree it
+    names, a merge key `<<: *a` too: 30 doubling aliases make 2^30 values, under the alias limit)."""
+    from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, NodeEvent, ScalarEvent
 
-    open_anchors: list[str | None] = []
-    aliases = 0
+    open_nodes: list[list[Any]] = []  # [anchor, expanded size so far] of each open collection
+    sizes: dict[str, int] = {}  # anchor → its subtree's expanded size
+    aliases = total = 0
     for ev in events:
         line = ev.start_mark.line + 1 if ev.start_mark is not None else 0
         if isinstance(ev, AliasEvent):
             aliases += 1
-            if ev.anchor in open_anchors:
+            if any(ev.anchor == anchor for anchor, _ in open_nodes):
                 raise UsageError(
                     f"{source}:{line}: alias *{ev.anchor} refers to a node that contains it (a recursive structure)",
                     "write the value out instead of the alias",
@@ -109,14 +115,30 @@ def _screen(events: Any, source: str) -> None:
         elif isinstance(ev, NodeEvent) and getattr(ev, "tag", None) is not None:
             tag = str(getattr(ev, "tag", "")).replace("tag:yaml.org,2002:", "!!")
             raise UsageError(f"{source}:{line}: YAML tag {tag} is not allowed in a plan", "remove the tag")
+        if isinstance(ev, ScalarEvent) and ev.style is None and len(ev.value) > MAX_DIGITS \
+                and re.fullmatch(r"[-+]?[0-9_.eE+-]+", ev.value):  # fmt: skip
+            raise UsageError(f"{source}:{line}: a number of {len(ev.value)} characters",
+                             f"write counts and numbers with at most {MAX_DIGITS} digits")  # fmt: skip
+        if isinstance(ev, NodeEvent):
+            n = sizes.get(ev.anchor, 1) if isinstance(ev, AliasEvent) else 1
+            total += n
+            if total > MAX_NODES:
+                raise UsageError(f"{source}:{line}: the plan expands to more than {MAX_NODES} values",
+                                 "write a plan for one host's VMs, without aliases that copy large parts")  # fmt: skip
+            for node in open_nodes:
+                node[1] += n
+            if not isinstance(ev, (AliasEvent, CollectionStartEvent)) and ev.anchor is not None:
+                sizes[ev.anchor] = 1
         if isinstance(ev, CollectionStartEvent):
-            open_anchors.append(ev.anchor)
-            if len(open_anchors) > MAX_DEPTH:
+            open_nodes.append([ev.anchor, 1])
+            if len(open_nodes) > MAX_DEPTH:
                 raise UsageError(
                     f"{source}:{line}: nested more than {MAX_DEPTH} levels deep", "a plan is vms → name → settings"
                 )
         elif isinstance(ev, CollectionEndEvent):
-            open_anchors.pop()
+            anchor, size = open_nodes.pop()
+            if anchor is not None:
+                sizes[anchor] = size
 
 
 def plan_from_data(data: Mapping[str, Any], source: str = "plan") -> DesiredPlan:
@@ -174,6 +196,10 @@ def _path_to(tree: Any, start: tuple[int, int], path: tuple[str, ...]) -> tuple[
 def _validate(data: Any, marks: Any, source: str) -> None:
     from jsonschema import Draft202012Validator
 
+    vms = data.get("vms") if isinstance(data, dict) else None
+    if isinstance(vms, dict) and len(vms) > MAX_VMS:
+        raise _fault(source, _key_line(marks, ["vms"]), ["vms"], f"{len(vms)} VMs, more than {MAX_VMS}",
+                     "split the plan: one host runs far fewer VMs")  # fmt: skip
     validator = Draft202012Validator(plan_schema())
     errors = sorted(
         validator.iter_errors(data), key=lambda e: (_at(marks, [str(p) for p in e.absolute_path])[1], e.path)

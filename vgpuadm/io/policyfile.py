@@ -1,16 +1,21 @@
-"""The two files that keep NVIDIA host policies across a reboot (docs/reference/nvidia-host-policies.md):
+"""The files that keep NVIDIA host policies across a reboot (docs/reference/nvidia-host-policies.md), and the
+record of the MIG GPU instances the qemu hook made for on-demand vGPUs:
 
   /etc/modprobe.d/vgpuadm-nvidia.conf  (0644) the RmPVMRL registry key per GPU, read by the nvidia driver when it
                                        loads: `options nvidia NVreg_RegistryDwordsPerDevice="pci=…;RmPVMRL=0x…;…"`
   /var/lib/vgpuadm/gpus.json           (0600, directory 0700) the `gpus:` section vgpuadm applied, for `restore`
                                        (heterogeneous mode does not survive a reboot; the driver knows no file for it)
+  /var/lib/vgpuadm/on-demand-mig.json  (0600) on-demand vGPU (mdev UUID or VF address) → the GPU instance the hook
+                                       made for it (profile id:start), so that its stop destroys that one and no other
 
 Both are written through the WritePolicyFile step (lock, journal, undo); reads never follow a symlink; the texts
 are catalog/hetero.py's (the state file is read back as untrusted input, its grammar checked there)."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 
 from vgpuadm.errors import HostIOError, UsageError
 from vgpuadm.host.files import read_nofollow, write_atomic
@@ -18,7 +23,13 @@ from vgpuadm.host.files import read_nofollow, write_atomic
 FILES = {  # name → (host path, mode, directory mode)
     "modprobe": ("/etc/modprobe.d/vgpuadm-nvidia.conf", 0o644, 0o755),
     "state": ("/var/lib/vgpuadm/gpus.json", 0o600, 0o700),
+    "on-demand-mig": ("/var/lib/vgpuadm/on-demand-mig.json", 0o600, 0o700),
 }
+MAX_MADE = 512  # on-demand vGPUs with a recorded GPU instance (the journal holds the text: 64 KiB)
+_DEVICE = re.compile(
+    r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7])$"
+)
+_INSTANCE = re.compile(r"^[0-9]{1,3}:[0-9]{1,2}$")  # profile id:start, as a domain's `mig_instance` option
 
 
 def host_path(name: str) -> str:
@@ -58,3 +69,31 @@ def write_file(root: str, name: str, text: str | None) -> None:
         raise HostIOError(f"writing {host_path(name)} failed: {exc.strerror}",
                           "run as root, or point --root at a writable host root", path=host_path(name),
                           errno=exc.errno) from None  # fmt: skip
+
+
+def read_made(root: str) -> tuple[dict[str, str], str | None]:
+    """The on-demand-mig record, {device: "profile id:start"}, and the file's text (None: no file); UsageError
+    (naming the file) when it is not one."""
+    text = read_file(root, "on-demand-mig")
+    if text is None:
+        return {}, None
+    hint = f"remove {host_path('on-demand-mig')} (the GPU instances it names are then left to `vgpuadm mig destroy`)"
+    try:
+        doc = json.loads(text) if len(text) <= 64 * 1024 else None
+    except ValueError:
+        doc = None
+    if (
+        not isinstance(doc, dict)
+        or len(doc) > MAX_MADE
+        or not all(
+            isinstance(k, str) and _DEVICE.match(k) and isinstance(v, str) and _INSTANCE.match(v)
+            for k, v in doc.items()
+        )
+    ):
+        raise UsageError(f"{host_path('on-demand-mig')} is not vgpuadm's record of on-demand GPU instances", hint)
+    return dict(doc), text
+
+
+def made_text(made: dict[str, str]) -> str | None:
+    """The on-demand-mig record's text (None: no file)."""
+    return json.dumps(dict(sorted(made.items())), indent=1) + "\n" if made else None

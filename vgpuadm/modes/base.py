@@ -136,6 +136,10 @@ class Mode(ABC):
         """Whether the device a domain records for `a` is absent from the host (restore brings it back)."""
         return False
 
+    def record_problem(self, a: Allocation) -> str | None:
+        """Why a recorded `a` can never be restored whatever the host shows (None: it can)."""
+        return None
+
     # -- what the reports, the placement and the create planner ask (report/*, plan/devices.py, ops/demo.py) -------
 
     # A paravirtual device (QEMU emulates it): nothing on the host to own, to make or to miss.

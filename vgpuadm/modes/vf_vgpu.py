@@ -78,6 +78,13 @@ class VfVgpuMode(Mode):
         vf = snapshot.vendor_vfs.get(a.address or "")
         return self.plan_clear(snapshot, vf.address) if vf is not None and vf.in_use else []
 
+    def record_problem(self, a: Allocation) -> str | None:
+        """Recorded metadata is outside input: a VF's type is nvidia-<number>."""
+        number = (a.type_id or "").rsplit("-", 1)[-1]
+        if a.type_id and not (number.isdecimal() and int(number) > 0):
+            return f"{a.domain}: vf device #{a.slot}: type {a.type_id[:80]!r} is not nvidia-<number>"
+        return None
+
     def missing(self, snapshot: HostSnapshot, a: Allocation) -> bool:
         vf = snapshot.vendor_vfs.get(a.address or "")
         return vf is None or f"nvidia-{vf.current_type}" != a.type_id

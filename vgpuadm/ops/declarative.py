@@ -268,7 +268,6 @@ def restore(
     say = report or (lambda _line: None)
     out = RestoreResult(dry_run=dry_run)
     with Session.changing(root, connect, dry_run=dry_run, allow_pending=True) as s:
-        doms = read_domain_dir(domain_xml_dir, s.host_key) if domain_xml_dir else s.domains()
         ctx = s.context()
         if not domain_xml_dir:
             ctx.virt = s.virt
@@ -279,6 +278,8 @@ def restore(
                 f"an interrupted change is pending and could not be rolled back: {exc.message}",
                 "run `vgpuadm reconcile` once libvirt runs, then `vgpuadm restore` again",
             ) from None
+        # read after the rollback: it may have taken devices out of definitions (restoring them would leak them)
+        doms = read_domain_dir(domain_xml_dir, s.host_key) if domain_xml_dir else s.domains()
         for line in recovered:
             say(f"recovered: {line}" if not dry_run else f"journal: {line}")
         allocs = [a for a in doms.allocations if not a.on_demand]  # the qemu hook makes those at start
@@ -372,23 +373,34 @@ class ReconcileResult:
 
 
 def check_owner_uri(uri: str, root: str, simulated: bool) -> None:
-    """A device is a leak only when the libvirt that owns this host's domains says so: refuse --fix through another
-    driver (test:///, xen…) or through an embedded libvirt that is not this simulated root's."""
+    """A device is a leak only when the libvirt that holds this host's domains says so: on a simulated root its
+    embedded libvirt (under <root>/var/lib/vgpuadm/libvirt), on a real host the local system daemon
+    (qemu:///system, or qemu+unix:///system with its socket named). Anything else (another driver, qemu:///session,
+    a remote host, another root's embedded libvirt, the system daemon for a simulated root) is refused for --fix."""
     parts = urlsplit(uri)
-    driver = parts.scheme.split("+", 1)[0]
+    driver, _, transport = parts.scheme.partition("+")
     if driver != "qemu":
         raise UnsafeError(
             f"--connect {uri} is not this host's QEMU/KVM libvirt, so it cannot say which devices are leaks",
             "run `vgpuadm reconcile --fix` without --connect, or with the qemu:/// URI of this host",
         )
-    if parts.path == "/embed":
-        embed_root = (parse_qs(parts.query).get("root") or [""])[0]
+    query = parse_qs(parts.query, keep_blank_values=True)
+    if simulated:
+        embed_root = (query.get("root") or [""])[0]
         own = f"{root.rstrip('/')}{EMBED_LIBVIRT}"
-        if not simulated or embed_root.rstrip("/") != own:
+        if parts.path != "/embed" or transport or parts.netloc or set(query) != {"root"} or \
+                embed_root.rstrip("/") != own:  # fmt: skip
             raise UnsafeError(
-                f"--connect {uri} is an embedded libvirt that does not hold this host's domains",
+                f"--connect {uri} does not hold this simulated host's domains (its embedded libvirt does), so it "
+                "cannot say which devices are leaks",
                 "run `vgpuadm reconcile --fix` without --connect",
             )
+        return
+    if parts.path != "/system" or parts.netloc or transport not in ("", "unix") or not set(query) <= {"socket"}:
+        raise UnsafeError(
+            f"--connect {uri} is not this host's own system libvirt, so it cannot say which devices are leaks",
+            "run `vgpuadm reconcile --fix` without --connect, or with --connect qemu:///system",
+        )
 
 
 def reconcile(

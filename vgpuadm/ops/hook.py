@@ -8,19 +8,29 @@ never calls libvirt (libvirt documents that a hook calling back into its API dea
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from vgpuadm.errors import ConflictError
 from vgpuadm.executor import load_drivers
+from vgpuadm.host import mig as host_mig
 from vgpuadm.host.root import HostRoot
 from vgpuadm.io import hookfile
+from vgpuadm.io.domainxml import read_libvirt_domains
+from vgpuadm.io.policyfile import made_text, read_made
+from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.ops.session import Session
 from vgpuadm.ops.unit import vgpuadm_command
+from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan import ondemand
-from vgpuadm.steps import Plan, RemoveHookFile, Step, WriteHookFile
+from vgpuadm.plan.domains import Domains, device_keys
+from vgpuadm.plan.guest import remove_steps
+from vgpuadm.steps import Plan, RemoveHookFile, Step, WriteHookFile, WritePolicyFile
 from vgpuadm.virt import hookcall
 from vgpuadm.virt.conn import library_version
+from vgpuadm.virt.xml import domain_identity
 
 
 @dataclass(frozen=True)
@@ -29,10 +39,11 @@ class HookRunResult:
     phase: str  # "start", "stop" or "" (an operation the hook leaves alone)
     plan: Plan
     applied: tuple[str, ...]
+    left: tuple[str, ...] = ()  # at stop: devices the metadata names that another domain owns, left alone
 
     def to_json(self) -> dict[str, Any]:
         return {"domain": self.domain, "phase": self.phase, "steps": self.plan.describe(),
-                "applied": list(self.applied)}  # fmt: skip
+                "applied": list(self.applied), "left": list(self.left)}  # fmt: skip
 
 
 def run(root: str | None, domain: str, operation: str, sub_operation: str, domain_xml: bytes) -> HookRunResult:
@@ -51,12 +62,101 @@ def run_on_demand(root: str | None, domain: str, phase: str, domain_xml: str) ->
     """`run` for a domain whose XML hookcall has checked and found on-demand devices in (cli/hookrun.py checks it
     before loading this module)."""
     with Session.open(root) as s:  # s.virt is never opened here
+        owners = foreign_owners(read_libvirt_domains(s.root, s.host_key), domain_xml)
+        left: list[str] = []
+        _name, wanted = ondemand.requests(domain_xml, s.host_key)
         if phase == "start":
-            plan = ondemand.plan_start(s.snap, domain_xml)
+            plan = _start_plan(s, domain_xml, wanted)
+            for device in _touched(plan.steps, wanted):
+                if device in owners:
+                    raise ConflictError(
+                        f"its vgpuadm metadata names {device} as on-demand, and domain {owners[device]} owns it",
+                        f"a device is made, freed and rebound only for the domain that owns it; remove the request "
+                        f"(vgpuadm destroy --vm {domain} --uuid {device})",
+                    )
         else:
-            plan = ondemand.plan_stop(s.snap, domain_xml, load_drivers(s.root.path))
+            plan, left = _stop_plan(s, domain_xml, wanted, owners)
         applied = s.execute(plan).applied if not plan.empty else ()
-    return HookRunResult(domain, phase, plan, tuple(applied))
+    return HookRunResult(domain, phase, plan, tuple(applied), tuple(left))
+
+
+def _start_plan(s: Session, domain_xml: str, wanted: Sequence[Allocation]) -> Plan:
+    """plan_start, with the MIG GPU instances its MIG-backed vGPUs need made first, as `create` makes them
+    (plan/mig.py), and each instance made recorded (on-demand-mig record) for the stop to destroy."""
+    types = sorted({a.type_id for a in wanted if a.type_id})
+    mig = host_mig.read_host(s.root) if types and plan_mig.may_need(s.snap, types) else plan_mig.NONE
+    planning = plan_mig.project(s.snap, mig, types)
+    plan = ondemand.plan_start(planning, domain_xml)
+    steps, added, _state = plan_mig.for_vgpus(planning, mig, plan.steps, wanted)
+    new = {a.uuid or a.address or "": a.extra["mig_instance"] for a in added if "mig_instance" in a.extra}
+    if not new:
+        return plan
+    made, text = read_made(s.root.path)
+    return Plan.of([*steps, WritePolicyFile(MADE, made_text({**made, **new}), text)], plan.summary)
+
+
+def _stop_plan(s: Session, domain_xml: str, wanted: Sequence[Allocation],
+               owners: Mapping[str, str]) -> tuple[Plan, list[str]]:  # fmt: skip
+    """plan_stop, less the requests whose device (or a function their give-back rebinds) another domain owns, then
+    the GPU instances the start made for the vGPUs that go (never one made by hand or for another vGPU)."""
+    snap, drivers = s.snap, load_drivers(s.root.path)
+    plan = ondemand.plan_stop(snap, domain_xml, drivers)
+    mine: list[Allocation] = list(wanted)
+    left: list[str] = []
+    if any(d in owners for d in _touched(plan.steps, wanted)):
+        mine, left = [], []
+        for a in wanted:
+            theirs = [d for d in _touched(remove_steps(snap, [a], dict(drivers)), [a]) if d in owners]
+            if theirs:
+                left += [f"left {d} alone: domain {owners[d]} owns it" for d in theirs if not any(d in x for x in left)]
+            else:
+                mine.append(a)
+        plan = Plan.of(remove_steps(snap, mine, dict(drivers)), plan.summary)
+    made, text = read_made(s.root.path)
+    gone = [_made_for(snap, a, made[key]) for a in mine if (key := a.uuid or a.address or "") in made]
+    if not gone:
+        return plan, left
+    release, _state = plan_mig.release(snap, host_mig.read_host(s.root), gone)
+    rest = {k: v for k, v in made.items() if k not in {a.uuid or a.address for a in gone}}
+    return Plan.of([*plan.steps, *release, WritePolicyFile(MADE, made_text(rest), text)], plan.summary), left
+
+
+def _made_for(snap: HostSnapshot, a: Allocation, instance: str) -> Allocation:
+    """`a` as `create` records it: the GPU instance made for it, and the parent its mdev was placed on."""
+    have = snap.mdevs.get(a.uuid or "")
+    parent = a.parent or (have.parent if have is not None else None)
+    return dataclasses.replace(a, parent=parent, extra={**a.extra, "mig_instance": instance})
+
+
+def foreign_owners(domains: Domains, domain_xml: str) -> dict[str, str]:
+    """Device id (mdev UUID, PCI address) → the other domain of this host that owns it now: every device a running
+    domain references, and every device a stopped one references that is not an on-demand request of it (a request
+    takes a device only while its domain runs; several stopped domains may ask for the same GPU)."""
+    me = domain_identity(domain_xml)
+    out: dict[str, str] = {}
+    for name, d in sorted(domains.by_name.items()):
+        if name == me[0] or (me[1] and d.uuid.lower() == me[1].lower()):
+            continue
+        asked = set() if d.running else {k for a in d.allocations if a.on_demand for k in device_keys(a)}
+        for key in [(ref.kind, ref.key) for ref in d.hostdevs] + [k for a in d.allocations for k in device_keys(a)]:
+            if key not in asked:
+                out.setdefault(key[1], name)
+    return out
+
+
+MADE = "on-demand-mig"  # io/policyfile.py: the GPU instances the hook made, per on-demand vGPU
+DEVICE_FIELDS = frozenset({"uuid", "address", "id", "vf"})  # the Step fields that name the device a step changes
+
+
+def _touched(steps: Iterable[Step], wanted: Sequence[Allocation]) -> list[str]:
+    """Every device id the allocations name and the steps make, free, type or rebind (lower-case)."""
+    ids = [key for a in wanted for _kind, key in device_keys(a)]
+    for step in steps:
+        for f in dataclasses.fields(step):
+            value = getattr(step, f.name)
+            if f.name in DEVICE_FIELDS and isinstance(value, str) and value:
+                ids.append(value.lower())
+    return list(dict.fromkeys(ids))
 
 
 # -- install / uninstall / status ------------------------------------------------------------------------------------

@@ -56,6 +56,11 @@ class SnapshotResult:
 
 def take(root: str | None, out: str) -> SnapshotResult:
     """Capture what discovery reads on `root` into the archive `out`."""
+    where = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(where):
+        raise UsageError(
+            f"{out}: directory {where} does not exist", "create it, or name the archive in an existing one"
+        )
     host = HostRoot(root)
     check_root(host.path)
     if not out.endswith((".tar.gz", ".tgz")):

@@ -205,6 +205,9 @@ def plan_create_many(
                     f"domain {name} already has a hostdev for mdev {u} that its vgpuadm metadata does not record",
                     f"remove it (virsh edit {name}) or record it with `vgpuadm restore`",
                 )
+            if u in snap.mdevs:  # the slot's UUID is taken by a device no metadata records (a leak)
+                raise ConflictError(f"mdev {u}, the UUID of domain {name}'s next device, exists and no vgpuadm "
+                                    "metadata records it", "`vgpuadm reconcile --fix` removes it; then run this again")  # fmt: skip
         wants.append(w)
     plans = _plan_growth(snap, wants, requests, type_id, taken, seen, gpu=gpu, policy=policy, numa=numa,
                          display=display, ramfb=ramfb, params=params, on_demand=on_demand)  # fmt: skip

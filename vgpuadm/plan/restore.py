@@ -78,8 +78,13 @@ def needed_device(a: Allocation) -> str | None:
 
 def missing_devices(allocations: Iterable[Allocation], snap: HostSnapshot) -> list[str]:
     """Devices the allocations need that the host does not show yet (parents not registered, VFs not enabled)."""
-    out = {dev for a in allocations
-           if (dev := needed_device(a)) is not None and not modes.of(a).device_shown(snap, a)}  # fmt: skip
+    out = {
+        dev
+        for a in allocations
+        if (dev := needed_device(a)) is not None
+        and not modes.of(a).device_shown(snap, a)
+        and not modes.of(a).record_problem(a)
+    }  # fmt: skip (a record rejected anyway: no wait)
     return sorted(out)
 
 

@@ -2,7 +2,10 @@
 
 - a host inventory gives ONE ROW PER DEVICE (mdev, typed VF, passthrough function) with its owner;
 - a fleet report gives ONE ROW PER HOST AND TYPE with used / free / stranded instances.
-Empty cells stand for "not known"; `owned` is yes / no / unknown.
+Empty cells stand for "not known"; `owned` is yes / no / unknown. A text cell that a spreadsheet would run as a
+formula (it starts with = + - @, a tab or a carriage return: host names and domain names come from the host) gets
+a leading ' (OWASP's advice for CSV injection), and control characters but tab and newline show escaped (\\r);
+numbers are written as they are.
 """
 
 from __future__ import annotations
@@ -29,11 +32,19 @@ HOST_COLUMNS = [
 FLEET_COLUMNS = ["host", "type_id", "name", "framebuffer_mib", "used", "free", "stranded"]
 
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# Control characters but tab and newline (which the writer quotes) as escapes: a bare CR would end the row for
+# some readers, an ESC would recolor a terminal that `cat`s the file.
+_CONTROL = {c: repr(chr(c))[1:-1] for c in [*range(0x20), *range(0x7F, 0xA0)] if c not in (0x09, 0x0A)}
+
+
 def _cell(value: Any) -> Any:
     if value is None:
         return ""
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, str):
+        return ("'" if value.startswith(FORMULA_START) else "") + value.translate(_CONTROL)
     return value
 
 

@@ -700,6 +700,8 @@ def build(profile: str, root: str) -> Model:
     """Build `profile` under `root` (which must be empty or absent)."""
     if profile not in PROFILES:
         raise UsageError(f'Unknown simulated profile "{profile}"', f"choose one of: {', '.join(PROFILES)}")
+    if not root.strip():
+        raise UsageError("the directory for the simulated host is empty", "give a new or empty directory, e.g. /tmp/h")
     if os.path.isdir(root) and os.listdir(root):
         raise UsageError(f"{root} is not empty", "give a new or empty directory for the simulated host")
     os.makedirs(root, exist_ok=True)
@@ -714,8 +716,37 @@ def build(profile: str, root: str) -> Model:
 NVIDIA_SMI_PATH = "usr/bin/nvidia-smi"  # sim/nvidia_smi.py answers it (installed here: it imports this module)
 
 
+_MODEL_MAPS = ("drivers", "mdev_parents", "sriov", "pools", "vendor_vfio", "mig", "hetero")  # str → entry
+
+
+def check_model(model: Any, where: str) -> Model:
+    """A simulated host's hardware model (the marker file, or one an imported snapshot carries) checked for the
+    shape the simulator reads, once, where it enters: UsageError naming `where` instead of a KeyError later."""
+    hint = "rebuild the host with `vgpuadm sim build`, or import the snapshot again"
+    problem = None
+    if not isinstance(model, dict) or model.get("format") != 1:
+        problem = "not a version 1 simulated host model"
+    elif not all(isinstance(model.get(k, {}), dict) and all(isinstance(n, str) for n in model.get(k, {}))
+                 for k in _MODEL_MAPS):  # fmt: skip
+        problem = f"one of {', '.join(_MODEL_MAPS)} is not a mapping by name"
+    elif not all(isinstance(model.get(k), dict) for k in ("drivers", "mdev_parents", "sriov")):
+        problem = "drivers, mdev_parents or sriov is missing"
+    elif not all(isinstance(p, dict) and isinstance(p.get("path"), str) and isinstance(p.get("types"), dict)
+                 and all(isinstance(t, dict) for t in p["types"].values()) for p in model["mdev_parents"].values()):  # fmt: skip
+        problem = "an mdev parent has no path or types"
+    elif not all(isinstance(e, dict) for k in ("sriov", "vendor_vfio", "pools", "mig", "hetero")
+                 for e in model.get(k, {}).values()):  # fmt: skip
+        problem = "an entry of sriov, vendor_vfio, pools, mig or hetero is not a mapping"
+    elif not isinstance(model.get("faults", []), list) or not isinstance(model.get("next_iommu_group", 0), int):
+        problem = "faults or next_iommu_group has the wrong type"
+    if problem is not None:
+        raise UsageError(f"{where}: {problem}", hint)
+    return model
+
+
 def install_tools(root: str, model: Model) -> None:
     """The driver package's tools a host of this model has (also for a simulated host imported from a snapshot)."""
+    check_model(model, f"the simulated host model of {root}")
     if any(model["drivers"].get(pf) == "nvidia" for pf in model["sriov"]):
         install_sriov_manage(root)
     if model["vendor_vfio"] or model.get("mig"):  # the NVIDIA driver package brings nvidia-smi

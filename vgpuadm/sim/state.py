@@ -18,7 +18,7 @@ from filelock import FileLock
 
 from vgpuadm.errors import UsageError
 from vgpuadm.host.sysfs import SIM_MARKER
-from vgpuadm.sim.profiles import SRIOV_CONFIGURE_DRIVERS, HostBuilder
+from vgpuadm.sim.profiles import SRIOV_CONFIGURE_DRIVERS, HostBuilder, check_model
 from vgpuadm.sim.tree import IOMMU_GROUPS, MDEV_DEVICES, PCI_DEVICES, TreeBuilder
 
 LOCK_FILE = ".sim.lock"  # at the root; every simulated write and fault edit holds it (fcntl flock)
@@ -106,8 +106,12 @@ def root_lock(root: str) -> Iterator[None]:
 
 
 def load_model(root: str) -> dict[str, Any]:
-    with open(marker_path(root)) as f:
-        model: dict[str, Any] = json.load(f)
+    try:
+        with open(marker_path(root)) as f:
+            loaded = json.load(f)
+    except ValueError:
+        loaded = None
+    model = check_model(loaded, os.path.join(root, SIM_MARKER))
     model.setdefault("sriov_configure_drivers", list(SRIOV_CONFIGURE_DRIVERS))
     model.setdefault("faults", [])
     model.setdefault("pools", {})

@@ -427,6 +427,15 @@ def count_ramfb(domain_xml: str) -> int:
     return sum(1 for hd in parse_domain(domain_xml).findall("devices/hostdev") if hd.get("ramfb") == "on")
 
 
+def status_domain(status_xml: str) -> str:
+    """The domain XML a libvirt status file (`/run/libvirt/qemu/NAME.xml`: `<domstatus>…<domain>`) holds."""
+    doc = parse_domain(status_xml)
+    inner = doc if doc.tag == "domain" else doc.find("domain")
+    if inner is None:
+        raise UsageError("libvirt status XML holds no <domain>", "is it a file libvirt wrote?")
+    return to_string(inner)
+
+
 def domain_identity(domain_xml: str) -> tuple[str, str]:
     doc = parse_domain(domain_xml)
     return doc.findtext("name") or "", doc.findtext("uuid") or ""
