@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from tests.fuzz.conftest import Tally, examples
 from tests.fuzz.props import clean_error
-from vgpuadm import api
+from vgpuadm import api, modes
 from vgpuadm.cli.app import run
 from vgpuadm.cli.console import Console
 from vgpuadm.errors import VgpuadmError
@@ -60,7 +60,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, s
     build("p4", str(root))
     snap = api.discover(str(root))
     _plan, _added, after = guest.plan_create(snap, _domain("web01", WEB01), "nvidia-63", on_demand=True)
-    web01 = _domain("web01", WEB01, xml.metadata_xml(after, snap.host_key), "".join(xml.hostdev_for(a) for a in after))
+    web01 = _domain("web01", WEB01, xml.metadata_xml(after, snap.host_key), "".join(modes.hostdev_xml(a) for a in after))
     hook.run(str(root), "web01", "prepare", "begin", web01.encode())
     _libvirt_file(root, web01, running=True)
     [u1] = [a.uuid for a in after]
@@ -69,7 +69,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, s
                Console(io.StringIO(), io.StringIO()))  # fmt: skip
     assert made == 0
     owned3 = Allocation("web03", DeviceMode.MDEV, "nvidia-63", GPU1, uuid=U3, domain_uuid=WEB03, slot=0)
-    _libvirt_file(root, _domain("web03", WEB03, xml.metadata_xml([owned3], snap.host_key), xml.hostdev_for(owned3)),
+    _libvirt_file(root, _domain("web03", WEB03, xml.metadata_xml([owned3], snap.host_key), modes.hostdev_xml(owned3)),
                   running=False)  # fmt: skip
     _libvirt_file(root, _domain("db01", DB01, devices=xml.pci_hostdev(GPU2)), running=False)
     yield root, u1
