@@ -1,0 +1,155 @@
+"""Links and FIFOs never steer root: an imported recording or snapshot archive, a planted link one directory above
+the ones vgpuadm writes, a planted FIFO where it reads state, a cached capability file that is a link — each ends
+in a one-line error (or is skipped where it is only a cache), with nothing written outside the root and nothing
+hanging (issue #31). Every file goes through host/files.py's descriptor-based helpers."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from vgpuadm.host.files import BeneathError, read_beneath, write_beneath
+
+DEV = "/devices/pci0000:00/0000:00:03.0/0000:08:00.0"
+
+
+def one_error(r, code: int) -> str:
+    assert (r.code, "Traceback" in r.err, "internal error" in r.err) == (code, False, False), (r.out, r.err)
+    lines = r.err.splitlines()
+    assert lines[0].startswith("error: ") and all(line.startswith("hint: ") for line in lines[1:]), r.err
+    return lines[0]
+
+
+def tree(top: Path) -> list[str]:
+    return sorted(str(p.relative_to(top)) for p in top.rglob("*"))
+
+
+# --- the helper itself --------------------------------------------------------------------------------------------
+
+
+def test_helper_follows_no_link_at_any_component(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "etc").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "f").write_text("secret")
+    (root / "etc" / "libvirt").symlink_to(outside)
+    (root / "etc" / "f").symlink_to(outside / "f")
+    with pytest.raises(BeneathError, match=r"^\[Errno 40\] /etc/libvirt is a symlink, not a directory "):
+        write_beneath(str(root), "etc/libvirt/hooks/qemu", b"x", mode=0o755)
+    with pytest.raises(BeneathError, match=r"/etc/libvirt is a symlink, not a directory"):
+        read_beneath(str(root), "etc/libvirt/f")
+    with pytest.raises(BeneathError, match=r"/etc/f is a symlink, not a regular file"):
+        read_beneath(str(root), "etc/f")
+    with pytest.raises(BeneathError, match=r"'etc/../x' is not a plain path"):
+        write_beneath(str(root), "etc/../x", b"x", mode=0o644)
+    assert tree(outside) == ["f"] and (outside / "f").read_text() == "secret"
+
+
+def test_helper_reads_regular_files_only_and_never_blocks_on_a_fifo(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(BeneathError, match=r"^\[Errno 22\] /fifo is a FIFO, not a regular file"):
+        read_beneath(str(tmp_path), "fifo")
+    (tmp_path / "big").write_bytes(b"x" * 11)
+    with pytest.raises(BeneathError, match=r"/big is larger than 10 bytes"):
+        read_beneath(str(tmp_path), "big", limit=10)
+    assert read_beneath(str(tmp_path), "big", limit=10, truncate=True) == b"x" * 10
+    assert read_beneath(str(tmp_path), "missing/f") is None
+
+
+def test_helper_writes_atomically_with_exact_modes_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o077)
+    try:
+        write_beneath(str(tmp_path), "a/b/f", b"text", mode=0o644, dir_mode=0o755)
+    finally:
+        os.umask(old)
+    modes = [stat.S_IMODE(os.lstat(tmp_path / p).st_mode) for p in ("a", "a/b", "a/b/f")]
+    assert modes == [0o755, 0o755, 0o644]
+    os.mkfifo(tmp_path / "a/b/g")
+    write_beneath(str(tmp_path), "a/b/g", b"new", mode=0o600)  # a FIFO there is replaced, never opened
+    assert (tmp_path / "a/b/g").read_bytes() == b"new" and tree(tmp_path) == ["a", "a/b", "a/b/f", "a/b/g"]
+
+
+# --- 1. a umockdev recording cannot write outside the imported root -----------------------------------------------
+
+
+def chain_recording(victim_name: str) -> str:
+    """Links that each resolve under /sys as text, but chained climb out: a -> /sys, b -> a/.. (the root),
+    c -> b/../<victim> (beside the root); a second block of the same device then writes attribute c."""
+    return f"P: {DEV}\nL: a=../../../..\nL: b=a/..\nL: c=b/../{victim_name}\n\nP: {DEV}\nA: c=owned\\n\n"
+
+
+@pytest.mark.parametrize("command", ["import-umockdev", "import"])
+def test_recording_with_a_chain_of_links_writes_nothing_outside(cli, tmp_path: Path, command: str) -> None:
+    """The attribute replaces the recorded link inside the root (as a later block's attribute replaces an earlier
+    one); the file the chain points at, beside the root, is untouched."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    recording = tmp_path / "rec.umockdev"
+    recording.write_text(chain_recording("victim"))
+    r = cli("sim", command, str(recording), str(tmp_path / "root"))
+    assert (r.code, r.err) == (0, "")
+    assert victim.read_text() == "keep\n"
+    attr = tmp_path / f"root/sys{DEV}/c"
+    assert (attr.is_symlink(), attr.read_text()) == (False, "owned\n")
+    assert sorted(os.listdir(tmp_path)) == ["rec.umockdev", "root", "victim"]
+
+
+def test_recording_attribute_under_a_planted_directory_link_is_refused(cli, tmp_path: Path) -> None:
+    (tmp_path / "outside").mkdir()
+    recording = tmp_path / "rec.umockdev"
+    recording.write_text(f"P: {DEV}\nL: a=../../../..\nL: b=a/..\nL: c=b/../outside\n\nP: {DEV}\nA: c/x=owned\n")
+    (tmp_path / "root").mkdir()  # an empty directory the user made: emptied again, kept
+    r = cli("sim", "import-umockdev", str(recording), str(tmp_path / "root"))
+    assert one_error(r, 2).startswith(f"error: rec.umockdev: /sys{DEV}/c is a symlink, not a directory")
+    assert tree(tmp_path / "outside") == [] and tree(tmp_path / "root") == []
+
+
+# --- 2. a snapshot archive's links cannot carry the replay script or sriov-manage outside ---------------------------
+
+# sys/x/l1 -> ../.. (the root), sys/l2 -> x/l1/.. (beside the root), usr -> sys/l2: each stays inside as text.
+CHAIN = {"sys/x/l1": "../..", "sys/l2": "x/l1/..", "usr": "sys/l2"}
+
+
+def rebuilt(archive: Path, out: Path, *, simulated: bool) -> Path:
+    """`archive` (a real snapshot) with its usr/ replaced by the link chain, and its marker kept or dropped."""
+    with tarfile.open(archive) as src, tarfile.open(out, "w:gz") as dst:
+        for info in src:
+            if info.name == "usr" or info.name.startswith("usr/"):
+                continue
+            if info.name == "vgpuadm-simulated-host.json" and not simulated:
+                continue
+            dst.addfile(info, src.extractfile(info) if info.isreg() else None)
+        for name, target in CHAIN.items():
+            if name == "sys/x/l1":
+                d = tarfile.TarInfo("sys/x")
+                d.type, d.mode = tarfile.DIRTYPE, 0o755
+                dst.addfile(d)
+            link = tarfile.TarInfo(name)
+            link.type, link.linkname = tarfile.SYMTYPE, target
+            dst.addfile(link)
+    return out
+
+
+@pytest.mark.parametrize(("profile", "simulated", "tool"), [
+    ("h200-vendor-vfio", False, "usr/bin/nvidia-smi"),  # the nvidia-smi replay of a captured host
+    ("h200-vendor-vfio", True, "usr/bin/nvidia-smi"),  # the simulated nvidia-smi
+    ("a100-mdev-vf", True, "usr/lib/nvidia/sriov-manage"),  # the simulated sriov-manage
+])  # fmt: skip
+def test_archive_with_a_chain_of_links_installs_no_tool_outside(
+    cli, sim_host, tmp_path: Path, profile: str, simulated: bool, tool: str
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    snap = work / "host.tar.gz"
+    assert cli("--root", str(sim_host(profile)), "snapshot", str(snap)).code == 0
+    archive = rebuilt(snap, work / "evil.tar.gz", simulated=simulated)
+    r = cli("sim", "import", str(archive), str(work / "dest"))
+    assert one_error(r, 2) == (
+        f"error: {archive}: /usr is a symlink, not a directory (vgpuadm follows no link under a host root); "
+        "nothing was written"
+    )
+    assert sorted(os.listdir(work)) == ["evil.tar.gz", "host.tar.gz"]  # no usr/ beside it, no half-made dest
