@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from vgpuadm.host.files import BeneathError, read_beneath, write_beneath
-
 DEV = "/devices/pci0000:00/0000:00:03.0/0000:08:00.0"
 
 
@@ -32,13 +30,17 @@ def tree(top: Path) -> list[str]:
 
 
 def test_helper_follows_no_link_at_any_component(tmp_path: Path) -> None:
+    # imported here (a new API), so that the behaviour tests below also run against the code before it
+    from vgpuadm.host.files import BeneathError, read_beneath, write_beneath
+
+    # behaviour tests below also run against code without it)
     root, outside = tmp_path / "root", tmp_path / "outside"
     (root / "etc").mkdir(parents=True)
     outside.mkdir()
     (outside / "f").write_text("secret")
     (root / "etc" / "libvirt").symlink_to(outside)
     (root / "etc" / "f").symlink_to(outside / "f")
-    with pytest.raises(BeneathError, match=r"^\[Errno 40\] /etc/libvirt is a symlink, not a directory "):
+    with pytest.raises(BeneathError, match=r"^\[Errno 40\] /etc/libvirt is a symlink, not a directory$"):
         write_beneath(str(root), "etc/libvirt/hooks/qemu", b"x", mode=0o755)
     with pytest.raises(BeneathError, match=r"/etc/libvirt is a symlink, not a directory"):
         read_beneath(str(root), "etc/libvirt/f")
@@ -50,6 +52,8 @@ def test_helper_follows_no_link_at_any_component(tmp_path: Path) -> None:
 
 
 def test_helper_reads_regular_files_only_and_never_blocks_on_a_fifo(tmp_path: Path) -> None:
+    from vgpuadm.host.files import BeneathError, read_beneath
+
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(BeneathError, match=r"^\[Errno 22\] /fifo is a FIFO, not a regular file"):
         read_beneath(str(tmp_path), "fifo")
@@ -61,6 +65,8 @@ def test_helper_reads_regular_files_only_and_never_blocks_on_a_fifo(tmp_path: Pa
 
 
 def test_helper_writes_atomically_with_exact_modes_whatever_the_umask(tmp_path: Path) -> None:
+    from vgpuadm.host.files import write_beneath
+
     old = os.umask(0o077)
     try:
         write_beneath(str(tmp_path), "a/b/f", b"text", mode=0o644, dir_mode=0o755)
@@ -148,8 +154,89 @@ def test_archive_with_a_chain_of_links_installs_no_tool_outside(
     assert cli("--root", str(sim_host(profile)), "snapshot", str(snap)).code == 0
     archive = rebuilt(snap, work / "evil.tar.gz", simulated=simulated)
     r = cli("sim", "import", str(archive), str(work / "dest"))
-    assert one_error(r, 2) == (
-        f"error: {archive}: /usr is a symlink, not a directory (vgpuadm follows no link under a host root); "
-        "nothing was written"
-    )
+    assert one_error(r, 2) == (f"error: {archive}: /usr is a symlink, not a directory; nothing was written")
     assert sorted(os.listdir(work)) == ["evil.tar.gz", "host.tar.gz"]  # no usr/ beside it, no half-made dest
+
+
+# --- 5. a link one directory above the checked ones, inside mdevctl.d, in a --domain-xml-dir ----------------------
+
+U1 = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"
+P4 = "0000:01:00.0"
+MDEVCTL_TEXT = '{\n  "mdev_type": "nvidia-63",\n  "start": "auto",\n  "attrs": []\n}'
+
+
+def planted(root: Path, link: str, outside: Path) -> None:
+    """<root>/<link> is a link to `outside` (an empty directory), replacing what was there."""
+    where = root / link
+    where.parent.mkdir(parents=True, exist_ok=True)
+    if where.is_dir() and not where.is_symlink():
+        os.rename(where, root / "moved-away")
+    where.symlink_to(outside)
+
+
+@pytest.mark.parametrize(("link", "command", "code", "message"), [
+    ("etc/libvirt", ("hook", "install"), 7,
+     "refusing to read /etc/libvirt/hooks/qemu.d/vgpuadm: /etc/libvirt is a symlink, not a directory"),
+    ("etc", ("hook", "install"), 7, "refusing to read /etc/libvirt/hooks/qemu.d/vgpuadm: /etc is a symlink, not a "
+                                    "directory"),
+    ("etc/systemd", ("unit", "install"), 7,
+     "refusing to read /etc/systemd/system/vgpuadm-restore.service: /etc/systemd is a symlink, not a directory"),
+    ("etc/mdevctl.d", ("mdevctl", "export", "--from-host"), 7,
+     f"refusing to read /etc/mdevctl.d/{P4}/{U1}: /etc/mdevctl.d is a symlink, not a directory"),
+    ("etc", ("mdevctl", "export", "--from-host"), 7,
+     f"refusing to read /etc/mdevctl.d/{P4}/{U1}: /etc is a symlink, not a directory"),
+])  # fmt: skip
+def test_a_link_above_the_files_vgpuadm_installs_is_never_written_through(
+    cli, sim_host, tmp_path: Path, link: str, command: tuple[str, ...], code: int, message: str
+) -> None:
+    root = sim_host("p4")
+    assert cli("--root", str(root), "mdev", "create", "--type", "nvidia-63", "--uuid", U1).code == 0
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    planted(root, link, outside)
+    r = cli("--root", str(root), *command)
+    assert one_error(r, code) == f"error: {message}"
+    assert tree(outside) == []
+
+
+@pytest.mark.parametrize("where", ["parent", "definition"])
+def test_mdevctl_import_reads_no_definition_through_a_link(cli, sim_host, tmp_path: Path, where: str) -> None:
+    root = sim_host("p4")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / U1).write_text(MDEVCTL_TEXT)
+    base = root / "etc/mdevctl.d"
+    base.mkdir(parents=True)
+    if where == "parent":
+        (base / P4).symlink_to(outside)
+        shown = f"/etc/mdevctl.d/{P4}"
+    else:
+        (base / P4).mkdir()
+        (base / P4 / U1).symlink_to(outside / U1)
+        shown = f"/etc/mdevctl.d/{P4}/{U1}"
+    r = cli("--root", str(root), "mdevctl", "import")
+    assert one_error(r, 7) == f"error: refusing to read {shown}: {shown} is a symlink, not a " + (
+        "directory" if where == "parent" else "regular file"
+    )
+    assert cli("--root", str(root), "mdevs", "--json").out.count(U1) == 0  # nothing was created from it
+
+
+def test_domain_xml_dir_entries_are_never_followed(cli, sim_host, tmp_path: Path) -> None:
+    root = sim_host("p4")
+    xml_dir = tmp_path / "domains"
+    xml_dir.mkdir()
+    secret = tmp_path / "secret"
+    secret.write_text("root-only secret\n")
+    (xml_dir / "web01.xml").symlink_to(secret)
+    r = cli("--root", str(root), "mdevctl", "export", "--domain-xml-dir", str(xml_dir))
+    assert (
+        one_error(r, 2)
+        == f"error: refusing to read domain XML {xml_dir}/web01.xml: it is a symlink, not a regular file"
+    )
+    assert "secret" not in r.out + r.err.replace(str(tmp_path), "")
+    (xml_dir / "web01.xml").unlink()
+    os.mkfifo(xml_dir / "web01.xml")
+    r = cli("--root", str(root), "restore", "--domain-xml-dir", str(xml_dir))
+    assert (
+        one_error(r, 2) == f"error: refusing to read domain XML {xml_dir}/web01.xml: it is a FIFO, not a regular file"
+    )

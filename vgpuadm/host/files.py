@@ -31,7 +31,12 @@ _KINDS = {stat.S_IFLNK: "a symlink", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a s
 
 
 class BeneathError(OSError):
-    """A path under `top` that vgpuadm refuses to use: a link, a non-regular file, too large, not a plain path."""
+    """A path under `top` that vgpuadm refuses to use: a link, a non-regular file, too large, not a plain path.
+    `strerror` names the host path (`/etc/libvirt is a symlink, …`); `reason` is the same without it."""
+
+    def __init__(self, code: int, shown: str, reason: str) -> None:
+        super().__init__(code, f"{shown} {reason}")
+        self.reason = reason
 
 
 def _kind(mode: int) -> str:
@@ -39,15 +44,15 @@ def _kind(mode: int) -> str:
 
 
 def _refused(shown: str, mode: int, wanted: str) -> BeneathError:
-    return BeneathError(errno.ELOOP if stat.S_ISLNK(mode) else errno.EINVAL,
-                        f"{shown} is {_kind(mode)}, not {wanted} (vgpuadm follows no link under a host root)")  # fmt: skip
+    code = errno.ELOOP if stat.S_ISLNK(mode) else errno.EINVAL
+    return BeneathError(code, shown, f"is {_kind(mode)}, not {wanted}")
 
 
 def parts_of(rel: str) -> list[str]:
     """The components of a plain relative path (a leading `/` is allowed: host paths); BeneathError else."""
     parts = rel.strip("/").split("/")
     if not rel.strip("/") or any(p in ("", ".", "..") or "\0" in p for p in parts):
-        raise BeneathError(errno.EINVAL, f"{rel!r} is not a plain path")
+        raise BeneathError(errno.EINVAL, repr(rel), "is not a plain path")
     return parts
 
 
@@ -131,7 +136,7 @@ def read_fd(fd: int, limit: int, shown: str, *, truncate: bool = False) -> bytes
         size += len(chunk)
     data = b"".join(chunks)
     if size > limit and not truncate:
-        raise BeneathError(errno.EFBIG, f"{shown} is larger than {limit} bytes")
+        raise BeneathError(errno.EFBIG, shown, f"is larger than {limit} bytes")
     return data[:limit]
 
 
