@@ -5,8 +5,11 @@ hanging (issue #31). Every file goes through host/files.py's descriptor-based he
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -240,3 +243,107 @@ def test_domain_xml_dir_entries_are_never_followed(cli, sim_host, tmp_path: Path
     assert (
         one_error(r, 2) == f"error: refusing to read domain XML {xml_dir}/web01.xml: it is a FIFO, not a regular file"
     )
+
+
+# --- 7. a FIFO where vgpuadm reads or writes state hangs nothing --------------------------------------------------
+
+HOOK = "etc/libvirt/hooks/qemu.d/vgpuadm"
+
+
+class Ran:
+    def __init__(self, proc: subprocess.CompletedProcess[str]) -> None:
+        self.code, self.out, self.err = proc.returncode, proc.stdout, proc.stderr
+
+
+def run_bounded(*args: str) -> Ran:
+    """The CLI in a child process, killed after 60 s: the bug was a hang (a FIFO blocks open() in the kernel,
+    where no in-process timeout reaches)."""
+    try:
+        proc = subprocess.run([sys.executable, "-m", "vgpuadm", *args], capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"vgpuadm {' '.join(args)} hung")
+    return Ran(proc)
+
+
+def test_a_fifo_at_the_lock_owner_is_refused_at_once(cli, sim_host) -> None:
+    root = sim_host("p4")
+    (root / "run/vgpuadm").mkdir(parents=True, mode=0o700)
+    os.mkfifo(root / "run/vgpuadm/lock.owner", 0o600)
+    r = run_bounded("--root", str(root), "mdev", "create", "--type", "nvidia-63", "--uuid", U1)
+    assert one_error(r, 6) == "error: refusing /run/vgpuadm/lock.owner: it is a FIFO, not a regular file"
+    assert r.err.splitlines()[1] == "hint: someone planted it: remove it (and check who could write that directory)"
+    assert cli("--root", str(root), "mdevs", "--json").out.count(U1) == 0
+
+
+@pytest.mark.parametrize(("fifo", "command", "message"), [
+    (HOOK, ("hook", "status"), f"refusing to read /{HOOK}: /{HOOK} is a FIFO, not a regular file"),
+    (HOOK, ("hook", "install"), f"refusing to read /{HOOK}: /{HOOK} is a FIFO, not a regular file"),
+    (f"etc/mdevctl.d/{P4}/{U1}", ("mdevctl", "import"),
+     f"refusing to read /etc/mdevctl.d/{P4}/{U1}: /etc/mdevctl.d/{P4}/{U1} is a FIFO, not a regular file"),
+    ("etc/systemd/system/vgpuadm-restore.service", ("unit", "install"), "refusing to read /etc/systemd/system/"
+     "vgpuadm-restore.service: /etc/systemd/system/vgpuadm-restore.service is a FIFO, not a regular file"),
+])  # fmt: skip
+def test_a_fifo_where_a_configuration_file_is_is_refused_at_once(
+    sim_host, fifo: str, command: tuple[str, ...], message: str
+) -> None:
+    root = sim_host("p4")
+    (root / fifo).parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(root / fifo)
+    r = run_bounded("--root", str(root), *command)
+    assert one_error(r, 7) == f"error: {message}"
+    assert stat.S_ISFIFO(os.lstat(root / fifo).st_mode)  # left as it was
+
+
+def test_snapshot_of_a_root_whose_machine_id_is_a_fifo_does_not_hang(cli, sim_host, tmp_path: Path) -> None:
+    """A FIFO is no machine-id: the snapshot is taken without one, as on a root that has none."""
+    root = sim_host("p4")
+    (root / "etc").mkdir(exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        (root / "etc/machine-id").unlink()
+    os.mkfifo(root / "etc/machine-id")
+    r = run_bounded("--root", str(root), "snapshot", str(tmp_path / "s.tar.gz"))
+    assert (r.code, r.err) == (0, ""), r.err
+    with tarfile.open(tmp_path / "s.tar.gz") as tf:
+        assert "etc/machine-id" not in tf.getnames()
+
+
+# --- 6. libvirt's cached QEMU capability files are copied only as regular files --------------------------------
+
+
+def test_a_planted_capability_link_copies_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded root's cache → the user's cache (after libvirt probed), and the user's cache → a fresh root:
+    a `*.xml` link (or FIFO) on either side is skipped, a real result is copied 0600."""
+    from vgpuadm.virt import conn
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    secret = tmp_path / "secret"
+    secret.write_text("root-only secret\n")
+    embed = tmp_path / "root/var/lib/vgpuadm/libvirt"
+    caps = embed / "cache/qemu/capabilities"
+    caps.mkdir(parents=True)
+    (caps / "0123.xml").write_text("<qemuCaps/>\n")
+    (caps / "evil.xml").symlink_to(secret)
+    conn._save_caps_cache(str(embed))
+    store = tmp_path / "xdg/vgpuadm/qemu-capabilities"
+    assert tree(store) == ["0123.xml"] and stat.S_IMODE(os.stat(store / "0123.xml").st_mode) == 0o600
+    (store / "evil2.xml").symlink_to(secret)
+    os.mkfifo(store / "fifo.xml")
+    fresh = tmp_path / "fresh"
+    conn._seed_caps_cache(str(fresh))
+    assert tree(fresh) == ["cache", "cache/qemu", "cache/qemu/capabilities", "cache/qemu/capabilities/0123.xml"]
+    assert (fresh / "cache/qemu/capabilities/0123.xml").read_text() == "<qemuCaps/>\n"
+
+
+# --- 11. the embedded libvirt URI carries the root escaped ------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["a b", "a#b", "a&root=/etc", "%2e%2e%2f", "q'\"", "a+b", "a;b", "x?y"])
+def test_the_embedded_uri_escapes_the_root_and_reads_back_as_it(name: str) -> None:
+    """libvirt unescapes the root= value (tests/libvirt/test_embedded.py opens such a root for real)."""
+    from vgpuadm.virt.conn import _embed_root_of, embed_uri
+
+    uri = embed_uri(f"/srv/{name}/h")
+    assert uri.startswith("qemu:///embed?root=/srv/") and uri.count("?") == 1 and "#" not in uri and "&" not in uri
+    assert " " not in uri and "'" not in uri and '"' not in uri and ";" not in uri
+    assert _embed_root_of(uri) == f"/srv/{name}/h/var/lib/vgpuadm/libvirt"
