@@ -93,37 +93,39 @@ def chain_recording(victim_name: str) -> str:
 
 @pytest.mark.parametrize("command", ["import-umockdev", "import"])
 def test_recording_with_a_chain_of_links_writes_nothing_outside(cli, tmp_path: Path, command: str) -> None:
-    """The attribute replaces the recorded link inside the root (as a later block's attribute replaces an earlier
-    one); the file the chain points at, beside the root, is untouched."""
+    """The chain is followed as the kernel would, through the recording's own links, and refused before anything
+    is written; the file it points at, beside the root, is untouched."""
     victim = tmp_path / "victim"
     victim.write_text("keep\n")
     recording = tmp_path / "rec.umockdev"
     recording.write_text(chain_recording("victim"))
     r = cli("sim", command, str(recording), str(tmp_path / "root"))
-    assert (r.code, r.err) == (0, "")
+    assert one_error(r, 2) == (
+        f"error: rec.umockdev: link /sys{DEV}/b -> 'a/..' leads outside /sys through the recording's other links"
+    )
     assert victim.read_text() == "keep\n"
-    attr = tmp_path / f"root/sys{DEV}/c"
-    assert (attr.is_symlink(), attr.read_text()) == (False, "owned\n")
-    assert sorted(os.listdir(tmp_path)) == ["rec.umockdev", "root", "victim"]
+    assert sorted(os.listdir(tmp_path)) == ["rec.umockdev", "victim"]
 
 
-def test_recording_attribute_under_a_planted_directory_link_is_refused(cli, tmp_path: Path) -> None:
-    (tmp_path / "outside").mkdir()
+def test_recording_never_writes_through_a_link_it_planted(cli, tmp_path: Path) -> None:
+    """A link that stays inside (c -> /sys/devices) is still never written through: the attribute under it is
+    refused by descriptor, and the half-laid root is taken back (an empty directory the user made stays, empty)."""
     recording = tmp_path / "rec.umockdev"
-    recording.write_text(f"P: {DEV}\nL: a=../../../..\nL: b=a/..\nL: c=b/../outside\n\nP: {DEV}\nA: c/x=owned\n")
-    (tmp_path / "root").mkdir()  # an empty directory the user made: emptied again, kept
+    recording.write_text(f"P: {DEV}\nL: c=../../..\n\nP: {DEV}\nA: c/x=owned\n")
+    (tmp_path / "root").mkdir()
     r = cli("sim", "import-umockdev", str(recording), str(tmp_path / "root"))
-    assert one_error(r, 2).startswith(f"error: rec.umockdev: /sys{DEV}/c is a symlink, not a directory")
-    assert tree(tmp_path / "outside") == [] and tree(tmp_path / "root") == []
+    assert one_error(r, 2) == f"error: rec.umockdev: /sys{DEV}/c is a symlink, not a directory; nothing was written"
+    assert tree(tmp_path / "root") == []
 
 
 # --- 2. a snapshot archive's links cannot carry the replay script or sriov-manage outside ---------------------------
 
 # sys/x/l1 -> ../.. (the root), sys/l2 -> x/l1/.. (beside the root), usr -> sys/l2: each stays inside as text.
 CHAIN = {"sys/x/l1": "../..", "sys/l2": "x/l1/..", "usr": "sys/l2"}
+INSIDE = {"usr": "sys"}  # a link that stays inside: the tools are still never written through it
 
 
-def rebuilt(archive: Path, out: Path, *, simulated: bool) -> Path:
+def rebuilt(archive: Path, out: Path, *, simulated: bool, chain: dict[str, str]) -> Path:
     """`archive` (a real snapshot) with its usr/ replaced by the link chain, and its marker kept or dropped."""
     with tarfile.open(archive) as src, tarfile.open(out, "w:gz") as dst:
         for info in src:
@@ -132,7 +134,7 @@ def rebuilt(archive: Path, out: Path, *, simulated: bool) -> Path:
             if info.name == "vgpuadm-simulated-host.json" and not simulated:
                 continue
             dst.addfile(info, src.extractfile(info) if info.isreg() else None)
-        for name, target in CHAIN.items():
+        for name, target in chain.items():
             if name == "sys/x/l1":
                 d = tarfile.TarInfo("sys/x")
                 d.type, d.mode = tarfile.DIRTYPE, 0o755
@@ -143,22 +145,29 @@ def rebuilt(archive: Path, out: Path, *, simulated: bool) -> Path:
     return out
 
 
-@pytest.mark.parametrize(("profile", "simulated", "tool"), [
-    ("h200-vendor-vfio", False, "usr/bin/nvidia-smi"),  # the nvidia-smi replay of a captured host
-    ("h200-vendor-vfio", True, "usr/bin/nvidia-smi"),  # the simulated nvidia-smi
-    ("a100-mdev-vf", True, "usr/lib/nvidia/sriov-manage"),  # the simulated sriov-manage
+CHAIN_REFUSED = "link 'sys/l2' leads out of the host root through the archive's links ('x/l1/..')"
+INSIDE_REFUSED = "/usr is a symlink, not a directory"
+
+
+@pytest.mark.parametrize(("profile", "simulated", "chain", "message"), [
+    ("h200-vendor-vfio", False, CHAIN, CHAIN_REFUSED),  # the nvidia-smi replay of a captured host
+    ("h200-vendor-vfio", True, CHAIN, CHAIN_REFUSED),  # the simulated nvidia-smi
+    ("a100-mdev-vf", True, CHAIN, CHAIN_REFUSED),  # the simulated sriov-manage
+    ("h200-vendor-vfio", False, INSIDE, INSIDE_REFUSED),
+    ("a100-mdev-vf", True, INSIDE, INSIDE_REFUSED),
 ])  # fmt: skip
 def test_archive_with_a_chain_of_links_installs_no_tool_outside(
-    cli, sim_host, tmp_path: Path, profile: str, simulated: bool, tool: str
+    cli, sim_host, tmp_path: Path, profile: str, simulated: bool, chain: dict[str, str], message: str
 ) -> None:
+    """Before: the replay script, nvidia-smi or sriov-manage (0755) landed beside the destination."""
     work = tmp_path / "work"
     work.mkdir()
     snap = work / "host.tar.gz"
     assert cli("--root", str(sim_host(profile)), "snapshot", str(snap)).code == 0
-    archive = rebuilt(snap, work / "evil.tar.gz", simulated=simulated)
+    archive = rebuilt(snap, work / "evil.tar.gz", simulated=simulated, chain=chain)
     r = cli("sim", "import", str(archive), str(work / "dest"))
-    assert one_error(r, 2) == (f"error: {archive}: /usr is a symlink, not a directory; nothing was written")
-    assert sorted(os.listdir(work)) == ["evil.tar.gz", "host.tar.gz"]  # no usr/ beside it, no half-made dest
+    assert one_error(r, 2) == f"error: {archive}: {message}; nothing was written"
+    assert sorted(os.listdir(work)) == ["evil.tar.gz", "host.tar.gz"]  # no bin/ beside it, no half-made dest
 
 
 # --- 5. a link one directory above the checked ones, inside mdevctl.d, in a --domain-xml-dir ----------------------

@@ -288,6 +288,36 @@ def undo_fill(directory: str, made: bool) -> None:
                 remove_beneath(directory, name)
 
 
+def resolve_links(path: str, links: dict[str, str], *, max_hops: int = 40) -> str | None:
+    """Where `/`-rooted `path` leads inside a tree whose links are `links` (link path → target, as an archive or a
+    recording declares them), component by component as the kernel does: a `..` after a link goes up from where
+    the link led, not from where it sits (a text check of each link alone misses a chain). None when the path
+    climbs above `/` or the links loop."""
+    todo = [p for p in path.split("/") if p not in ("", ".")]
+    out: list[str] = []
+    hops = 0
+    while todo:
+        part = todo.pop(0)
+        if part == "..":
+            if not out:
+                return None
+            out.pop()
+            continue
+        if part == ".":
+            continue
+        out.append(part)
+        target = links.get("/" + "/".join(out))
+        if target is not None:
+            hops += 1
+            if hops > max_hops:
+                return None
+            out.pop()
+            if target.startswith("/"):
+                out = []
+            todo = [p for p in target.split("/") if p not in ("", ".")] + todo
+    return "/" + "/".join(out)
+
+
 # --- paths given whole (the directory is the caller's; only the file's own name is guarded) ----------------------
 
 

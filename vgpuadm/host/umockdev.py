@@ -34,6 +34,7 @@ from vgpuadm.host.files import (
     makedirs_beneath,
     open_dir_beneath,
     read_beneath,
+    resolve_links,
     symlink_beneath,
     undo_fill,
     write_beneath,
@@ -168,6 +169,7 @@ def load(recording: str, root: str, types_from: str | None = None, subsystems: s
     devices = parse(text, os.path.basename(recording))
     for d in devices:
         _confine(d, os.path.basename(recording))
+    _confine_chains(devices, os.path.basename(recording))
     if subsystems is not None:
         devices = [d for d in devices if d.subsystem in subsystems]
     if os.path.exists(root) and (not os.path.isdir(root) or os.listdir(root)):
@@ -247,6 +249,20 @@ def _confine(d: Device, source: str) -> None:
         resolved = os.path.normpath(os.path.join(os.path.dirname(f"{d.path}/{name}"), target))
         if not target or os.path.isabs(target) or not _in_sys(resolved):
             raise UsageError(f"{source}: link {d.path}/{name} -> {target!r} points outside /sys", _RECORD_HINT)
+
+
+def _confine_chains(devices: list[Device], source: str) -> None:
+    """Every recorded link, followed through the recording's other links as the kernel would (a chain of links
+    each harmless as text can climb out), still leads under /sys."""
+    links: dict[str, str] = {}
+    for d in devices:
+        for name, target in d.links.items():
+            links.setdefault(os.path.normpath(f"{d.path}/{name}"), target)  # the first block's link is the one laid
+    for path, target in links.items():
+        resolved = resolve_links(path, links)
+        if resolved is None or not _in_sys(resolved):
+            raise UsageError(f"{source}: link {path} -> {target!r} leads outside /sys through the recording's "
+                             "other links", _RECORD_HINT)  # fmt: skip
 
 
 class _Tree:

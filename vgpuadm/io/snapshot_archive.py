@@ -18,7 +18,14 @@ from typing import Any
 
 from vgpuadm.errors import UsageError
 from vgpuadm.host.capture import MAX_FILE, MAX_MEMBERS, Member
-from vgpuadm.host.files import chmod_beneath, makedirs_beneath, symlink_beneath, undo_fill, write_beneath
+from vgpuadm.host.files import (
+    chmod_beneath,
+    makedirs_beneath,
+    resolve_links,
+    symlink_beneath,
+    undo_fill,
+    write_beneath,
+)
 from vgpuadm.host.sysfs import SIM_MARKER
 
 MAX_ARCHIVE = 64 << 20  # bytes of the compressed archive
@@ -132,6 +139,11 @@ def extract(source: str, dest: str) -> Extracted:
             above = "/".join(parts[:i])
             if above in links or above in files:
                 raise _refuse(source, f"member {name[:80]!r} sits under {above[:80]!r}, which is not a directory")
+    by_path = {"/" + name: target for name, target in links.items()}
+    for name, target in sorted(links.items()):
+        if resolve_links("/" + name, by_path) is None:  # a chain of links, each inside as text, can climb out
+            raise _refuse(source, f"link {name[:80]!r} leads out of the host root through the archive's links "
+                                  f"({target[:80]!r})")  # fmt: skip
     model = None
     if SIM_MARKER in files:
         model = check_model(f"{source}: {SIM_MARKER}", files[SIM_MARKER][1].decode("utf-8", "replace"))
