@@ -356,3 +356,13 @@ def test_the_embedded_uri_escapes_the_root_and_reads_back_as_it(name: str) -> No
     assert uri.startswith("qemu:///embed?root=/srv/") and uri.count("?") == 1 and "#" not in uri and "&" not in uri
     assert " " not in uri and "'" not in uri and '"' not in uri and ";" not in uri
     assert _embed_root_of(uri) == f"/srv/{name}/h/var/lib/vgpuadm/libvirt"
+
+
+def test_a_fifo_where_the_lock_directory_goes_is_one_error(cli, sim_host) -> None:
+    """Found by the fuzz lane (tests/fuzz/test_links_and_fifos.py): it was exit 70, an internal error."""
+    root = sim_host("p4")
+    (root / "run").mkdir(exist_ok=True)
+    os.mkfifo(root / "run/vgpuadm", 0o600)
+    r = cli("--root", str(root), "hook", "install")
+    assert one_error(r, 6) == "error: refusing /run/vgpuadm: it is not a directory"
+    assert not (root / "etc/libvirt/hooks").exists()

@@ -263,6 +263,9 @@ def _private_dir(root: str, directory: str) -> None:
     (it works on a read-only descriptor) and stall every change. Made 0700 when it is ours; refused otherwise."""
     st = os.lstat(directory)
     shown = "/" + os.path.relpath(directory, root)
+    if not stat.S_ISDIR(st.st_mode):  # a FIFO or file planted where the lock's directory goes
+        raise UnsafeError(f"refusing {shown}: it is not a directory",
+                          f"someone planted it: remove it (rm {shown}); vgpuadm makes it again, private")  # fmt: skip
     if st.st_uid != os.geteuid():
         raise UnsafeError(f"{shown} is owned by uid {st.st_uid}, not by this user",
                           f"remove it (rm -r {shown}); vgpuadm makes it again, private")  # fmt: skip
