@@ -366,3 +366,20 @@ def test_a_fifo_where_the_lock_directory_goes_is_one_error(cli, sim_host) -> Non
     r = cli("--root", str(root), "hook", "install")
     assert one_error(r, 6) == "error: refusing /run/vgpuadm: it is not a directory"
     assert not (root / "etc/libvirt/hooks").exists()
+
+
+@pytest.mark.parametrize("link", ["etc", "etc/modprobe.d", "var/lib", "var/lib/vgpuadm"])
+def test_policy_files_are_never_written_through_a_link_above_them(tmp_path: Path, link: str) -> None:
+    """io/policyfile.py (the WritePolicyFile step's files) checked only their own directory."""
+    from vgpuadm.errors import HostIOError
+    from vgpuadm.io.policyfile import host_path, write_file
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    outside.mkdir()
+    planted(root, link, outside)
+    name = "modprobe" if link.startswith("etc") else "state"
+    with pytest.raises(HostIOError) as info:
+        write_file(str(root), name, "options nvidia\n")
+    shown = "/" + link
+    assert info.value.message == f"refusing to write {host_path(name)}: {shown} is a symlink, not a directory"
+    assert tree(outside) == []
