@@ -68,30 +68,25 @@ def _open_dir(top: str, parts: list[str], create: int | None = None) -> int:
         for i, part in enumerate(parts):
             made = False
             try:
-                nfd = os.open(part, _DIR, dir_fd=fd)
+                nfd = _open_child_dir(fd, part, parts[: i + 1])
             except FileNotFoundError:
                 if create is None:
                     raise
-                with contextlib.suppress(FileExistsError):
+                with contextlib.suppress(FileExistsError):  # made meanwhile: opened below, never followed
                     os.mkdir(part, 0o700, dir_fd=fd)
                     made = True
-                nfd = _reopen_dir(fd, part, parts[: i + 1])
-            except OSError as exc:
-                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise
-                raise _refused(_shown(parts[: i + 1]), os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode,
-                               "a directory") from None  # fmt: skip
+                nfd = _open_child_dir(fd, part, parts[: i + 1])
             os.close(fd)
             fd = nfd
-            if made:
-                os.fchmod(fd, create or 0o755)  # whatever the umask
+            if made and create is not None:
+                os.fchmod(fd, create)  # whatever the umask
     except BaseException:
         os.close(fd)
         raise
     return fd
 
 
-def _reopen_dir(fd: int, part: str, shown: list[str]) -> int:
+def _open_child_dir(fd: int, part: str, shown: list[str]) -> int:
     try:
         return os.open(part, _DIR, dir_fd=fd)
     except OSError as exc:
@@ -219,7 +214,7 @@ def chmod_beneath(top: str, rel: str, mode: int) -> None:
     try:
         st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
         if stat.S_ISDIR(st.st_mode):
-            fd = _reopen_dir(dfd, parts[-1], parts)
+            fd = _open_child_dir(dfd, parts[-1], parts)
         else:
             fd = _open_regular(dfd, parts[-1], _shown(parts))
         try:
