@@ -359,7 +359,7 @@ def test_the_embedded_uri_escapes_the_root_and_reads_back_as_it(name: str) -> No
 
 
 def test_a_fifo_where_the_lock_directory_goes_is_one_error(cli, sim_host) -> None:
-    """Found by the fuzz lane (tests/fuzz/test_links_and_fifos.py): it was exit 70, an internal error."""
+    """Found by the fuzz lane (tests/fuzz/test_imports_and_planted_fifos.py): it was exit 70, an internal error."""
     root = sim_host("p4")
     (root / "run").mkdir(exist_ok=True)
     os.mkfifo(root / "run/vgpuadm", 0o600)
