@@ -60,7 +60,9 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, s
     build("p4", str(root))
     snap = api.discover(str(root))
     _plan, _added, after = guest.plan_create(snap, _domain("web01", WEB01), "nvidia-63", on_demand=True)
-    web01 = _domain("web01", WEB01, xml.metadata_xml(after, snap.host_key), "".join(modes.hostdev_xml(a) for a in after))
+    web01 = _domain(
+        "web01", WEB01, xml.metadata_xml(after, snap.host_key), "".join(modes.hostdev_xml(a) for a in after)
+    )
     hook.run(str(root), "web01", "prepare", "begin", web01.encode())
     _libvirt_file(root, web01, running=True)
     [u1] = [a.uuid for a in after]

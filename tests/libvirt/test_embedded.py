@@ -72,3 +72,18 @@ def test_a_root_too_long_for_libvirts_probe_socket_still_takes_definitions(
     assert (r.code, r.err) == (0, "")
     assert "<hostdev mode='subsystem' type='mdev'" in virsh_xml(root, "web01")
     assert len(list((cache / "vgpuadm" / "qemu-capabilities").glob("*.xml"))) == 1  # kept for the next root
+
+
+def test_a_root_with_uri_characters_keeps_libvirts_state_inside_it(tmp_path: Path) -> None:
+    """The embedded URI carries the root path percent-escaped (#31 item 11): unescaped, `#` ended the root (the
+    rest became a fragment), `&` started another parameter and libvirt unescaped `%2e%2e%2f` into `../`, so the
+    driver's state (definitions, caches) went outside the root. Real libvirt, real QEMU."""
+    top = tmp_path / "top"
+    root = top / "a b#c&d=e%2e%2e%2fx'q\"" / "host"
+    build("p4", str(root))
+    assert list(define(root, "web01", vnc=False)) == ["web01"]
+    assert (root / "var/lib/vgpuadm/libvirt/etc/qemu/web01.xml").is_file()
+    assert sorted(os.listdir(top)) == ["a b#c&d=e%2e%2e%2fx'q\""]  # nothing beside the root
+    assert sorted(os.listdir(top / "a b#c&d=e%2e%2e%2fx'q\"")) == ["host"]
+    r = run_vgpuadm(root, "vms", "--json")
+    assert r.code == 0 and '"web01"' in r.out, r.err

@@ -89,7 +89,10 @@ def test_symlinks_out_of_mdevctl_d_are_refused(tmp_path: Path) -> None:
     base = tmp_path / "etc/mdevctl.d"
     base.mkdir(parents=True)
     (base / PARENT).symlink_to(outside)
-    with pytest.raises(HostIOError, match=rf"^refusing to write /etc/mdevctl.d/{PARENT}/{U1}: "):
+    with pytest.raises(
+        HostIOError,
+        match=rf"^refusing to read /etc/mdevctl.d/{PARENT}/{U1}: /etc/mdevctl.d/{PARENT} is a symlink, not a directory$",
+    ):
         write_definition(str(tmp_path), definition(PARENT, U1, "nvidia-63"))
     assert list(outside.iterdir()) == []
     (base / "mtty").mkdir()

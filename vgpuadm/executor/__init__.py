@@ -31,6 +31,7 @@ import errno as errno_mod
 import json
 import os
 import re
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -265,6 +266,9 @@ def _private_dir(root: str, directory: str) -> None:
     (it works on a read-only descriptor) and stall every change. Made 0700 when it is ours; refused otherwise."""
     st = os.lstat(directory)
     shown = "/" + os.path.relpath(directory, root)
+    if not stat.S_ISDIR(st.st_mode):  # a FIFO or file planted where the lock's directory goes
+        raise UnsafeError(f"refusing {shown}: it is not a directory",
+                          f"someone planted it: remove it (rm {shown}); vgpuadm makes it again, private")  # fmt: skip
     if st.st_uid != os.geteuid():
         raise UnsafeError(f"{shown} is owned by uid {st.st_uid}, not by this user",
                           f"remove it (rm -r {shown}); vgpuadm makes it again, private")  # fmt: skip
@@ -314,19 +318,38 @@ def private_dirs(directory: str, root: str | None = None) -> None:
 
 
 def open_private(root: str, path: str, flags: int) -> int:
-    """os.open with O_NOFOLLOW and mode 0600 (fchmod'ed: the umask does not count); a symlink → UnsafeError."""
+    """os.open with O_NOFOLLOW|O_NONBLOCK and mode 0600 (fchmod'ed: the umask does not count); a symlink →
+    UnsafeError; anything but a regular file there (a planted FIFO would hang the open) → UnsafeError, checked
+    before the open and again on the descriptor."""
+    with contextlib.suppress(FileNotFoundError):
+        kind = stat.S_IFMT(os.lstat(path).st_mode)
+        if kind == stat.S_IFLNK:
+            raise _unsafe(root, path)
+        if kind != stat.S_IFREG:
+            raise _not_regular(root, path, kind)
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, PRIVATE_FILE)
     except OSError as exc:
         if exc.errno == errno_mod.ELOOP or (exc.errno == errno_mod.EEXIST and os.path.islink(path)):
             raise _unsafe(root, path) from None
+        if exc.errno == errno_mod.ENXIO:  # O_WRONLY|O_NONBLOCK on a FIFO swapped in after the check
+            raise _not_regular(root, path, stat.S_IFIFO) from None
         raise
     try:
+        kind = stat.S_IFMT(os.fstat(fd).st_mode)
+        if kind != stat.S_IFREG:
+            raise _not_regular(root, path, kind)
         os.fchmod(fd, PRIVATE_FILE)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _not_regular(root: str, path: str, kind: int) -> UnsafeError:
+    what = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}.get(kind, "a device")
+    return UnsafeError(f"refusing {_host(root, path)}: it is {what}, not a regular file",
+                       "someone planted it: remove it (and check who could write that directory)")  # fmt: skip
 
 
 def _write_text(path: str, text: str, root: str) -> None:

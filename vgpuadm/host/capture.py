@@ -17,6 +17,7 @@ import stat
 from dataclasses import dataclass
 
 from vgpuadm.errors import UsageError
+from vgpuadm.host.files import read_beneath
 from vgpuadm.host.sysfs import Sysfs
 
 MAX_FILE = 1 << 20  # bytes copied of one file (sysfs attributes hold at most a page)
@@ -147,9 +148,8 @@ class Collector:
         elif stat.S_ISREG(st.st_mode):
             data = b""
             if what == "read":
-                try:
-                    with open(self._real(host_path), "rb") as f:
-                        data = f.read(MAX_FILE)
+                try:  # regular files only, by descriptor beneath the root: a FIFO swapped in never hangs it
+                    data = read_beneath(self.root, host_path, limit=MAX_FILE, truncate=True) or b""
                 except OSError:
                     data = b""  # discovery saw the same error; the copy reads as empty
                 data = self.redactor.text(data.decode("utf-8", "replace")).encode()

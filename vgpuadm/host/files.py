@@ -1,25 +1,325 @@
-"""Configuration files vgpuadm writes under the host root for other programs (mdevctl definitions, systemd units,
-libvirt hooks): read without following a symlink, written atomically (a temp file created O_EXCL|O_NOFOLLOW in the
-same directory, fsync, rename, directory fsync) with an exact mode whatever the umask. The low-level functions let
-OSError reach the caller; read_config/write_config/remove_config turn it into a HostIOError naming the host path."""
+"""Files under a host root, opened by descriptor beneath it: the one safe-open/safe-write helper.
+
+Every file vgpuadm reads or writes below a directory it does not fully trust (a host root, an imported snapshot or
+recording being laid down, a user's cache) goes through `*_beneath(top, rel, …)`: `top` is opened once, then each
+component of `rel` with `dir_fd` + O_NOFOLLOW (+ O_DIRECTORY for directories), so no link is followed at any
+component and nothing resolves outside `top` — whatever links a root, an archive or a recording holds (no text
+check of a path can see a chain of relative links). `rel` is a plain relative path: no `..`, `.` or empty part.
+Reads take regular files only (the type is checked first, and the open is O_NONBLOCK, so a FIFO never hangs) and
+are size-limited; writes are atomic (a temp file created O_EXCL|O_NOFOLLOW in the same directory, fsync, rename,
+directory fsync) with an exact mode whatever the umask; directories they create get an exact mode too.
+
+The low-level functions raise OSError (a `BeneathError` with a one-line reason naming the host path for a link,
+a non-regular file or a too-large file); read_config/write_config/remove_config turn OSError into a HostIOError
+naming the host path.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
-import secrets
+import stat
 
-from vgpuadm.errors import HostIOError, UsageError
+from vgpuadm.errors import HostIOError
+
+MAX_CONFIG = 1 << 20  # bytes of a configuration file vgpuadm reads (hook, unit, mdevctl definition, policy)
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_KINDS = {stat.S_IFLNK: "a symlink", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device",
+          stat.S_IFBLK: "a device", stat.S_IFDIR: "a directory", stat.S_IFREG: "a regular file"}  # fmt: skip
 
 
-def read_nofollow(path: str) -> str | None:
-    """The file's text, None when it does not exist; a symlink at `path` is an OSError (ELOOP)."""
+class BeneathError(OSError):
+    """A path under `top` that vgpuadm refuses to use: a link, a non-regular file, too large, not a plain path.
+    `strerror` names the host path (`/etc/libvirt is a symlink, …`); `reason` is the same without it."""
+
+    def __init__(self, code: int, shown: str, reason: str) -> None:
+        super().__init__(code, f"{shown} {reason}")
+        self.reason = reason
+
+
+def _kind(mode: int) -> str:
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def _refused(shown: str, mode: int, wanted: str) -> BeneathError:
+    code = errno.ELOOP if stat.S_ISLNK(mode) else errno.EINVAL
+    return BeneathError(code, shown, f"is {_kind(mode)}, not {wanted}")
+
+
+def parts_of(rel: str) -> list[str]:
+    """The components of a plain relative path (a leading `/` is allowed: host paths); BeneathError else."""
+    parts = rel.strip("/").split("/")
+    if not rel.strip("/") or any(p in ("", ".", "..") or "\0" in p for p in parts):
+        raise BeneathError(errno.EINVAL, repr(rel), "is not a plain path")
+    return parts
+
+
+def _shown(parts: list[str]) -> str:
+    return "/" + "/".join(parts)
+
+
+def _open_dir(top: str, parts: list[str], create: int | None = None) -> int:
+    """A descriptor of directory top/parts…, each component opened without following a link; missing ones are
+    created with mode `create` (exact) when it is given, else FileNotFoundError."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        for i, part in enumerate(parts):
+            made = False
+            try:
+                nfd = _open_child_dir(fd, part, parts[: i + 1])
+            except FileNotFoundError:
+                if create is None:
+                    raise
+                with contextlib.suppress(FileExistsError):  # made meanwhile: opened below, never followed
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                    made = True
+                nfd = _open_child_dir(fd, part, parts[: i + 1])
+            os.close(fd)
+            fd = nfd
+            if made and create is not None:
+                os.fchmod(fd, create)  # whatever the umask
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_child_dir(fd: int, part: str, shown: list[str]) -> int:
+    try:
+        return os.open(part, _DIR, dir_fd=fd)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        raise _refused(_shown(shown), os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode, "a directory") from None
+
+
+def open_dir_beneath(top: str, rel: str, *, create: int | None = None) -> int:
+    """A descriptor of directory `rel` under `top` (the caller closes it); `rel` "" is `top` itself."""
+    return _open_dir(top, parts_of(rel) if rel.strip("/") else [], create)
+
+
+def _open_regular(dfd: int, name: str, shown: str) -> int:
+    """Open regular file `name` in `dfd` for reading: its type is checked before it is opened (a FIFO, a device or
+    a link is refused unopened), the open is O_NONBLOCK|O_NOFOLLOW, and the type is checked again on the descriptor."""
+    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    if not stat.S_ISREG(st.st_mode):
+        raise _refused(shown, st.st_mode, "a regular file")
+    try:
+        fd = os.open(name, _READ, dir_fd=dfd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _refused(shown, stat.S_IFLNK, "a regular file") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _refused(shown, mode, "a regular file")
+    return fd
+
+
+def read_fd(fd: int, limit: int, shown: str, *, truncate: bool = False) -> bytes:
+    """At most `limit` bytes of an open file; more is a BeneathError (EFBIG) unless `truncate`."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = os.read(fd, min(1 << 16, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    data = b"".join(chunks)
+    if size > limit and not truncate:
+        raise BeneathError(errno.EFBIG, shown, f"is larger than {limit} bytes")
+    return data[:limit]
+
+
+def read_beneath(top: str, rel: str, *, limit: int = MAX_CONFIG, truncate: bool = False) -> bytes | None:
+    """The bytes of regular file `rel` under `top`, None when it (or a directory above it) does not exist."""
+    parts = parts_of(rel)
+    try:
+        dfd = _open_dir(top, parts[:-1])
     except FileNotFoundError:
         return None
-    with os.fdopen(fd, encoding="utf-8") as f:
-        return f.read()
+    try:
+        fd = _open_regular(dfd, parts[-1], _shown(parts))
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(dfd)
+    try:
+        return read_fd(fd, limit, _shown(parts), truncate=truncate)
+    finally:
+        os.close(fd)
+
+
+def write_beneath(
+    top: str, rel: str, data: bytes, *, mode: int, dir_mode: int = 0o755, sync: bool = True, sync_dir: bool = True
+) -> None:
+    """Replace file `rel` under `top` with `data` atomically (a crash leaves the old or the new file), mode `mode`
+    whatever the umask; missing directories are created with `dir_mode`. A link or FIFO at `rel` is replaced, never
+    written through. sync=False skips the fsyncs, sync_dir=False the directory's."""
+    parts = parts_of(rel)
+    dfd = _open_dir(top, parts[:-1], dir_mode)
+    try:
+        name = parts[-1]
+        tmp = f".{name[:180]}.vgpuadm.{os.urandom(8).hex()}.tmp"  # unguessable, in the same directory
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fchmod(fd, mode)
+                if sync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
+        if sync and sync_dir:
+            os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def makedirs_beneath(top: str, rel: str, *, mode: int = 0o755) -> None:
+    """Create directory `rel` under `top` and its missing parents (`mode`, exact); an existing link is refused."""
+    os.close(open_dir_beneath(top, rel, create=mode))
+
+
+def symlink_beneath(top: str, rel: str, target: str, *, dir_mode: int = 0o755) -> None:
+    """Make (or replace) the link `rel` under `top` pointing at `target`; directories above it are never links."""
+    parts = parts_of(rel)
+    dfd = _open_dir(top, parts[:-1], dir_mode)
+    try:
+        st = _lstat(dfd, parts[-1])
+        if st is not None:
+            if stat.S_ISDIR(st.st_mode):
+                raise _refused(_shown(parts), st.st_mode, "a link")
+            os.unlink(parts[-1], dir_fd=dfd)
+        os.symlink(target, parts[-1], dir_fd=dfd)
+    finally:
+        os.close(dfd)
+
+
+def chmod_beneath(top: str, rel: str, mode: int) -> None:
+    """Set the mode of directory or regular file `rel` under `top` (a link there is refused, never followed)."""
+    parts = parts_of(rel)
+    dfd = _open_dir(top, parts[:-1])
+    try:
+        st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            fd = _open_child_dir(dfd, parts[-1], parts)
+        else:
+            fd = _open_regular(dfd, parts[-1], _shown(parts))
+        try:
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(dfd)
+
+
+def remove_beneath(top: str, rel: str) -> bool:
+    """Remove the file (or link) `rel` under `top`; False when there was none."""
+    parts = parts_of(rel)
+    try:
+        dfd = _open_dir(top, parts[:-1])
+    except FileNotFoundError:
+        return False
+    try:
+        os.unlink(parts[-1], dir_fd=dfd)
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(dfd)
+    return True
+
+
+def list_beneath(top: str, rel: str) -> list[tuple[str, int]] | None:
+    """The entries of directory `rel` under `top` as (name, st_mode of the entry itself, links not followed),
+    sorted; None when it does not exist."""
+    try:
+        dfd = open_dir_beneath(top, rel)
+    except FileNotFoundError:
+        return None
+    try:
+        names = sorted(os.listdir(dfd))
+        out = []
+        for name in names:
+            st = _lstat(dfd, name)
+            if st is not None:
+                out.append((name, st.st_mode))
+        return out
+    finally:
+        os.close(dfd)
+
+
+def _lstat(dfd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def undo_fill(directory: str, made: bool) -> None:
+    """Take back what an import laid into `directory`: remove it when the import `made` it, else empty it (it was
+    empty). shutil.rmtree works by descriptor and never follows a link out of the tree."""
+    import shutil
+
+    if made:
+        shutil.rmtree(directory, ignore_errors=True)
+        return
+    with contextlib.suppress(OSError):
+        for name, mode in list_beneath(directory, "") or []:
+            if stat.S_ISDIR(mode):
+                shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+            else:
+                remove_beneath(directory, name)
+
+
+def resolve_links(path: str, links: dict[str, str], *, max_hops: int = 40) -> str | None:
+    """Where `/`-rooted `path` leads inside a tree whose links are `links` (link path → target, as an archive or a
+    recording declares them), component by component as the kernel does: a `..` after a link goes up from where
+    the link led, not from where it sits (a text check of each link alone misses a chain). None when the path
+    climbs above `/` or the links loop."""
+    todo = [p for p in path.split("/") if p not in ("", ".")]
+    out: list[str] = []
+    hops = 0
+    while todo:
+        part = todo.pop(0)
+        if part == "..":
+            if not out:
+                return None
+            out.pop()
+            continue
+        if part == ".":
+            continue
+        out.append(part)
+        target = links.get("/" + "/".join(out))
+        if target is not None:
+            hops += 1
+            if hops > max_hops:
+                return None
+            out.pop()
+            if target.startswith("/"):
+                out = []
+            todo = [p for p in target.split("/") if p not in ("", ".")] + todo
+    return "/" + "/".join(out)
+
+
+# --- paths given whole (the directory is the caller's; only the file's own name is guarded) ----------------------
+
+
+def read_nofollow(path: str, limit: int = MAX_CONFIG) -> str | None:
+    """The text of regular file `path`, None when it does not exist; a link, FIFO or device there is an OSError."""
+    data = read_beneath(os.path.dirname(path) or ".", os.path.basename(path), limit=limit)
+    return None if data is None else data.decode("utf-8")
 
 
 def fsync_dir(directory: str) -> None:
@@ -31,72 +331,62 @@ def fsync_dir(directory: str) -> None:
 
 
 def write_atomic(path: str, text: str, *, mode: int = 0o644, dir_mode: int = 0o755) -> None:
-    """Replace `path` with `text` so that a crash leaves the old or the new file; a missing directory is created
-    with `dir_mode`."""
-    directory = os.path.dirname(path)
+    """Replace `path` with `text` so that a crash leaves the old or the new file (write_beneath in its directory,
+    which is created with `dir_mode` when missing)."""
+    directory = os.path.dirname(path) or "."
     if not os.path.isdir(directory):
         os.makedirs(directory, exist_ok=True)
         os.chmod(directory, dir_mode)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.vgpuadm.{secrets.token_hex(8)}.tmp")  # unguessable
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(directory)
+    write_beneath(directory, os.path.basename(path), text.encode("utf-8"), mode=mode, dir_mode=dir_mode)
 
 
-def _shown(root: str, path: str) -> str:
-    return "/" + os.path.relpath(path, root)
+# --- configuration files under a host root ------------------------------------------------------------------------
+
+
+def _rel(root: str, path: str) -> str:
+    return os.path.relpath(path, root)
+
+
+def _shown_path(root: str, path: str) -> str:
+    return "/" + _rel(root, path)
+
+
+_ING = {"read": "reading", "write": "writing", "remove": "removing"}
+
+
+def file_error(verb: str, shown: str, exc: OSError | UnicodeDecodeError, hint: str = "",
+               refused_hint: str = "remove it; vgpuadm follows no link under a host root") -> HostIOError:  # fmt: skip
+    """The HostIOError for a failed `verb` (read, write, remove) of host path `shown`: `refusing to …` when the
+    helper refused a link, FIFO or oversized file there, `… failed: <strerror>` for any other OSError."""
+    if isinstance(exc, BeneathError):
+        return HostIOError(f"refusing to {verb} {shown}: {exc.strerror}", refused_hint, path=shown, errno=exc.errno)
+    reason = (exc.strerror or str(exc)) if isinstance(exc, OSError) else "it is not text"
+    return HostIOError(f"{_ING[verb]} {shown} failed: {reason}", hint, path=shown, errno=getattr(exc, "errno", None))
 
 
 def read_config(root: str, path: str) -> str | None:
-    """The text of a file vgpuadm installs under `root`, None when there is none; never through a symlink."""
+    """The text of a file vgpuadm installs under `root`, None when there is none; never through a link (at any
+    component), never a FIFO or device, at most MAX_CONFIG bytes."""
     try:
-        return read_nofollow(path)
+        data = read_beneath(root, _rel(root, path))
+        return None if data is None else data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "it is not text"
-        raise HostIOError(f"reading {_shown(root, path)} failed: {reason}", path=_shown(root, path),
-                          errno=getattr(exc, "errno", None)) from None  # fmt: skip
+        raise file_error("read", _shown_path(root, path), exc) from None
 
 
-def write_config(root: str, path: str, text: str, *, mode: int, levels: int = 1) -> None:
-    """Write a file vgpuadm installs under `root` atomically with `mode` whatever the umask; its directory (and the
-    `levels` - 1 above it) are created 0755 when absent and are never written through when they are symlinks."""
+def write_config(root: str, path: str, text: str, *, mode: int) -> None:
+    """Write a file vgpuadm installs under `root` atomically with `mode` whatever the umask; missing directories
+    are created 0755; no component below the root is ever a link written through."""
     try:
-        directory = os.path.dirname(path)
-        dirs = [directory]
-        for _ in range(levels - 1):
-            dirs.insert(0, os.path.dirname(dirs[0]))
-        for d in dirs:
-            if os.path.islink(d):
-                raise UsageError(f"{_shown(root, d)} is a symlink", "vgpuadm does not write through symlinks")
-        os.makedirs(os.path.dirname(dirs[0]), exist_ok=True)
-        for d in dirs:
-            if not os.path.isdir(d):
-                os.mkdir(d)
-                os.chmod(d, 0o755)  # whatever the umask
-        write_atomic(path, text, mode=mode)
+        write_beneath(root, _rel(root, path), text.encode("utf-8"), mode=mode)
     except OSError as exc:
-        raise HostIOError(f"writing {_shown(root, path)} failed: {exc.strerror}",
-                          "run as root, or point --root at a writable host root", path=_shown(root, path),
-                          errno=exc.errno) from None  # fmt: skip
+        raise file_error("write", _shown_path(root, path), exc,
+                         "run as root, or point --root at a writable host root") from None  # fmt: skip
 
 
 def remove_config(root: str, path: str) -> bool:
     """Remove a file vgpuadm installed under `root`; False when there was none."""
     try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return False
+        return remove_beneath(root, _rel(root, path))
     except OSError as exc:
-        raise HostIOError(f"removing {_shown(root, path)} failed: {exc.strerror}", path=_shown(root, path),
-                          errno=exc.errno) from None  # fmt: skip
-    return True
+        raise file_error("remove", _shown_path(root, path), exc) from None

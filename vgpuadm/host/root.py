@@ -8,8 +8,10 @@ never the temporary root. A root holding SIM_MARKER is a simulated host: its wri
 from __future__ import annotations
 
 import os
+import stat
 
 from vgpuadm.errors import NeedsRootError, NotFoundError, UnsafeError, UsageError
+from vgpuadm.host.files import read_beneath, read_fd
 from vgpuadm.host.paths import (
     DEFAULT_ROOT,
     DRIVERS,
@@ -131,39 +133,23 @@ class HostRoot:
         return Sysfs(self.path, writer_factory=writer_factory)
 
     def read_small(self, host_path: str, limit: int = 4096) -> str | None:
-        """The first `limit` bytes of a small file under the root as text, None when it is missing or unreadable.
-        On a root other than / the file is opened without following a link at its name, in a directory that must
-        resolve inside the root (a planted link never shows another file's contents)."""
-        if self.is_host:
-            try:
-                with open(host_path, "rb") as f:
-                    return f.read(limit).decode(errors="replace")
-            except OSError:
-                return None
-        directory, name = os.path.split(self.real(host_path))
+        """The first `limit` bytes of a small regular file under the root as text, None when it is missing, not a
+        regular file (a FIFO never hangs the read) or unreadable. On a root other than / no link is followed at
+        any component below the root (host/files.py), so a planted link never shows another file's contents."""
+        top, rel = ("/", host_path) if self.is_host else (self.path, host_path)
         try:
-            dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            if self.is_host:  # this host's own /etc/machine-id may be a link (to /var/lib/dbus/machine-id)
+                fd = os.open(host_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                try:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        return None
+                    return read_fd(fd, limit, host_path, truncate=True).decode(errors="replace")
+                finally:
+                    os.close(fd)
+            data = read_beneath(top, rel, limit=limit, truncate=True)
         except OSError:
             return None
-        try:
-            inside = os.path.realpath(self.path)
-            try:
-                where = os.readlink(f"/proc/self/fd/{dfd}")
-            except OSError:
-                where = os.path.realpath(directory)
-            if where != inside and not where.startswith(inside.rstrip("/") + "/"):
-                return None
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
-        except OSError:
-            return None
-        finally:
-            os.close(dfd)
-        try:
-            return os.read(fd, limit).decode(errors="replace")
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
+        return None if data is None else data.decode(errors="replace")
 
     def machine_id(self) -> str:
         """`<root>/etc/machine-id` when present (stable across reboots), else the host name."""

@@ -24,12 +24,21 @@ reads what the captured free VF read. Captured `bus/pci/devices/<BDF>/nvidia/` f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-import shutil
 from dataclasses import dataclass, field
 
 from vgpuadm.errors import NotFoundError, UsageError
+from vgpuadm.host.files import (
+    makedirs_beneath,
+    open_dir_beneath,
+    read_beneath,
+    resolve_links,
+    symlink_beneath,
+    undo_fill,
+    write_beneath,
+)
 from vgpuadm.host.inputs import read_input
 
 MDEV_SUBSYSTEM, PCI_SUBSYSTEM = "mdev", "pci"  # the two whose devices make an mdev parent and its mdevs
@@ -161,11 +170,24 @@ def load(recording: str, root: str, types_from: str | None = None, subsystems: s
     devices = parse(text, os.path.basename(recording))
     for d in devices:
         _confine(d, os.path.basename(recording))
+    _confine_chains(devices, os.path.basename(recording))
     if subsystems is not None:
         devices = [d for d in devices if d.subsystem in subsystems]
     if os.path.exists(root) and (not os.path.isdir(root) or os.listdir(root)):
         raise UsageError(f"{root} is not empty", "give a new or empty directory for the imported host")
-    tree = _Tree(os.path.realpath(root))
+    made = not os.path.exists(root)
+    os.makedirs(root, exist_ok=True)
+    try:
+        return _lay(_Tree(os.path.realpath(root)), devices, types_from)
+    except BaseException as exc:
+        undo_fill(root, made)  # a refused recording leaves nothing behind
+        if isinstance(exc, OSError):
+            raise UsageError(f"{os.path.basename(recording)}: {exc.strerror or exc}; nothing was written",
+                             _RECORD_HINT) from None  # fmt: skip
+        raise
+
+
+def _lay(tree: _Tree, devices: list[Device], types_from: str | None) -> Loaded:
     for d in devices:
         tree.device(d)
     by_path = {d.path: d for d in devices}
@@ -207,7 +229,7 @@ def _overlay_types(
     for name in sorted(os.listdir(nvidia)) if os.path.isdir(nvidia) else ():
         dev = pci.get(name)
         if dev is not None and os.path.isdir(os.path.join(nvidia, name, "nvidia")):
-            shutil.copytree(os.path.join(nvidia, name, "nvidia"), tree.real(f"{dev.path}/nvidia"), dirs_exist_ok=True)
+            tree.copy_tree(os.path.join(nvidia, name, "nvidia"), f"{dev.path}/nvidia")
 
 
 _NAME = re.compile(r"[A-Za-z0-9_.:+-]+")
@@ -230,45 +252,60 @@ def _confine(d: Device, source: str) -> None:
             raise UsageError(f"{source}: link {d.path}/{name} -> {target!r} points outside /sys", _RECORD_HINT)
 
 
+def _confine_chains(devices: list[Device], source: str) -> None:
+    """Every recorded link, followed through the recording's other links as the kernel would (a chain of links
+    each harmless as text can climb out), still leads under /sys."""
+    links: dict[str, str] = {}
+    for d in devices:
+        for name, target in d.links.items():
+            links.setdefault(os.path.normpath(f"{d.path}/{name}"), target)  # the first block's link is the one laid
+    for path, target in links.items():
+        resolved = resolve_links(path, links)
+        if resolved is None or not _in_sys(resolved):
+            raise UsageError(f"{source}: link {path} -> {target!r} leads outside /sys through the recording's "
+                             "other links", _RECORD_HINT)  # fmt: skip
+
+
 class _Tree:
-    """The host root being laid down. Every real path goes through `real`, which refuses a host path outside
-    /sys or one whose existing directories resolve (through a symlink laid earlier) outside the root."""
+    """The host root being laid down. Every host path goes through `rel`, which refuses one outside /sys; every
+    file, directory and link is made by descriptor beneath the root (host/files.py), so a link the recording
+    planted — or a chain of them — is never written through: such a recording is refused (BeneathError)."""
 
     def __init__(self, root: str) -> None:
         self.root = root
 
-    def real(self, host_path: str) -> str:
+    def rel(self, host_path: str) -> str:
         norm = os.path.normpath(host_path)
         if not host_path.startswith("/") or not _in_sys(norm):
             raise UsageError(f"refusing to write {host_path}: it is outside /sys", _RECORD_HINT)
-        path = self.root + norm
-        parent = os.path.realpath(os.path.dirname(path))
-        if parent != self.root and not parent.startswith(self.root + os.sep):
-            raise UsageError(f"refusing to write {norm}: a recorded link leads it outside the root", _RECORD_HINT)
-        return path
+        return norm.lstrip("/")
+
+    def real(self, host_path: str) -> str:
+        return os.path.join(self.root, self.rel(host_path))
+
+    def makedirs(self, host_path: str) -> None:
+        makedirs_beneath(self.root, self.rel(host_path))
 
     def write(self, host_path: str, data: bytes) -> None:
-        path = self.real(host_path)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(data)
+        write_beneath(self.root, self.rel(host_path), data, mode=0o644, sync=False)
 
     def link(self, host_link: str, host_target: str) -> None:
-        link = self.real(host_link)
-        os.makedirs(os.path.dirname(link), exist_ok=True)
-        if os.path.lexists(link):
-            os.unlink(link)
-        os.symlink(os.path.relpath(self.real(host_target), os.path.dirname(link)), link)
+        rel = self.rel(host_link)
+        target = os.path.relpath(self.rel(host_target), os.path.dirname(rel) or ".")
+        symlink_beneath(self.root, rel, target)
 
     def device(self, d: Device) -> None:
-        os.makedirs(self.real(d.path), exist_ok=True)
+        self.makedirs(d.path)
         for name, data in d.attrs.items():
             self.write(f"{d.path}/{name}", data)
         for name, target in d.links.items():
-            link = self.real(f"{d.path}/{name}")
-            os.makedirs(os.path.dirname(link), exist_ok=True)
-            if not os.path.lexists(link):
-                os.symlink(target, link)
+            rel = self.rel(f"{d.path}/{name}")
+            parent = open_dir_beneath(self.root, os.path.dirname(rel), create=0o755)
+            try:
+                with contextlib.suppress(FileExistsError):
+                    os.symlink(target, os.path.basename(rel), dir_fd=parent)
+            finally:
+                os.close(parent)
         host_targets = {name: os.path.normpath(os.path.join(os.path.dirname(f"{d.path}/{name}"), t))
                         for name, t in d.links.items()}  # fmt: skip
         sub = d.subsystem
@@ -277,7 +314,7 @@ class _Tree:
             self.link(where, d.path)
         if "driver" in host_targets:
             drv = host_targets["driver"]
-            os.makedirs(self.real(drv), exist_ok=True)
+            self.makedirs(drv)
             self.link(f"{drv}/{d.name}", d.path)
         if "iommu_group" in host_targets:
             group = host_targets["iommu_group"]
@@ -294,12 +331,30 @@ class _Tree:
         for type_id in sorted(os.listdir(src)):
             d = f"{dev_path}/mdev_supported_types/{type_id}"
             for entry in sorted(os.listdir(os.path.join(src, type_id))):
-                path = os.path.join(src, type_id, entry)
-                if not os.path.isfile(path):
+                data = read_nofollow_bytes(os.path.join(src, type_id, entry))
+                if data is None:
                     continue
-                with open(path, "rb") as f:
-                    data = f.read()
                 if zero and entry == "available_instances":
                     data = b"0\n"
                 self.write(f"{d}/{entry}", data)
-            os.makedirs(self.real(f"{d}/devices"), exist_ok=True)
+            self.makedirs(f"{d}/devices")
+
+    def copy_tree(self, src: str, host_dir: str) -> None:
+        """Copy the regular files and directories of captured tree `src` (links not followed) to `host_dir`."""
+        self.makedirs(host_dir)
+        for name in sorted(os.listdir(src)):
+            path = os.path.join(src, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                self.copy_tree(path, f"{host_dir}/{name}")
+            else:
+                data = read_nofollow_bytes(path)
+                if data is not None:
+                    self.write(f"{host_dir}/{name}", data)
+
+
+def read_nofollow_bytes(path: str) -> bytes | None:
+    """A captured regular file's bytes; None for anything else (a link, a FIFO, a directory), never opened."""
+    try:
+        return read_beneath(os.path.dirname(path), os.path.basename(path), limit=MAX_RECORDING)
+    except OSError:
+        return None

@@ -3,10 +3,10 @@ reads before libvirtd runs): one *.xml file per domain, read as the domains of t
 
 from __future__ import annotations
 
-import glob
 import os
 
 from vgpuadm.errors import UsageError, VgpuadmError
+from vgpuadm.host.files import BeneathError, list_beneath, read_beneath
 from vgpuadm.host.paths import LIBVIRT_DOMAIN_DIRS
 from vgpuadm.host.root import HostRoot
 from vgpuadm.plan.domains import Domain, Domains
@@ -17,21 +17,30 @@ MAX_BYTES = 8 << 20  # one domain's XML
 
 
 def read_domain_dir(directory: str, host_key: str, *, option: str = "--domain-xml-dir") -> Domains:
-    """The domains saved in `directory` (every *.xml file); `option` names the flag in messages."""
+    """The domains saved in `directory` (every *.xml file); `option` names the flag in messages. Each file is read
+    by descriptor in the directory (host/files.py): a link, FIFO or device named *.xml is refused unopened."""
     if not os.path.isdir(directory):
         raise UsageError(f"{option} {directory} is not a directory", "give a directory of saved domain XML files")
-    paths = sorted(glob.glob(os.path.join(directory, "*.xml")))
-    if len(paths) > MAX_FILES:
-        raise UsageError(f"{option} {directory} holds {len(paths)} XML files", f"at most {MAX_FILES} domains are read")
+    try:
+        listed = list_beneath(directory, "") or []
+    except OSError as exc:
+        raise UsageError(f"cannot read {option} {directory}: {exc.strerror}", "check its permissions") from None
+    names = [name for name, _ in listed if name.endswith(".xml") and not name.startswith(".")]
+    if len(names) > MAX_FILES:
+        raise UsageError(f"{option} {directory} holds {len(names)} XML files", f"at most {MAX_FILES} domains are read")
     entries = []
-    for path in paths:
+    for name in names:
+        path = os.path.join(directory, name)
         try:
-            if os.path.getsize(path) > MAX_BYTES:
-                raise UsageError(f"domain XML {path} is larger than {MAX_BYTES >> 20} MiB", "is it a domain's XML?")
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-            name, uuid = domain_identity(text)
-            entries.append(Domain.read(name, uuid, text, False, ""))
+            data = read_beneath(directory, name, limit=MAX_BYTES)
+            if data is None:
+                continue  # removed while listing
+            text = data.decode("utf-8")
+            dom_name, uuid = domain_identity(text)
+            entries.append(Domain.read(dom_name, uuid, text, False, ""))
+        except BeneathError as exc:
+            raise UsageError(f"refusing to read domain XML {path}: it {exc.reason}",
+                             "save each domain as a regular file with `virsh dumpxml DOMAIN`") from None  # fmt: skip
         except OSError as exc:
             raise UsageError(f"cannot read domain XML {path}: {exc.strerror}", "check the file's permissions") from None
         except UnicodeDecodeError as exc:

@@ -68,7 +68,7 @@ def mode_and_owner(root: str, name: str) -> tuple[int, int] | None:
 
 def write_hook(root: str, name: str, text: str) -> None:
     """Write the file atomically, 0755 whatever the umask; missing directories are created 0755."""
-    write_config(root, hook_file(root, name), text, mode=MODE, levels=2)
+    write_config(root, hook_file(root, name), text, mode=MODE)
 
 
 def remove_hook(root: str, name: str) -> bool:

@@ -13,10 +13,18 @@ import contextlib
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 
 from vgpuadm.errors import HostIOError, UsageError
-from vgpuadm.host.files import read_nofollow, write_atomic
+from vgpuadm.host.files import (
+    file_error,
+    list_beneath,
+    open_dir_beneath,
+    read_beneath,
+    remove_beneath,
+    write_beneath,
+)
 from vgpuadm.host.root import MDEVCTL_DIR
 from vgpuadm.model import PCI_PATTERN, UUID_PATTERN
 from vgpuadm.modes.base import join_params, split_params
@@ -75,95 +83,89 @@ def parse(text: str, parent: str, uuid: str, where: str) -> Definition:
     return Definition(parent=parent, uuid=uuid, mdev_type=mdev_type, start=start, attrs=attrs)
 
 
-def _real(root: str, host_path: str) -> str:
-    return os.path.join(root, host_path.lstrip("/"))
-
-
-def definition_file(root: str, parent: str, uuid: str) -> str:
-    """The real path of <root>/etc/mdevctl.d/<parent>/<uuid>, checked before any path is built: `parent` is a PCI
-    address (or a plain device name such as mtty), `uuid` a lower-case UUID, and the path resolves under
-    <root>/etc/mdevctl.d (a symlinked parent directory or file pointing out is refused)."""
-    where = f"{CONFIG_DIR}/{parent}/{uuid}"
+def _check(parent: str, uuid: str) -> str:
+    """`<parent>/<uuid>` under /etc/mdevctl.d, checked before any path is built: `parent` is a PCI address (or a
+    plain device name such as mtty), `uuid` a lower-case UUID."""
     if not (_PCI.fullmatch(parent) or _DEVICE_NAME.fullmatch(parent)) or ".." in parent:
         raise UsageError(f"mdevctl definition parent {parent!r} is not a PCI address", "use DDDD:BB:DD.F")
     if not _UUID.fullmatch(uuid):
         raise UsageError(f"mdevctl definition UUID {uuid!r} is not a UUID", "use the lower-case 8-4-4-4-12 form")
-    base = _real(root, CONFIG_DIR)
-    path = os.path.join(base, parent, uuid)
-    real_base = os.path.realpath(base)
-    for p in (os.path.dirname(path), path):
-        if os.path.islink(p) or not os.path.realpath(p).startswith(real_base + os.sep):
-            raise HostIOError(
-                f"refusing to write {where}: {p[len(root.rstrip('/')) :] or p} is a symlink or leaves {CONFIG_DIR}",
-                "remove the symlink; mdevctl definitions are plain files in plain directories",
-                path=where,
-            )
-    return path
+    return f"{CONFIG_DIR}/{parent}/{uuid}"
+
+
+def definition_file(root: str, parent: str, uuid: str) -> str:
+    """The real path of <root>/etc/mdevctl.d/<parent>/<uuid> (grammar checked); files are only ever opened
+    beneath the root through host/files.py, so no link at any component is followed."""
+    return os.path.join(root, _check(parent, uuid).lstrip("/"))
+
+
+def _failed(verb: str, where: str, exc: OSError | UnicodeDecodeError, hint: str = "") -> HostIOError:
+    return file_error(verb, where, exc, hint, "remove it; mdevctl definitions are plain files in plain directories")
 
 
 def read_file(root: str, parent: str, uuid: str) -> str | None:
     """The current text of a definition file, None when there is none."""
+    where = _check(parent, uuid)
     try:
-        return read_nofollow(definition_file(root, parent, uuid))
-    except OSError as exc:
-        where = f"{CONFIG_DIR}/{parent}/{uuid}"
-        raise HostIOError(f"reading {where} failed: {exc.strerror}", path=where, errno=exc.errno) from None
+        data = read_beneath(root, where)
+        return None if data is None else data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _failed("read", where, exc) from None
 
 
 def write_file(root: str, parent: str, uuid: str, text: str) -> None:
-    """Write a definition file atomically: a temp file (O_CREAT|O_EXCL|O_NOFOLLOW) in its directory, fsync,
-    rename, directory fsync. 0644 like mdevctl's own files; a created parent directory is 0755."""
-    path = definition_file(root, parent, uuid)
-    where = f"{CONFIG_DIR}/{parent}/{uuid}"
+    """Write a definition file atomically (host/files.write_beneath: temp file, fsync, rename, directory fsync),
+    0644 like mdevctl's own files; a created directory is 0755; no link at any component is written through."""
+    where = _check(parent, uuid)
     try:
-        if not os.path.isdir(os.path.dirname(path)):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            os.chmod(os.path.dirname(path), 0o755)
-            definition_file(root, parent, uuid)  # re-check: nothing was swapped in while creating it
-        write_atomic(path, text)
+        write_beneath(root, where, text.encode("utf-8"), mode=0o644)
     except OSError as exc:
-        raise HostIOError(
-            f"writing {where} failed: {exc.strerror}",
-            "run as root, or point --root at a writable host root",
-            path=where,
-            errno=exc.errno,
-        ) from None
+        raise _failed("write", where, exc, "run as root, or point --root at a writable host root") from None
 
 
 def remove_file(root: str, parent: str, uuid: str) -> bool:
     """Remove a definition file (and its parent directory when that is left empty); False when there was none."""
-    path = definition_file(root, parent, uuid)
-    where = f"{CONFIG_DIR}/{parent}/{uuid}"
+    where = _check(parent, uuid)
     try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return False
+        removed = remove_beneath(root, where)
     except OSError as exc:
-        raise HostIOError(f"removing {where} failed: {exc.strerror}", path=where, errno=exc.errno) from None
-    with contextlib.suppress(OSError):  # tidy the parent dir only when it is empty
-        os.rmdir(os.path.dirname(path))
-    return True
+        raise _failed("remove", where, exc) from None
+    if removed:
+        with contextlib.suppress(OSError):  # tidy the parent dir only when it is empty (rmdir never follows a link)
+            dfd = open_dir_beneath(root, CONFIG_DIR)
+            try:
+                os.rmdir(parent, dir_fd=dfd)
+            finally:
+                os.close(dfd)
+    return removed
 
 
 def read_definitions(root: str) -> list[Definition]:
     """Every definition under <root>/etc/mdevctl.d, sorted by parent then UUID. Non-UUID file names (mdevctl's
-    own scripts.d directory, editor backups) are not definitions and are skipped, as mdevctl does."""
-    base = _real(root, CONFIG_DIR)
+    own scripts.d directory, editor backups) are not definitions and are skipped, as mdevctl does. A link, FIFO or
+    device where a definition or its parent directory is refused (HostIOError), never followed or opened."""
     out: list[Definition] = []
-    for parent in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        pdir = os.path.join(base, parent)
-        if parent == "scripts.d" or not os.path.isdir(pdir):
+    try:
+        parents = list_beneath(root, CONFIG_DIR) or []
+    except OSError as exc:
+        raise _failed("read", CONFIG_DIR, exc) from None
+    for parent, mode in parents:
+        if parent == "scripts.d" or not (stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
             continue
-        for name in sorted(os.listdir(pdir)):
+        try:
+            names = list_beneath(root, f"{CONFIG_DIR}/{parent}") or []
+        except OSError as exc:
+            raise _failed("read", f"{CONFIG_DIR}/{parent}", exc) from None
+        for name, _ in names:
             if not _UUID.fullmatch(name):
                 continue
             where = f"{CONFIG_DIR}/{parent}/{name}"
             try:
-                with open(os.path.join(pdir, name), encoding="utf-8") as f:
-                    text = f.read()
+                data = read_beneath(root, where)
             except OSError as exc:
-                raise HostIOError(f"reading {where} failed: {exc.strerror}", path=where, errno=exc.errno) from None
-            out.append(parse(text, parent, name, where))
+                raise _failed("read", where, exc) from None
+            if data is not None:
+                out.append(parse(data.decode("utf-8", "replace"), parent, name, where))
     return out
 
 

@@ -17,8 +17,8 @@ import json
 import os
 import re
 
-from vgpuadm.errors import HostIOError, UsageError
-from vgpuadm.host.files import read_nofollow, write_atomic
+from vgpuadm.errors import UsageError
+from vgpuadm.host.files import file_error, read_beneath, remove_beneath, write_beneath
 
 FILES = {  # name → (host path, mode, directory mode)
     "modprobe": ("/etc/modprobe.d/vgpuadm-nvidia.conf", 0o644, 0o755),
@@ -43,32 +43,29 @@ def _path(root: str, name: str) -> str:
 
 
 def read_file(root: str, name: str) -> str | None:
+    """The file's text, None when there is none; by descriptor beneath the root (host/files.py): no link at any
+    component, regular files only."""
+    _path(root, name)
     try:
-        return read_nofollow(_path(root, name))
-    except OSError as exc:
-        raise HostIOError(f"reading {host_path(name)} failed: {exc.strerror}", path=host_path(name),
-                          errno=exc.errno) from None  # fmt: skip
+        data = read_beneath(root, host_path(name))
+        return None if data is None else data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise file_error("read", host_path(name), exc) from None
 
 
 def write_file(root: str, name: str, text: str | None) -> None:
-    """Write atomically with the file's mode whatever the umask; None removes it."""
-    path = _path(root, name)
+    """Write atomically with the file's mode whatever the umask (a created directory gets the file's directory
+    mode); None removes it. No link at any component below the root is written through."""
+    _path(root, name)
+    _, mode, dir_mode = FILES[name]
     try:
         if text is None:
-            if os.path.lexists(path):
-                os.unlink(path)
-            return
-        if os.path.islink(os.path.dirname(path)):
-            raise UsageError(
-                f"{os.path.dirname(host_path(name))} is a symlink", "vgpuadm does not write through symlinks"
-            )
-        _, mode, dir_mode = FILES[name]
-        write_atomic(path, text, mode=mode, dir_mode=dir_mode)
-        os.chmod(path, mode)
+            remove_beneath(root, host_path(name))
+        else:
+            write_beneath(root, host_path(name), text.encode("utf-8"), mode=mode, dir_mode=dir_mode)
     except OSError as exc:
-        raise HostIOError(f"writing {host_path(name)} failed: {exc.strerror}",
-                          "run as root, or point --root at a writable host root", path=host_path(name),
-                          errno=exc.errno) from None  # fmt: skip
+        raise file_error("remove" if text is None else "write", host_path(name), exc,
+                         "run as root, or point --root at a writable host root") from None  # fmt: skip
 
 
 def read_made(root: str) -> tuple[dict[str, str], str | None]:

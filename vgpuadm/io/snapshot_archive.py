@@ -18,6 +18,14 @@ from typing import Any
 
 from vgpuadm.errors import UsageError
 from vgpuadm.host.capture import MAX_FILE, MAX_MEMBERS, Member
+from vgpuadm.host.files import (
+    chmod_beneath,
+    makedirs_beneath,
+    resolve_links,
+    symlink_beneath,
+    undo_fill,
+    write_beneath,
+)
 from vgpuadm.host.sysfs import SIM_MARKER
 
 MAX_ARCHIVE = 64 << 20  # bytes of the compressed archive
@@ -131,6 +139,11 @@ def extract(source: str, dest: str) -> Extracted:
             above = "/".join(parts[:i])
             if above in links or above in files:
                 raise _refuse(source, f"member {name[:80]!r} sits under {above[:80]!r}, which is not a directory")
+    by_path = {"/" + name: target for name, target in links.items()}
+    for name, target in sorted(links.items()):
+        if resolve_links("/" + name, by_path) is None:  # a chain of links, each inside as text, can climb out
+            raise _refuse(source, f"link {name[:80]!r} leads out of the host root through the archive's links "
+                                  f"({target[:80]!r})")  # fmt: skip
     model = None
     if SIM_MARKER in files:
         model = check_model(f"{source}: {SIM_MARKER}", files[SIM_MARKER][1].decode("utf-8", "replace"))
@@ -138,40 +151,27 @@ def extract(source: str, dest: str) -> Extracted:
     return Extracted(len(files), len(links), len(dirs), model)
 
 
-def _mkdirs(dest: str, rel: str) -> None:
-    path = dest
-    for part in rel.split("/"):
-        path = os.path.join(path, part)
-        try:
-            os.mkdir(path, 0o755)
-        except FileExistsError:
-            if os.path.islink(path) or not os.path.isdir(path):
-                raise UsageError(f"{path} is not a directory", HINT) from None
-
-
 def _write(dest: str, dirs: dict[str, int], files: dict[str, tuple[int, bytes]], links: dict[str, str]) -> None:
+    """Lay the members into `dest` by descriptor (host/files.py): no link is followed at any component, so even a
+    chain of the archive's own links cannot carry a member outside; on any failure nothing is left behind."""
     if os.path.isdir(dest) and os.listdir(dest):
         raise UsageError(f"{dest} is not empty", "give a new or empty directory for the imported host")
+    made = not os.path.lexists(dest)
     os.makedirs(dest, exist_ok=True)
-    for name in sorted(dirs):
-        _mkdirs(dest, name)
-    for name, (mode, data) in sorted(files.items()):
-        parent = os.path.dirname(name)
-        if parent:
-            _mkdirs(dest, parent)
-        fd = os.open(os.path.join(dest, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.chmod(os.path.join(dest, name), mode)
-    for name, target in sorted(links.items()):
-        parent = os.path.dirname(name)
-        if parent:
-            _mkdirs(dest, parent)
-        os.symlink(target, os.path.join(dest, name))
-    for name, mode in sorted(dirs.items(), reverse=True):  # last: a directory made read-only still got its files
-        os.chmod(os.path.join(dest, name), mode)
+    try:
+        for name in sorted(dirs):
+            makedirs_beneath(dest, name)
+        for name, (mode, data) in sorted(files.items()):
+            write_beneath(dest, name, data, mode=mode, sync=False)
+        for name, target in sorted(links.items()):
+            symlink_beneath(dest, name, target)
+        for name, mode in sorted(dirs.items(), reverse=True):  # last: a directory made read-only still got its files
+            chmod_beneath(dest, name, mode)
+    except BaseException as exc:
+        undo_fill(dest, made)
+        if isinstance(exc, OSError):
+            raise UsageError(f"{dest}: {exc.strerror or exc}; nothing was written", HINT) from None
+        raise
 
 
 _MODEL_CHARS = frozenset("\n ,-./0123456789:=_()+@#%" + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")

@@ -21,6 +21,7 @@ from vgpuadm.errors import UsageError
 from vgpuadm.host import nvidia_smi
 from vgpuadm.host.capture import RecordingSysfs, Redactor, record, redact_machine_id
 from vgpuadm.host.discover import snapshot
+from vgpuadm.host.files import read_beneath, undo_fill, write_beneath
 from vgpuadm.host.paths import PCI_IDS
 from vgpuadm.host.root import MACHINE_ID, NVIDIA_SMI, HostRoot
 from vgpuadm.host.sysfs import SIM_MARKER, check_root
@@ -71,11 +72,9 @@ def take(root: str | None, out: str) -> SnapshotResult:
         rec.touched.setdefault(path, what)
     redactor = Redactor()
     c = record(host.path, rec.touched, redactor)
-    try:
-        with open(host.real(MACHINE_ID)) as f:
-            c.add_text(MACHINE_ID, redact_machine_id(f.read(4096)))
-    except OSError:
-        pass
+    machine_id = host.read_small(MACHINE_ID)  # never through a link, never a FIFO: a snapshot must not hang
+    if machine_id is not None:
+        c.add_text(MACHINE_ID, redact_machine_id(machine_id))
     if host.simulated:
         c.add("/" + SIM_MARKER, "read")
     models = {(fn.vendor_id, fn.device_id): snap.models[a] for a, fn in snap.functions.items() if a in snap.models}
@@ -139,11 +138,7 @@ exit 2
 
 def _install_replay(dest: str, runs: dict[str, str]) -> None:
     cases = "".join(f'  "{args}") replay "{name.removesuffix(".txt")}" ;;\n' for name, args in runs.items())
-    script = os.path.join(dest, NVIDIA_SMI.lstrip("/"))
-    os.makedirs(os.path.dirname(script), exist_ok=True)
-    with open(script, "w") as f:
-        f.write(_REPLAY.format(cases=cases))
-    os.chmod(script, 0o755)
+    write_beneath(dest, NVIDIA_SMI, _REPLAY.format(cases=cases).encode(), mode=0o755, sync=False)
 
 
 def import_(source: str, dest: str) -> ImportResult:
@@ -156,12 +151,27 @@ def import_(source: str, dest: str) -> ImportResult:
     if magic != b"\x1f\x8b":
         loaded = load_umockdev(source, dest)
         return ImportResult("umockdev recording", dest, False, loaded.devices)
+    made = not os.path.lexists(dest)
     extracted = snapshot_archive.extract(source, dest)
-    if extracted.model is not None:
-        install_tools(dest, extracted.model)
-    else:
-        runs = {name: " ".join(args) for name, args in SMI_RUNS.items()
-                if os.path.isfile(os.path.join(dest, SMI_DIR.lstrip("/"), name))}  # fmt: skip
-        if runs:
-            _install_replay(dest, runs)
+    try:  # the tools go by descriptor beneath `dest`: the archive's links never carry them outside it
+        if extracted.model is not None:
+            install_tools(dest, extracted.model)
+        else:
+            runs = {name: " ".join(args) for name, args in SMI_RUNS.items()
+                    if _captured(dest, f"{SMI_DIR}/{name}")}  # fmt: skip
+            if runs:
+                _install_replay(dest, runs)
+    except BaseException as exc:
+        undo_fill(dest, made)
+        if isinstance(exc, OSError):
+            raise UsageError(f"{source}: {exc.strerror or exc}; nothing was written", snapshot_archive.HINT) from None
+        raise
     return ImportResult("snapshot", dest, extracted.model is not None, extracted.files)
+
+
+def _captured(top: str, rel: str) -> bool:
+    """Whether `rel` is a regular file under `top`, reached through no link."""
+    try:
+        return read_beneath(top, rel, limit=0, truncate=True) is not None
+    except OSError:
+        return False

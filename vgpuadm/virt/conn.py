@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import glob
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -21,6 +21,7 @@ import threading
 from typing import Any
 
 from vgpuadm.errors import ConflictError, LibvirtError, LibvirtMissingError, NotFoundError
+from vgpuadm.host.files import list_beneath, read_beneath, write_beneath
 from vgpuadm.host.root import EMBED_LIBVIRT
 
 DEFAULT_URI = "qemu:///system"
@@ -47,7 +48,16 @@ def choose_uri(connect: str | None, root: str, simulated: bool) -> str:
 
 
 def embed_uri(root: str) -> str:
-    return f"qemu:///embed?root={os.path.join(os.path.abspath(root), EMBED_SUBDIR)}"
+    """libvirt's embedded driver under `root`. The path is percent-escaped (libvirt unescapes a query value): a
+    `#`, `&`, `%`, space or quote in the root cannot end the value, add a parameter or move the driver's state."""
+    return embed_uri_of_dir(os.path.join(os.path.abspath(root), EMBED_SUBDIR))
+
+
+def embed_uri_of_dir(embed_root: str) -> str:
+    """libvirt's embedded driver whose own root is `embed_root` (escaped as embed_uri says)."""
+    from urllib.parse import quote
+
+    return "qemu:///embed?root=" + quote(embed_root, safe="/")
 
 
 # libvirt logs to stderr when no log output is set: the embedded driver's `info : libvirt version …` and
@@ -105,22 +115,41 @@ def _caps_cache_store() -> str:
     return os.path.join(base, "vgpuadm", "qemu-capabilities")
 
 
+CAPS_DIR = os.path.join("cache", "qemu", "capabilities")  # under an embedded root
+MAX_CAPS = 16 << 20  # bytes of one cached capability file (libvirt's are ~1 MB)
+
+
+def _copy_caps(src_top: str, src_rel: str, dest_top: str, dest_rel: str, dir_mode: int) -> None:
+    """Copy one cached capability file by descriptor (host/files.py): a regular file only, no link followed at
+    any component on either side, written private (0600): a planted `*.xml` link copies nothing."""
+    data = read_beneath(src_top, src_rel, limit=MAX_CAPS)
+    if data is not None:
+        write_beneath(dest_top, dest_rel, data, mode=0o600, dir_mode=dir_mode, sync=False)
+
+
 def _seed_caps_cache(embed_root: str, source: str | None = None) -> None:
     """A fresh embedded root makes libvirt probe QEMU's capabilities (~4 s). The probe result is keyed by the
     QEMU binary and re-validated by libvirt on load, so copying a previous result in is safe and makes it 0.05 s.
     `source`: the folder of results to copy (default: the user's cache)."""
-    target = os.path.join(embed_root, "cache", "qemu", "capabilities")
     if _cached_caps(embed_root):
         return
-    sources = glob.glob(os.path.join(source or _caps_cache_store(), "*.xml"))
-    if not sources:
-        return
+    top = source or _caps_cache_store()
+    names = _caps_names(top, "")
+    if names:
+        with contextlib.suppress(OSError):
+            os.makedirs(embed_root, exist_ok=True)
+    for name in names:
+        with contextlib.suppress(OSError):  # only a cache: libvirt probes again
+            _copy_caps(top, name, embed_root, os.path.join(CAPS_DIR, name), 0o755)
+
+
+def _caps_names(top: str, rel: str) -> list[str]:
+    """The regular `*.xml` files of directory `rel` under `top` (reached through no link), by name."""
     try:
-        os.makedirs(target, exist_ok=True)
-        for src in sources:
-            shutil.copy2(src, target)
+        listed = list_beneath(top, rel) or []
     except OSError:
-        pass  # only a cache: libvirt probes again
+        return []
+    return [name for name, mode in listed if name.endswith(".xml") and stat.S_ISREG(mode)]
 
 
 # libvirt probes QEMU through a UNIX socket at <embedded root>/lib/qemu/qmp-XXXXXX/qmp.monitor, and a socket path
@@ -130,7 +159,7 @@ _SUN_PATH_MAX = 107
 _PROBE = """
 import sys, libvirt
 libvirt.virEventRegisterDefaultImpl()
-conn = libvirt.open("qemu:///embed?root=" + sys.argv[1])
+conn = libvirt.open(sys.argv[1])
 conn.getDomainCapabilities()
 conn.close()
 """
@@ -146,7 +175,7 @@ def _probe_caps_short(embed_root: str) -> None:
     short = tempfile.mkdtemp(prefix="vgpuadm-caps-")
     try:
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            subprocess.run([sys.executable, "-I", "-c", _PROBE, short], capture_output=True, timeout=PROBE_TIMEOUT,
+            subprocess.run([sys.executable, "-I", "-c", _PROBE, embed_uri_of_dir(short)], capture_output=True, timeout=PROBE_TIMEOUT,
                            check=False, stdin=subprocess.DEVNULL)  # fmt: skip
         _seed_caps_cache(embed_root, os.path.join(short, "cache", "qemu", "capabilities"))
         _save_caps_cache(short)
@@ -155,21 +184,17 @@ def _probe_caps_short(embed_root: str) -> None:
 
 
 def _cached_caps(embed_root: str) -> list[str]:
-    return glob.glob(os.path.join(embed_root, "cache", "qemu", "capabilities", "*.xml"))
+    return _caps_names(embed_root, CAPS_DIR)
 
 
 def _save_caps_cache(embed_root: str) -> None:
     store = _caps_cache_store()
-    try:
-        for src in _cached_caps(embed_root):
-            dest = os.path.join(store, os.path.basename(src))
+    for name in _cached_caps(embed_root):
+        with contextlib.suppress(OSError):
+            src, dest = os.path.join(embed_root, CAPS_DIR, name), os.path.join(store, name)
             if not os.path.exists(dest) or os.path.getmtime(dest) < os.path.getmtime(src):
-                os.makedirs(store, exist_ok=True)
-                tmp = f"{dest}.{os.getpid()}.tmp"
-                shutil.copy2(src, tmp)
-                os.replace(tmp, dest)
-    except OSError:
-        pass
+                os.makedirs(store, mode=0o700, exist_ok=True)
+                _copy_caps(embed_root, os.path.join(CAPS_DIR, name), store, name, 0o700)
 
 
 EMBED_PIDFILE = os.path.join("run", "qemu", "driver.pid")  # under the embedded root; libvirt holds it for life
@@ -204,12 +229,16 @@ def _wait_for_embedded_driver(embed_root: str, timeout: float = EMBED_WAIT) -> N
 
 
 def _embed_root_of(uri: str) -> str | None:
+    """The (unescaped) root of an embedded-driver URI, as libvirt reads it: `+` stays a plus."""
     if not uri.startswith("qemu:///embed"):
         return None
-    from urllib.parse import parse_qs, urlsplit
+    from urllib.parse import unquote, urlsplit
 
-    roots = parse_qs(urlsplit(uri).query).get("root")
-    return roots[0] if roots else None
+    for param in urlsplit(uri).query.replace(";", "&").split("&"):
+        name, eq, value = param.partition("=")
+        if eq and unquote(name) == "root":
+            return unquote(value)
+    return None
 
 
 class VirtConn:
