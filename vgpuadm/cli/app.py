@@ -86,7 +86,8 @@ def build_app(only: "Sequence[str] | None" = None) -> "Any":
 
     app = typer.Typer(
         name="vgpuadm",
-        help="Give GPUs to libvirt/KVM guests: mdev vGPUs, NVIDIA vendor-VFIO VFs and whole-GPU passthrough.",
+        help="Give GPUs to libvirt/KVM guests: mdev vGPUs, NVIDIA vendor-VFIO VFs, MIG-backed vGPUs, SR-IOV VF pools "
+        "(AMD, Intel), virtio-gpu with 3D (virtio-gl) and whole-GPU passthrough.",
         epilog=EPILOG,
         no_args_is_help=True,
         add_completion=True,  # --install-completion / --show-completion; values: cli/completion.py
@@ -165,7 +166,7 @@ def build_app(only: "Sequence[str] | None" = None) -> "Any":
                                     "libvirt; the table always shows it)."),
         as_json: bool = json_opt,
     ) -> None:  # fmt: skip
-        """List existing vGPUs (mdevs and typed vendor-VFIO VFs) and the VM owning each, or *unassigned*."""
+        """List existing vGPUs (mdevs and typed vendor-VFIO VFs) and the VM owning each, or unowned."""
         read.devices(ctx.obj["console"], ctx.obj["root"], as_json, connect=ctx.obj.get("connect"),
                      owners=owners or not as_json, vm=vm, gpu=gpu, uuid=uuid, type_=type_name)  # fmt: skip
 

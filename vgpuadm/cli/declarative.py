@@ -145,7 +145,8 @@ def register(app: Any) -> None:
         finish: bool = typer.Option(False, "--finish", help="Complete an interrupted change instead of rolling back."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schemas/reconcile.schema.json)."),
     ) -> None:
-        """Roll back (or finish) a change a crash interrupted, and list devices that no domain owns (leaks)."""
+        """List devices that no domain owns (leaks; --fix removes them). It first does what `vgpuadm recover` does
+        (rolls back, or --finish completes, a change a crash interrupted), so one command cleans up after a crash."""
         reconcile(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), fix, finish, as_json)
 
     mdevctl_app = typer.Typer(help="mdevctl interop: /etc/mdevctl.d/<parent>/<uuid> definitions.", no_args_is_help=True)

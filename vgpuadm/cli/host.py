@@ -258,7 +258,8 @@ def _recover_cmd(app: Any) -> None:
         ctx: typer.Context,
         finish: bool = typer.Option(False, "--finish", help="Complete the interrupted plan instead of undoing it."),
     ) -> None:
-        """Roll back (or --finish) a change that a crashed vgpuadm left half done."""
+        """Roll back (or --finish) a change that a crashed vgpuadm left half done (its journal). Every "interrupted
+        change" message names this command; `vgpuadm reconcile` runs it too, then looks for leaked devices."""
         console: Console = ctx.obj["console"]
         done = api.recover(ctx.obj["root"], finish=finish, connect=ctx.obj.get("connect"))
         if not done:

@@ -17,9 +17,7 @@ from vgpuadm.report.listing import (
     normalize_address,
     type_rows,
 )
-
-UNKNOWN_OWNER = "unknown"
-UNASSIGNED = "*unassigned*"
+from vgpuadm.report.render_table import OWNER_UNKNOWN, UNOWNED
 
 
 def _snapshot(console: Console, root: str | None, types: bool = True, names: bool = False) -> HostSnapshot:
@@ -104,7 +102,7 @@ def devices(
     type_: str | None = None,
 ) -> None:
     """`owners` (default: for the table, not for JSON) reads who owns each device from libvirt; when libvirt cannot
-    be reached the owner is "unknown" (a warning says why), and only `--vm` fails."""
+    be reached the owner is "owner unknown" (a warning says why), and only `--vm` fails."""
     if owners is None:
         owners = not as_json
     owners = owners or vm is not None
@@ -142,8 +140,8 @@ def devices(
 
 def _owner(row: dict[str, object]) -> str:
     if row["owned"] is None:
-        return UNKNOWN_OWNER
-    return str(row["owner"]) if row["owner"] else UNASSIGNED
+        return OWNER_UNKNOWN
+    return str(row["owner"]) if row["owner"] else UNOWNED
 
 
 def show(console: Console, root: str | None, vm: str, as_json: bool, connect: str | None = None) -> None:

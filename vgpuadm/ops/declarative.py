@@ -233,7 +233,7 @@ def restore(
         except VgpuadmError as exc:
             raise ConflictError(
                 f"an interrupted change is pending and could not be rolled back: {exc.message}",
-                "run `vgpuadm reconcile` once libvirt runs, then `vgpuadm restore` again",
+                "run `vgpuadm recover` once libvirt runs, then `vgpuadm restore` again",
             ) from None
         for line in recovered:
             say(f"recovered: {line}")

@@ -22,6 +22,11 @@ def _used_of(used: int | None, total: int | None) -> str | None:
     return f"{used}/{total}"
 
 
+# One word per meaning, in every table (terminal, HTML): no domain's vgpuadm metadata claims the device (a leak), or
+# the owners could not be read (libvirt unreachable).
+UNOWNED = "unowned"
+OWNER_UNKNOWN = "owner unknown"
+
 MIG_TITLE = "MIG GPU instances (used / free / made by hand)"  # all GPUs in one table (the terminal's)
 
 
@@ -188,9 +193,9 @@ def _where(gpus: list[dict[str, Any]]) -> str:
 
 def _owner(device: dict[str, Any]) -> str:
     if device["owned"] is None:
-        return "(ownership unknown)"
+        return OWNER_UNKNOWN
     if not device["owned"]:
-        return "*unowned* (leak)"
+        return f"{UNOWNED} (leak)"
     held = {"running": " (running)", "stopped": " (stopped: reserved)"}.get(device.get("held") or "", "")
     return f"{device['domain']}{held}"
 
