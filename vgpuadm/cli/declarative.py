@@ -5,6 +5,7 @@ from typing import Any
 from vgpuadm import api
 from vgpuadm.cli.console import Console
 from vgpuadm.errors import NotFoundError
+from vgpuadm.host.root import HostRoot
 
 
 def apply(console: Console, root: str | None, connect: str | None, plan_file: str, check: bool, show_diff: bool,
@@ -77,8 +78,9 @@ def reconcile(console: Console, root: str | None, connect: str | None, fix: bool
 def mdevctl_export(console: Console, root: str | None, connect: str | None, domain_xml_dir: str | None,
                    from_host: bool) -> None:  # fmt: skip
     written = api.mdevctl_export(root, connect=connect, domain_xml_dir=domain_xml_dir, from_host=from_host)
+    real = HostRoot(root).real  # the files themselves, under a --root
     for d, changed in written:
-        console.line(f"{'wrote' if changed else 'unchanged'} {d.host_path} ({d.mdev_type}, start={d.start})")
+        console.line(f"{'wrote' if changed else 'unchanged'} {real(d.host_path)} ({d.mdev_type}, start={d.start})")
     if not written:
         console.line("no mdevs to export")
 
