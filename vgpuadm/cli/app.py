@@ -121,6 +121,9 @@ def build_app(only: "Sequence[str] | None" = None) -> "Any":
             "vgpuadm holds (default 30; it says at once whom it waits for).",
         ),
         no_wait: bool = typer.Option(False, "--no-wait", help="Fail at once when another vgpuadm holds the lock."),
+        plain: bool = typer.Option(False, "--plain", help="Tables as tab-separated lines, every column, no box "
+                                   "drawing (for awk, grep, cut)."),
+        no_headers: bool = typer.Option(False, "--no-headers", help="Tables without their column names."),
         _show_version: bool = typer.Option(
             False, "--version", is_eager=True, callback=_version, help="Print the version and exit."
         ),
@@ -133,6 +136,7 @@ def build_app(only: "Sequence[str] | None" = None) -> "Any":
         if no_wait and wait:
             raise UsageError("--wait and --no-wait disagree", "give one of them")
         api.set_lock_policy(0 if no_wait else wait, console.warn, ("vgpuadm", *(ctx.obj or {}).get("argv", ())))
+        console.plain, console.headers = plain, not no_headers
         ctx.obj = {"root": root, "connect": connect, "console": console}
 
     json_opt = typer.Option(False, "--json", help="Print JSON (validated by vgpuadm/schemas/*.schema.json).")
@@ -149,10 +153,11 @@ def build_app(only: "Sequence[str] | None" = None) -> "Any":
                                 metavar="BDF"),
         available: bool = typer.Option(False, "--available", help="Only types with free instances."),
         type_name: str = typer.Option(None, "--type", help="Only this type (id, name or profile).", metavar="T"),
+        per_vf: bool = typer.Option(False, "--per-vf", help="One row per parent (each VF), not per GPU."),
         as_json: bool = json_opt,
     ) -> None:  # fmt: skip
-        """List vGPU types per parent (mdev types and NVIDIA vendor-VFIO types)."""
-        read.types(ctx.obj["console"], ctx.obj["root"], gpu, available, as_json, type_name)
+        """List vGPU types per GPU (mdev types and NVIDIA vendor-VFIO types); --per-vf per parent, --json always."""
+        read.types(ctx.obj["console"], ctx.obj["root"], gpu, available, as_json, type_name, per_vf)
 
     @app.command("devices", epilog="Example: vgpuadm devices --vm web01 · vgpuadm devices --json --owners")
     def devices_cmd(
@@ -191,7 +196,7 @@ def build_app(only: "Sequence[str] | None" = None) -> "Any":
     return app
 
 
-LATE_OPTIONS = ("connect", "root")  # global options also accepted after the subcommand
+LATE_OPTIONS = ("connect", "root", "plain", "no_headers")  # global options also accepted after the subcommand
 
 
 def finish_tree(command: "Any", late: "dict[str, Any] | None" = None) -> "Any":
@@ -220,12 +225,19 @@ def finish_tree(command: "Any", late: "dict[str, Any] | None" = None) -> "Any":
 
 
 def _late_option(option: "Any", name: str, late: "Any") -> "Any":
-    def store(ctx: "Any", _param: "Any", value: str | None) -> None:
-        if value is not None and ctx.obj is not None:
+    def store(ctx: "Any", _param: "Any", value: "str | bool | None") -> None:
+        if value is None or value is False or ctx.obj is None:
+            return
+        if name == "plain":
+            ctx.obj["console"].plain = True
+        elif name == "no_headers":
+            ctx.obj["console"].headers = False
+        else:
             ctx.obj[name] = value
 
     late.callback, late.expose_value, late.envvar = store, False, None
-    late.help = f"The same as `vgpuadm {option.opts[0]} {option.metavar}` before the command."
+    words = f"{option.opts[0]} {option.metavar}" if option.metavar else option.opts[0]
+    late.help = f"The same as `vgpuadm {words}` before the command."
     return late
 
 

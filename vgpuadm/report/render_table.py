@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from vgpuadm.report.cells import OWNER_UNKNOWN, UNOWNED, numa_cell
+
 
 class Table(NamedTuple):
     title: str
@@ -21,11 +23,6 @@ def _used_of(used: int | None, total: int | None) -> str | None:
         return None if used is None else str(used)
     return f"{used}/{total}"
 
-
-# One word per meaning, in every table (terminal, HTML): no domain's vgpuadm metadata claims the device (a leak), or
-# the owners could not be read (libvirt unreachable).
-UNOWNED = "unowned"
-OWNER_UNKNOWN = "owner unknown"
 
 MIG_TITLE = "MIG GPU instances (used / free / made by hand)"  # all GPUs in one table (the terminal's)
 
@@ -61,7 +58,7 @@ def host_tables(doc: dict[str, Any]) -> list[Table]:
                     g["address"],
                     g["layout"],
                     g["driver"],
-                    g["numa_node"],
+                    numa_cell(g["numa_node"]),
                     g["iommu_group"],
                     _used_of(g["vfs_enabled"], g["vfs_total"]),
                     g["devices"],
@@ -81,7 +78,7 @@ def host_tables(doc: dict[str, Any]) -> list[Table]:
                     f["physical_gpu"],
                     f["layout"],
                     f["driver"],
-                    f["numa_node"],
+                    numa_cell(f["numa_node"]),
                     f["iommu_group"],
                     ", ".join(f["devices"]) or None,
                 ]
