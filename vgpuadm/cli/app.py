@@ -43,6 +43,7 @@ MODULES = (
 SUB_APPS = ("sim", "inventory")  # modules with build_app() (a typer sub-app), not register(app)
 WHOLE_TREE = ("man",)  # commands that read the whole command tree (the man page renders every command)
 GLOBAL_VALUE_OPTIONS = ("--root", "--connect", "-c", "--wait")  # the root callback's options that take a value
+GLOBAL_FLAGS = ("--no-wait", "--plain", "--no-headers")  # and its flags
 
 
 def command_word(argv: Sequence[str]) -> str | None:
@@ -54,7 +55,7 @@ def command_word(argv: Sequence[str]) -> str | None:
         if arg in GLOBAL_VALUE_OPTIONS:
             i += 2
         elif arg.startswith("-"):
-            if arg == "--" or not (arg.startswith(tuple(o + "=" for o in GLOBAL_VALUE_OPTIONS)) or arg == "--no-wait"):
+            if arg == "--" or not (arg.startswith(tuple(o + "=" for o in GLOBAL_VALUE_OPTIONS)) or arg in GLOBAL_FLAGS):
                 return None  # --help, --version, completion options, a typo: the whole app answers them
             i += 1
         else:
@@ -216,7 +217,8 @@ def finish_tree(command: "Any", late: "dict[str, Any] | None" = None) -> "Any":
     if hasattr(command, "commands"):
         for sub in command.commands.values():
             finish_tree(sub, late)
-        return command
+        if not getattr(command, "invoke_without_command", False):
+            return command  # a group that runs itself (`vgpuadm inventory`) takes them like a command
     have = {o for p in command.params if p.param_type_name == "option" for o in p.opts}
     for name, option in late.items():
         if have.isdisjoint(option.opts):

@@ -24,6 +24,11 @@ def _used_of(used: int | None, total: int | None) -> str | None:
     return f"{used}/{total}"
 
 
+def _count(n: int, noun: str) -> str:
+    """`1 host`, `3 hosts`."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 MIG_TITLE = "MIG GPU instances (used / free / made by hand)"  # all GPUs in one table (the terminal's)
 
 
@@ -52,10 +57,22 @@ def host_tables(doc: dict[str, Any]) -> list[Table]:
     tables = [
         Table(
             f"GPUs on {doc['host']}",
-            ["gpu", "layout", "driver", "NUMA", "IOMMU group", "VFs", "devices", "locked to", "framebuffer MiB"],
+            [
+                "gpu",
+                "model",
+                "layout",
+                "driver",
+                "NUMA",
+                "IOMMU group",
+                "VFs",
+                "devices",
+                "locked to",
+                "framebuffer MiB",
+            ],
             [
                 [
                     g["address"],
+                    g.get("model"),  # reports written before the column have none
                     g["layout"],
                     g["driver"],
                     numa_cell(g["numa_node"]),
@@ -201,7 +218,7 @@ def fleet_tables(doc: dict[str, Any]) -> list[Table]:
     """Hosts, types across the fleet with free and stranded instances, and every leak."""
     tables = [
         Table(
-            f"Fleet: {len(doc['hosts'])} hosts",
+            f"Fleet: {_count(len(doc['hosts']), 'host')}",
             ["host", "GPUs", "devices", "unowned", "missing", "FB used MiB", "FB free MiB", "FB locked free MiB"],
             [
                 [
