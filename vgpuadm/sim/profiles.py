@@ -16,6 +16,7 @@ Marker model (JSON, `vgpuadm-simulated-host.json` at the root):
   sriov_configure_drivers: PF drivers that implement sriov_configure, so writing sriov_numvfs works while bound
                 to them (reference §3.1: pci-pf-stub yes, nvidia no, hence sriov-manage's stub dance)
   faults:       [{path_glob, errno, after, times}] writes the simulated kernel fails on purpose (sim/faults.py)
+  products:     {PF: the board's product name as nvidia-smi prints it ("NVIDIA H200")}
 
 next_iommu_group is the floor for groups handed out at runtime (mdevs): like the kernel's ida, the lowest free
 number at or above it is used, so a removed device's group number is reused.
@@ -364,6 +365,7 @@ def add_h200(h: HostBuilder, address: str, host_bridge: str, group: int, numa: i
     need = {str(num): {"profile": H200_MIG_PROFILE[p], "per_gi": 1} for num, p, _mx in H200_TYPES
             if p in H200_MIG_PROFILE}  # fmt: skip
     h.model.setdefault("mig", {})[address] = migmodel.gpu_state(migmodel.H200_PROFILES, need, reset_needed=False)
+    h.model.setdefault("products", {})[address] = "NVIDIA H200"  # the real H200's -q -x (tests/data/h200-…)
     _sriov_pf(h, address, port, "0x2335", vfs, enabled, "vendor-vfio", types, group, numa, "0x2335")
     h.model["vendor_vfio"][address] = {"types": types}
     h.model.setdefault("hetero", {})[address] = hetero.gpu_state([t for t in types if t[1] not in _H200_MIG_NAMES])
@@ -384,6 +386,7 @@ def add_a100d_mig(h: HostBuilder, address: str, host_bridge: str, group: int, nu
         if gi_profile is not None:
             need[f"nvidia-{num}"] = {"profile": gi_profile, "per_gi": 1}
     h.model.setdefault("mig", {})[address] = migmodel.gpu_state(migmodel.A100D_PROFILES, need, reset_needed=True)
+    h.model.setdefault("products", {})[address] = "NVIDIA A100 80GB PCIe"  # [I: nvidia-smi's name for the board]
     _sriov_pf(h, address, port, "0x20b5", vfs, True, "mdev-vf", vf_types, group, numa, "0x20b5")
     for i in range(vfs):
         add_sriov_vf(h, address, i)
@@ -397,6 +400,7 @@ def add_rtxpro6000(h: HostBuilder, address: str, host_bridge: str, group: int, n
     ]
     need = {str(num): {"profile": g, "per_gi": n} for num, _p, _mx, g, n in RTXPRO6000_TYPES if g is not None}
     h.model.setdefault("mig", {})[address] = migmodel.gpu_state(migmodel.RTXPRO6000_PROFILES, need, reset_needed=False)
+    h.model.setdefault("products", {})[address] = "NVIDIA RTX PRO 6000 Blackwell Server Edition"  # [I: as above]
     _sriov_pf(h, address, port, "0x2bb5", vfs, True, "vendor-vfio", types, group, numa, "0x2bb5")
     h.model["vendor_vfio"][address] = {"types": types}
     h.model.setdefault("hetero", {})[address] = hetero.gpu_state(
