@@ -332,8 +332,19 @@ def add_vf_driver_attrs(h: HostBuilder, pf: str, index: int) -> None:
             h.tree.attr(f"{dev}/nvidia/placement_id", hetero.NO_PLACEMENT, 0o644)
 
 
+# A100 40GB MIG-backed type → GPU-instance profile id (migmodel.A100_PROFILES; A100-1-5C ↔ MIG 1g.5gb).
+A100_MIG_PROFILE = {"A100-1-5C": 19, "A100-2-10C": 14, "A100-3-20C": 9, "A100-4-20C": 5, "A100-7-40C": 0}
+
+
 def add_a100_mdev_vf(h: HostBuilder, address: str, host_bridge: str, group: int, numa: int, vfs: int) -> None:
+    """A100 PCIe 40GB with `vfs` VFs, mdev types on each VF (layout B), MIG off: like the driver, its MIG-backed
+    types (A100-1-5C …) are offered only with MIG on (sim/migmodel.offered), never created with it off; turning MIG
+    on stays pending until a GPU reset, as on the published A100."""
     port = h.root_port(f"{address.rsplit(':', 2)[0]}:{int(address.split(':')[1], 16) - 1:02x}:01.0", host_bridge)
+    need = {f"nvidia-{num}": {"profile": A100_MIG_PROFILE[p], "per_gi": 1} for num, p, _mx in A100_TYPES
+            if p in A100_MIG_PROFILE}  # fmt: skip
+    h.model.setdefault("mig", {})[address] = migmodel.gpu_state(migmodel.A100_PROFILES, need, reset_needed=True)
+    h.model.setdefault("products", {})[address] = "NVIDIA A100-PCIE-40GB"  # [I: nvidia-smi's name for the board]
     vf_types = {}
     for num, profile, mx in A100_TYPES:
         fb = describe_nvidia_name(profile).framebuffer_mib or 0
