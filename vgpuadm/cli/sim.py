@@ -43,10 +43,15 @@ def build_app() -> Any:
         from vgpuadm.host.umockdev import load
 
         loaded = load(recording, directory, types_from)
-        ctx.obj["console"].line(
+        console = ctx.obj["console"]
+        console.line(
             f"imported {loaded.devices} devices, {len(loaded.mdev_parents)} mdev parents, {len(loaded.mdevs)} mdevs "
             f"into {directory} (use --root {directory})"
         )
+        if loaded.untyped_vfs:
+            first, n = loaded.untyped_vfs[0], len(loaded.untyped_vfs)
+            console.warn(f"{n} NVIDIA VF(s) ({first}{' …' if n > 1 else ''}): types not recorded (use --types-from "
+                         "a captured sys/ tree); until then they show as layout passthrough")  # fmt: skip
 
     @app.command("import", epilog="Example: vgpuadm snapshot host.tar.gz && vgpuadm sim import host.tar.gz /tmp/h")
     def import_cmd(
