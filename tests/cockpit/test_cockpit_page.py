@@ -244,7 +244,10 @@ def test_a_pending_journal_offers_reconcile(cockpit, vms, libvirtd) -> None:
     assert "fail: an interrupted change is pending: " in "\n".join(warnings)
     assert any(
         w.startswith("warn: mdev ")
-        and w.endswith(" is owned by no domain (vgpuadm reconcile --fix (removes it), or give it to a VM)")
+        and w.endswith(
+            " is owned by no domain (vgpuadm recover first (the interrupted change may have made it); if "
+            "it is still here, vgpuadm reconcile --fix (removes it), or give it to a VM)"
+        )
         for w in warnings
     ), warnings
     ck.shot("p4-pending-journal")
