@@ -165,8 +165,8 @@ def test_the_page_shows_the_host_allocates_a_vgpu_and_releases_it(cockpit, vms, 
     page = ck.open()
     ck.shot("p4-loaded")
     assert ck.rows("device-table") == [
-        ["0000:01:00.0", "10de:1bb3", "mdev-pf", "–", "–", "free"],
-        ["0000:02:00.0", "10de:1bb3", "mdev-pf", "–", "–", "free"],
+        ["0000:01:00.0", "Tesla P4", "mdev-pf", "–", "–", "free"],
+        ["0000:02:00.0", "Tesla P4", "mdev-pf", "–", "–", "free"],
     ]
     assert page.inner_text("#summary [data-key='GPUs'] dd") == "2"
     assert ck.rows("vm-table", lambda r: r[0] == web) == [[web, "shut off", "–", ""]]
@@ -197,9 +197,9 @@ def test_the_page_shows_the_host_allocates_a_vgpu_and_releases_it(cockpit, vms, 
     assert inactive_hostdevs(conn, web) == [uuid]
     assert xml.parse_allocations(conn.lookupByName(web).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))[0].uuid == uuid
     assert ck.rows("device-table") == [
-        ["0000:01:00.0", "10de:1bb3", "mdev-pf", "nvidia-63", web, "1 in use"],
+        ["0000:01:00.0", "Tesla P4", "mdev-pf", "nvidia-63", web, "1 in use"],
         [f"  {uuid}", "GRID P4-1Q", "mdev", "nvidia-63", web, "owned"],
-        ["0000:02:00.0", "10de:1bb3", "mdev-pf", "–", "–", "free"],
+        ["0000:02:00.0", "Tesla P4", "mdev-pf", "–", "–", "free"],
     ]
     assert ck.rows("vm-table", lambda r: r[0] == web) == [[web, "shut off", f"nvidia-63 {uuid}", "Release"]]
 
@@ -208,7 +208,7 @@ def test_the_page_shows_the_host_allocates_a_vgpu_and_releases_it(cockpit, vms, 
     ck.shot("p4-released")
     assert mdevs(ck.root) == []
     assert inactive_hostdevs(conn, web) == []
-    assert ck.rows("device-table")[0] == ["0000:01:00.0", "10de:1bb3", "mdev-pf", "–", "–", "free"]
+    assert ck.rows("device-table")[0] == ["0000:01:00.0", "Tesla P4", "mdev-pf", "–", "–", "free"]
 
 
 def test_a_type_that_does_not_fit_shows_vgpuadms_error_and_hint_as_is(cockpit, vms, libvirtd) -> None:
@@ -244,7 +244,10 @@ def test_a_pending_journal_offers_reconcile(cockpit, vms, libvirtd) -> None:
     assert "fail: an interrupted change is pending: " in "\n".join(warnings)
     assert any(
         w.startswith("warn: mdev ")
-        and w.endswith(" is owned by no domain (vgpuadm reconcile --fix (removes it), or give it to a VM)")
+        and w.endswith(
+            " is owned by no domain (vgpuadm recover first (the interrupted change may have made it); if "
+            "it is still here, vgpuadm reconcile --fix (removes it), or give it to a VM)"
+        )
         for w in warnings
     ), warnings
     ck.shot("p4-pending-journal")

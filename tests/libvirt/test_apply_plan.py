@@ -62,7 +62,7 @@ def test_apply_creates_attaches_records_then_is_idempotent(host: tuple[Path, dic
 
     exported = vgpuadm(root, "mdevctl", "export")  # from the domains' metadata
     assert exported.out.splitlines() == sorted(
-        f"wrote /etc/mdevctl.d/0000:01:00.0/{u} (nvidia-63, start=auto)" for u in [*web, db]
+        f"wrote {root}/etc/mdevctl.d/0000:01:00.0/{u} (nvidia-63, start=auto)" for u in [*web, db]
     )
 
     state = tree_state(root)

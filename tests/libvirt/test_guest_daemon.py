@@ -349,8 +349,8 @@ def test_destroy_of_a_passed_through_gpu_gives_it_back(sim_host, cli, conn, doma
     r = cli("--root", str(root), "-c", libvirtd, "destroy", "--vm", vm, "--uuid", "0000:01:00.0")
     assert r.code == 0, r.err
     assert r.out.splitlines() == [
-        f"detached pci 0000:01:00.0 (from {vm})",
-        f"detached pci 0000:01:00.1 on 0000:01:00.0 (from {vm})",
+        f"removed pci 0000:01:00.0 (from {vm})",
+        f"removed pci 0000:01:00.1 on 0000:01:00.0 (from {vm})",
     ]
     assert (hostdevs(conn, vm), metadata(conn, vm)) == ([], None)
     assert os.path.basename(os.readlink(root / "sys/bus/pci/devices/0000:01:00.0/driver")) == "nvidia"

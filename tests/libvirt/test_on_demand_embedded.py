@@ -130,10 +130,10 @@ def test_the_readme_on_demand_example_runs_as_written(sim_host) -> None:
     outputs = [vgpuadm(root, *line.split()[1:]) for line in lines if line.startswith("vgpuadm ")]
     assert [r.code for r in outputs] == [0, 0, 0, 0], [r.err for r in outputs]
     install, create, inventory, status = (r.out for r in outputs)
-    assert install.splitlines()[0] == "wrote /etc/libvirt/hooks/qemu.d/vgpuadm"
+    assert install.splitlines()[0] == f"wrote {root}/etc/libvirt/hooks/qemu.d/vgpuadm"
     assert create.splitlines()[0].endswith("(to web02, made when it starts)")
     assert "On-demand requests" in inventory and mdevs(root) == []
-    assert status.startswith("/etc/libvirt/hooks/qemu.d/vgpuadm: installed, runs ")
+    assert status.startswith(f"{root}/etc/libvirt/hooks/qemu.d/vgpuadm: installed, runs ")
 
 
 def test_passthrough_on_demand_binds_only_while_the_domain_runs(sim_host) -> None:

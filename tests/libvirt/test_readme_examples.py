@@ -1,7 +1,9 @@
 """Every fenced example of README.md, run as written: each ```sh block by bash (`set -e`: any failing command fails
 the test), each ```yaml block as what it is (the plan is applied; the host_vars snippet is the lab's own file), on a
-fresh simulated `mixed` host (VGPUADM_ROOT) whose embedded libvirt (LIBVIRT_DEFAULT_URI, also for `virsh`) has the
-domains the examples name. `vgpuadm` on PATH is this tree's CLI; `.venv`, `bench/`, `ansible/`, `inventory/` are
+fresh simulated `mixed` host (VGPUADM_ROOT) whose embedded libvirt has the domains the examples name, defined by
+the README's own commands (the `for vm in …; done` loop of "Give a VM a GPU"), so its plan runs on the VMs the
+README shows how to define. The "Give a VM a GPU" block itself builds its own host and defines them, as a new user
+does, right after the two first commands. `vgpuadm` on PATH is this tree's CLI; `.venv`, `bench/`, `ansible/`, `inventory/` are
 the repository's, in a scratch working directory.
 
 What does not run here is listed in NOT_HERE with where it does run; a block that is neither run nor listed fails
@@ -19,13 +21,11 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from tests.libvirt.embedded_host import _env, define
-from vgpuadm.sim.profiles import build
-from vgpuadm.virt.conn import embed_uri
+from tests.libvirt.embedded_host import _env
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
-DOMAINS = ("web01", "web02", "ci", "db02")
+MAIN_JOB = "## Give a VM a GPU\n"
 # Commands of README blocks that do not run inside this test, and where they run instead.
 NOT_HERE = {
     "./scripts/install.sh": "CI's install job runs it on a fresh Debian 12 (it uses apt-get)",
@@ -68,8 +68,6 @@ def _ids() -> list[str]:
 @pytest.fixture
 def host(tmp_path: Path) -> dict[str, Path]:
     root = tmp_path / "host"
-    build("mixed", str(root))
-    define(root, *DOMAINS)
     work = tmp_path / "work"
     work.mkdir()
     for name in ("bench", "ansible", "inventory", "scripts", "Vagrantfile"):
@@ -81,12 +79,29 @@ def host(tmp_path: Path) -> dict[str, Path]:
     (bin_dir / "systemctl").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/systemctl.calls\n')
     for script in bin_dir.iterdir():
         script.chmod(0o755)
-    return {"root": root, "work": work, "bin": bin_dir, "tmp": tmp_path}
+    made = {"root": root, "work": work, "bin": bin_dir, "tmp": tmp_path}
+    defined = _run(made, f"vgpuadm sim build mixed {root} >/dev/null\n{define_loop()}")
+    assert defined.returncode == 0, defined.stderr
+    return made
+
+
+def main_job() -> str:
+    """The one ```sh block of "Give a VM a GPU"."""
+    body = README.read_text().split(MAIN_JOB, 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```sh\n(.*?)```", body, re.S)
+    return block
+
+
+def define_loop() -> str:
+    """The README's commands that define its VMs: the `for vm in …` loop through its `done`."""
+    lines = main_job().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("for vm in "))
+    return "\n".join(lines[start : lines.index("done", start) + 1])
 
 
 def _run(host: dict[str, Path], script: str) -> subprocess.CompletedProcess[str]:
-    env = _env({"VGPUADM_ROOT": str(host["root"]), "LIBVIRT_DEFAULT_URI": embed_uri(str(host["root"])),
-                "PATH": f"{host['bin']}:{os.environ['PATH']}", "HOME": str(host["tmp"])})  # fmt: skip
+    env = _env({"VGPUADM_ROOT": str(host["root"]), "PATH": f"{host['bin']}:{os.environ['PATH']}",
+                "HOME": str(host["tmp"])})  # fmt: skip
     return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=host["work"], capture_output=True,
                           text=True, env=env, timeout=900, check=False)  # fmt: skip
 
@@ -134,3 +149,25 @@ def test_every_block_is_run_or_listed() -> None:
     firsts = [text.splitlines()[0] for _, _, text in found]
     for key in BLOCKS_ELSEWHERE:  # no stale entry: each names a block the README has
         assert any(first.startswith(key) for first in firsts), key
+
+
+def test_the_main_job_comes_right_after_the_two_first_commands() -> None:
+    """The README opens with exactly two commands, then "Give a VM a GPU": define VMs, create, show, destroy,
+    passthrough, release."""
+    (first, *_), text = blocks(), README.read_text()
+    assert first[2] == "./scripts/install.sh && .venv/bin/vgpuadm demo\n./scripts/test.sh\n"
+    headings = [line for line in text.split("```", 2)[2].splitlines() if line.startswith("## ")]
+    assert headings[0] + "\n" == MAIN_JOB
+    verbs = [line.split()[1] for line in main_job().splitlines() if line.startswith("vgpuadm ")]
+    assert verbs == ["sim", "create", "show", "destroy", "passthrough", "release"]
+    assert 'virsh -c "qemu:///embed?root=$VGPUADM_ROOT/var/lib/vgpuadm/libvirt" define' in define_loop()
+
+
+def test_the_lab_prefixes_its_vm_names_by_default() -> None:
+    """The Ansible lab shares the system libvirtd: its VMs are `lab-<name>` unless vgpuadm_vm_prefix says otherwise,
+    and the README's lab defines them under those names and says so."""
+    group = YAML(typ="safe", pure=True).load((REPO / "inventory/group_vars/gpu_hosts.yml").read_text())
+    assert group["vgpuadm_vm_prefix"] == "lab-"
+    (lab,) = [text for _, _, text in blocks() if text.startswith("# install the collection where Ansible")]
+    assert "<name>lab-%s</name>" in lab
+    assert "`vgpuadm_vm_prefix` (`lab-` by default" in README.read_text()

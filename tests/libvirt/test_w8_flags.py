@@ -13,6 +13,7 @@ from pathlib import Path
 from tests.libvirt.embedded_host import _env, define, mdevs, vgpuadm
 from vgpuadm.schemas import validate
 from vgpuadm.sim.profiles import build
+from vgpuadm.virt.conn import embed_uri
 
 PLAN = "version: 1\nvms:\n  fl-web01: {type: nvidia-63, count: 2}\n"
 
@@ -45,6 +46,33 @@ def test_apply_reads_the_plan_from_stdin_with_the_file_limit(tmp_path: Path) -> 
     assert bad.returncode == 2 and bad.stderr.decode().startswith("error: <stdin>:3: vms.fl-web01")
 
 
+def _bash(root: Path, script: str, data: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    vgpuadm_cmd = f"{sys.executable} -m vgpuadm --root {root}"
+    return subprocess.run(["bash", "-c", script.replace("vgpuadm", vgpuadm_cmd)], input=data, capture_output=True,
+                          env=_env(), timeout=300, check=False)  # fmt: skip
+
+
+def test_apply_reads_dev_stdin_and_process_substitution_like_dash(tmp_path: Path) -> None:
+    """`-f /dev/stdin` and the shell's `-f <(…)` are pipes this process holds: read like `-f -`, same limit; a
+    named FIFO stays refused (test_hardening)."""
+    root = _host(tmp_path, "fl-web01")
+    want = b"+ fl-web01: nvidia-63 \xc3\x972\nwould run 3 step(s); nothing was changed (--check)\n"
+    piped = _bash(root, "vgpuadm apply -f /dev/stdin --check", PLAN.encode())
+    assert (piped.returncode, piped.stderr, piped.stdout) == (0, b"", want)
+    sub = _bash(root, f"vgpuadm apply -f <(printf '{PLAN}') --check")
+    assert (sub.returncode, sub.stderr, sub.stdout) == (0, b"", want)
+    bad = _bash(root, "vgpuadm apply -f <(printf 'version: 1\\nvms: 3\\n') --check")
+    assert (bad.returncode, bad.stderr.decode().splitlines()[0]) == (
+        2,
+        "error: /dev/fd/63:2: vms: must be an object, not 3",
+    )
+    big = _bash(root, "vgpuadm apply -f /dev/stdin --check", b"#" * (4 * 1024 * 1024 + 1))
+    assert (big.returncode, big.stderr.decode().splitlines()[0]) == (
+        2,
+        "error: plan /dev/stdin is over the 4 MiB limit",
+    )
+
+
 def test_create_total_is_the_vms_total_and_count_still_works(tmp_path: Path) -> None:
     root = _host(tmp_path, "fl-web02")
     assert vgpuadm(root, "create", "--type", "nvidia-63", "--vm", "fl-web02", "--total", "2").code == 0
@@ -66,8 +94,29 @@ def test_connect_and_root_after_the_subcommand_and_give_back(tmp_path: Path) -> 
                        capture_output=True, text=True, env=_env(), timeout=300, check=False)  # fmt: skip
     assert (r.returncode, r.stdout) == (0, before.out), r.stderr
     gone = vgpuadm(root, "give-back", "--vm", "fl-web03")
-    assert (gone.code, gone.out) == (0, f"detached mdev nvidia-63 {u} on 0000:01:00.0 (from fl-web03)\n")
+    assert (gone.code, gone.out) == (0, f"removed mdev nvidia-63 {u} on 0000:01:00.0 (from fl-web03)\n")
     assert mdevs(root) == []
+
+
+def test_guest_changes_print_one_line_per_device_xml_on_request_and_nothing_with_q(tmp_path: Path) -> None:
+    """`create` says what it attached (the <hostdev> XML only with -v/--show-xml), `-q` says nothing, `destroy`
+    says "removed" (it detaches and removes), `release` "released"; --json is unchanged by either flag."""
+    root = _host(tmp_path, "fl-web04", "fl-web05")
+    made = vgpuadm(root, "create", "--type", "nvidia-63", "--vm", "fl-web04")
+    [u] = mdevs(root)
+    assert (made.code, made.out) == (0, f"attached mdev nvidia-63 {u} on 0000:01:00.0 (to fl-web04)\n")
+    xml = vgpuadm(root, "create", "--type", "nvidia-63", "--vm", "fl-web05", "-v")
+    v = next(m for m in mdevs(root) if m != u)
+    assert xml.out.splitlines()[:3] == [f"attached mdev nvidia-63 {v} on 0000:01:00.0 (to fl-web05)", "",
+                                        f"hostdev XML added to fl-web05 ({embed_uri(str(root))}):"]  # fmt: skip
+    assert f'<address uuid="{v}"/>' in xml.out
+    gone = vgpuadm(root, "destroy", "--vm", "fl-web04")
+    assert (gone.code, gone.out) == (0, f"removed mdev nvidia-63 {u} on 0000:01:00.0 (from fl-web04)\n")
+    quiet = [vgpuadm(root, "create", "--type", "nvidia-63", "--vm", "fl-web04", "-q"),
+             vgpuadm(root, "destroy", "--vm", "fl-web04", "--quiet")]  # fmt: skip
+    assert [(r.code, r.out, r.err) for r in quiet] == [(0, "", "")] * 2
+    plain = json.loads(vgpuadm(root, "create", "--type", "nvidia-63", "--vm", "fl-web04", "--json").out)
+    assert plain["hostdevs"] and validate("guest", plain) is None
 
 
 def test_inventory_domain_xml_dir_and_its_old_name(tmp_path: Path) -> None:

@@ -85,7 +85,8 @@ def test_a100_layout_b_follows_virtfn_links(hosts):
     assert (mig.profile, mig.attributes["mig_slices"], mig.framebuffer_mib, mig.max_instances) == (
         "A100-2-10C", 2, 10240, 3
     )  # fmt: skip
-    assert {t.available_instances for t in s.types()} == {1}
+    assert {t.available_instances for t in s.types() if "mig_slices" not in t.attributes} == {1}
+    assert {t.available_instances for t in s.types() if "mig_slices" in t.attributes} == {0}  # MIG is off
     assert s.physical_gpu(vfs[5]) == "0000:41:00.0"
 
 

@@ -116,17 +116,39 @@ def test_doctor_text_and_json(tmp_path: Path, case: str) -> None:
 
 
 def test_doctor_reports_a_leak_by_its_uuid_and_the_fix(tmp_path: Path) -> None:
+    """The fix of a leak is `reconcile --fix`; while an interrupted change is pending (it may have made the device)
+    it is `recover` first, the command the journal check names too."""
     root = tmp_path / "host"
     build("p4", str(root))
     _plant_problems_p4(root)
     doc = json.loads(_doctor(root, "--json").stdout)
     checks = {c["check"]: c for c in doc["checks"]}
+    fix = "vgpuadm reconcile --fix (removes it), or give it to a VM"
     assert checks[f"leak {LEAK}"] == {
         "check": f"leak {LEAK}", "status": "warn", "detail": f"mdev {LEAK} (nvidia-63 on 0000:01:00.0) is owned by no domain",
-        "hint": "vgpuadm reconcile --fix (removes it), or give it to a VM",
+        "hint": f"vgpuadm recover first (the interrupted change may have made it); if it is still here, {fix}",
     }  # fmt: skip
     assert checks["journal"]["status"] == "fail"
+    assert checks["journal"]["hint"] == "vgpuadm recover (rolls it back; --finish completes it)"
     assert checks["acs"]["status"] == "warn"
+    (root / "var/lib/vgpuadm/journal.json").unlink()
+    checks = {c["check"]: c for c in json.loads(_doctor(root, "--json").stdout)["checks"]}
+    assert checks[f"leak {LEAK}"]["hint"] == fix
+
+
+def test_recover_and_reconcile_state_their_split() -> None:
+    """One home for a journal's rollback: `recover`, which every "interrupted change" message names; `reconcile`'s
+    help says it runs it first and is about leaks."""
+    helps = {verb: " ".join(subprocess.run([sys.executable, "-m", "vgpuadm", verb, "--help"], capture_output=True,
+                                           text=True, check=True).stdout.split()) for verb in ("recover", "reconcile")}  # fmt: skip
+    assert "`vgpuadm reconcile` runs it too, then looks for leaked devices" in helps["recover"]
+    assert (
+        "List devices that no domain owns (leaks; --fix removes them). It first does what `vgpuadm recover`"
+        in helps["reconcile"]
+    )
+    readme = (REPO / "README.md").read_text()
+    assert "refuses to run until `vgpuadm recover` rolls it back" in readme
+    assert "`vgpuadm reconcile` rolls" not in readme and "rolled back by `vgpuadm reconcile`" not in readme
 
 
 def test_doctor_on_a_missing_root_is_one_error(tmp_path: Path) -> None:

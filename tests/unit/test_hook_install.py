@@ -40,14 +40,14 @@ def test_install_writes_qemu_d_once_0755_then_nothing_to_do(tmp_path: Path, cli)
     assert stat.S_IMODE((root / HOOKS / "qemu.d").stat().st_mode) == 0o755
     command = f"{sys.executable} -m vgpuadm --root {root}"
     assert r.out.splitlines() == [
-        "wrote /etc/libvirt/hooks/qemu.d/vgpuadm",
+        f"wrote {root}/etc/libvirt/hooks/qemu.d/vgpuadm",
         f"why there: libvirt {LIBVIRT} runs every script in hooks/qemu.d/ (since 6.5.0)",
         f"it runs: {command} hook run DOMAIN OPERATION SUB-OPERATION -",
         "next: systemctl reload libvirtd (or virtqemud): libvirt looks for hook scripts when it starts and on reload",
     ]
     assert f'    exec {command} hook run "$1" "$2" "$3" -\n' in path.read_text()
     r = cli("--root", str(root), "hook", "install")
-    assert r.out == "nothing to do: /etc/libvirt/hooks/qemu.d/vgpuadm is installed and current\n"
+    assert r.out == f"nothing to do: {root}/etc/libvirt/hooks/qemu.d/vgpuadm is installed and current\n"
     r = cli("--root", str(root), "hook", "status", "--json")
     doc = json.loads(r.out)
     assert (doc["installed"], doc["current"], doc["path"], doc["chained"]) == (
@@ -58,9 +58,9 @@ def test_install_writes_qemu_d_once_0755_then_nothing_to_do(tmp_path: Path, cli)
     assert cli("--root", str(root), "hook", "install").out.startswith("wrote ")
     assert stat.S_IMODE(path.stat().st_mode) == 0o755
     r = cli("--root", str(root), "hook", "uninstall")
-    assert r.out.splitlines()[0] == "removed /etc/libvirt/hooks/qemu.d/vgpuadm" and not path.exists()
+    assert r.out.splitlines()[0] == f"removed {root}/etc/libvirt/hooks/qemu.d/vgpuadm" and not path.exists()
     r = cli("--root", str(root), "hook", "uninstall")
-    assert r.out == "nothing to do: /etc/libvirt/hooks/qemu.d/vgpuadm is not installed\n"
+    assert r.out == f"nothing to do: {root}/etc/libvirt/hooks/qemu.d/vgpuadm is not installed\n"
 
 
 def test_a_libvirt_older_than_6_5_gets_the_single_script_and_qemu_d_can_still_be_asked_for(tmp_path: Path, cli) -> None:
@@ -97,8 +97,8 @@ def test_single_script_chains_the_existing_qemu_hook_and_uninstall_puts_it_back(
     r = cli("--root", str(root), "hook", "install", "--single-script")
     assert r.code == 0, r.err
     assert r.out.splitlines()[:1] + r.out.splitlines()[2:3] == [
-        "wrote /etc/libvirt/hooks/qemu",
-        "and then the script that was there before, kept as /etc/libvirt/hooks/qemu.vgpuadm-chained",
+        f"wrote {root}/etc/libvirt/hooks/qemu",
+        f"and then the script that was there before, kept as {root}/etc/libvirt/hooks/qemu.vgpuadm-chained",
     ]
     assert (hooks / "qemu.vgpuadm-chained").read_text() == theirs
     assert stat.S_IMODE((hooks / "qemu.vgpuadm-chained").stat().st_mode) == 0o755
@@ -114,8 +114,8 @@ def test_single_script_chains_the_existing_qemu_hook_and_uninstall_puts_it_back(
     r = cli("--root", str(root), "hook", "uninstall")
     assert r.code == 0, r.err
     assert r.out.splitlines()[:2] == [
-        "removed /etc/libvirt/hooks/qemu",
-        "and put back the script it chained (/etc/libvirt/hooks/qemu.vgpuadm-chained) as /etc/libvirt/hooks/qemu",
+        f"removed {root}/etc/libvirt/hooks/qemu",
+        f"and put back the script it chained ({root}/etc/libvirt/hooks/qemu.vgpuadm-chained) as {root}/etc/libvirt/hooks/qemu",
     ]
     assert sorted(os.listdir(hooks)) == ["qemu"] and (hooks / "qemu").read_text() == theirs
 
@@ -132,7 +132,7 @@ def test_a_foreign_file_is_never_overwritten_or_removed(tmp_path: Path, cli) -> 
         "error: /etc/libvirt/hooks/qemu is not vgpuadm's and /etc/libvirt/hooks/qemu.vgpuadm-chained exists already"
     )
     r = cli("--root", str(root), "hook", "uninstall")
-    assert r.out == "nothing to do: /etc/libvirt/hooks/qemu.d/vgpuadm is not installed\n"
+    assert r.out == f"nothing to do: {root}/etc/libvirt/hooks/qemu.d/vgpuadm is not installed\n"
     assert (hooks / "qemu.d" / "vgpuadm").read_text() == "#!/bin/sh\n# someone else's\n"
 
 

@@ -123,3 +123,10 @@ def test_not_an_inventory_and_missing_file(reports, cli, tmp_path):
     (tmp_path / "list.json").write_text("[]")
     r = cli("inventory", "merge", str(tmp_path / "list.json"))
     assert r.err.splitlines()[0] == f'error: {tmp_path / "list.json"} is not a vgpuadm inventory (no "schema" field)'
+
+
+def test_a_fleet_of_one_host_says_host(reports, cli):
+    """`Fleet: 1 host`, `vGPU fleet report: 1 host` — never "1 hosts"."""
+    assert _merge(cli, reports[0]).out.splitlines()[0].rstrip() == "Fleet: 1 host"
+    html = _merge(cli, reports[0], "--format", "html").out
+    assert "vGPU fleet report: 1 host<" in html and "1 hosts" not in html

@@ -67,8 +67,8 @@ def test_export_is_read_back_by_mdevctl(sim_host: Callable[[str], Path], cli: Ca
     res = cli("--root", str(root), "mdevctl", "export", "--from-host")
     assert res.code == 0, res.err
     assert res.out.splitlines() == [
-        f"wrote /etc/mdevctl.d/0000:01:00.0/{U1} (nvidia-63, start=auto)",
-        f"wrote /etc/mdevctl.d/0000:01:00.0/{U2} (nvidia-63, start=auto)",
+        f"wrote {root}/etc/mdevctl.d/0000:01:00.0/{U1} (nvidia-63, start=auto)",
+        f"wrote {root}/etc/mdevctl.d/0000:01:00.0/{U2} (nvidia-63, start=auto)",
     ]
     assert (root / f"etc/mdevctl.d/0000:01:00.0/{U1}").read_text() == MDEVCTL_WROTE
     assert cli("--root", str(root), "mdevctl", "export", "--from-host").out.startswith("unchanged ")

@@ -33,13 +33,13 @@ def test_export_output_is_unchanged(sim_host: Callable[[str], Path], cli: Callab
     res = cli("--root", str(root), "mdevctl", "export", "--from-host")
     assert res.code == 0, res.err
     assert res.out.splitlines() == [
-        f"wrote /etc/mdevctl.d/{PARENT}/{U1} (nvidia-63, start=auto)",
-        f"wrote /etc/mdevctl.d/{PARENT}/{U2} (nvidia-63, start=auto)",
+        f"wrote {root}/etc/mdevctl.d/{PARENT}/{U1} (nvidia-63, start=auto)",
+        f"wrote {root}/etc/mdevctl.d/{PARENT}/{U2} (nvidia-63, start=auto)",
     ]
     (root / f"etc/mdevctl.d/{PARENT}/{U2}").unlink()
     assert cli("--root", str(root), "mdevctl", "export", "--from-host").out.splitlines() == [
-        f"unchanged /etc/mdevctl.d/{PARENT}/{U1} (nvidia-63, start=auto)",
-        f"wrote /etc/mdevctl.d/{PARENT}/{U2} (nvidia-63, start=auto)",
+        f"unchanged {root}/etc/mdevctl.d/{PARENT}/{U1} (nvidia-63, start=auto)",
+        f"wrote {root}/etc/mdevctl.d/{PARENT}/{U2} (nvidia-63, start=auto)",
     ]
     assert not (root / JOURNAL).exists()
 

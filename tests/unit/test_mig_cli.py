@@ -65,7 +65,7 @@ def test_mig_profiles_and_status_json(cli, h200):
     assert {r["name"]: (r["free"], r["total"]) for r in doc}["3g.71gb"] == (0, 2)  # 0 and 4 both overlap
     status = json.loads(cli("--root", str(h200), "mig", "status", "--json").out)
     validate("mig-status", status)
-    assert status == [{"gpu_index": 0, "address": "0000:18:00.0", "product": "h200-mig", "mig_current": "Enabled",
+    assert status == [{"gpu_index": 0, "address": "0000:18:00.0", "product": "NVIDIA H200", "mig_current": "Enabled",
                        "mig_pending": "Enabled", "virtualization_mode": "Host VGPU", "host_vgpu_mode": "SR-IOV",
                        "instances": 2}]  # fmt: skip
 
@@ -80,6 +80,21 @@ def test_mig_without_nvidia_smi_is_one_line(cli, tmp_path, monkeypatch):
 
 
 BOARDS = {"h200-mig": "0000:18:00.0", "a100d-mig": "0000:41:00.0", "rtxpro6000-mig": "0000:81:00.0"}
+
+
+PRODUCTS = {"h200-mig": "NVIDIA H200", "a100d-mig": "NVIDIA A100 80GB PCIe",
+            "rtxpro6000-mig": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}  # fmt: skip
+
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_simulated_nvidia_smi_names_the_board_not_the_profile(board, tmp_path):
+    """nvidia-smi's Product Name is the board's (the real H200 prints `NVIDIA H200`), never the simulated profile."""
+    build(board, str(tmp_path / "h"))
+    smi = str(tmp_path / "h/usr/bin/nvidia-smi")
+    text = subprocess.run([smi, "-q"], check=True, capture_output=True, text=True).stdout
+    xml = subprocess.run([smi, "-q", "-x"], check=True, capture_output=True, text=True).stdout
+    assert f"    Product Name                          : {PRODUCTS[board]}\n" in text
+    assert f"<product_name>{PRODUCTS[board]}</product_name>" in xml and board not in text + xml
 
 
 def _enable(cli, root: Path, gpu: str) -> None:
@@ -168,7 +183,7 @@ def test_mig_on_a_gpu_without_mig(cli, tmp_path):
     del model["mig"]["0000:18:00.0"]
     marker.write_text(json.dumps(model))
     r = cli("--root", str(tmp_path / "h"), "mig", "enable", "--gpu", "0000:18:00.0")
-    assert r.code == 2 and r.err.splitlines()[0] == "error: 0000:18:00.0 (h200-vendor-vfio) has no MIG"
+    assert r.code == 2 and r.err.splitlines()[0] == "error: 0000:18:00.0 (NVIDIA H200) has no MIG"
 
 
 def test_readme_mig_example_runs_as_written(cli, tmp_path, monkeypatch):

@@ -102,9 +102,25 @@ def test_promtool_accepts_the_textfile(busy, cli):
 def test_table_marks_leaks(busy, cli):
     r = cli(*busy)
     assert r.code == 0, r.err
-    assert "*unowned* (leak)" in r.out
+    assert "unowned (leak)" in r.out and "*unowned*" not in r.out
     assert "0000:01:00.0: 6, 0000:02:00.0: 0" in r.out  # nvidia-63: where more fit
     assert "Allocations whose device is missing" in r.out and U[5] in r.out
+
+
+def test_gpu_tables_name_each_gpus_model(busy, cli):
+    """The terminal and HTML GPU tables have the model (pci.ids, as `vgpuadm gpus` shows it), and the JSON has it
+    for them (and Cockpit); the old reports without it still validate and render."""
+    r = cli(*busy, "--plain")
+    lines = r.out.splitlines()
+    assert lines[0].startswith("gpu\tmodel\tlayout\t")
+    assert [line.split("\t")[:2] for line in lines[1:3]] == [["0000:01:00.0", "Tesla P4"], ["0000:02:00.0", "Tesla P4"]]
+    doc = json.loads(cli(*busy, "--format", "json").out)
+    assert [g["model"] for g in doc["gpus"]] == ["Tesla P4", "Tesla P4"]
+    html = cli(*busy, "--format", "html").out
+    assert "<th>model</th>" in html and "<td>Tesla P4</td>" in html
+    for g in doc["gpus"]:
+        del g["model"]
+    validate("inventory-v1", doc)
 
 
 def test_output_file_is_written_whole(busy, cli, tmp_path):

@@ -151,3 +151,21 @@ def test_blackwell_time_sliced_mig_backed_vgpus_share_one_instance(tmp_path):
     with pytest.raises(OSError) as exc:
         kernel.write(f"{vfs[3]}/nvidia/current_vgpu_type", "2005\n")
     assert exc.value.errno == errno.EIO
+
+
+def test_a100_40gb_refuses_mig_backed_types_while_mig_is_off(tmp_path):
+    """The a100-mdev-vf board, like the driver, lists its MIG-backed types (A100-1-5C …) with no free instance and
+    refuses to create one while MIG is off; its time-sliced types stay creatable."""
+    build("a100-mdev-vf", str(tmp_path))
+    types = tmp_path / "sys/bus/pci/devices/0000:41:00.4/mdev_supported_types"
+    assert (types / "nvidia-474/available_instances").read_text() == "0\n"
+    assert (types / "nvidia-468/available_instances").read_text() == "1\n"
+    kernel = SimKernel(str(tmp_path))
+    with pytest.raises(OSError) as exc:
+        kernel.write("/sys/bus/pci/devices/0000:41:00.4/mdev_supported_types/nvidia-474/create",
+                     "0a0a0a0a-0000-4000-8000-000000000474")  # fmt: skip
+    assert exc.value.errno == errno.EINVAL
+    kernel.write("/sys/bus/pci/devices/0000:41:00.4/mdev_supported_types/nvidia-468/create",
+                 "0a0a0a0a-0000-4000-8000-000000000468")  # fmt: skip
+    (gpu,) = parse_query_xml(smi(tmp_path, "-q", "-x").stdout.encode())
+    assert (gpu.address, gpu.product, gpu.mig_current) == ("0000:41:00.0", "NVIDIA A100-PCIE-40GB", "Disabled")

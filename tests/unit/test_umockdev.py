@@ -11,6 +11,8 @@ import pytest
 from vgpuadm.errors import UsageError
 from vgpuadm.host.umockdev import load, parse, unescape
 
+REPO = Path(__file__).resolve().parents[2]
+
 RECORD = """P: /devices/pci0000:00/0000:00:03.0/0000:08:00.0
 E: SUBSYSTEM=pci
 E: DRIVER=nvidia
@@ -124,3 +126,17 @@ def test_import_command_errors(tmp_path, cli):
 def test_import_help_has_example(cli, capsys):
     r = cli("sim", "import-umockdev", "--help")
     assert r.code == 0 and "Example: vgpuadm sim import-umockdev" in capsys.readouterr().out
+
+
+def test_import_names_vfs_whose_types_were_not_recorded(tmp_path, cli):
+    """umockdev records no vGPU types: the A2's VFs without an mdev would show as plain passthrough functions with
+    nothing said. The import says so and what to do; with --types-from every VF is an mdev parent, and nothing is said."""
+    recording = str(REPO / "tests/data/harvester-a2/vgpu-node.umockdev")
+    bare = cli("sim", "import-umockdev", recording, str(tmp_path / "bare"))
+    assert (bare.code, bare.err) == (0, "warning: 13 NVIDIA VF(s) (0000:08:00.5 …): types not recorded (use "
+                                        "--types-from a captured sys/ tree); until then they show as layout "
+                                        "passthrough\n")  # fmt: skip
+    typed = cli("sim", "import-umockdev", recording, str(tmp_path / "typed"), "--types-from",
+                str(REPO / "tests/data/harvester-a2/testdata-sys"))  # fmt: skip
+    assert (typed.code, typed.err) == (0, "")
+    assert typed.out.startswith("imported 1188 devices, 16 mdev parents, 3 mdevs")

@@ -21,6 +21,7 @@ from vgpuadm.ops.unit import vgpuadm_command
 ANALYZE = "/usr/bin/systemd-analyze"
 needs_analyze = pytest.mark.skipif(not os.access(ANALYZE, os.X_OK), reason="systemd-analyze is not installed")
 UNIT = "etc/systemd/system/vgpuadm-restore.service"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def cli(*argv: str) -> tuple[int, str, str]:
@@ -47,15 +48,22 @@ def test_install_writes_the_unit_once_then_nothing_to_do(tmp_path: Path) -> None
     assert not (root / UNIT).exists()
     code, out, err = cli("--root", str(root), "unit", "install")
     assert code == 0, err
-    assert out.splitlines()[0] == "wrote /etc/systemd/system/vgpuadm-restore.service"
-    assert out.splitlines()[-1] == "next: systemctl daemon-reload && systemctl enable vgpuadm-restore.service"
+    command = vgpuadm_command()
+    line = f"ExecStart={' '.join(command)} restore --domain-xml-dir /etc/libvirt/qemu --timeout 120"
+    assert out.splitlines() == [  # the file itself (under --root) and the unit's real ExecStart line
+        f"wrote {root}/etc/systemd/system/vgpuadm-restore.service",
+        f"the unit runs: {line}",
+        "next: systemctl daemon-reload && systemctl enable vgpuadm-restore.service",
+    ]
     path = root / UNIT
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o755
-    command = vgpuadm_command()
     assert os.path.isabs(command[0]) and os.access(command[0], os.X_OK)
-    exec_start = [line for line in path.read_text().splitlines() if line.startswith("ExecStart=")]
-    assert exec_start == [f"ExecStart={' '.join(command)} restore --domain-xml-dir /etc/libvirt/qemu --timeout 120"]
+    exec_start = [x for x in path.read_text().splitlines() if x.startswith("ExecStart=")]
+    assert exec_start == [line]
+    [docs] = [x for x in path.read_text().splitlines() if x.startswith("Documentation=")]
+    assert docs == f"Documentation=file://{REPO}/README.md"  # the README this vgpuadm has, not a made-up web page
+    assert (REPO / "README.md").is_file()
     assert "ExecStart=/usr/bin/vgpuadm" not in path.read_text()
     assert not (root / "var/lib/vgpuadm/journal.json").exists()
     text = path.read_text()
@@ -66,12 +74,12 @@ def test_install_writes_the_unit_once_then_nothing_to_do(tmp_path: Path) -> None
     code, out, _ = cli("--root", str(root), "unit", "status")
     assert (code, out) == (
         0,
-        f"/etc/systemd/system/vgpuadm-restore.service: installed, ExecStart runs {' '.join(command)}\n",
+        f"{root}/etc/systemd/system/vgpuadm-restore.service: installed, {line}\n",
     )
     assert cli("--root", str(root), "unit", "uninstall")[0] == 0
     assert not path.exists()
     code, out, _ = cli("--root", str(root), "unit", "uninstall")
-    assert out.splitlines()[0] == "nothing to do: /etc/systemd/system/vgpuadm-restore.service is not installed"
+    assert out.splitlines()[0] == f"nothing to do: {root}/etc/systemd/system/vgpuadm-restore.service is not installed"
 
 
 def test_command_is_the_console_script_or_this_interpreter(tmp_path: Path) -> None:

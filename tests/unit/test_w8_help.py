@@ -52,3 +52,10 @@ def test_apply_help_example_checks_where_it_says_it_checks(cli, capsys):
     text = " ".join(_help(cli, capsys, "apply").split())
     assert "Example: vgpuadm apply -f plan.yaml --check (shows the diff, changes nothing;" in text
     assert "cat plan.yaml | vgpuadm apply -f -" in text
+
+
+def test_top_level_help_names_every_sharing_mode(cli, capsys):
+    """`vgpuadm --help` names every way it gives a VM a GPU (modes/: mdev, vf, MIG, VF pools, virtio-gl, passthrough)."""
+    text = " ".join(_help(cli, capsys).split()).replace("MIG- backed", "MIG-backed")  # click wraps at a hyphen
+    assert ("Give GPUs to libvirt/KVM guests: mdev vGPUs, NVIDIA vendor-VFIO VFs, MIG-backed vGPUs, SR-IOV VF pools "
+            "(AMD, Intel), virtio-gpu with 3D (virtio-gl) and whole-GPU passthrough.") in text  # fmt: skip

@@ -44,6 +44,7 @@ MODULES = (
 SUB_APPS = ("sim", "inventory")  # modules with build_app() (a typer sub-app), not register(app)
 WHOLE_TREE = ("man",)  # commands that read the whole command tree (the man page renders every command)
 GLOBAL_VALUE_OPTIONS = ("--root", "--connect", "-c", "--wait")  # the root callback's options that take a value
+GLOBAL_FLAGS = ("--no-wait", "--plain", "--no-headers")  # and its flags
 
 
 def command_word(argv: Sequence[str]) -> str | None:
@@ -55,7 +56,7 @@ def command_word(argv: Sequence[str]) -> str | None:
         if arg in GLOBAL_VALUE_OPTIONS:
             i += 2
         elif arg.startswith("-"):
-            if arg == "--" or not (arg.startswith(tuple(o + "=" for o in GLOBAL_VALUE_OPTIONS)) or arg == "--no-wait"):
+            if arg == "--" or not (arg.startswith(tuple(o + "=" for o in GLOBAL_VALUE_OPTIONS)) or arg in GLOBAL_FLAGS):
                 return None  # --help, --version, completion options, a typo: the whole app answers them
             i += 1
         else:
@@ -87,7 +88,8 @@ def build_app(only: "Sequence[str] | None" = None) -> "Any":
 
     app = typer.Typer(
         name="vgpuadm",
-        help="Give GPUs to libvirt/KVM guests: mdev vGPUs, NVIDIA vendor-VFIO VFs and whole-GPU passthrough.",
+        help="Give GPUs to libvirt/KVM guests: mdev vGPUs, NVIDIA vendor-VFIO VFs, MIG-backed vGPUs, SR-IOV VF pools "
+        "(AMD, Intel), virtio-gpu with 3D (virtio-gl) and whole-GPU passthrough.",
         epilog=EPILOG,
         no_args_is_help=True,
         add_completion=True,  # --install-completion / --show-completion; values: cli/completion.py
@@ -121,6 +123,9 @@ def build_app(only: "Sequence[str] | None" = None) -> "Any":
             "vgpuadm holds (default 30; it says at once whom it waits for).",
         ),
         no_wait: bool = typer.Option(False, "--no-wait", help="Fail at once when another vgpuadm holds the lock."),
+        plain: bool = typer.Option(False, "--plain", help="Tables as tab-separated lines, every column, no box "
+                                   "drawing (for awk, grep, cut)."),
+        no_headers: bool = typer.Option(False, "--no-headers", help="Tables without their column names."),
         _show_version: bool = typer.Option(
             False, "--version", is_eager=True, callback=_version, help="Print the version and exit."
         ),
@@ -133,6 +138,7 @@ def build_app(only: "Sequence[str] | None" = None) -> "Any":
         if no_wait and wait:
             raise UsageError("--wait and --no-wait disagree", "give one of them")
         api.set_lock_policy(0 if no_wait else wait, console.warn, ("vgpuadm", *(ctx.obj or {}).get("argv", ())))
+        console.plain, console.headers = plain, not no_headers
         ctx.obj = {"root": root, "connect": connect, "console": console}
 
     json_opt = typer.Option(False, "--json", help="Print JSON (validated by vgpuadm/schemas/*.schema.json).")
@@ -149,10 +155,11 @@ def build_app(only: "Sequence[str] | None" = None) -> "Any":
                                 metavar="BDF", callback=ids.bdf),
         available: bool = typer.Option(False, "--available", help="Only types with free instances."),
         type_name: str = typer.Option(None, "--type", help="Only this type (id, name or profile).", metavar="T"),
+        per_vf: bool = typer.Option(False, "--per-vf", help="One row per parent (each VF), not per GPU."),
         as_json: bool = json_opt,
     ) -> None:  # fmt: skip
-        """List vGPU types per parent (mdev types and NVIDIA vendor-VFIO types)."""
-        read.types(ctx.obj["console"], ctx.obj["root"], gpu, available, as_json, type_name)
+        """List vGPU types per GPU (mdev types and NVIDIA vendor-VFIO types); --per-vf per parent, --json always."""
+        read.types(ctx.obj["console"], ctx.obj["root"], gpu, available, as_json, type_name, per_vf)
 
     @app.command("devices", epilog="Example: vgpuadm devices --vm web01 · vgpuadm devices --json --owners")
     def devices_cmd(
@@ -166,7 +173,7 @@ def build_app(only: "Sequence[str] | None" = None) -> "Any":
                                     "libvirt; the table always shows it)."),
         as_json: bool = json_opt,
     ) -> None:  # fmt: skip
-        """List existing vGPUs (mdevs and typed vendor-VFIO VFs) and the VM owning each, or *unassigned*."""
+        """List existing vGPUs (mdevs and typed vendor-VFIO VFs) and the VM owning each, or unowned."""
         read.devices(ctx.obj["console"], ctx.obj["root"], as_json, connect=ctx.obj.get("connect"),
                      owners=owners or not as_json, vm=vm, gpu=gpu, uuid=uuid, type_=type_name)  # fmt: skip
 
@@ -191,7 +198,7 @@ def build_app(only: "Sequence[str] | None" = None) -> "Any":
     return app
 
 
-LATE_OPTIONS = ("connect", "root")  # global options also accepted after the subcommand
+LATE_OPTIONS = ("connect", "root", "plain", "no_headers")  # global options also accepted after the subcommand
 VALUE_METAVARS: "dict[object, str]" = {int: "N", float: "SECONDS", "int": "N", "float": "SECONDS"}
 
 
@@ -214,7 +221,8 @@ def finish_tree(command: "Any", late: "dict[str, Any] | None" = None) -> "Any":
     if hasattr(command, "commands"):
         for sub in command.commands.values():
             finish_tree(sub, late)
-        return command
+        if not getattr(command, "invoke_without_command", False):
+            return command  # a group that runs itself (`vgpuadm inventory`) takes them like a command
     have = {o for p in command.params if p.param_type_name == "option" for o in p.opts}
     for name, option in late.items():
         if have.isdisjoint(option.opts):
@@ -223,12 +231,19 @@ def finish_tree(command: "Any", late: "dict[str, Any] | None" = None) -> "Any":
 
 
 def _late_option(option: "Any", name: str, late: "Any") -> "Any":
-    def store(ctx: "Any", _param: "Any", value: str | None) -> None:
-        if value is not None and ctx.obj is not None:
+    def store(ctx: "Any", _param: "Any", value: "str | bool | None") -> None:
+        if value is None or value is False or ctx.obj is None:
+            return
+        if name == "plain":
+            ctx.obj["console"].plain = True
+        elif name == "no_headers":
+            ctx.obj["console"].headers = False
+        else:
             ctx.obj[name] = value
 
     late.callback, late.expose_value, late.envvar = store, False, None
-    late.help = f"The same as `vgpuadm {option.opts[0]} {option.metavar}` before the command."
+    words = f"{option.opts[0]} {option.metavar}" if option.metavar else option.opts[0]
+    late.help = f"The same as `vgpuadm {words}` before the command."
     return late
 
 

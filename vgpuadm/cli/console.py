@@ -18,11 +18,19 @@ class OutputClosed(Exception):
     """stdout's reader closed the pipe (`| head -1`). Not an OSError, so click does not turn it into exit 1."""
 
 
+# Columns that hold identifiers people copy (PCI addresses, UUIDs, type ids): never wrapped or folded, in every
+# table, whatever the command's own `keep` says.
+IDENTIFIERS = frozenset({"address", "parent", "id", "uuid", "type", "device", "gpu", "GPU", "function",
+                         "physical gpu", "instance", "vendor:device"})  # fmt: skip
+
+
 class Console:
     def __init__(self, out: TextIO | None = None, err: TextIO | None = None) -> None:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.printed_json = False
+        self.plain = False  # --plain: tables as tab-separated lines, no box drawing (awk, grep, cut)
+        self.headers = True  # --no-headers: no column names (with --plain: data lines only)
 
     def json(self, doc: Any) -> None:
         from vgpuadm.cli.jsontext import dumps  # exactly json.dumps(doc, indent=2), faster on big documents
@@ -48,15 +56,27 @@ class Console:
         rows: Sequence[Sequence[Any]],
         keep: Sequence[str] = (),
         optional: Sequence[str] = (),
+        empty: str = "",
     ) -> None:
-        """`keep`: the columns that never break (ids people copy: UUIDs, PCI addresses); the others wrap when the
-        terminal is narrow. `optional`: columns left out, in this order, while the table is wider than the
-        terminal; then the outer border goes."""
+        """`keep`: the columns that never break besides IDENTIFIERS (ids people copy: UUIDs, PCI addresses, type
+        ids); the others wrap when the terminal is narrow. `optional`: columns left out, in this order, while the
+        table is wider than the terminal (a footnote names them); then the outer border goes. `empty`: what an
+        empty table says instead (why it is empty, what to run). --plain prints every column, tab-separated."""
+        cells = [["-" if v is None else str(v) for v in row] for row in rows]
+        if self.plain:
+            if self.headers:
+                self.line("\t".join(columns))
+            for row in cells:
+                self.line("\t".join(one_line(c).replace("\t", " ") for c in row))
+            return
+        if not cells and empty:
+            self.line(empty)
+            return
         from rich.table import Table
         from rich.text import Text
 
         width = _width(self.out)
-        cells = [["-" if v is None else one_line(str(v)) for v in row] for row in rows]
+        cells = [[one_line(c) for c in row] for row in cells]
         shown = list(range(len(columns)))
         widths = [max([len(columns[i]), *(len(r[i]) for r in cells)]) for i in shown]
         for name in optional:
@@ -67,15 +87,23 @@ class Console:
         edge = sum(widths[i] + 3 for i in shown) + 1 <= width
         # Every cell, title and header is rich Text, never markup: cells hold user data (VM names, --param values,
         # --host names), and `[/x]` in one must print as is, not raise rich's MarkupError or restyle the table.
-        table = Table(title=Text(one_line(title)), title_justify="left", header_style="bold", show_edge=edge)
+        table = Table(title=Text(one_line(title)), title_justify="left", header_style="bold", show_edge=edge,
+                      show_header=self.headers)  # fmt: skip
         for i in shown:
-            if columns[i] in keep:
+            if columns[i] in keep or columns[i] in IDENTIFIERS:
                 table.add_column(Text(columns[i]), no_wrap=True, overflow="ignore", min_width=widths[i])
             else:
                 table.add_column(Text(columns[i]), overflow="fold")
         for row in cells:
             table.add_row(*(Text(row[i]) for i in shown))
         _rich_console(self.out, width).print(table)
+        dropped = [c for i, c in enumerate(columns) if i not in shown]
+        if dropped:
+            import textwrap
+
+            note = f"(left out for width: {', '.join(dropped)}; --plain shows all)"
+            for line in textwrap.wrap(note, width):
+                self.line(line)
 
     @contextlib.contextmanager
     def progress(self, label: str) -> Iterator[Callable[[int, int, str], None]]:

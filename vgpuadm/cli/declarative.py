@@ -6,6 +6,7 @@ from vgpuadm import api
 from vgpuadm.cli.console import Console
 from vgpuadm.cli.host import plan_options
 from vgpuadm.errors import NotFoundError
+from vgpuadm.host.root import HostRoot
 
 
 def apply(console: Console, root: str | None, connect: str | None, plan_file: str, check: bool, show_diff: bool,
@@ -91,8 +92,9 @@ def mdevctl_export(console: Console, root: str | None, connect: str | None, doma
         console.json(result.to_json())
         return
     verb = "would write" if dry_run else "wrote"
+    real = HostRoot(root).real  # the files themselves, under a --root
     for d, changed in result.written:
-        console.line(f"{verb if changed else 'unchanged'} {d.host_path} ({d.mdev_type}, start={d.start})")
+        console.line(f"{verb if changed else 'unchanged'} {real(d.host_path)} ({d.mdev_type}, start={d.start})")
     if not result.written:
         console.line("no mdevs to export")
     elif dry_run:
@@ -170,7 +172,8 @@ def register(app: Any) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schemas/reconcile.schema.json)."),
         dry_run: bool = dry_opt,
     ) -> None:
-        """Roll back (or finish) a change a crash interrupted, and list devices that no domain owns (leaks)."""
+        """List devices that no domain owns (leaks; --fix removes them). It first does what `vgpuadm recover` does
+        (rolls back, or --finish completes, a change a crash interrupted), so one command cleans up after a crash."""
         reconcile(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), fix, finish, as_json, dry_run)
 
     mdevctl_app = typer.Typer(help="mdevctl interop: /etc/mdevctl.d/<parent>/<uuid> definitions.", no_args_is_help=True)

@@ -11,7 +11,20 @@ from vgpuadm.model import DeviceMode
 from vgpuadm.plan.placement import check_count
 
 
-def _report(console: Console, result: Any, as_json: bool, verb: str) -> None:
+def _output_options() -> tuple[Any, Any]:
+    """-q (say nothing on success) and -v/--show-xml (print the <hostdev> XML a change added) for the guest verbs."""
+    import typer
+
+    quiet = typer.Option(
+        False, "-q", "--quiet", help="Print nothing when the change succeeds (errors still go to stderr)."
+    )
+    show_xml = typer.Option(False, "-v", "--show-xml", help="Also print the <hostdev> XML added to the domain.")
+    return quiet, show_xml
+
+
+def _report(
+    console: Console, result: Any, as_json: bool, verb: str, *, quiet: bool = False, show_xml: bool = False
+) -> None:
     if as_json:
         console.json(result.to_json())
         return
@@ -19,6 +32,8 @@ def _report(console: Console, result: Any, as_json: bool, verb: str) -> None:
         console.line(f"would {result.plan.summary}:" if not result.plan.empty else result.message)
         for line in result.plan.describe():
             console.line(f"  {line}")
+        return
+    if quiet:
         return
     if result.plan.empty:
         console.line(f"nothing to do: {result.message}")
@@ -33,7 +48,7 @@ def _report(console: Console, result: Any, as_json: bool, verb: str) -> None:
         when = ", made when it starts" if a.on_demand and verb == "attached" else ""
         console.line(f"{verb} {a.mode} {kind}{what}{where} ({'to' if verb == 'attached' else 'from'} "
                      f"{result.domain}{when})")  # fmt: skip
-    if verb == "attached" and result.hostdevs:
+    if show_xml and verb == "attached" and result.hostdevs:
         console.line("")
         console.line(f"hostdev XML added to {result.domain} ({result.uri}):")
         for hostdev in result.hostdevs:
@@ -45,6 +60,7 @@ def register(app: Any) -> None:
     import typer
 
     dry_opt, json_opt = plan_options()
+    quiet_opt, xml_opt = _output_options()
 
     @app.command(
         "create",
@@ -75,6 +91,8 @@ def register(app: Any) -> None:
         ),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
+        quiet: bool = quiet_opt,
+        show_xml: bool = xml_opt,
     ) -> None:
         """Create vGPU(s) of a type, attach them to a VM and record them in its metadata (idempotent)."""
         from vgpuadm.errors import UsageError
@@ -89,7 +107,7 @@ def register(app: Any) -> None:
             ctx.obj["root"], vm, type_name, count, connect=ctx.obj.get("connect"), gpu=gpu, policy=policy, numa=numa,
             display=display == "on", ramfb=ramfb, params=param or (), dry_run=dry_run, on_demand=on_demand,
         )  # fmt: skip
-        _report(ctx.obj["console"], result, as_json, "attached")
+        _report(ctx.obj["console"], result, as_json, "attached", quiet=quiet, show_xml=show_xml)
 
     def destroy_cmd(
         ctx: typer.Context,
@@ -103,12 +121,13 @@ def register(app: Any) -> None:
         ),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
+        quiet: bool = quiet_opt,
     ) -> None:
         """Detach a VM's vgpuadm devices, remove them and give passed-through GPUs back to their drivers."""
         result = api.guest_destroy(
             ctx.obj["root"], vm, uuid=uuid, all_=all_, connect=ctx.obj.get("connect"), dry_run=dry_run, forget=forget
         )
-        _report(ctx.obj["console"], result, as_json, "detached")
+        _report(ctx.obj["console"], result, as_json, "removed", quiet=quiet)
 
     # `destroy` is a hard power-off in virsh: `give-back` and `remove` say what this one does.
     app.command("destroy", epilog="Example: vgpuadm destroy --vm web01 --all")(destroy_cmd)
@@ -130,6 +149,8 @@ def register(app: Any) -> None:
         ),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
+        quiet: bool = quiet_opt,
+        show_xml: bool = xml_opt,
     ) -> None:
         """Bind a whole GPU (GPU + audio …) to vfio-pci and attach it to a VM as one multifunction slot."""
         result = api.guest_passthrough(
@@ -142,7 +163,7 @@ def register(app: Any) -> None:
             dry_run=dry_run,
             on_demand=on_demand,
         )
-        _report(ctx.obj["console"], result, as_json, "attached")
+        _report(ctx.obj["console"], result, as_json, "attached", quiet=quiet, show_xml=show_xml)
 
     @app.command("release", epilog="Example: vgpuadm release --gpu 0000:65:00.0")
     def release_cmd(
@@ -150,10 +171,11 @@ def register(app: Any) -> None:
         gpu: str = typer.Option(..., "--gpu", help="The passed-through GPU.", metavar="BDF", callback=ids.bdf),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
+        quiet: bool = quiet_opt,
     ) -> None:
         """Detach a passed-through GPU from its VM and give it back to its host drivers."""
         result = api.guest_release(ctx.obj["root"], gpu, connect=ctx.obj.get("connect"), dry_run=dry_run)
-        _report(ctx.obj["console"], result, as_json, "detached")
+        _report(ctx.obj["console"], result, as_json, "released", quiet=quiet)
 
     @app.command("demo", epilog="Example: vgpuadm demo · vgpuadm demo --dir /tmp/vgpuadm-demo   (kept; re-runnable)")
     def demo_cmd(

@@ -8,25 +8,25 @@ from vgpuadm import api
 from vgpuadm.cli.console import Console
 from vgpuadm.cli.hookrun import run_hook
 from vgpuadm.cli.host import plan_options, reported_as_plan
+from vgpuadm.host.root import HostRoot
 
 
-def _report(console: Console, result: Any, as_json: bool, done: str) -> None:
+def _report(console: Console, root: str | None, result: Any, as_json: bool, done: str) -> None:
     if reported_as_plan(console, result, as_json):
         return
+    path, real = HostRoot(root).real(result.path), HostRoot(root).real  # the files themselves, under a --root
     if result.plan.empty:
-        console.line(
-            f"nothing to do: {result.path} is {'installed and current' if result.installed else 'not installed'}"
-        )
+        console.line(f"nothing to do: {path} is {'installed and current' if result.installed else 'not installed'}")
         return
-    console.line(f"{done} {result.path}")
+    console.line(f"{done} {path}")
     if result.why:
         console.line(f"why there: {result.why}")
     if result.command:
         console.line(f"it runs: {' '.join(result.command)} hook run DOMAIN OPERATION SUB-OPERATION -")
     if result.chained and done == "wrote":
-        console.line(f"and then the script that was there before, kept as {result.chained}")
+        console.line(f"and then the script that was there before, kept as {real(result.chained)}")
     elif result.chained:
-        console.line(f"and put back the script it chained ({result.chained}) as {result.path}")
+        console.line(f"and put back the script it chained ({real(result.chained)}) as {path}")
     console.line(f"next: {api.hook.NEXT_STEP}")
 
 
@@ -70,26 +70,30 @@ def register(app: Any) -> None:
     ) -> None:
         """Install libvirt's qemu hook that makes on-demand devices at start and frees them at stop (idempotent)."""
         result = api.hook_install(ctx.obj["root"], single_script=single_script, dry_run=dry_run)
-        _report(ctx.obj["console"], result, as_json, "wrote")
+        _report(ctx.obj["console"], ctx.obj["root"], result, as_json, "wrote")
 
     @hook_app.command("uninstall", epilog="Example: vgpuadm hook uninstall")
     def uninstall_cmd(ctx: typer.Context, dry_run: bool = dry_opt, as_json: bool = json_opt) -> None:
         """Remove vgpuadm's qemu hook (a script it chained goes back to hooks/qemu); idempotent."""
-        _report(ctx.obj["console"], api.hook_uninstall(ctx.obj["root"], dry_run=dry_run), as_json, "removed")
+        result = api.hook_uninstall(ctx.obj["root"], dry_run=dry_run)
+        _report(ctx.obj["console"], ctx.obj["root"], result, as_json, "removed")
 
     @hook_app.command("status", epilog="Example: vgpuadm hook status --json")
     def status_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """Whether the hook is installed and says what `vgpuadm hook install` would write."""
         console: Console = ctx.obj["console"]
         result = api.hook_status(ctx.obj["root"])
+        real = HostRoot(ctx.obj["root"]).real
         if as_json:
             console.json(result.to_json())
         elif not result.installed:
-            console.line(f"{result.path}: not installed (vgpuadm hook install writes it)")
+            console.line(f"{real(result.path)}: not installed (vgpuadm hook install writes it)")
         elif result.current:
-            console.line(f"{result.path}: installed, runs {' '.join(result.command)} hook run"
-                         + (f"; chains {result.chained}" if result.chained else ""))  # fmt: skip
+            console.line(f"{real(result.path)}: installed, runs {' '.join(result.command)} hook run"
+                         + (f"; chains {real(result.chained)}" if result.chained else ""))  # fmt: skip
         else:
-            console.line(f"{result.path}: installed but differs from what this vgpuadm writes (vgpuadm hook install)")
+            console.line(
+                f"{real(result.path)}: installed but differs from what this vgpuadm writes (vgpuadm hook install)"
+            )
 
     app.add_typer(hook_app, name="hook")

@@ -265,7 +265,8 @@ def _recover_cmd(app: Any) -> None:
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
     ) -> None:
-        """Roll back (or --finish) a change that a crashed vgpuadm left half done."""
+        """Roll back (or --finish) a change that a crashed vgpuadm left half done (its journal). Every "interrupted
+        change" message names this command; `vgpuadm reconcile` runs it too, then looks for leaked devices."""
         console: Console = ctx.obj["console"]
         done = api.recover(ctx.obj["root"], finish=finish, connect=ctx.obj.get("connect"), dry_run=dry_run)
         if as_json:  # schemas/change.schema.json

@@ -127,7 +127,7 @@ def build_app() -> Any:
         as_json: bool = typer.Option(False, "--json", help="The same as --format json."),
     ) -> None:  # fmt: skip
         """Inventory of this host: GPUs and VFs (layout, driver, NUMA, IOMMU group), per type used/free/max and
-        framebuffer, every device with its owning domain (or *unowned*), and how many more of each type fit where."""
+        framebuffer, every device with its owning domain (or unowned), and how many more of each type fit where."""
         if ctx.invoked_subcommand is not None:
             return
         fmt = _json_alias(fmt, as_json)

@@ -9,6 +9,7 @@ from vgpuadm.host.discover import snapshot
 from vgpuadm.host.pciids import model_names
 from vgpuadm.host.root import HostRoot
 from vgpuadm.model import HostSnapshot
+from vgpuadm.report.cells import OWNER_UNKNOWN, UNOWNED, numa_cell
 from vgpuadm.report.listing import (
     add_owners,
     device_rows,
@@ -18,8 +19,9 @@ from vgpuadm.report.listing import (
     type_rows,
 )
 
-UNKNOWN_OWNER = "unknown"
-UNASSIGNED = "*unassigned*"
+TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _snapshot(console: Console, root: str | None, types: bool = True, names: bool = False) -> HostSnapshot:
@@ -47,18 +49,25 @@ def gpus(console: Console, root: str | None, as_json: bool) -> None:
                 r["driver"],
                 r["layout"],
                 r["iommu_group"],
-                r["numa_node"],
+                numa_cell(r["numa_node"]),
                 f"{r['sriov_num_vfs']}/{r['sriov_total_vfs']}" if r["sriov_total_vfs"] is not None else None,
             )
             for r in rows
         ],
         keep=("address",),
         optional=("model",),
+        empty="no GPU found: see `vgpuadm doctor`",
     )
 
 
 def types(
-    console: Console, root: str | None, gpu: str | None, available: bool, as_json: bool, type_: str | None = None
+    console: Console,
+    root: str | None,
+    gpu: str | None,
+    available: bool,
+    as_json: bool,
+    type_: str | None = None,
+    per_vf: bool = False,
 ) -> None:
     snap = _snapshot(console, root, names=not as_json)
     rows = type_rows(snap, gpu, available, type_)
@@ -77,6 +86,9 @@ def types(
     if as_json:
         console.json(rows)
         return
+    if not per_vf:
+        _type_summary(console, snap, rows, _no_types(gpu, available, type_))
+        return
     console.table(
         "vGPU types",
         ["parent", "model", "layout", "type", "name", "available", "max", "framebuffer MiB"],
@@ -88,7 +100,39 @@ def types(
         ],
         keep=("parent",),
         optional=("model",),
+        empty=_no_types(gpu, available, type_),
     )  # fmt: skip
+
+
+def _type_summary(console: Console, snap: HostSnapshot, rows: list[dict[str, Any]], empty: str) -> None:
+    """One row per GPU and type: a GPU's VFs (layouts B, C, VF pools) all list the same types, so per VF an H200
+    is 144 identical rows. `available` adds up what its VFs can take now (one each), bounded by the GPU's max."""
+    summary: dict[tuple[str, str], tuple[dict[str, Any], int, int]] = {}
+    for r in rows:
+        gpu = snap.physical_gpu(r["parent"])
+        first, free, vfs = summary.get((gpu, r["type_id"]), (r, 0, 0))
+        summary[(gpu, r["type_id"])] = (first, free + (r["available_instances"] or 0), vfs + (r["parent"] != gpu))
+    table = []
+    for (gpu, _), (r, free, vfs) in summary.items():
+        if isinstance(r["max_instances"], int):
+            free = min(free, r["max_instances"])
+        table.append((gpu, snap.models.get(gpu), r["layout"], r["type_id"], r["name"], free, r["max_instances"],
+                      r["framebuffer_mib"], vfs or None))  # fmt: skip
+    console.table(
+        "vGPU types per GPU (--per-vf: one row per VF)",
+        ["GPU", "model", "layout", "type", "name", "available", "max", "framebuffer MiB", "on VFs"],
+        table,
+        optional=("model", "on VFs"),
+        empty=empty,
+    )
+
+
+def _no_types(gpu: str | None, available: bool, type_: str | None) -> str:
+    if available:
+        return "no type has a free instance now (without --available: every type, with its maximum)"
+    if gpu is not None or type_ is not None:
+        return "no vGPU type matches (without --gpu/--type: every type)"
+    return "no GPU offers vGPU types: see `vgpuadm doctor` (and `vgpuadm gpus` for the GPUs found)"
 
 
 def devices(
@@ -104,7 +148,7 @@ def devices(
     type_: str | None = None,
 ) -> None:
     """`owners` (default: for the table, not for JSON) reads who owns each device from libvirt; when libvirt cannot
-    be reached the owner is "unknown" (a warning says why), and only `--vm` fails."""
+    be reached the owner is "owner unknown" (a warning says why), and only `--vm` fails."""
     if owners is None:
         owners = not as_json
     owners = owners or vm is not None
@@ -137,13 +181,16 @@ def devices(
         ],
         keep=("id", "parent"),
         optional=("vgpu_params", "IOMMU group", "kind", "name"),
+        empty="no device matches (without filters: every vGPU device)"
+        if (vm, gpu, uuid, type_) != (None, None, None, None)
+        else "no vGPU devices: give a VM one with `vgpuadm create --type T --vm NAME`",
     )
 
 
 def _owner(row: dict[str, object]) -> str:
     if row["owned"] is None:
-        return UNKNOWN_OWNER
-    return str(row["owner"]) if row["owner"] else UNASSIGNED
+        return OWNER_UNKNOWN
+    return str(row["owner"]) if row["owner"] else UNOWNED
 
 
 def show(console: Console, root: str | None, vm: str, as_json: bool, connect: str | None = None) -> None:

@@ -1,5 +1,6 @@
 """`vgpuadm sim …`: build and reboot simulated hosts (the embedded default needs no GPU)."""
 
+import os
 from typing import Any
 
 
@@ -7,6 +8,7 @@ def build_app() -> Any:
     import typer
 
     from vgpuadm.sim.profiles import PROFILES, build
+    from vgpuadm.virt.conn import EMBED_SUBDIR, embed_uri, prepare_embedded
 
     app = typer.Typer(help="Simulated hosts: byte-exact sysfs trees with a kernel that reacts to writes.",
                       no_args_is_help=True)  # fmt: skip
@@ -19,7 +21,10 @@ def build_app() -> Any:
     ) -> None:
         """Write a simulated host root for PROFILE into DIRECTORY."""
         build(profile, directory)
-        ctx.obj["console"].line(f"built simulated host {profile!r} at {directory} (use --root {directory})")
+        prepare_embedded(os.path.join(os.path.abspath(directory), EMBED_SUBDIR))  # so `virsh -c URI` works at once
+        console = ctx.obj["console"]
+        console.line(f"built simulated host {profile!r} at {directory} (use --root {directory})")
+        console.line(f"its libvirt (the embedded driver; `virsh -c URI` defines VMs there): {embed_uri(directory)}")
 
     @app.command(
         "import-umockdev",
@@ -38,10 +43,15 @@ def build_app() -> Any:
         from vgpuadm.host.umockdev import load
 
         loaded = load(recording, directory, types_from)
-        ctx.obj["console"].line(
+        console = ctx.obj["console"]
+        console.line(
             f"imported {loaded.devices} devices, {len(loaded.mdev_parents)} mdev parents, {len(loaded.mdevs)} mdevs "
             f"into {directory} (use --root {directory})"
         )
+        if loaded.untyped_vfs:
+            first, n = loaded.untyped_vfs[0], len(loaded.untyped_vfs)
+            console.warn(f"{n} NVIDIA VF(s) ({first}{' …' if n > 1 else ''}): types not recorded (use --types-from "
+                         "a captured sys/ tree); until then they show as layout passthrough")  # fmt: skip
 
     @app.command("import", epilog="Example: vgpuadm snapshot host.tar.gz && vgpuadm sim import host.tar.gz /tmp/h")
     def import_cmd(

@@ -7,18 +7,21 @@ from typing import Any
 from vgpuadm import api
 from vgpuadm.cli.console import Console
 from vgpuadm.cli.host import plan_options, reported_as_plan
+from vgpuadm.host.root import HostRoot
+from vgpuadm.io.unitfile import exec_start
 
 
-def _report(console: Console, result: Any, as_json: bool, done: str) -> None:
+def _report(console: Console, root: str | None, result: Any, as_json: bool, done: str) -> None:
     if reported_as_plan(console, result, as_json):
         return
+    path = HostRoot(root).real(result.path)  # the file itself, under a --root
     if result.plan.empty:
         state = "installed and current" if done == "wrote" else "not installed"
-        console.line(f"nothing to do: {result.path} is {state}")
+        console.line(f"nothing to do: {path} is {state}")
     else:
-        console.line(f"{done} {result.path}")
+        console.line(f"{done} {path}")
     if result.command:
-        console.line(f"ExecStart runs: {' '.join(result.command)} restore")
+        console.line(f"the unit runs: {exec_start(result.command)}")
     if done == "wrote":
         console.line(f"next: {api.unit.NEXT_STEP}")
     else:
@@ -30,12 +33,13 @@ def status(console: Console, root: str | None, as_json: bool) -> None:
     if as_json:
         console.json(result.to_json())
         return
+    path = HostRoot(root).real(result.path)
     if not result.installed:
-        console.line(f"{result.path}: not installed (vgpuadm unit install writes it)")
+        console.line(f"{path}: not installed (vgpuadm unit install writes it)")
     elif result.current:
-        console.line(f"{result.path}: installed, ExecStart runs {' '.join(result.command)}")
+        console.line(f"{path}: installed, {exec_start(result.command)}")
     else:
-        console.line(f"{result.path}: installed but differs from what this vgpuadm writes (vgpuadm unit install)")
+        console.line(f"{path}: installed but differs from what this vgpuadm writes (vgpuadm unit install)")
 
 
 def register(app: Any) -> None:
@@ -52,14 +56,16 @@ def register(app: Any) -> None:
     )
     def install_cmd(ctx: typer.Context, dry_run: bool = dry_opt, as_json: bool = json_opt) -> None:
         """Write /etc/systemd/system/vgpuadm-restore.service, ExecStart naming this vgpuadm (idempotent)."""
-        _report(ctx.obj["console"], api.unit_install(ctx.obj["root"], dry_run=dry_run), as_json, "wrote")
+        _report(ctx.obj["console"], ctx.obj["root"], api.unit_install(ctx.obj["root"], dry_run=dry_run), as_json,
+                "wrote")  # fmt: skip
 
     @unit_app.command(
         "uninstall", epilog="Example: systemctl disable vgpuadm-restore.service && vgpuadm unit uninstall"
     )
     def uninstall_cmd(ctx: typer.Context, dry_run: bool = dry_opt, as_json: bool = json_opt) -> None:
         """Remove /etc/systemd/system/vgpuadm-restore.service (idempotent)."""
-        _report(ctx.obj["console"], api.unit_uninstall(ctx.obj["root"], dry_run=dry_run), as_json, "removed")
+        _report(ctx.obj["console"], ctx.obj["root"], api.unit_uninstall(ctx.obj["root"], dry_run=dry_run), as_json,
+                "removed")  # fmt: skip
 
     @unit_app.command("status", epilog="Example: vgpuadm unit status --json")
     def status_cmd(

@@ -24,6 +24,7 @@ def vms(console: Console, root: str | None, connect: str | None, as_json: bool) 
         table,
         keep=("name", "device", "parent"),
         optional=("parent",),
+        empty='no libvirt domains here (define one: see README "Give a VM a GPU")',
     )
 
 

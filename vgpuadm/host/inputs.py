@@ -5,20 +5,30 @@ file, at most a size limit, checked on the open descriptor before anything is re
 from __future__ import annotations
 
 import os
+import re
 import stat
 from typing import BinaryIO
 
 from vgpuadm.errors import UsageError, VgpuadmError
 
 MAX_INPUT = 4 * 1024 * 1024  # 4 MiB: a plan for thousands of VMs, or a whole host's umockdev recording, is far less
+# A descriptor this process already holds (`-f /dev/stdin`, the shell's `-f <(…)`): a pipe there has its writer,
+# so reading it is reading a stream; a named FIFO elsewhere is still refused (opening it waits for a writer).
+_OPEN_FD = re.compile(r"/dev/stdin|/dev/fd/[0-9]{1,9}|/proc/self/fd/[0-9]{1,9}")
 
 
 def read_input(
-    path: str, what: str, hint: str, limit: int = MAX_INPUT, unreadable: type[VgpuadmError] = UsageError
+    path: str,
+    what: str,
+    hint: str,
+    limit: int = MAX_INPUT,
+    unreadable: type[VgpuadmError] = UsageError,
+    pipes: bool = False,
 ) -> bytes:
     """The bytes of the regular file `path` (`what`, e.g. "plan", names it in messages before the path; "" for
     none); `unreadable` (UsageError by default) for a missing or unreadable file, UsageError for a non-regular or
-    oversized one."""
+    oversized one. With `pipes`, a pipe this process already holds (`/dev/stdin`, `/dev/fd/N`) is read like
+    `-f -`, to the same limit."""
     name = f"{what} {path}" if what else path
     try:
         # O_NONBLOCK: opening a FIFO with no writer must not hang (it is refused right after, by fstat).
@@ -27,6 +37,10 @@ def read_input(
         raise unreadable(f"cannot read {name}: {exc.strerror}", hint) from None
     try:
         st = os.fstat(fd)
+        if pipes and stat.S_ISFIFO(st.st_mode) and _OPEN_FD.fullmatch(path):
+            os.set_blocking(fd, True)
+            with os.fdopen(os.dup(fd), "rb") as stream:
+                return read_stream(stream, name, hint, limit)
         if not stat.S_ISREG(st.st_mode):
             raise UsageError(f"{name} is not a regular file", hint)
         if st.st_size > limit:

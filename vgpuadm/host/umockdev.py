@@ -103,6 +103,7 @@ class Loaded:
     devices: int
     mdev_parents: list[str]
     mdevs: list[str]
+    untyped_vfs: list[str] = field(default_factory=list)  # NVIDIA VFs with no recorded types (see `untyped`)
 
 
 def unescape(text: str) -> bytes:
@@ -202,7 +203,19 @@ def _lay(tree: _Tree, devices: list[Device], types_from: str | None) -> Loaded:
         _overlay_types(tree, types_from, devices, parents, mdevs)
     for p in parents.values():
         tree.link(f"/sys/class/mdev_bus/{p.name}", p.path)
-    return Loaded(len(devices), sorted(p.name for p in parents.values()), sorted(m.name for m in mdevs))
+    return Loaded(len(devices), sorted(p.name for p in parents.values()), sorted(m.name for m in mdevs),
+                  untyped(tree, devices, parents))  # fmt: skip
+
+
+def untyped(tree: _Tree, devices: list[Device], parents: dict[str, Device]) -> list[str]:
+    """VFs bound to nvidia that list neither mdev types nor vendor-VFIO types: umockdev recorded neither, so
+    discovery sees plain PCI functions (layout passthrough) until `--types-from` lays the captured types on."""
+    return sorted(
+        d.name
+        for d in devices
+        if d.subsystem == "pci" and "physfn" in d.links and os.path.basename(d.links.get("driver", "")) == "nvidia"
+        and d.path not in parents and not os.path.isdir(tree.real(f"{d.path}/nvidia"))
+    )  # fmt: skip
 
 
 def _overlay_types(

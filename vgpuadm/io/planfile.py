@@ -36,7 +36,8 @@ def load_plan(path: str) -> DesiredPlan:
     if path == "-":
         data, source = read_stream(sys.stdin.buffer, "the plan on stdin", hint), "<stdin>"
     else:
-        data, source = read_input(path, "plan", hint), os.path.basename(path)
+        data = read_input(path, "plan", hint, pipes=True)
+        source = path if path.startswith(("/dev/", "/proc/")) else os.path.basename(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

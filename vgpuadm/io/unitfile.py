@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import os
 import re
+import urllib.parse
 from collections.abc import Sequence
 
 from vgpuadm.errors import UsageError
 from vgpuadm.host.files import read_config, remove_config, write_config
-from vgpuadm.virt.templating import template_dir
+from vgpuadm.virt.templating import readme_path, template_dir
 
 UNIT_DIR = "/etc/systemd/system"
 RESTORE_UNIT = "vgpuadm-restore.service"
 UNITS = (RESTORE_UNIT,)
 _MARK = "ExecStart=@VGPUADM@"
+_DOCS = "@README@"
 _PLAIN = re.compile(r"^[A-Za-z0-9/._+:@=,-]+$")
 
 
@@ -37,7 +39,14 @@ def render(command: Sequence[str], name: str = RESTORE_UNIT) -> str:
         text = f.read()
     if text.count(_MARK) != 1:
         raise UsageError(f"the unit template {name} has no single {_MARK} line", "this is a bug in vgpuadm; report it")
-    return text.replace(_MARK, "ExecStart=" + " ".join(_word(a) for a in command))
+    docs = "file://" + urllib.parse.quote(readme_path())  # the installed README: a page that exists on this host
+    return text.replace(_MARK, "ExecStart=" + " ".join(_word(a) for a in command)).replace(_DOCS, docs)
+
+
+def exec_start(command: Sequence[str], name: str = RESTORE_UNIT) -> str:
+    """The unit's ExecStart= line as render() writes it for `command`, flags and all."""
+    (line,) = [x for x in render(command, name).splitlines() if x.startswith("ExecStart=")]
+    return line
 
 
 def host_path(name: str) -> str:

@@ -276,7 +276,7 @@ def restore(
         except VgpuadmError as exc:
             raise ConflictError(
                 f"an interrupted change is pending and could not be rolled back: {exc.message}",
-                "run `vgpuadm reconcile` once libvirt runs, then `vgpuadm restore` again",
+                "run `vgpuadm recover` once libvirt runs, then `vgpuadm restore` again",
             ) from None
         # read after the rollback: it may have taken devices out of definitions (restoring them would leak them)
         doms = read_domain_dir(domain_xml_dir, s.host_key) if domain_xml_dir else s.domains()

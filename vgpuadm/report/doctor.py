@@ -244,12 +244,15 @@ def check_leaks(f: HostFacts) -> list[Check]:
                       "fix what the libvirt check says, then rerun vgpuadm doctor")]  # fmt: skip
     if not f.leaks:
         return [Check("leaks", PASS, "every device is owned by a domain")]
+    fix = "vgpuadm reconcile --fix (removes it), or give it to a VM"
+    if f.journal is not None:  # the interrupted change may have made it: its rollback comes first
+        fix = "vgpuadm recover first (the interrupted change may have made it); if it is still here, " + fix
     return [
         Check(
             f"leak {ident}",
             WARN,
             f"{kind} {ident} ({detail}) is owned by no domain",
-            "vgpuadm reconcile --fix (removes it), or give it to a VM",
+            fix,
         )
         for kind, ident, detail in f.leaks
     ]

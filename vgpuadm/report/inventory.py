@@ -415,6 +415,7 @@ def _gpu_row(snap: HostSnapshot, g: _Gpu, owners: dict[str, str]) -> dict[str, A
         "kind": "pf" if fn else "virtual",
         "vendor_id": fn.vendor_id if fn else None,
         "device_id": fn.device_id if fn else None,
+        "model": snap.models.get(g.address),
         "layout": g.layout,
         "rule": g.rule,
         "driver": fn.driver if fn else None,

@@ -103,7 +103,7 @@ def fleet_view(doc: dict[str, Any]) -> dict[str, Any]:
         ("free framebuffer on locked GPUs", f"{round(100 * f['locked_share'])} %"),
     ]
     return {
-        "title": f"vGPU fleet report: {t['hosts']} hosts",
+        "title": f"vGPU fleet report: {t['hosts']} host{'' if t['hosts'] == 1 else 's'}",
         "subtitle": f"{doc['schema']} · merged {doc['generated_at']}",
         "cards": cards,
         "charts": [

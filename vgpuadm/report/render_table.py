@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from vgpuadm.report.cells import OWNER_UNKNOWN, UNOWNED, numa_cell
+
 
 class Table(NamedTuple):
     title: str
@@ -20,6 +22,11 @@ def _used_of(used: int | None, total: int | None) -> str | None:
     if total is None:
         return None if used is None else str(used)
     return f"{used}/{total}"
+
+
+def _count(n: int, noun: str) -> str:
+    """`1 host`, `3 hosts`."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 MIG_TITLE = "MIG GPU instances (used / free / made by hand)"  # all GPUs in one table (the terminal's)
@@ -50,13 +57,25 @@ def host_tables(doc: dict[str, Any]) -> list[Table]:
     tables = [
         Table(
             f"GPUs on {doc['host']}",
-            ["gpu", "layout", "driver", "NUMA", "IOMMU group", "VFs", "devices", "locked to", "framebuffer MiB"],
+            [
+                "gpu",
+                "model",
+                "layout",
+                "driver",
+                "NUMA",
+                "IOMMU group",
+                "VFs",
+                "devices",
+                "locked to",
+                "framebuffer MiB",
+            ],
             [
                 [
                     g["address"],
+                    g.get("model"),  # reports written before the column have none
                     g["layout"],
                     g["driver"],
-                    g["numa_node"],
+                    numa_cell(g["numa_node"]),
                     g["iommu_group"],
                     _used_of(g["vfs_enabled"], g["vfs_total"]),
                     g["devices"],
@@ -76,7 +95,7 @@ def host_tables(doc: dict[str, Any]) -> list[Table]:
                     f["physical_gpu"],
                     f["layout"],
                     f["driver"],
-                    f["numa_node"],
+                    numa_cell(f["numa_node"]),
                     f["iommu_group"],
                     ", ".join(f["devices"]) or None,
                 ]
@@ -188,9 +207,9 @@ def _where(gpus: list[dict[str, Any]]) -> str:
 
 def _owner(device: dict[str, Any]) -> str:
     if device["owned"] is None:
-        return "(ownership unknown)"
+        return OWNER_UNKNOWN
     if not device["owned"]:
-        return "*unowned* (leak)"
+        return f"{UNOWNED} (leak)"
     held = {"running": " (running)", "stopped": " (stopped: reserved)"}.get(device.get("held") or "", "")
     return f"{device['domain']}{held}"
 
@@ -199,7 +218,7 @@ def fleet_tables(doc: dict[str, Any]) -> list[Table]:
     """Hosts, types across the fleet with free and stranded instances, and every leak."""
     tables = [
         Table(
-            f"Fleet: {len(doc['hosts'])} hosts",
+            f"Fleet: {_count(len(doc['hosts']), 'host')}",
             ["host", "GPUs", "devices", "unowned", "missing", "FB used MiB", "FB free MiB", "FB locked free MiB"],
             [
                 [

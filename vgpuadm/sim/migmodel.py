@@ -34,6 +34,17 @@ H200_PROFILES: list[Row] = [
     (0, "7g.141gb", 140.00, 132, 7, 0, 8, 7, 1, (0,), 8, 1),
 ]
 
+# A100 PCIe 40GB: the published `mig -lgip` (tests/data/nvidia-smi-published/a100-pcie-40gb-510.txt), row for row;
+# placements: the H200's (the same 8-slot layout) [I].
+A100_PROFILES: list[Row] = [
+    (19, "1g.5gb", 4.75, 14, 0, 0, 1, 0, 0, (0, 1, 2, 3, 4, 5, 6), 1, 7),
+    (20, "1g.5gb+me", 4.75, 14, 1, 0, 1, 1, 1, (0, 1, 2, 3, 4, 5, 6), 1, 1),
+    (14, "2g.10gb", 9.75, 28, 1, 0, 2, 0, 0, (0, 2, 4), 2, 3),
+    (9, "3g.20gb", 19.62, 42, 2, 0, 3, 0, 0, (0, 4), 4, 2),
+    (5, "4g.20gb", 19.62, 56, 2, 0, 4, 0, 0, (0,), 4, 1),
+    (0, "7g.40gb", 39.50, 98, 5, 0, 7, 1, 1, (0,), 8, 1),
+]
+
 # A100 PCIe 80GB: the profile ids of the published A100 40GB `-lgip` (tests/data/nvidia-smi-published/
 # a100-pcie-40gb-510.txt: 19, 20, 14, 9, 5, 0) plus 15 for 1g.20gb (the H200's id for its 2-slot 1g profile), with
 # the 80GB names of NVIDIA's MIG user guide (1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb).

@@ -133,6 +133,11 @@ _POLICY_WORDS = {"best-effort": "Best Effort", "equal-share": "Equal Share", "fi
 _POLICY_ARGS = {"bestEffort": "best-effort", "equalShare": "equal-share", "fixedShare": "fixed-share"}
 
 
+def _product(model: dict[str, Any], pf: str) -> str:
+    """The board's product name (`NVIDIA H200`), not the simulated host's profile; N/A on a root built before."""
+    return str((model.get("products") or {}).get(pf, "N/A"))
+
+
 def query_text(model: dict[str, Any]) -> str:
     """`-q`, the vGPU fields vgpuadm reads [I: the section layout of the real -q, trimmed]."""
     states = model.get("mig") or {}
@@ -142,7 +147,7 @@ def query_text(model: dict[str, Any]) -> str:
         st, hs = states.get(pf), hetero.state_of(model, pf)
         out += [
             f"GPU {mig.nv_address(pf)}",
-            f"    {'Product Name':<38}: {model.get('profile')}",
+            f"    {'Product Name':<38}: {_product(model, pf)}",
             "    MIG Mode",
             f"        {'Current':<34}: {st['mode'] if st else 'N/A'}",
             f"        {'Pending':<34}: {st['pending'] if st else 'N/A'}",
@@ -181,7 +186,7 @@ def query_xml(model: dict[str, Any]) -> str:
         st = states.get(pf)
         cur, pend = (st["mode"], st["pending"]) if st else ("N/A", "N/A")
         gpus.append(
-            f'\t<gpu id="{mig.nv_address(pf)}">\n\t\t<product_name>{escape(str(model.get("profile")))}</product_name>\n'
+            f'\t<gpu id="{mig.nv_address(pf)}">\n\t\t<product_name>{escape(_product(model, pf))}</product_name>\n'
             f"\t\t<mig_mode>\n\t\t\t<current_mig>{cur}</current_mig>\n\t\t\t<pending_mig>{pend}</pending_mig>\n"
             "\t\t</mig_mode>\n\t\t<gpu_virtualization_mode>\n\t\t\t<virtualization_mode>Host VGPU</virtualization_mode>\n"
             "\t\t\t<host_vgpu_mode>SR-IOV</host_vgpu_mode>\n\t\t</gpu_virtualization_mode>\n\t</gpu>\n"

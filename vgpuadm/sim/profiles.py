@@ -16,6 +16,7 @@ Marker model (JSON, `vgpuadm-simulated-host.json` at the root):
   sriov_configure_drivers: PF drivers that implement sriov_configure, so writing sriov_numvfs works while bound
                 to them (reference §3.1: pci-pf-stub yes, nvidia no, hence sriov-manage's stub dance)
   faults:       [{path_glob, errno, after, times}] writes the simulated kernel fails on purpose (sim/faults.py)
+  products:     {PF: the board's product name as nvidia-smi prints it ("NVIDIA H200")}
 
 next_iommu_group is the floor for groups handed out at runtime (mdevs): like the kernel's ida, the lowest free
 number at or above it is used, so a removed device's group number is reused.
@@ -331,8 +332,19 @@ def add_vf_driver_attrs(h: HostBuilder, pf: str, index: int) -> None:
             h.tree.attr(f"{dev}/nvidia/placement_id", hetero.NO_PLACEMENT, 0o644)
 
 
+# A100 40GB MIG-backed type → GPU-instance profile id (migmodel.A100_PROFILES; A100-1-5C ↔ MIG 1g.5gb).
+A100_MIG_PROFILE = {"A100-1-5C": 19, "A100-2-10C": 14, "A100-3-20C": 9, "A100-4-20C": 5, "A100-7-40C": 0}
+
+
 def add_a100_mdev_vf(h: HostBuilder, address: str, host_bridge: str, group: int, numa: int, vfs: int) -> None:
+    """A100 PCIe 40GB with `vfs` VFs, mdev types on each VF (layout B), MIG off: like the driver, its MIG-backed
+    types (A100-1-5C …) are offered only with MIG on (sim/migmodel.offered), never created with it off; turning MIG
+    on stays pending until a GPU reset, as on the published A100."""
     port = h.root_port(f"{address.rsplit(':', 2)[0]}:{int(address.split(':')[1], 16) - 1:02x}:01.0", host_bridge)
+    need = {f"nvidia-{num}": {"profile": A100_MIG_PROFILE[p], "per_gi": 1} for num, p, _mx in A100_TYPES
+            if p in A100_MIG_PROFILE}  # fmt: skip
+    h.model.setdefault("mig", {})[address] = migmodel.gpu_state(migmodel.A100_PROFILES, need, reset_needed=True)
+    h.model.setdefault("products", {})[address] = "NVIDIA A100-PCIE-40GB"  # [I: nvidia-smi's name for the board]
     vf_types = {}
     for num, profile, mx in A100_TYPES:
         fb = describe_nvidia_name(profile).framebuffer_mib or 0
@@ -364,6 +376,7 @@ def add_h200(h: HostBuilder, address: str, host_bridge: str, group: int, numa: i
     need = {str(num): {"profile": H200_MIG_PROFILE[p], "per_gi": 1} for num, p, _mx in H200_TYPES
             if p in H200_MIG_PROFILE}  # fmt: skip
     h.model.setdefault("mig", {})[address] = migmodel.gpu_state(migmodel.H200_PROFILES, need, reset_needed=False)
+    h.model.setdefault("products", {})[address] = "NVIDIA H200"  # the real H200's -q -x (tests/data/h200-…)
     _sriov_pf(h, address, port, "0x2335", vfs, enabled, "vendor-vfio", types, group, numa, "0x2335")
     h.model["vendor_vfio"][address] = {"types": types}
     h.model.setdefault("hetero", {})[address] = hetero.gpu_state([t for t in types if t[1] not in _H200_MIG_NAMES])
@@ -384,6 +397,7 @@ def add_a100d_mig(h: HostBuilder, address: str, host_bridge: str, group: int, nu
         if gi_profile is not None:
             need[f"nvidia-{num}"] = {"profile": gi_profile, "per_gi": 1}
     h.model.setdefault("mig", {})[address] = migmodel.gpu_state(migmodel.A100D_PROFILES, need, reset_needed=True)
+    h.model.setdefault("products", {})[address] = "NVIDIA A100 80GB PCIe"  # [I: nvidia-smi's name for the board]
     _sriov_pf(h, address, port, "0x20b5", vfs, True, "mdev-vf", vf_types, group, numa, "0x20b5")
     for i in range(vfs):
         add_sriov_vf(h, address, i)
@@ -397,6 +411,7 @@ def add_rtxpro6000(h: HostBuilder, address: str, host_bridge: str, group: int, n
     ]
     need = {str(num): {"profile": g, "per_gi": n} for num, _p, _mx, g, n in RTXPRO6000_TYPES if g is not None}
     h.model.setdefault("mig", {})[address] = migmodel.gpu_state(migmodel.RTXPRO6000_PROFILES, need, reset_needed=False)
+    h.model.setdefault("products", {})[address] = "NVIDIA RTX PRO 6000 Blackwell Server Edition"  # [I: as above]
     _sriov_pf(h, address, port, "0x2bb5", vfs, True, "vendor-vfio", types, group, numa, "0x2bb5")
     h.model["vendor_vfio"][address] = {"types": types}
     h.model.setdefault("hetero", {})[address] = hetero.gpu_state(

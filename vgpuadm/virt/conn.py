@@ -183,6 +183,16 @@ def _probe_caps_short(embed_root: str) -> None:
         shutil.rmtree(short, ignore_errors=True)
 
 
+def prepare_embedded(embed_root: str) -> None:
+    """Make an embedded driver root ready for its first open, by vgpuadm or by `virsh -c URI` (which knows nothing
+    of the probe socket's length limit): QEMU's capabilities seeded from the user's cache, else probed under a
+    short directory when the root is too long for libvirt's own probe."""
+    os.makedirs(embed_root, exist_ok=True)
+    _seed_caps_cache(embed_root)
+    if not _cached_caps(embed_root):
+        _probe_caps_short(embed_root)
+
+
 def _cached_caps(embed_root: str) -> list[str]:
     return _caps_names(embed_root, CAPS_DIR)
 
@@ -274,10 +284,7 @@ class VirtConn:
                     # The embedded driver needs an event loop implementation registered before the first open.
                     libvirt.virEventRegisterDefaultImpl()
                     _wait_for_embedded_driver(self.embed_root)
-                os.makedirs(self.embed_root, exist_ok=True)
-                _seed_caps_cache(self.embed_root)
-                if not _cached_caps(self.embed_root):
-                    _probe_caps_short(self.embed_root)
+                prepare_embedded(self.embed_root)
                 _embedded_root = self.embed_root
         try:
             conn = libvirt.open(self.uri)

@@ -18,6 +18,15 @@ def template_dir() -> str:
     raise FileNotFoundError(f"vgpuadm templates not found next to {here}")
 
 
+def readme_path() -> str:
+    """README.md shipped inside the package (wheel), else the repo root's (editable install, checkout)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for candidate in (os.path.join(package, "README.md"), os.path.join(os.path.dirname(package), "README.md")):
+        if os.path.isfile(candidate):
+            return candidate
+    raise FileNotFoundError(f"vgpuadm's README.md not found next to {package}")
+
+
 @cache
 def environment() -> Any:
     import jinja2
