@@ -213,7 +213,7 @@ def untyped(tree: _Tree, devices: list[Device], parents: dict[str, Device]) -> l
     return sorted(
         d.name
         for d in devices
-        if d.subsystem == "pci" and "physfn" in d.links and os.path.basename(d.links.get("driver", "")) == "nvidia"
+        if d.subsystem == PCI_SUBSYSTEM and "physfn" in d.links and os.path.basename(d.links.get("driver", "")) == "nvidia"
         and d.path not in parents and not os.path.isdir(tree.real(f"{d.path}/nvidia"))
     )  # fmt: skip
 
