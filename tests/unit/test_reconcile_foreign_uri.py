@@ -29,13 +29,13 @@ def test_reconcile_fix_through_the_test_driver_is_refused_and_removes_nothing(  
     assert len(list((root / "sys/bus/mdev/devices").iterdir())) == 2
 
 
-@pytest.mark.parametrize("uri", ["qemu:///system", "qemu:///session", "qemu+ssh://other.example/system",
+@pytest.mark.parametrize("uri", ["qemu:///session", "qemu+ssh://other.example/system",
                                  "qemu:///embed?root=/var/tmp/elsewhere"])  # fmt: skip
 def test_reconcile_fix_on_a_simulated_root_needs_its_embedded_libvirt(  # type: ignore[no-untyped-def]
     sim_host: Callable[[str], Path], cli, uri: str
 ) -> None:
-    """The system daemon (or a session, a remote host, another root's embedded libvirt) holds none of the simulated
-    root's domains: each of their devices would look leaked."""
+    """A session, a remote host or another root's embedded libvirt holds none of the simulated root's domains: each
+    of their devices would look leaked. (The system daemon: tests/libvirt/test_reconcile_owner_uri.py.)"""
     root = sim_host("p4")
     assert cli("--root", str(root), "mdev", "create", "--type", "nvidia-63", "--count", "2").code == 0
     before = tree_state(root)

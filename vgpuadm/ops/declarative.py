@@ -19,6 +19,7 @@ from vgpuadm.errors import ConflictError, NotFoundError, UnsafeError, UsageError
 from vgpuadm.executor import execute_units, load_drivers, recover
 from vgpuadm.host import hetero as host_hetero
 from vgpuadm.host import mig as host_mig
+from vgpuadm.host.files import list_beneath
 from vgpuadm.host.mig import read as mig_read
 from vgpuadm.host.root import EMBED_LIBVIRT, SRIOV_MANAGE, HostRoot
 from vgpuadm.io.domainxml import read_domain_dir
@@ -372,31 +373,40 @@ class ReconcileResult:
         }
 
 
+def embedded_domains(root: str) -> list[str]:
+    """The domain definitions a simulated root's embedded libvirt keeps (its persistent XML files)."""
+    found = list_beneath(root, f"{EMBED_LIBVIRT.strip('/')}/etc/qemu") or []
+    return sorted(name for name, _ in found if name.endswith(".xml"))
+
+
 def check_owner_uri(uri: str, root: str, simulated: bool) -> None:
     """A device is a leak only when the libvirt that holds this host's domains says so: on a simulated root its
     embedded libvirt (under <root>/var/lib/vgpuadm/libvirt), on a real host the local system daemon
     (qemu:///system, or qemu+unix:///system with its socket named). Anything else (another driver, qemu:///session,
-    a remote host, another root's embedded libvirt, the system daemon for a simulated root) is refused for --fix."""
+    a remote host, another root's embedded libvirt) is refused for --fix. A simulated root whose embedded libvirt
+    holds no domain (its domains live on a shared daemon, as the kernel lane's and the shared-daemon tests' do) may
+    name the local system daemon: the embedded driver's domains are the ones another URI would miss."""
     parts = urlsplit(uri)
     driver, _, transport = parts.scheme.partition("+")
+    query = parse_qs(parts.query, keep_blank_values=True)
+    system = parts.path == "/system" and not parts.netloc and transport in ("", "unix") and set(query) <= {"socket"}
     if driver != "qemu":
         raise UnsafeError(
             f"--connect {uri} is not this host's QEMU/KVM libvirt, so it cannot say which devices are leaks",
             "run `vgpuadm reconcile --fix` without --connect, or with the qemu:/// URI of this host",
         )
-    query = parse_qs(parts.query, keep_blank_values=True)
     if simulated:
         embed_root = (query.get("root") or [""])[0]
         own = f"{root.rstrip('/')}{EMBED_LIBVIRT}"
-        if parts.path != "/embed" or transport or parts.netloc or set(query) != {"root"} or \
-                embed_root.rstrip("/") != own:  # fmt: skip
+        embedded = parts.path == "/embed" and not transport and not parts.netloc and set(query) == {"root"}
+        if not (embedded and embed_root.rstrip("/") == own) and not (system and not embedded_domains(root)):
             raise UnsafeError(
                 f"--connect {uri} does not hold this simulated host's domains (its embedded libvirt does), so it "
                 "cannot say which devices are leaks",
                 "run `vgpuadm reconcile --fix` without --connect",
             )
         return
-    if parts.path != "/system" or parts.netloc or transport not in ("", "unix") or not set(query) <= {"socket"}:
+    if not system:
         raise UnsafeError(
             f"--connect {uri} is not this host's own system libvirt, so it cannot say which devices are leaks",
             "run `vgpuadm reconcile --fix` without --connect, or with --connect qemu:///system",

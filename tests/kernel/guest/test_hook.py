@@ -94,5 +94,5 @@ def test_on_demand_mdevs_live_while_the_domain_runs(cli, sysfs: Sysfs, domain, i
     assert not os.path.exists("/var/lib/vgpuadm/journal.json")
     result = cli("--connect", URI, "reconcile", "--json")
     assert result.code == 0, result.err
-    assert json.loads(result.out) == {"recovered": [], "leaks": [], "fixed": [], "lost": []}
+    assert json.loads(result.out) == {"dry_run": False, "recovered": [], "leaks": [], "fixed": [], "lost": []}
     assert sysfs.read("/sys/class/mdev_bus/mtty/mdev_supported_types/mtty-2/available_instances") == "12"
