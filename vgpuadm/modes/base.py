@@ -54,7 +54,7 @@ class Mode(ABC):
 
     def handle(self, a: Allocation) -> str:
         """How the user names `a`'s device (`destroy --uuid`): devices with one handle go and come as one."""
-        return a.address or ""
+        return self.device_id(a) or ""
 
     def plan_line(self, a: Allocation) -> str:
         """`a` as a plan's diff names it: "nvidia-63 3b1c… on 0000:01:00.0", "passthrough 0000:65:00.0"."""

@@ -80,9 +80,6 @@ class MdevMode(Mode):
     def describe(self, a: Allocation) -> str:
         return f"mdev {a.uuid} ({a.type_id})"
 
-    def handle(self, a: Allocation) -> str:
-        return a.uuid or ""
-
     def display(self, a: Allocation) -> tuple[bool, bool]:
         return a.extra.get("display") == "on", a.extra.get("ramfb") == "on"
 
@@ -97,11 +94,9 @@ class MdevMode(Mode):
         return SetVgpuParams("mdev", a.uuid or "", params, previous=self.current_params(snapshot, a) or "")
 
     def hostdev_xml(self, a: Allocation) -> str:
+        display, ramfb = self.display(a)
         return xml.mdev_hostdev(
-            xml.require(a, a.uuid, "UUID"),
-            display=a.extra.get("display") == "on",
-            ramfb=a.extra.get("ramfb") == "on",
-            guest_address=xml.guest_address(a),
+            xml.require(a, a.uuid, "UUID"), display=display, ramfb=ramfb, guest_address=xml.guest_address(a)
         )
 
     # -- restore after a reboot, on demand ----------------------------------------------------------------------

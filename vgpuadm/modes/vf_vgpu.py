@@ -118,11 +118,10 @@ class VfVgpuMode(Mode):
         problems: list[str] = []
         vf_addr = a.address or a.parent or ""
         vf = snapshot.vendor_vfs.get(vf_addr)
-        number = a.type_id.rsplit("-", 1)[-1]
-        want = int(number) if number.isdecimal() else 0
-        if not want:  # recorded metadata is outside input: a VF's type is nvidia-<number>
-            problems.append(f"{a.domain}: vf device #{a.slot}: type {a.type_id[:80]!r} is not nvidia-<number>")
-        elif vf is None:
+        if bad := self.record_problem(a):
+            return [], [bad]
+        want = int(a.type_id.rsplit("-", 1)[-1])
+        if vf is None:
             problems.append(f"{a.domain}: VF {vf_addr} does not exist (SR-IOV not enabled on its GPU)")
         elif vf.current_type == 0:
             t = next((t for t in vf.offered if t.numeric_id == want), None)

@@ -432,9 +432,5 @@ def reconcile(
         if fix and leaks:
             fixed = s.execute(reconcile_plan.leak_plan(snap, leaks, remembered), dry_run=dry_run).applied
             snap = s.refresh()
-        lost = tuple(
-            f"{a.domain}: {describe_allocation(a)}"
-            for a in doms.allocations
-            if not a.on_demand and reconcile_plan.device_missing(a, snap)
-        )
+        lost = tuple(f"{a.domain}: {describe_allocation(a)}" for a in missing_recorded(snap, doms))
     return ReconcileResult(tuple(recovered), tuple(leaks), fixed, lost, dry_run)

@@ -36,6 +36,10 @@ class Domain:
                    tuple(domxml.parse_hostdevs(doc)), domxml.metadata_host(doc),
                    domxml.metadata_changed(doc, domain=name))  # fmt: skip
 
+    def references(self) -> list[tuple[str, str]]:
+        """The devices this domain references: its hostdevs (any, vgpuadm's or not), then its recorded ones."""
+        return [(ref.kind, ref.key) for ref in self.hostdevs] + [k for a in self.allocations for k in device_keys(a)]
+
 
 @dataclass(frozen=True, slots=True)
 class Domains:
@@ -79,12 +83,8 @@ class Domains:
         now or not) → the first such domain; `besides` leaves one domain out."""
         out: dict[tuple[str, str], str] = {}
         for name, d in sorted(self.by_name.items()):
-            if name == besides:
-                continue
-            for ref in d.hostdevs:
-                out.setdefault((ref.kind, ref.key), name)
-            for a in d.allocations:
-                for key in device_keys(a):
+            if name != besides:
+                for key in d.references():
                     out.setdefault(key, name)
         return out
 
@@ -93,9 +93,7 @@ class Domains:
         (a VM copied with `virsh dumpxml | virsh define` or virt-clone): only one of them can start at a time."""
         out: dict[tuple[str, str], list[str]] = {}
         for name, d in sorted(self.by_name.items()):
-            keys = {(ref.kind, ref.key) for ref in d.hostdevs}
-            keys.update(key for a in d.allocations for key in device_keys(a))
-            for key in keys:
+            for key in dict.fromkeys(d.references()):  # each once per domain
                 out.setdefault(key, []).append(name)
         return out
 

@@ -573,8 +573,8 @@ def plan_passthrough(
     for f in functions:
         if pci_key(f) in others:
             raise ConflictError(
-                f"{f} is already given to domain {others[('pci', f)]}",
-                f"take it back first: `vgpuadm destroy --vm {others[('pci', f)]} --uuid {gpu}` or `vgpuadm release "
+                f"{f} is already given to domain {others[pci_key(f)]}",
+                f"take it back first: `vgpuadm destroy --vm {others[pci_key(f)]} --uuid {gpu}` or `vgpuadm release "
                 f"--gpu {gpu}`",
             )
     if on_demand:

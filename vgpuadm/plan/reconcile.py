@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vgpuadm import modes
-from vgpuadm.model import Allocation, HostSnapshot
+from vgpuadm.model import HostSnapshot
 from vgpuadm.modes import passthrough
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.steps import Plan, Step
@@ -49,7 +48,3 @@ def leak_plan(snap: HostSnapshot, leaks: Sequence[Leak], vfio_remembered: dict[s
             done_groups.update(snap.group_members(lk.id))
             steps.extend(passthrough.MODE.plan_restore(snap, lk.id, vfio_remembered))
     return Plan.of(steps, f"remove {len(leaks)} leaked device(s)")
-
-
-def device_missing(a: Allocation, snap: HostSnapshot) -> bool:
-    return modes.for_name(a.mode).missing(snap, a)
