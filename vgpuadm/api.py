@@ -1,137 +1,158 @@
 """The one surface the CLI and the Ansible module call: typed re-exports of the orchestrators in vgpuadm.ops (and
-the pure planners they share). No logic lives here; where each behaviour lives is named beside it."""
+the pure planners they share). No logic lives here; where each behaviour lives is named beside it.
+
+A name is imported when it is first used (PEP 562), so a command loads only the orchestrator it runs: `create` does
+not import inventory, doctor, snapshots or the demo. Type checkers read the imports under TYPE_CHECKING, which
+tests/unit/test_api_surface.py keeps equal to _HOMES."""
 
 from __future__ import annotations
 
-from vgpuadm.executor import set_lock_policy
-from vgpuadm.host.root import resolve_root
-from vgpuadm.ops import declarative, guest, hook, mdevctl, unit
-from vgpuadm.ops import mig as mig
-from vgpuadm.ops.declarative import (
-    ApplyResult,
-    ReconcileResult,
-    RestoreResult,
-    apply_desired,
-    apply_plan_file,
-    reconcile,
-    restore,
-)
-from vgpuadm.ops.demo import DemoResult
-from vgpuadm.ops.demo import run as demo
-from vgpuadm.ops.doctor import doctor
-from vgpuadm.ops.guest import (
-    GuestResult,
-)
-from vgpuadm.ops.guest import (
-    create as guest_create,
-)
-from vgpuadm.ops.guest import (
-    create_many as guest_create_many,
-)
-from vgpuadm.ops.guest import (
-    destroy as guest_destroy,
-)
-from vgpuadm.ops.guest import (
-    passthrough as guest_passthrough,
-)
-from vgpuadm.ops.guest import (
-    release as guest_release,
-)
-from vgpuadm.ops.hook import install as hook_install
-from vgpuadm.ops.hook import run as hook_run
-from vgpuadm.ops.hook import status as hook_status
-from vgpuadm.ops.hook import uninstall as hook_uninstall
-from vgpuadm.ops.host import (
-    apply,
-    discover,
-    host_lock,
-    open_sysfs,
-    original_drivers,
-    plan_sriov,
-    plan_vfio_restore,
-    recover,
-)
-from vgpuadm.ops.host import (
-    run as run_host_verb,
-)
-from vgpuadm.ops.inventory import device_users, domain_allocations, inventory, merge_inventories, show_vm, vms
-from vgpuadm.ops.mdevctl import export as mdevctl_export
-from vgpuadm.ops.mdevctl import import_ as mdevctl_import
-from vgpuadm.ops.snapshot import import_ as snapshot_import
-from vgpuadm.ops.snapshot import take as snapshot
-from vgpuadm.ops.unit import UnitResult
-from vgpuadm.ops.unit import install as unit_install
-from vgpuadm.ops.unit import status as unit_status
-from vgpuadm.ops.unit import uninstall as unit_uninstall
-from vgpuadm.plan.devices import (
-    explain_placement,
-    plan_create,
-    plan_remove,
-    plan_vf_clear,
-    plan_vf_type,
-    plan_vfio_bind,
-)
-from vgpuadm.plan.guest import passthrough_functions
-from vgpuadm.report.doctor import to_json as doctor_json
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "ApplyResult",
-    "DemoResult",
-    "GuestResult",
-    "ReconcileResult",
-    "RestoreResult",
-    "UnitResult",
-    "apply",
-    "apply_desired",
-    "apply_plan_file",
-    "declarative",
-    "demo",
-    "device_users",
-    "discover",
-    "doctor",
-    "doctor_json",
-    "domain_allocations",
-    "explain_placement",
-    "guest",
-    "guest_create",
-    "guest_create_many",
-    "guest_destroy",
-    "guest_passthrough",
-    "guest_release",
-    "hook",
-    "hook_install",
-    "hook_run",
-    "hook_status",
-    "hook_uninstall",
-    "host_lock",
-    "inventory",
-    "mdevctl",
-    "mdevctl_export",
-    "mdevctl_import",
-    "merge_inventories",
-    "mig",
-    "open_sysfs",
-    "original_drivers",
-    "passthrough_functions",
-    "plan_create",
-    "plan_remove",
-    "plan_sriov",
-    "plan_vf_clear",
-    "plan_vf_type",
-    "plan_vfio_bind",
-    "plan_vfio_restore",
-    "reconcile",
-    "recover",
-    "resolve_root",
-    "restore",
-    "run_host_verb",
-    "set_lock_policy",
-    "show_vm",
-    "snapshot",
-    "snapshot_import",
-    "unit",
-    "unit_install",
-    "unit_status",
-    "unit_uninstall",
-    "vms",
-]  # fmt: skip
+if TYPE_CHECKING:
+    from vgpuadm.executor import set_lock_policy
+    from vgpuadm.host.root import resolve_root
+    from vgpuadm.ops import declarative, guest, hook, mdevctl, unit
+    from vgpuadm.ops import mig as mig
+    from vgpuadm.ops.declarative import (
+        ApplyResult,
+        ReconcileResult,
+        RestoreResult,
+        apply_desired,
+        apply_plan_file,
+        reconcile,
+        restore,
+    )
+    from vgpuadm.ops.demo import DemoResult
+    from vgpuadm.ops.demo import run as demo
+    from vgpuadm.ops.doctor import doctor
+    from vgpuadm.ops.guest import (
+        GuestResult,
+    )
+    from vgpuadm.ops.guest import (
+        create as guest_create,
+    )
+    from vgpuadm.ops.guest import (
+        create_many as guest_create_many,
+    )
+    from vgpuadm.ops.guest import (
+        destroy as guest_destroy,
+    )
+    from vgpuadm.ops.guest import (
+        passthrough as guest_passthrough,
+    )
+    from vgpuadm.ops.guest import (
+        release as guest_release,
+    )
+    from vgpuadm.ops.hook import install as hook_install
+    from vgpuadm.ops.hook import run as hook_run
+    from vgpuadm.ops.hook import status as hook_status
+    from vgpuadm.ops.hook import uninstall as hook_uninstall
+    from vgpuadm.ops.host import (
+        apply,
+        discover,
+        host_lock,
+        open_sysfs,
+        original_drivers,
+        plan_sriov,
+        plan_vfio_restore,
+        recover,
+    )
+    from vgpuadm.ops.host import (
+        run as run_host_verb,
+    )
+    from vgpuadm.ops.inventory import device_users, domain_allocations, inventory, merge_inventories, show_vm, vms
+    from vgpuadm.ops.mdevctl import export as mdevctl_export
+    from vgpuadm.ops.mdevctl import import_ as mdevctl_import
+    from vgpuadm.ops.snapshot import import_ as snapshot_import
+    from vgpuadm.ops.snapshot import take as snapshot
+    from vgpuadm.ops.unit import UnitResult
+    from vgpuadm.ops.unit import install as unit_install
+    from vgpuadm.ops.unit import status as unit_status
+    from vgpuadm.ops.unit import uninstall as unit_uninstall
+    from vgpuadm.plan.devices import (
+        explain_placement,
+        plan_create,
+        plan_remove,
+        plan_vf_clear,
+        plan_vf_type,
+        plan_vfio_bind,
+    )
+    from vgpuadm.plan.guest import passthrough_functions
+    from vgpuadm.report.doctor import to_json as doctor_json
+
+_HOMES: dict[str, tuple[str, str]] = {
+    "ApplyResult": ("vgpuadm.ops.declarative", "ApplyResult"),
+    "DemoResult": ("vgpuadm.ops.demo", "DemoResult"),
+    "GuestResult": ("vgpuadm.ops.guest", "GuestResult"),
+    "ReconcileResult": ("vgpuadm.ops.declarative", "ReconcileResult"),
+    "RestoreResult": ("vgpuadm.ops.declarative", "RestoreResult"),
+    "UnitResult": ("vgpuadm.ops.unit", "UnitResult"),
+    "apply": ("vgpuadm.ops.host", "apply"),
+    "apply_desired": ("vgpuadm.ops.declarative", "apply_desired"),
+    "apply_plan_file": ("vgpuadm.ops.declarative", "apply_plan_file"),
+    "declarative": ("vgpuadm.ops", "declarative"),
+    "demo": ("vgpuadm.ops.demo", "run"),
+    "device_users": ("vgpuadm.ops.inventory", "device_users"),
+    "discover": ("vgpuadm.ops.host", "discover"),
+    "doctor": ("vgpuadm.ops.doctor", "doctor"),
+    "doctor_json": ("vgpuadm.report.doctor", "to_json"),
+    "domain_allocations": ("vgpuadm.ops.inventory", "domain_allocations"),
+    "explain_placement": ("vgpuadm.plan.devices", "explain_placement"),
+    "guest": ("vgpuadm.ops", "guest"),
+    "guest_create": ("vgpuadm.ops.guest", "create"),
+    "guest_create_many": ("vgpuadm.ops.guest", "create_many"),
+    "guest_destroy": ("vgpuadm.ops.guest", "destroy"),
+    "guest_passthrough": ("vgpuadm.ops.guest", "passthrough"),
+    "guest_release": ("vgpuadm.ops.guest", "release"),
+    "hook": ("vgpuadm.ops", "hook"),
+    "hook_install": ("vgpuadm.ops.hook", "install"),
+    "hook_run": ("vgpuadm.ops.hook", "run"),
+    "hook_status": ("vgpuadm.ops.hook", "status"),
+    "hook_uninstall": ("vgpuadm.ops.hook", "uninstall"),
+    "host_lock": ("vgpuadm.ops.host", "host_lock"),
+    "inventory": ("vgpuadm.ops.inventory", "inventory"),
+    "mdevctl": ("vgpuadm.ops", "mdevctl"),
+    "mdevctl_export": ("vgpuadm.ops.mdevctl", "export"),
+    "mdevctl_import": ("vgpuadm.ops.mdevctl", "import_"),
+    "merge_inventories": ("vgpuadm.ops.inventory", "merge_inventories"),
+    "mig": ("vgpuadm.ops", "mig"),
+    "open_sysfs": ("vgpuadm.ops.host", "open_sysfs"),
+    "original_drivers": ("vgpuadm.ops.host", "original_drivers"),
+    "passthrough_functions": ("vgpuadm.plan.guest", "passthrough_functions"),
+    "plan_create": ("vgpuadm.plan.devices", "plan_create"),
+    "plan_remove": ("vgpuadm.plan.devices", "plan_remove"),
+    "plan_sriov": ("vgpuadm.ops.host", "plan_sriov"),
+    "plan_vf_clear": ("vgpuadm.plan.devices", "plan_vf_clear"),
+    "plan_vf_type": ("vgpuadm.plan.devices", "plan_vf_type"),
+    "plan_vfio_bind": ("vgpuadm.plan.devices", "plan_vfio_bind"),
+    "plan_vfio_restore": ("vgpuadm.ops.host", "plan_vfio_restore"),
+    "reconcile": ("vgpuadm.ops.declarative", "reconcile"),
+    "recover": ("vgpuadm.ops.host", "recover"),
+    "resolve_root": ("vgpuadm.host.root", "resolve_root"),
+    "restore": ("vgpuadm.ops.declarative", "restore"),
+    "run_host_verb": ("vgpuadm.ops.host", "run"),
+    "set_lock_policy": ("vgpuadm.executor", "set_lock_policy"),
+    "show_vm": ("vgpuadm.ops.inventory", "show_vm"),
+    "snapshot": ("vgpuadm.ops.snapshot", "take"),
+    "snapshot_import": ("vgpuadm.ops.snapshot", "import_"),
+    "unit": ("vgpuadm.ops", "unit"),
+    "unit_install": ("vgpuadm.ops.unit", "install"),
+    "unit_status": ("vgpuadm.ops.unit", "status"),
+    "unit_uninstall": ("vgpuadm.ops.unit", "uninstall"),
+    "vms": ("vgpuadm.ops.inventory", "vms"),
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _HOMES[name]
+    except KeyError:
+        raise AttributeError(f"module 'vgpuadm.api' has no attribute {name!r}") from None
+    home = importlib.import_module(module)
+    value = getattr(home, attr) if hasattr(home, attr) else importlib.import_module(f"{module}.{attr}")
+    globals()[name] = value
+    return value
