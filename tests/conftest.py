@@ -1,4 +1,10 @@
-"""Shared fixtures: simulated hosts built fresh per test, and the CLI run in-process."""
+"""Shared fixtures: simulated hosts built fresh per test, and the CLI run in-process; the test lanes.
+
+Lanes (markers, chosen with `pytest -m LANE`): `unit` (pure: no process, no libvirt; tests/unit and tests/golden
+unless marked otherwise; a guard fails a unit test that starts a process or opens libvirt), `process` (runs
+vgpuadm or another program as a process, no libvirt), `libvirt` (a libvirt driver: the embedded one or libvirtd),
+`ansible` (ansible-core), `browser` (Chromium), `fuzz`, `kernel` (inside the nested real-kernel guest only).
+A directory gives its lane; a module in tests/unit or tests/golden that needs more says so in `pytestmark`."""
 
 from __future__ import annotations
 
@@ -104,6 +110,46 @@ def conn(libvirtd: str) -> Iterator[Any]:
     c = libvirt.open(libvirtd)
     yield c
     c.close()
+
+
+_DIRECTORY_LANES = {"libvirt": "libvirt", "campaign": "libvirt", "ansible": "ansible", "cockpit": "browser",
+                    "html": "browser", "fuzz": "fuzz", "kernel": "kernel"}  # fmt: skip
+_NOT_PURE = ("libvirt", "process", "ansible", "browser", "fuzz", "kernel")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test joins its directory's lane; in tests/unit and tests/golden a test not marked otherwise is `unit`."""
+    here = Path(__file__).parent
+    for item in items:
+        part = item.path.relative_to(here).parts[0] if item.path.is_relative_to(here) else ""
+        lane = _DIRECTORY_LANES.get(part)
+        if lane:
+            item.add_marker(lane)
+        elif not any(item.get_closest_marker(m) for m in _NOT_PURE):
+            item.add_marker("unit")
+
+
+@pytest.fixture(autouse=True)
+def _pure_unit_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `unit` test that starts a process or opens libvirt fails at that point, naming the lane it belongs to."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+
+    def refuse(what: str, lane: str) -> Callable[..., Any]:
+        def call(*_a: Any, **_k: Any) -> Any:
+            raise AssertionError(f"a pure unit test {what}: mark its module `pytestmark = pytest.mark.{lane}`")
+
+        return call
+
+    import subprocess
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse("started a process", "process"))
+    try:
+        import libvirt
+    except ImportError:
+        return
+    for name in ("open", "openAuth", "openReadOnly"):
+        monkeypatch.setattr(libvirt, name, refuse("opened libvirt", "libvirt"))
 
 
 _CAMPAIGN_LINES: list[str] = []

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import vgpuadm.api as api
 
 API = Path(api.__file__)
@@ -47,6 +49,7 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         raise AssertionError("no AttributeError")
 
 
+@pytest.mark.process
 def test_importing_the_api_loads_no_orchestrator() -> None:
     """A fresh interpreter (the module cache of this one already holds everything)."""
     code = "import sys, vgpuadm.api; print(sorted(m for m in sys.modules if m.startswith('vgpuadm.ops')))"

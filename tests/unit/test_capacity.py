@@ -128,6 +128,7 @@ def _inventory_free(snap: HostSnapshot, type_name: str) -> int:
     return sum(r["free"] for r in doc["types"] if type_name in (r["type_id"], r["name"], r["profile"]))
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("profile", "steps"),
     [

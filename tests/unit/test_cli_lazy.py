@@ -89,6 +89,7 @@ def test_errors_are_those_of_the_whole_app(
     assert lazy[0][0].code == 2 and "No such command 'resotre'" in lazy[0][0].err
 
 
+@pytest.mark.process
 def test_a_command_imports_only_its_own_module(sim_host: Callable[[str], Path]) -> None:
     """`recover` imports the host commands, not the guest, declarative, MIG or hook commands."""
     code = (

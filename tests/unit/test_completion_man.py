@@ -15,6 +15,8 @@ import pytest
 
 from vgpuadm.sim.profiles import build
 
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 
 

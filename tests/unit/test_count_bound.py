@@ -36,6 +36,7 @@ def test_a_count_above_the_host_maximum_is_refused_at_once(cli: Any, sim_host: C
     assert res.err == f"error: 17 instances are more than this host could ever hold (16 vGPU devices in all)\n{HINT}\n"
 
 
+@pytest.mark.process
 def test_a_vm_count_above_the_host_maximum_is_refused_at_once(sim_host: Callable[[str], Path]) -> None:
     """Through a real (embedded) libvirt domain, in a child process: one embedded driver per process."""
     root = sim_host("p4")
@@ -45,6 +46,7 @@ def test_a_vm_count_above_the_host_maximum_is_refused_at_once(sim_host: Callable
     assert res.err == f"error: 17 devices are more than this host could ever hold (16 vGPU devices in all)\n{HINT}\n"
 
 
+@pytest.mark.process
 def test_a_plan_asking_for_more_than_the_host_maximum_is_refused(
     sim_host: Callable[[str], Path], tmp_path: Path
 ) -> None:

@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.unit.inventory_setup import mig_on
 from vgpuadm import modes
 from vgpuadm.api import discover
@@ -66,6 +68,7 @@ def test_layout_c_needs_sriov_before_types(sim_host: Callable[[str], Path]) -> N
     assert vgpu.steps == [] and vgpu.problems == (f"web01: VF {VF} does not exist (SR-IOV not enabled on its GPU)",)
 
 
+@pytest.mark.process
 def test_mdev_plans_create_then_params_and_mig_types_are_reported(sim_host: Callable[[str], Path]) -> None:
     root = sim_host("p4")
     u = "0b0e5a8e-8f6c-5b8e-9d1e-3c2f8a7b6d01"

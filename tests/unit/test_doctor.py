@@ -96,6 +96,7 @@ def _golden(name: str, text: str) -> str:
     return path.read_text()
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("case", CASES)
 def test_doctor_text_and_json(tmp_path: Path, case: str) -> None:
     profile, plant, code = CASES[case]
@@ -115,6 +116,7 @@ def test_doctor_text_and_json(tmp_path: Path, case: str) -> None:
     assert normal == _golden(f"{case}.json", normal)
 
 
+@pytest.mark.process
 def test_doctor_reports_a_leak_by_its_uuid_and_the_fix(tmp_path: Path) -> None:
     """The fix of a leak is `reconcile --fix`; while an interrupted change is pending (it may have made the device)
     it is `recover` first, the command the journal check names too."""
@@ -136,6 +138,7 @@ def test_doctor_reports_a_leak_by_its_uuid_and_the_fix(tmp_path: Path) -> None:
     assert checks[f"leak {LEAK}"]["hint"] == fix
 
 
+@pytest.mark.process
 def test_recover_and_reconcile_state_their_split() -> None:
     """One home for a journal's rollback: `recover`, which every "interrupted change" message names; `reconcile`'s
     help says it runs it first and is about leaks."""
@@ -151,6 +154,7 @@ def test_recover_and_reconcile_state_their_split() -> None:
     assert "`vgpuadm reconcile` rolls" not in readme and "rolled back by `vgpuadm reconcile`" not in readme
 
 
+@pytest.mark.process
 def test_doctor_on_a_missing_root_is_one_error(tmp_path: Path) -> None:
     r = _doctor(tmp_path / "nope")
     assert (r.returncode, r.stdout) == (3, "")

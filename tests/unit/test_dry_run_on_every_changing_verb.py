@@ -62,6 +62,7 @@ def _subprocess(root: Path, *args: str) -> Result:
     return Result(r.returncode, r.stdout, r.stderr)
 
 
+@pytest.mark.process
 def test_recover_and_reconcile_dry_run_change_nothing(
     sim_host: Callable[[str], Path], cli: Callable[..., Result]
 ) -> None:

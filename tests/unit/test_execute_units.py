@@ -104,6 +104,7 @@ execute_units([Plan.of([RuntimeNote(n)], n) for n in "abc"], _ctx(Path({root!r})
 """
 
 
+@pytest.mark.process
 def test_a_crash_mid_batch_leaves_the_whole_batch_to_recover(tmp_path: Path) -> None:
     """The process dies after the batch's 2nd step (the executor's test crash hook): the journal names all three
     units' steps at step 2, and `recover` undoes all of them, in reverse (undo tolerates the step never run)."""
@@ -160,6 +161,7 @@ def test_restore_journals_once_per_phase(
     assert not (Path(root) / JOURNAL).exists()
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("simulated", "value"), [(False, "2"), (True, "9" * 100_000), (True, "-1"), (True, "2x")])
 def test_the_crash_hook_is_honoured_only_on_a_simulated_root_and_only_as_a_step_number(
     tmp_path: Path, simulated: bool, value: str
@@ -175,6 +177,7 @@ def test_the_crash_hook_is_honoured_only_on_a_simulated_root_and_only_as_a_step_
     assert read_journal(str(tmp_path)) is None
 
 
+@pytest.mark.process
 def test_the_crash_hook_is_honoured_on_a_real_root_once_armed(tmp_path: Path) -> None:
     """The kernel lane's throwaway guest (a real root) arms it with a root-only file under /run/vgpuadm."""
     tests = str(Path(__file__).resolve().parents[2])

@@ -57,6 +57,7 @@ def test_other_argument_lists_go_to_typer(words: list[str], monkeypatch: pytest.
     assert fast.try_run(["hook", "run", *words], fast.Console()) is None
 
 
+@pytest.mark.process
 def test_hook_run_imports_neither_typer_nor_the_whole_api(sim_host) -> None:
     """A domain without on-demand devices (most): not even the orchestrator, the lock or discovery is loaded."""
     code = ("import sys; from vgpuadm.cli.app import run; code = run(sys.argv[1:]); "

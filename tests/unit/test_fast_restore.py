@@ -94,6 +94,7 @@ def test_other_argument_lists_go_to_typer(rest: list[str], monkeypatch: pytest.M
     assert fast.try_run(["restore", *rest], fast.Console()) is None
 
 
+@pytest.mark.process
 def test_restore_does_not_import_typer(sim_host: Callable[[str], Path]) -> None:
     code = "import sys; from vgpuadm.cli.app import run; code = run(sys.argv[1:]); print(code, 'typer' in sys.modules)"
     env = dict(os.environ, PYTHONPATH=str(REPO))

@@ -95,6 +95,7 @@ def test_read_command_and_dry_run_without_root_work(public_root):
     assert code == 0, err
 
 
+@pytest.mark.libvirt
 @pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody: needs root")
 def test_guest_dry_run_without_root_works(public_root):
     """`create --dry-run` only reads: no root needed, as the needs-root hint says (libvirt's in-process test
@@ -106,6 +107,7 @@ def test_guest_dry_run_without_root_works(public_root):
     assert not (public_root / "run").exists() and not (public_root / "var/lib/vgpuadm").exists()
 
 
+@pytest.mark.process
 @pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody: needs root")
 def test_dry_runs_of_every_changing_verb_without_root_work(public_root):
     """apply/restore/reconcile/recover/mdevctl/hook/unit --dry-run only read: no root (test:///default stands in for
@@ -131,6 +133,7 @@ def test_dry_runs_of_every_changing_verb_without_root_work(public_root):
     assert not (public_root / "run").exists() and not (public_root / "var/lib/vgpuadm").exists()
 
 
+@pytest.mark.process
 @pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody: needs root")
 def test_libvirt_permission_problem_is_not_answered_start_libvirtd(public_root, tmp_path):
     """A socket this user may not reach (EACCES: tmp_path is 0700 root) is a permission problem, not a daemon
@@ -146,6 +149,7 @@ def test_libvirt_permission_problem_is_not_answered_start_libvirtd(public_root, 
     ]
 
 
+@pytest.mark.process
 def test_libvirt_not_running_is_answered_start_libvirtd(tmp_path):
     """No daemon behind the socket: start it. libvirt's own error printing stays off stderr (the subprocess's
     real stderr holds vgpuadm's two lines and nothing else)."""
@@ -164,6 +168,7 @@ def test_libvirt_not_running_is_answered_start_libvirtd(tmp_path):
     ]
 
 
+@pytest.mark.process
 def test_embedded_libvirt_that_cannot_start_says_why_in_two_lines(tmp_path):
     """libvirt's embedded driver failing at start (here `<embedded root>/lib` is a file, as a directory this user
     may not write would be) logs its own lines to stderr unless told not to; vgpuadm's error is the only output,
@@ -427,6 +432,7 @@ def test_hostile_plan_is_one_error_naming_the_file(cli, sim_host, tmp_path, name
 # --- 5. user data in tables is text, never rich markup ------------------------------------------------------------
 
 
+@pytest.mark.libvirt
 def test_host_name_with_markup_prints_as_text(cli, sim_host):
     r = cli("--root", str(sim_host("p4")), "inventory", "--host", "[/x] [bold]b :smile:")
     assert r.code == 0, r.err
@@ -453,6 +459,7 @@ def test_console_lines_keep_breaks_and_tabs_and_escape_other_controls():
     assert out.getvalue() == "a\\x1b[2Jb\nc\td\\re\\x9bf\n"
 
 
+@pytest.mark.libvirt
 def test_vgpu_param_with_markup_prints_as_text(cli, sim_host):
     root = str(sim_host("p4"))
     r = cli("--root", root, "mdev", "create", "--type", "P4-1Q", "--param", "frame_rate_limiter=[/x]")

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from vgpuadm import api
 from vgpuadm.io import hookfile
 from vgpuadm.virt.conn import library_version
@@ -87,6 +89,7 @@ def run_script(path: Path, *args: str, stdin: str) -> subprocess.CompletedProces
                           text=True, env=env, timeout=120, check=False)  # fmt: skip
 
 
+@pytest.mark.process
 def test_single_script_chains_the_existing_qemu_hook_and_uninstall_puts_it_back(tmp_path: Path, cli) -> None:
     root = tmp_path / "root"
     hooks = root / HOOKS
@@ -160,6 +163,7 @@ def test_a_journal_naming_another_hook_file_is_refused(tmp_path: Path, cli, sim_
         "'../../../etc/shadow', not a valid value")  # fmt: skip
 
 
+@pytest.mark.process
 def test_an_install_interrupted_is_rolled_back_by_recover(cli, sim_host) -> None:
     """--single-script over an existing qemu script is two steps (keep the old one, write ours): a crash after the
     first leaves a journal, and `recover` puts the directory back as it was."""

@@ -128,6 +128,7 @@ def test_a_start_that_does_not_fit_fails_with_one_line_and_changes_nothing(sim_h
     assert diff(clean, tree_state(root)) == {}
 
 
+@pytest.mark.process
 def test_layout_c_types_the_recorded_vf_at_start_and_clears_it_at_stop(sim_host, cli, monkeypatch):
     root = sim_host("h200-vendor-vfio")
     before = tree_state(root)
@@ -314,6 +315,7 @@ def _gpu_instances(cli, root: Path) -> list[tuple[str, int, tuple[str, ...]]]:
     return sorted((i["name"], i["start"], tuple(i["vgpus"])) for i in json.loads(r.out))
 
 
+@pytest.mark.process
 def test_an_on_demand_mig_backed_vgpu_gets_its_gpu_instance_at_start_and_gives_it_back_at_stop(
     sim_host, cli, monkeypatch
 ):
@@ -343,6 +345,7 @@ def test_an_on_demand_mig_backed_vgpu_gets_its_gpu_instance_at_start_and_gives_i
     assert _gpu_instances(cli, root) == [] and not record.exists()
 
 
+@pytest.mark.process
 def test_an_on_demand_mdev_on_a_mig_vf_uses_a_hand_made_instance_and_leaves_it(sim_host, cli, monkeypatch):
     """Layout B (A100D, MIG on): with a GPU instance made by hand the start makes none and the stop destroys none;
     without one, the start makes it (mdevs on VFs need it as layout C does) and the stop destroys it."""

@@ -100,6 +100,7 @@ def test_user_errors(args: list[str], code: int, err: str, sim_host: Callable[[s
     assert tree_state(root) == before
 
 
+@pytest.mark.process
 def test_vf_set_type_and_clear(sim_host: Callable[[str], Path], cli) -> None:  # type: ignore[no-untyped-def]
     root = sim_host("h200-vendor-vfio")
     vf = "0000:18:00.5"
@@ -154,6 +155,7 @@ def test_boot_vga_refused(sim_host: Callable[[str], Path], cli) -> None:  # type
     )
 
 
+@pytest.mark.process
 def test_sriov_nvidia_without_script(sim_host: Callable[[str], Path], cli) -> None:  # type: ignore[no-untyped-def]
     root = sim_host("h200-vendor-vfio")
     (root / "usr/lib/nvidia/sriov-manage").unlink()  # `sim build` installs the simulated one; a host without it
@@ -192,6 +194,7 @@ def test_sriov_disable_with_a_vf_on_vfio_names_vfio_unbind(sim_host, cli):
     )
 
 
+@pytest.mark.process
 def test_only_the_verbs_that_free_devices_open_libvirt(sim_host, cli, tmp_path):  # type: ignore[no-untyped-def]
     """`mdev create`, `sriov`, `vfio bind` never open libvirt (a broken --connect does not matter); `mdev remove`,
     `vf clear`, `vfio unbind` look the device's owner up through it."""

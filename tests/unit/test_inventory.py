@@ -109,6 +109,7 @@ def test_a100_layout_b_one_size_per_gpu(sim_host):
     assert {(f["kind"], f["layout"]) for f in doc["functions"]} == {("pf", "mdev-vf"), ("vf", "mdev-vf")}
 
 
+@pytest.mark.process
 def test_h200_layout_c_idle_is_bounded_by_framebuffer(sim_host):
     root = sim_host("h200-vendor-vfio")
     doc = _doc(root, [])
@@ -122,6 +123,7 @@ def test_h200_layout_c_idle_is_bounded_by_framebuffer(sim_host):
     assert [(t["type_id"], t["free"]) for t in doc["types"] if t["type_id"] in wanted] == [("nvidia-1414", 7)]
 
 
+@pytest.mark.process
 def test_h200_layout_c_typed_vf_is_a_device(sim_host):
     root = sim_host("h200-vendor-vfio")
     set_vf_type(root, "0000:18:00.4", 1428)  # H200X-141C takes the whole GPU: every VF's creatable list empties
@@ -137,6 +139,7 @@ def test_h200_layout_c_typed_vf_is_a_device(sim_host):
     assert (doc["gpus"][0]["devices"], doc["gpus"][0]["framebuffer_total_mib"]) == (1, 144384)
 
 
+@pytest.mark.process
 def test_h200_layout_c_same_size_types_stay_open(sim_host):
     root = sim_host("h200-vendor-vfio")
     set_vf_type(root, "0000:18:00.4", 1420)  # H200X-4C, 4 GiB
@@ -240,6 +243,7 @@ def test_kernel_reading_zero_is_believed(p4_busy):
                                                   "stranded": 0, "reason": "the kernel reports 0 available"}  # fmt: skip
 
 
+@pytest.mark.process
 def test_h200_stranded_counts_only_what_cannot_be_placed(sim_host):
     """Issue 12 item 13: three H200X-17C run; five more fit (max 8), so the free framebuffer they fill is not
     stranded — only the 5120 MiB left after them, and the other sizes' instances the lock forbids."""
@@ -260,6 +264,7 @@ def test_h200_stranded_counts_only_what_cannot_be_placed(sim_host):
     assert rows["nvidia-1420"][3] == 16 and rows["nvidia-1428"][3] == 0
 
 
+@pytest.mark.process
 def test_h200_same_size_other_kind_is_stranded(sim_host):
     """A time-sliced H200X-35C runs: the MIG-backed types of the same 35840 MiB cannot be placed (equal-size mode
     groups by size and MIG-ness) although the framebuffer is free — stranded, with the lock as reason."""

@@ -9,8 +9,12 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tests.unit.inventory_setup import P4_UUIDS as U
 from tests.unit.inventory_setup import create_mdev
+
+pytestmark = pytest.mark.process
 
 DEFINE = textwrap.dedent("""
     import sys

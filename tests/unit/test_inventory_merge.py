@@ -74,6 +74,7 @@ def test_fleet_table_lists_hosts_and_leaks(reports, cli):
     assert "Fleet: 2 hosts" in out and "Leaks: devices no domain owns" in out and U[1] in out
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not shutil.which("promtool"), reason="promtool (Debian package prometheus) is not installed")
 def test_fleet_prometheus_passes_promtool(reports, cli):
     text = _merge(cli, *reports, "--format", "prometheus").out

@@ -74,6 +74,7 @@ def test_no_board_holds_more_than_its_memory():
         141 * 1024, 80 * 1024, None)  # fmt: skip
 
 
+@pytest.mark.process
 def test_discovery_fills_layout_c_maxima_and_the_sim_uses_the_same_table(sim_host):
     root = sim_host("h200-vendor-vfio")
     time_sliced = sorted((t.type_id, t.max_instances) for t in api.discover(str(root)).types() if t.parent == VFS[0])
@@ -105,6 +106,7 @@ def test_kernel_reported_maximum_wins_on_layout_b(sim_host):
     assert (types[("0000:41:00.4", "nvidia-468")], types[("0000:41:00.5", "nvidia-468")]) == (6, 10)
 
 
+@pytest.mark.process
 def test_busy_h200x_free_count_is_the_table_maximum_minus_running(sim_host):
     root = sim_host("h200-vendor-vfio")
     set_vf_type(root, VFS[0], 1426)  # H200X-35C, max 4; the 15 other VFs all still list it
@@ -132,6 +134,7 @@ def test_busy_h200x_free_count_is_the_table_maximum_minus_running(sim_host):
     assert _gpu_rows(doc, "nvidia-1426")[0]["free"] == 3
 
 
+@pytest.mark.process
 def test_idle_h200x_free_is_the_table_maximum_bounded_by_vfs(sim_host):
     root = sim_host("h200-vendor-vfio")
     doc = _doc(api.discover(str(root)))
@@ -149,6 +152,7 @@ def test_idle_h200x_free_is_the_table_maximum_bounded_by_vfs(sim_host):
     assert got["H200X-3-71C"] == (2, 2)  # the table's MIG maximum, not 141 // 71
 
 
+@pytest.mark.process
 def test_placement_and_the_simulated_driver_stop_at_the_maximum(sim_host):
     root = sim_host("h200-vendor-vfio")
     for vf in VFS[:3]:

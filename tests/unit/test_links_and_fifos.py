@@ -149,6 +149,7 @@ CHAIN_REFUSED = "link 'sys/l2' leads out of the host root through the archive's 
 INSIDE_REFUSED = "/usr is a symlink, not a directory"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("profile", "simulated", "chain", "message"), [
     ("h200-vendor-vfio", False, CHAIN, CHAIN_REFUSED),  # the nvidia-smi replay of a captured host
     ("h200-vendor-vfio", True, CHAIN, CHAIN_REFUSED),  # the simulated nvidia-smi
@@ -275,6 +276,7 @@ def run_bounded(*args: str) -> Ran:
     return Ran(proc)
 
 
+@pytest.mark.process
 def test_a_fifo_at_the_lock_owner_is_refused_at_once(cli, sim_host) -> None:
     root = sim_host("p4")
     (root / "run/vgpuadm").mkdir(parents=True, mode=0o700)
@@ -285,6 +287,7 @@ def test_a_fifo_at_the_lock_owner_is_refused_at_once(cli, sim_host) -> None:
     assert cli("--root", str(root), "mdevs", "--json").out.count(U1) == 0
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("fifo", "command", "message"), [
     (HOOK, ("hook", "status"), f"refusing to read /{HOOK}: /{HOOK} is a FIFO, not a regular file"),
     (HOOK, ("hook", "install"), f"refusing to read /{HOOK}: /{HOOK} is a FIFO, not a regular file"),
@@ -304,6 +307,7 @@ def test_a_fifo_where_a_configuration_file_is_is_refused_at_once(
     assert stat.S_ISFIFO(os.lstat(root / fifo).st_mode)  # left as it was
 
 
+@pytest.mark.process
 def test_snapshot_of_a_root_whose_machine_id_is_a_fifo_does_not_hang(cli, sim_host, tmp_path: Path) -> None:
     """A FIFO is no machine-id: the snapshot is taken without one, as on a root that has none."""
     root = sim_host("p4")

@@ -58,6 +58,7 @@ def _mdev_create(cli: Callable[..., Result], root: Path, *args: str) -> None:
     assert res.code == 0, res.err
 
 
+@pytest.mark.process
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mdevctl") or not shutil.which("unshare"),
                     reason="reading back with mdevctl needs root, mdevctl and unshare")  # fmt: skip
 def test_export_is_read_back_by_mdevctl(sim_host: Callable[[str], Path], cli: Callable[..., Result]) -> None:

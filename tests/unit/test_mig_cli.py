@@ -40,6 +40,7 @@ def test_schemas_are_valid_and_name_the_issue_fields():
     )
 
 
+@pytest.mark.process
 def test_mig_instances_json(cli, h200):
     # No domains, through libvirt's test driver: the embedded driver allows one root per process, and an earlier
     # in-process test may have opened another (then ownership is unknown, and no instance can be told by-hand).
@@ -55,6 +56,7 @@ def test_mig_instances_json(cli, h200):
     ]  # fmt: skip
 
 
+@pytest.mark.process
 def test_mig_profiles_and_status_json(cli, h200):
     doc = json.loads(cli("--root", str(h200), "mig", "profiles", "--gpu", "18:00.0", "--json").out)
     validate("mig-profiles", doc)
@@ -86,6 +88,7 @@ PRODUCTS = {"h200-mig": "NVIDIA H200", "a100d-mig": "NVIDIA A100 80GB PCIe",
             "rtxpro6000-mig": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}  # fmt: skip
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("board", BOARDS)
 def test_simulated_nvidia_smi_names_the_board_not_the_profile(board, tmp_path):
     """nvidia-smi's Product Name is the board's (the real H200 prints `NVIDIA H200`), never the simulated profile."""
@@ -112,6 +115,7 @@ def _enable(cli, root: Path, gpu: str) -> None:
 MAXIMA = [("h200-mig", None), ("rtxpro6000-mig", None), ("a100d-mig", ("1g.10gb", "3g.40gb"))]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("board", "names"), MAXIMA)
 def test_every_profile_to_its_maximum_and_back(cli, tmp_path, board, names):
     """Each profile at its maximum count, then destroy --all: the GPU-instance table is the starting one."""
@@ -132,6 +136,7 @@ def test_every_profile_to_its_maximum_and_back(cli, tmp_path, board, names):
         assert cli("--root", str(root), "mig", "profiles", "--json").out == start
 
 
+@pytest.mark.process
 def test_a_mix_that_does_not_fit_fails_before_any_change(cli, tmp_path):
     root, gpu = tmp_path / "h200", BOARDS["h200-mig"]
     build("h200-mig", str(root))
@@ -149,6 +154,7 @@ def test_a_mix_that_does_not_fit_fails_before_any_change(cli, tmp_path):
     assert cli("--root", str(root), "mig", "instances", "--json").out == before
 
 
+@pytest.mark.process
 def test_bad_input_is_one_line_and_changes_nothing(cli, tmp_path):
     root, gpu = tmp_path / "h200", BOARDS["h200-mig"]
     build("h200-mig", str(root))
@@ -174,6 +180,7 @@ def test_bad_input_is_one_line_and_changes_nothing(cli, tmp_path):
     assert len(json.loads(cli("--root", str(root), "mig", "instances", "--json").out)) == 1
 
 
+@pytest.mark.process
 def test_mig_on_a_gpu_without_mig(cli, tmp_path):
     """A layout C GPU without MIG (an L40S, say): every simulated layout C board has MIG, so the H200 host's marker
     loses the GPU's MIG state and its simulated nvidia-smi reports MIG mode N/A, as for a board without MIG."""
@@ -186,6 +193,7 @@ def test_mig_on_a_gpu_without_mig(cli, tmp_path):
     assert r.code == 2 and r.err.splitlines()[0] == "error: 0000:18:00.0 (NVIDIA H200) has no MIG"
 
 
+@pytest.mark.process
 def test_readme_mig_example_runs_as_written(cli, tmp_path, monkeypatch):
     """The `## MIG` section's sh block of README.md, line by line, in tmp_path (its root is a relative dir)."""
     monkeypatch.chdir(tmp_path)

@@ -7,12 +7,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from vgpuadm import api
 from vgpuadm.host import mig as host_mig
 from vgpuadm.host.root import HostRoot
 from vgpuadm.model import Allocation, DeviceMode
 from vgpuadm.plan import mig as plan_mig
 from vgpuadm.steps import CreateGpuInstance, SetMigMode, SetVfVgpuType
+
+pytestmark = pytest.mark.process
 
 PF = "0000:81:00.0"
 

@@ -100,6 +100,7 @@ def test_vfio_bind_refuses_a_gpu_with_vgpus(sim_host: Callable[[str], Path]) -> 
         api.plan_vfio_bind(api.discover(root), "0000:01:00.0")
 
 
+@pytest.mark.process
 def test_mdev_and_vf_idempotence_and_specs(sim_host: Callable[[str], Path]) -> None:
     root = str(sim_host("h200-vendor-vfio"))
     plan, ids = api.plan_create(api.discover(root), "H200X-4C", params="frame_rate_limiter=0")
@@ -139,6 +140,7 @@ def test_sriov_refuses_busy_vfs(sim_host: Callable[[str], Path]) -> None:
         api.plan_sriov(api.discover(root), "0000:41:00.0", False)
 
 
+@pytest.mark.process
 def test_sriov_manage_failure_is_rolled_back(sim_host: Callable[[str], Path]) -> None:
     root = sim_host("h200-vendor-vfio")
     script = root / "usr/lib/nvidia/sriov-manage"

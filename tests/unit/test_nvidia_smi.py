@@ -213,6 +213,7 @@ def _fake(tmp_path: Path, name: str, script: str) -> str:
     return str(path)
 
 
+@pytest.mark.process
 def test_locate_order_root_then_env_then_path(tmp_path, monkeypatch):
     root = tmp_path / "root"
     (root / "usr/bin").mkdir(parents=True)

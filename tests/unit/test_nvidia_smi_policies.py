@@ -24,6 +24,7 @@ def smi(root, *args: str) -> str:
     return subprocess.run([f"{root}/usr/bin/nvidia-smi", *args], capture_output=True, text=True, check=True).stdout
 
 
+@pytest.mark.process
 def test_query_text_gives_capability_and_mode(sim_host):
     root = sim_host("rtxpro6000-mig")
     assert parse_query_text(smi(root, "-q")) == {"0000:81:00.0": GpuPolicies(True, "Disabled")}
@@ -31,6 +32,7 @@ def test_query_text_gives_capability_and_mode(sim_host):
     assert parse_query_text(smi(root, "-q")) == {"0000:81:00.0": GpuPolicies(True, "Enabled")}
 
 
+@pytest.mark.process
 def test_placement_lines_of_supported_and_creatable_types(sim_host):
     root = sim_host("rtxpro6000-mig")
     supported = {t.name: t for t in parse_type_blocks(smi(root, "vgpu", "-s", "-v"))["0000:81:00.0"]}
@@ -41,6 +43,7 @@ def test_placement_lines_of_supported_and_creatable_types(sim_host):
     assert creatable["NVIDIA DC-48C"].placement_ids == (0, 48)
 
 
+@pytest.mark.process
 def test_scheduler_state(sim_host):
     root = sim_host("rtxpro6000-mig")
     assert parse_scheduler_state(smi(root, "vgpu", "-ss")) == {"0000:81:00.0": ("best-effort", 0)}

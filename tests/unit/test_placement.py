@@ -84,6 +84,7 @@ def test_layout_b_one_vgpu_per_vf_and_one_size_per_gpu(sim_host: Callable[[str],
         place(snap, "A100-10C", 4)
 
 
+@pytest.mark.process
 def test_layout_c_full_gpu_is_a_capacity_error(sim_host: Callable[[str], Path]) -> None:
     root = _host(sim_host, "h200-vendor-vfio", ("H200X-70C", 2, None))
     with pytest.raises(CapacityError) as info:

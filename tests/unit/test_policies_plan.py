@@ -25,6 +25,7 @@ def _snap(root):
     return dataclasses.replace(snap, policies=host_hetero.read(HostRoot(str(root)), scheduler=True, placements=True))
 
 
+@pytest.mark.process
 def test_scheduler_change_is_refused_while_a_vm_on_the_gpu_runs(sim_host):
     snap = _snap(sim_host("rtxpro6000-mig"))
     spec = {GPU: GpuSpec(GPU, scheduler="equal-share", timeslice_ms=3, line=2)}

@@ -76,6 +76,7 @@ def test_sixteen_processes_race_for_the_last_four(sim_host: Callable[[str], Path
     assert read_journal(str(root)) is None
 
 
+@pytest.mark.process
 def test_lock_held_by_another_process_is_a_clear_conflict(sim_host: Callable[[str], Path]) -> None:
     root = sim_host("p4")
     holder = subprocess.Popen(
@@ -111,6 +112,7 @@ def _crash_after_two(root: Path) -> tuple[dict[str, object], list[str]]:
     return before, uuids
 
 
+@pytest.mark.process
 def test_killed_between_steps_is_rolled_back_by_recover(sim_host: Callable[[str], Path], cli) -> None:  # type: ignore[no-untyped-def]
     root = sim_host("p4")
     before, uuids = _crash_after_two(root)
@@ -131,6 +133,7 @@ def test_killed_between_steps_is_rolled_back_by_recover(sim_host: Callable[[str]
     assert cli("--root", str(root), "recover").out == "nothing to recover\n"
 
 
+@pytest.mark.process
 def test_killed_between_steps_can_be_finished(sim_host: Callable[[str], Path]) -> None:
     root = sim_host("p4")
     _, uuids = _crash_after_two(root)
@@ -140,6 +143,7 @@ def test_killed_between_steps_can_be_finished(sim_host: Callable[[str], Path]) -
     assert read_journal(str(root)) is None
 
 
+@pytest.mark.process
 def test_recover_undoes_steps_whose_journal_update_was_lost(sim_host: Callable[[str], Path]) -> None:
     """Per-step journal updates skip the directory fsync, so a crash may leave an older index: recovery undoes
     the whole plan (undo of a step that never ran is a no-op), so nothing leaks either way."""

@@ -76,6 +76,7 @@ def test_fast_path_declines_what_it_does_not_know():
         assert fast.try_run(argv, Console()) is None, argv
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("profile", ["p4", "a100-mdev-vf"])
 def test_fast_path_imports_stay_light(sim_host, profile):
     """`vgpuadm --root R types --json` in a fresh interpreter loads none of the heavy or write-side modules, and

@@ -71,6 +71,7 @@ def test_prometheus_textfile_values(busy, cli):
     assert not [line for line in r.out.splitlines() if "_total" in line]
 
 
+@pytest.mark.process
 def test_prometheus_mig_instances_by_state(sim_host, cli, tmp_path):
     """Issue 13: GPU-instance occupancy per GPU and profile, by the JSON's states (used, free, by-hand), zero
     included; MIG mode and the free slots per GPU."""
@@ -92,6 +93,7 @@ def test_prometheus_mig_instances_by_state(sim_host, cli, tmp_path):
     assert sorted(states) == sorted(k[1][3][1] for k, v in samples.items() for _ in range(int(v)) if len(k[1]) == 4)
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not shutil.which("promtool"), reason="promtool (Debian package prometheus) is not installed")
 def test_promtool_accepts_the_textfile(busy, cli):
     r = cli(*busy, "--format", "prometheus")

@@ -9,7 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 
+
+@pytest.mark.process
 def test_a_vf_type_that_is_not_a_number_is_a_named_restore_problem(
     sim_host: Callable[[str], Path], tmp_path: Path, cli: Any
 ) -> None:

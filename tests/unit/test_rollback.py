@@ -190,6 +190,7 @@ SCENARIOS: dict[str, tuple[str, Callable[[Path], Plan], set[type]]] = {
 }
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_every_position_fails_cleanly(name: str, sim_host: Callable[[str], Path]) -> None:
     profile, make_plan, kinds = SCENARIOS[name]
@@ -295,6 +296,7 @@ def _interrupt_mid_change(root: Path, *json_flag: str) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
+@pytest.mark.process
 def test_ctrl_c_mid_change_says_what_was_rolled_back(sim_host: Callable[[str], Path]) -> None:
     """Ctrl-C in the middle of a change: everything is rolled back (the tree is as before, no journal) and the
     last line says so — not silence after a line saying an mdev was created."""
@@ -316,6 +318,7 @@ def test_ctrl_c_mid_change_says_what_was_rolled_back(sim_host: Callable[[str], P
     assert not (root / JOURNAL).exists()
 
 
+@pytest.mark.process
 def test_ctrl_c_mid_change_under_json_prints_the_error_document(sim_host: Callable[[str], Path]) -> None:
     """Under --json the interruption is also the error document (schemas/error.schema.json) on stdout."""
     import json

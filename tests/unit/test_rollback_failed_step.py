@@ -57,6 +57,7 @@ def test_second_step_fails_first_is_undone_second_never(sim_host: Callable[[str]
     assert _mdevs(root) == {UUID2: (PARENT, "nvidia-63")}  # step 1 undone, the other VM's mdev kept
 
 
+@pytest.mark.process
 def test_busy_vf_keeps_its_vgpu(sim_host: Callable[[str], Path]) -> None:
     root = sim_host("h200-vendor-vfio")
     api.apply(Plan.of([SetVfVgpuType(VF, 1420)], "another VM's vGPU"), str(root))

@@ -50,6 +50,7 @@ SMI_RUN = ["mig", "status"]  # reads nvidia-smi
 SRIOV_RUN = ["-c", "test:///default", "sriov", "disable", PF]  # runs sriov-manage -d
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("tool", "argv"), [(SMI, SMI_RUN), (SRIOV, SRIOV_RUN)], ids=["nvidia-smi", "sriov-manage"])
 def test_a_tool_linked_out_of_the_root_is_not_run(
     plain: tuple[Path, Path], cli: Callable[..., Any], tool: str, argv: list[str]
@@ -78,6 +79,7 @@ def test_a_tool_in_a_directory_linked_out_of_the_root_is_not_run(
     assert not (canary / "ran").exists()
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("change", "problem"),
     [

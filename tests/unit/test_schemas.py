@@ -45,6 +45,7 @@ def test_schemas_are_valid_draft_2020_12():
         jsonschema.Draft202012Validator.check_schema(schema)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("command", NAMES)
 @pytest.mark.parametrize("host", [*PROFILES, "a2"])
 def test_json_output_validates(roots, cli, host, command):

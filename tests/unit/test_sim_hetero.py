@@ -12,6 +12,8 @@ import pytest
 from vgpuadm.sim.kernel import SimKernel
 from vgpuadm.sim.reboot import reboot
 
+pytestmark = pytest.mark.process
+
 DEV = "/sys/bus/pci/devices"
 
 

@@ -17,6 +17,8 @@ from vgpuadm.sim.kernel import SimKernel
 from vgpuadm.sim.profiles import build
 from vgpuadm.sim.reboot import reboot
 
+pytestmark = pytest.mark.process
+
 H200_VF = "/sys/bus/pci/devices/0000:18:00.4"
 
 

@@ -30,6 +30,7 @@ def test_build_installs_sriov_manage_only_for_nvidia_sriov_pfs(
     assert os.access(script, os.X_OK) is installed
 
 
+@pytest.mark.process
 def test_sriov_enable_on_a_fresh_layout_c_host(sim_host: Callable[[str], Path], cli) -> None:  # type: ignore[no-untyped-def]
     root = sim_host("h200-vendor-vfio")
     assert cli("sim", "reboot", str(root)).code == 0
@@ -43,6 +44,7 @@ def test_sriov_enable_on_a_fresh_layout_c_host(sim_host: Callable[[str], Path], 
     assert cli("--root", str(root), "sriov", "enable", PF).out.startswith("nothing to do")
 
 
+@pytest.mark.process
 def test_sriov_disable_then_enable_on_layout_b_and_a_moved_root(sim_host: Callable[[str], Path], cli,  # type: ignore[no-untyped-def]
                                                                 tmp_path: Path) -> None:  # fmt: skip
     built = sim_host("a100-mdev-vf")

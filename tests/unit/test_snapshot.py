@@ -47,6 +47,7 @@ def _reads(cli, root: Path) -> dict[str, object]:
     return out
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("profile", PROFILES)
 def test_round_trip_on_every_profile(cli, tmp_path: Path, profile: str) -> None:
     root, archive, copy = tmp_path / "host", tmp_path / "host.tar.gz", tmp_path / "copy"
@@ -87,6 +88,7 @@ esac
 """
 
 
+@pytest.mark.process
 def test_captured_real_host_round_trips_with_serials_and_uuids_redacted(cli, tmp_path: Path) -> None:
     root, archive, copy = tmp_path / "a2", tmp_path / "a2.tar.gz", tmp_path / "copy"
     load(str(DATA / "harvester-a2/vgpu-node.umockdev"), str(root), str(DATA / "harvester-a2/testdata-sys"),
@@ -149,6 +151,7 @@ def _unsimulated_copy(sim_root: Path, dest: Path) -> None:
     assert not (dest / SIM_MARKER).exists()
 
 
+@pytest.mark.process
 def test_captured_real_mig_host_replays_every_nvidia_smi_read(cli, tmp_path: Path) -> None:
     """A snapshot of a host that is not simulated records every nvidia-smi read, so on the imported copy
     `mig status|profiles|instances` and the inventory's MIG section answer as on the host itself."""

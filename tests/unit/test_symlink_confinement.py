@@ -154,6 +154,7 @@ def _read_scenarios() -> list[tuple[str, str, Callable[[Path, Path], None], str]
 READS = _read_scenarios()
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("profile", "scenario", "warning"), [r[1:] for r in READS], ids=[r[0] for r in READS])
 @pytest.mark.parametrize("plain", [True, False], ids=["plain", "sim"])
 def test_discovery_never_reads_through_a_link_out_of_the_root(
@@ -231,6 +232,7 @@ def _write_scenarios() -> list[tuple[str, str, Callable[[Path, Path], None], tup
 WRITES = _write_scenarios()
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("profile", "scenario", "command", "error"), [w[1:] for w in WRITES], ids=[w[0] for w in WRITES]
 )

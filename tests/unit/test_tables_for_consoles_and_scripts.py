@@ -8,6 +8,8 @@ import json
 import os
 import re
 
+import pytest
+
 from tests.unit.inventory_setup import P4_UUIDS as U
 from tests.unit.inventory_setup import create_mdev
 
@@ -48,6 +50,7 @@ def test_plain_and_no_headers_are_tab_separated_without_box_drawing(cli, sim_hos
     assert BOX.search(boxed) and "vendor:device" not in boxed and "0000:01:00.0" in boxed
 
 
+@pytest.mark.libvirt
 def test_narrow_console_keeps_identifiers_whole_and_names_what_it_left_out(cli, sim_host, monkeypatch):
     root = sim_host("p4")
     create_mdev(root, "0000:01:00.0", "nvidia-63", U[0])
@@ -65,6 +68,7 @@ def test_narrow_console_keeps_identifiers_whole_and_names_what_it_left_out(cli, 
     assert "left out" not in cli("--root", str(root), "types").out
 
 
+@pytest.mark.process
 def test_an_empty_table_says_why(cli, tmp_path):
     root = tmp_path / "empty"
     (root / "sys/bus/pci/devices").mkdir(parents=True)

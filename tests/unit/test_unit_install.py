@@ -93,6 +93,7 @@ def test_command_is_the_console_script_or_this_interpreter(tmp_path: Path) -> No
     assert unitfile.render(["/opt/my tools/vgpuadm"]).count('ExecStart="/opt/my tools/vgpuadm" restore') == 1
 
 
+@pytest.mark.process
 @needs_analyze
 def test_installed_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     """After= on units this machine lacks (nvidia-vgpud…) is fine for verify: it only refuses a missing command."""
@@ -102,6 +103,7 @@ def test_installed_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     assert "is not executable" not in r.stderr
 
 
+@pytest.mark.process
 @needs_analyze
 @pytest.mark.skipif(os.path.exists("/usr/bin/vgpuadm"), reason="this machine has a /usr/bin/vgpuadm")
 def test_the_old_fixed_usr_bin_unit_fails_verify_without_usr_bin_vgpuadm(tmp_path: Path) -> None:

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 VAGRANTFILE = REPO / "Vagrantfile"
 
@@ -22,11 +24,13 @@ def _validate(directory: Path, home: Path) -> subprocess.CompletedProcess[str]:
                           timeout=300, check=False)  # fmt: skip
 
 
+@pytest.mark.process
 def test_vagrant_validate_accepts_the_lab(tmp_path: Path) -> None:
     r = _validate(REPO, tmp_path / "home")
     assert (r.returncode, r.stdout.strip()) == (0, "Vagrantfile validated successfully."), r.stderr
 
 
+@pytest.mark.process
 def test_vagrant_validate_checks_the_libvirt_provider_for_real(tmp_path: Path) -> None:
     text = VAGRANTFILE.read_text()
     assert "v.cpus = 2\n" in text

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.unit.inventory_setup import P4_UUIDS as U
 from tests.unit.inventory_setup import create_mdev
 from vgpuadm.io.planfile import load_plan
@@ -12,6 +14,7 @@ from vgpuadm.io.planfile import load_plan
 NO_LIBVIRT = "qemu+unix:///system?socket=/nonexistent/vgpuadm-w7.sock"
 
 
+@pytest.mark.libvirt
 def test_devices_owner_is_unknown_when_libvirt_cannot_be_reached(cli, sim_host):
     root = sim_host("p4")
     create_mdev(root, "0000:01:00.0", "nvidia-63", U[0])
@@ -34,6 +37,7 @@ def test_types_filters_by_type_and_parent(cli, sim_host):
     assert one == [r for r in rows if r["parent"] == "0000:01:00.0"]
 
 
+@pytest.mark.libvirt
 def test_devices_fit_80_columns_with_ids_whole(cli, sim_host, monkeypatch):
     root = sim_host("p4")
     create_mdev(root, "0000:01:00.0", "nvidia-63", U[0])
@@ -64,6 +68,7 @@ def _piped_then_closed(root, *args: str) -> tuple[int, bytes]:
     return proc.wait(timeout=60), err
 
 
+@pytest.mark.process
 def test_a_closed_pipe_is_exit_0_without_a_word(sim_host):
     root = sim_host("p4")
     create_mdev(root, "0000:01:00.0", "nvidia-63", U[0])
@@ -87,6 +92,7 @@ def test_json_on_every_read_command(cli, sim_host):
     assert {"profile": "p4"}.items() <= json.loads(profiles.out)[0].items()
 
 
+@pytest.mark.process
 def test_short_pci_addresses_are_accepted_everywhere(cli, sim_host, tmp_path):
     p4 = str(sim_host("p4"))
     made = cli("--root", p4, "mdev", "create", "--gpu", "01:00.0", "--type", "nvidia-63", "--json")

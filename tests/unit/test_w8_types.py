@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 P4 = "0000:03:00.0"  # the mixed profile's Tesla P4 (layout A)
 
 
@@ -16,6 +18,7 @@ def _mixed_with_p4_passed_through(cli, sim_host):
     return root
 
 
+@pytest.mark.process
 def test_a_gpu_bound_to_vfio_pci_says_why_it_offers_no_types(cli, sim_host):
     root = _mixed_with_p4_passed_through(cli, sim_host)
     why = "it is bound to vfio-pci (whole-GPU passthrough)"
@@ -27,6 +30,7 @@ def test_a_gpu_bound_to_vfio_pci_says_why_it_offers_no_types(cli, sim_host):
     assert (made.code, made.err) == (3, f"error: GPU {P4} (Tesla P4) offers no vGPU types: {why}\nhint: {back}\n")
 
 
+@pytest.mark.process
 def test_an_unknown_type_names_the_gpus_bound_to_vfio_pci_not_a_false_no_room(cli, sim_host):
     root = _mixed_with_p4_passed_through(cli, sim_host)
     r = cli("--root", str(root), "mdev", "create", "--type", "nvidia-63")
@@ -53,6 +57,7 @@ def test_gpu_models_from_the_roots_pci_ids_in_tables(cli, sim_host):
     assert all("Tesla P4 (this root)" in line for line in types.splitlines() if "nvidia-" in line)
 
 
+@pytest.mark.process
 def test_mdev_create_explain_lists_every_gpu_with_why(cli, sim_host):
     root = sim_host("mixed")
     assert cli("--root", str(root), "vfio", "bind", "0000:65:00.0").code == 0
@@ -81,6 +86,7 @@ def test_explain_says_why_an_open_gpu_was_passed_over(cli, sim_host):
     ]
 
 
+@pytest.mark.process
 def test_sriov_enable_as_its_help_example_says(cli, sim_host, capsys):
     root = sim_host("a100-mdev-vf")
     assert cli("--root", str(root), "sriov", "disable", "0000:41:00.0").code == 0

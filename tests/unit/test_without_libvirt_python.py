@@ -18,6 +18,8 @@ import pytest
 
 from vgpuadm.sim.treestate import tree_state
 
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 WARNING = (
     "warning: owners unknown: libvirt-python is not installed; "
