@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
+from tests.goldens import golden
 from vgpuadm import modes
 from vgpuadm.model import Allocation
 from vgpuadm.virt import templating, xml
@@ -25,7 +26,6 @@ from vgpuadm.virt.xml import PciAddress
 GOLDEN = Path(__file__).parent / "xml"
 TEMPLATES = Path(templating.template_dir())
 SCHEMA = "/usr/share/libvirt/schemas/domain.rng"
-UPDATE = os.environ.get("VGPUADM_UPDATE_GOLDENS") == "1"
 
 UUID = "c2177883-f1bb-47f0-914d-32a22e3a8804"
 NASTY = "frame_rate_limiter=0 x='\"<>&"  # every XML metacharacter
@@ -132,11 +132,7 @@ def _valid(relaxng: etree.RelaxNG, text: str) -> tuple[bool, str]:
 def test_golden(case: str, relaxng: etree.RelaxNG) -> None:
     rendered = "".join(CASES[case]())
     path = GOLDEN / f"{case}.xml"
-    if UPDATE:
-        GOLDEN.mkdir(exist_ok=True)
-        path.write_text(rendered)
-    assert path.exists(), f"no golden file {path}: run with VGPUADM_UPDATE_GOLDENS=1 and review the diff"
-    assert rendered == path.read_text()
+    assert rendered == golden(path, rendered)
     ok, err = _valid(relaxng, rendered)
     assert ok, f"{case} fails libvirt's domain.rng: {err}"
 

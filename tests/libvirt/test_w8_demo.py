@@ -10,10 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.goldens import golden
 from tests.libvirt.embedded_host import _env
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "demo" / "tour.txt"
-UPDATE = os.environ.get("VGPUADM_UPDATE_GOLDENS") == "1"
 
 
 def _demo(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -26,9 +26,7 @@ def test_demo_tour_output_is_exact_and_reruns_into_the_same_dir(tmp_path: Path) 
     first = _demo("--dir", str(root))
     assert (first.returncode, first.stderr) == (0, "")
     text = first.stdout.replace(str(root), "<DIR>")
-    if UPDATE:
-        GOLDEN.write_text(text)
-    assert text == GOLDEN.read_text()
+    assert text == golden(GOLDEN, text)
     assert "GRID P4-1Q) on a Tesla P4 (0000:03:00.0)" in text
     again = _demo("--dir", str(root))
     assert (again.returncode, again.stdout) == (0, first.stdout), again.stderr

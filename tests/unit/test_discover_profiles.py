@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from tests.goldens import golden
 from vgpuadm.api import discover
 from vgpuadm.cli.app import run
 from vgpuadm.cli.console import Console
@@ -176,8 +176,5 @@ def _cli_json(root: Path, command: str) -> str:
 @pytest.mark.parametrize("profile", GOLDEN_PROFILES)
 def test_golden_json(hosts, profile, command):
     text = _cli_json(hosts[profile], command)
-    golden = GOLDEN / f"{profile}.{command}.json"
-    if os.environ.get("VGPUADM_UPDATE_GOLDENS") == "1":
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(text)
-    assert json.loads(text) == json.loads(golden.read_text()), f"regenerate with VGPUADM_UPDATE_GOLDENS=1: {golden}"
+    path = GOLDEN / f"{profile}.{command}.json"
+    assert json.loads(text) == json.loads(golden(path, text)), f"regenerate with VGPUADM_UPDATE_GOLDENS=1: {path}"

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.goldens import golden
 from vgpuadm import api
 from vgpuadm.schemas import validate
 from vgpuadm.sim.profiles import build
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden" / "doctor"
-UPDATE = os.environ.get("VGPUADM_UPDATE_GOLDENS") == "1"
 LEAK = "0a0a0a0a-0000-4000-8000-00000000d0c7"
 
 
@@ -89,11 +89,7 @@ def _normal(text: str, root: Path) -> str:
 
 
 def _golden(name: str, text: str) -> str:
-    path = GOLDEN / name
-    if UPDATE:
-        path.write_text(text)
-    assert path.exists(), f"no golden file {path}: run with VGPUADM_UPDATE_GOLDENS=1 and review the diff"
-    return path.read_text()
+    return golden(GOLDEN / name, text)
 
 
 @pytest.mark.process

@@ -15,6 +15,7 @@ def test_a_unit_test_is_refused_a_process(request: pytest.FixtureRequest) -> Non
 
 def test_a_unit_test_is_refused_libvirt() -> None:
     import libvirt
+
     with pytest.raises(AssertionError, match=r"opened libvirt: mark its module `pytestmark = pytest.mark.libvirt`"):
         libvirt.open("test:///default")
 
