@@ -1,4 +1,4 @@
-"""Issue 16's flags, as an operator types them (one real `vgpuadm` process per command, libvirt's embedded driver
+"""Flags as an operator types them (one real `vgpuadm` process per command, libvirt's embedded driver
 under a simulated root): `apply -f -`, `create --total` (old `--count`), `-c`/`--root` after the subcommand,
 `--domain-xml-dir` on inventory (old `--domains-xml`), `give-back`, errors as JSON under --json, and the host lock
 that says at once whom it waits for."""
