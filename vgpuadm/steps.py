@@ -2,10 +2,11 @@
 
 A Step is a frozen dataclass naming one kernel (or libvirt) change with everything needed to undo it. Steps know
 how to describe themselves (dry-run output, journal, error messages) and how to round-trip through JSON (the
-journal). They never touch the host: `vgpuadm.executor` dispatches each Step class to its registered handlers.
+journal). They never touch the host: `vgpuadm.executor` dispatches each Step class to its handler (its table:
+`vgpuadm.executor.HANDLERS`).
 
-Other modules add Step kinds (e.g. the libvirt steps) with `@step_kind` and register handlers with
-`vgpuadm.executor.register`.
+Other modules add Step kinds (e.g. the libvirt steps) with `@step_kind` and list their handlers for the executor's
+table (virt/handlers.py).
 """
 
 from __future__ import annotations

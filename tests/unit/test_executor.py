@@ -14,9 +14,9 @@ import pytest
 
 import vgpuadm.executor as executor_mod
 from vgpuadm.errors import HostIOError, Interrupted, UsageError
-from vgpuadm.executor import JOURNAL, ExecContext, execute, host_lock, read_journal, recover, register
+from vgpuadm.executor import HANDLERS, JOURNAL, ExecContext, execute, handlers, host_lock, read_journal, recover
 from vgpuadm.host.sysfs import Sysfs
-from vgpuadm.steps import Plan, Step, step_kind
+from vgpuadm.steps import STEP_KINDS, Plan, Step, step_kind
 
 
 @step_kind("test-note")
@@ -72,12 +72,14 @@ def _noted(s: Note, ctx: ExecContext) -> bool:
     return s.fail != "noop" and f"+{s.name}" in ctx.extras["log"]
 
 
-register(Note, _apply, _undo, _noted)
-
-
-def _ctx(tmp_path: Path) -> ExecContext:
+def _ctx(tmp_path: Path, *more: tuple) -> ExecContext:
+    """A context whose handler table is the executor's plus the test steps' (Note, and `more` rows). A journal's
+    steps are rebuilt as the class STEP_KINDS names, which is another Note when test_execute_units imports this
+    module under its package name: both get the handlers."""
     (tmp_path / "sys").mkdir(exist_ok=True)
-    return ExecContext(Sysfs(str(tmp_path)), str(tmp_path), extras={"log": [], "journals": []})
+    notes = [(cls, _apply, _undo, _noted) for cls in {Note, STEP_KINDS["test-note"]}]
+    table = {**HANDLERS, **handlers([*notes, *more])}
+    return ExecContext(Sysfs(str(tmp_path)), str(tmp_path), extras={"log": [], "journals": []}, handlers=table)
 
 
 def test_applies_in_order_and_journals_each_step(tmp_path: Path) -> None:
@@ -94,8 +96,7 @@ def test_applies_in_order_and_journals_each_step(tmp_path: Path) -> None:
 def test_journal_holds_the_plan_once_then_one_progress_line_per_step(tmp_path: Path) -> None:
     """Only the plan is written with fsync + rename; each later step appends its index (cheap, no fsync)."""
     seen: list[str] = []
-    ctx = _ctx(tmp_path)
-    register(Peek, lambda s, c: seen.append((tmp_path / JOURNAL).read_text()), lambda s, c: None)
+    ctx = _ctx(tmp_path, (Peek, lambda s, c: seen.append((tmp_path / JOURNAL).read_text()), lambda s, c: None))
     plan = Plan.of([Peek("a"), Peek("b"), Peek("c")], "three peeks")
     execute(plan, ctx)
     first, _ = json.JSONDecoder().raw_decode(seen[0])

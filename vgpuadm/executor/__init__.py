@@ -1,7 +1,9 @@
 """Runs a Plan: host-wide lock, atomic journal, undo stack; rolls back on the first failure.
 
-Each Step class is dispatched through a registry (`register(step_cls, apply_fn, undo_fn, is_applied)`), so other
-modules (the libvirt steps) plug in their own handlers. Handlers:
+Each Step class is dispatched through a table of handlers, assembled explicitly (nothing registers by being
+imported): `HANDLERS` holds the executor's own (executor/kernel.py, files.py, mig.py, policies.py, each a list of
+rows (step class, apply_fn, undo_fn[, is_applied])); a caller that runs libvirt steps passes a wider table in
+`ExecContext.handlers` (ops/session.py adds virt/handlers.py's). Handlers:
   apply_fn(step, ctx)       makes the change (raises a VgpuadmError, usually HostIOError, on refusal);
   undo_fn(step, ctx)        reverts it and must be tolerant: it checks the current state first, because after a
                             crash it may run for a step that never happened or only half happened;
@@ -34,7 +36,7 @@ import re
 import stat
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +77,7 @@ class ExecContext:
     extras: dict[str, Any] = field(default_factory=dict)
     lock_timeout: float | None = None  # None: LOCK_POLICY's
     verify: bool = True
+    handlers: Mapping[type, Handler] | None = None  # None: HANDLERS (no libvirt steps)
 
 
 @dataclass(frozen=True)
@@ -97,18 +100,20 @@ class Handler:
     is_applied: CheckFn | None = None
 
 
-_HANDLERS: dict[type, Handler] = {}
+HandlerRow = tuple[Any, ...]  # (step class, apply_fn, undo_fn[, is_applied])
 
 
-def register(step_cls: type, apply_fn: ApplyFn, undo_fn: ApplyFn, is_applied: CheckFn | None = None) -> None:
-    """Make `execute` able to run (and roll back) steps of `step_cls`."""
-    _HANDLERS[step_cls] = Handler(apply_fn, undo_fn, is_applied)
+def handlers(*tables: Iterable[HandlerRow]) -> dict[type, Handler]:
+    """The step class → Handler table of these lists of rows (a later row for the same class wins)."""
+    return {row[0]: Handler(*row[1:]) for table in tables for row in table}
 
 
-def handler_for(step: Step) -> Handler:
+def handler_for(step: Step, table: Mapping[type, Handler] | None = None) -> Handler:
+    """The handler of `step` in `table` (default HANDLERS); a step kind without one is a bug, refused up front."""
+    known = HANDLERS if table is None else table
     for cls in type(step).__mro__:
-        if cls in _HANDLERS:
-            return _HANDLERS[cls]
+        if cls in known:
+            return known[cls]
     raise UsageError(f"no handler registered for step kind {step.kind!r}", "this is a bug in vgpuadm; report it")
 
 
@@ -525,7 +530,7 @@ def execute(plan: Plan, ctx: ExecContext, *, dry_run: bool = False, progress: Pr
     """Apply `plan` step by step under the host lock. On the first failure, undo what was done in reverse order
     and raise the error naming the failed step. dry_run returns the step descriptions and changes nothing."""
     for step in plan.steps:
-        handler_for(step)  # refuse unknown kinds before touching anything
+        handler_for(step, ctx.handlers)  # refuse unknown kinds before touching anything
     if dry_run or plan.empty:
         return ExecResult(plan, tuple(plan.describe()), dry_run=dry_run)
     with host_lock(ctx.root, ctx.lock_timeout):
@@ -550,7 +555,7 @@ def execute_units(units: Sequence[Plan], ctx: ExecContext, summary: str) -> list
     the journal stays and every later unit gets the pending-journal error, as `execute` gives it."""
     for unit in units:
         for step in unit.steps:
-            handler_for(step)
+            handler_for(step, ctx.handlers)
     out: list[VgpuadmError | None] = []
     rest = [u for u in units if not u.empty]
     with host_lock(ctx.root, ctx.lock_timeout):
@@ -650,7 +655,7 @@ def _crash_after(ctx: ExecContext) -> int:
 
 
 def _apply_one(step: Step, ctx: ExecContext) -> None:
-    handler = handler_for(step)
+    handler = handler_for(step, ctx.handlers)
     handler.apply(step, ctx)
     if ctx.verify and handler.is_applied is not None and not handler.is_applied(step, ctx):
         raise HostIOError(
@@ -662,7 +667,7 @@ def _apply_one(step: Step, ctx: ExecContext) -> None:
 def _already_applied(step: Step, ctx: ExecContext) -> bool:
     """Whether the step's effect is present now (False for kinds without an is_applied check, or when the check
     itself cannot read the host)."""
-    check = handler_for(step).is_applied
+    check = handler_for(step, ctx.handlers).is_applied
     if check is None:
         return False
     try:
@@ -723,7 +728,7 @@ def rollback(done: list[Step], ctx: ExecContext) -> list[str]:
     problems = []
     for step in reversed(done):
         try:
-            handler_for(step).undo(step, ctx)
+            handler_for(step, ctx.handlers).undo(step, ctx)
         except VgpuadmError as exc:
             problems.append(f"undo of {step.describe()}: {exc.message}")
         except OSError as exc:
@@ -762,7 +767,7 @@ def recover(ctx: ExecContext, *, finish: bool = False, dry_run: bool = False) ->
             try:
                 for i in range(current, len(plan.steps)):
                     step = plan.steps[i]
-                    h = handler_for(step)
+                    h = handler_for(step, ctx.handlers)
                     if h.is_applied is not None and h.is_applied(step, ctx):
                         continue
                     journal.step(i)
@@ -786,31 +791,33 @@ def recover(ctx: ExecContext, *, finish: bool = False, dry_run: bool = False) ->
         return out
 
 
-# Registers the kernel and file step handlers (and re-exports the remembered-drivers reader for api.py).
-from vgpuadm.executor import files as files  # noqa: E402
-from vgpuadm.executor import mig as mig  # noqa: E402
-from vgpuadm.executor import policies as policies  # noqa: E402
+# The handler modules import ExecContext from here, so they come last (and the remembered-drivers reader for api.py).
+from vgpuadm.executor import files, kernel, mig, policies  # noqa: E402
 from vgpuadm.executor.kernel import load_drivers  # noqa: E402
+
+HANDLERS: dict[type, Handler] = handlers(kernel.HANDLERS, files.HANDLERS, mig.HANDLERS, policies.HANDLERS)
 
 __all__ = [
     "CRASH_ARMED",
     "CRASH_HOOK",
     "DEFAULT_LOCK_TIMEOUT",
+    "HANDLERS",
     "JOURNAL",
     "ExecContext",
     "ExecResult",
     "Handler",
+    "HandlerRow",
     "errno_hint",
     "execute",
     "execute_units",
     "handler_for",
+    "handlers",
     "host_lock",
     "load_drivers",
     "lock_holder",
     "pending_error",
     "read_journal",
     "recover",
-    "register",
     "rollback",
     "set_lock_policy",
 ]  # fmt: skip

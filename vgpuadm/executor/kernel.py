@@ -1,4 +1,4 @@
-"""Apply / undo / is-applied handlers for the kernel steps (vgpuadm.steps), registered with the executor.
+"""Apply / undo / is-applied handlers for the kernel steps (vgpuadm.steps), listed in HANDLERS for the executor's table.
 
 Every undo checks the current state first, so it is a no-op for a step that never ran: recovery relies on that.
 Paths follow shared/docs/vgpu-sysfs.md (§1 mdev, §2.5 vgpu_params, §3.1 sriov-manage, §3.3 current_vgpu_type,
@@ -14,7 +14,7 @@ import stat
 import subprocess
 
 from vgpuadm.errors import HostIOError, UnsafeError
-from vgpuadm.executor import DRIVERS, ExecContext, atomic_write_json, refuse_linked_dirs, register, unsafe_path
+from vgpuadm.executor import DRIVERS, ExecContext, HandlerRow, atomic_write_json, refuse_linked_dirs, unsafe_path
 from vgpuadm.executor.journalcheck import DRIVER as DRIVER_GRAMMAR
 from vgpuadm.executor.journalcheck import PCI as PCI_GRAMMAR
 from vgpuadm.host.root import HostRoot
@@ -331,20 +331,25 @@ def _undo_forget(s: ForgetDrivers, ctx: ExecContext) -> None:
         _apply_record(RecordDrivers(s.drivers), ctx)
 
 
-register(CreateMdev, _apply_create, _undo_create, _created)
-register(RemoveMdev, _apply_remove, _undo_remove, lambda s, ctx: not ctx.sysfs.exists(_mdev_dir(s.uuid)))
-register(SetVgpuParams, _apply_params, _undo_params, _params_set)
-register(SetVfVgpuType, _apply_vf_type, _undo_vf_type, lambda s, ctx: _vf_type(ctx, s.vf) == s.type_num)
-register(SetVfPlacement, lambda s, ctx: ctx.sysfs.write(_placement_path(s.vf), f"{s.placement_id}\n"),
-         lambda s, ctx: ctx.sysfs.write(_placement_path(s.vf), f"{s.previous}\n"),
-         lambda s, ctx: _placement(ctx, s.vf) == s.placement_id)  # fmt: skip
-register(ClearVfVgpuType, _apply_vf_clear, _undo_vf_clear, lambda s, ctx: _vf_type(ctx, s.vf) == 0)
-register(SetNumVfs, _apply_numvfs, _undo_numvfs, lambda s, ctx: _numvfs(ctx, s.pf) == s.count)
-register(SetSriovAutoprobe, _apply_autoprobe, _undo_autoprobe, lambda s, ctx: _autoprobe(ctx, s.pf) == s.enabled)
-register(SriovManage, _apply_sriov_manage, _undo_sriov_manage, _sriov_managed)
-register(SetDriverOverride, _apply_override, _undo_override, lambda s, ctx: _override(ctx, s.address) == s.driver)
-register(Unbind, _apply_unbind, _undo_unbind, lambda s, ctx: _driver(ctx, s.address) != s.driver)
-register(Bind, _apply_bind, _undo_bind, lambda s, ctx: _driver(ctx, s.address) == s.driver)
-register(DriversProbe, _apply_probe, _undo_probe, _probed)
-register(RecordDrivers, _apply_record, _undo_record)
-register(ForgetDrivers, _apply_forget, _undo_forget)
+HANDLERS: list[HandlerRow] = [
+    (CreateMdev, _apply_create, _undo_create, _created),
+    (RemoveMdev, _apply_remove, _undo_remove, lambda s, ctx: not ctx.sysfs.exists(_mdev_dir(s.uuid))),
+    (SetVgpuParams, _apply_params, _undo_params, _params_set),
+    (SetVfVgpuType, _apply_vf_type, _undo_vf_type, lambda s, ctx: _vf_type(ctx, s.vf) == s.type_num),
+    (
+        SetVfPlacement,
+        lambda s, ctx: ctx.sysfs.write(_placement_path(s.vf), f"{s.placement_id}\n"),
+        lambda s, ctx: ctx.sysfs.write(_placement_path(s.vf), f"{s.previous}\n"),
+        lambda s, ctx: _placement(ctx, s.vf) == s.placement_id,
+    ),
+    (ClearVfVgpuType, _apply_vf_clear, _undo_vf_clear, lambda s, ctx: _vf_type(ctx, s.vf) == 0),
+    (SetNumVfs, _apply_numvfs, _undo_numvfs, lambda s, ctx: _numvfs(ctx, s.pf) == s.count),
+    (SetSriovAutoprobe, _apply_autoprobe, _undo_autoprobe, lambda s, ctx: _autoprobe(ctx, s.pf) == s.enabled),
+    (SriovManage, _apply_sriov_manage, _undo_sriov_manage, _sriov_managed),
+    (SetDriverOverride, _apply_override, _undo_override, lambda s, ctx: _override(ctx, s.address) == s.driver),
+    (Unbind, _apply_unbind, _undo_unbind, lambda s, ctx: _driver(ctx, s.address) != s.driver),
+    (Bind, _apply_bind, _undo_bind, lambda s, ctx: _driver(ctx, s.address) == s.driver),
+    (DriversProbe, _apply_probe, _undo_probe, _probed),
+    (RecordDrivers, _apply_record, _undo_record),
+    (ForgetDrivers, _apply_forget, _undo_forget),
+]

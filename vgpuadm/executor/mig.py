@@ -4,7 +4,7 @@ and its effect is read back from `-q -x` and `mig -lgi` (what nvidia-smi says, n
 from __future__ import annotations
 
 from vgpuadm.errors import HostIOError
-from vgpuadm.executor import ExecContext, register
+from vgpuadm.executor import ExecContext, HandlerRow
 from vgpuadm.host import nvidia_smi
 from vgpuadm.host.nvidia_smi_mig import parse_gpu_instances
 from vgpuadm.host.nvidia_smi_vgpu import parse_query_xml
@@ -85,9 +85,18 @@ def _undo_destroy(s: DestroyGpuInstance, ctx: ExecContext) -> None:
         _create(ctx, s.profile_id, s.gpu_index, s.start)
 
 
-register(SetMigMode, _apply_mode, _undo_mode, lambda s, ctx: _mode_is(ctx, s, s.enable))
-register(CreateGpuInstance, lambda s, ctx: _create(ctx, s.profile_id, s.gpu_index, s.start),
-         lambda s, ctx: _destroy_at(ctx, s.gpu_index, s.profile_id, s.start),
-         lambda s, ctx: _instance_at(ctx, s.gpu_index, s.profile_id, s.start) is not None)  # fmt: skip
-register(DestroyGpuInstance, _destroy, _undo_destroy,
-         lambda s, ctx: _instance_at(ctx, s.gpu_index, s.profile_id, s.start) is None)  # fmt: skip
+HANDLERS: list[HandlerRow] = [
+    (SetMigMode, _apply_mode, _undo_mode, lambda s, ctx: _mode_is(ctx, s, s.enable)),
+    (
+        CreateGpuInstance,
+        lambda s, ctx: _create(ctx, s.profile_id, s.gpu_index, s.start),
+        lambda s, ctx: _destroy_at(ctx, s.gpu_index, s.profile_id, s.start),
+        lambda s, ctx: _instance_at(ctx, s.gpu_index, s.profile_id, s.start) is not None,
+    ),
+    (
+        DestroyGpuInstance,
+        _destroy,
+        _undo_destroy,
+        lambda s, ctx: _instance_at(ctx, s.gpu_index, s.profile_id, s.start) is None,
+    ),
+]

@@ -4,7 +4,7 @@ host/nvidia_smi.py and its effect is read back (`-q`, `vgpu -ss`); the files go 
 from __future__ import annotations
 
 from vgpuadm.errors import HostIOError
-from vgpuadm.executor import ExecContext, register
+from vgpuadm.executor import ExecContext, HandlerRow
 from vgpuadm.host import nvidia_smi
 from vgpuadm.host.nvidia_smi_vgpu import parse_query_text, parse_scheduler_state
 from vgpuadm.host.root import HostRoot
@@ -43,12 +43,27 @@ def _set_sched(ctx: ExecContext, gpu_index: int, policy: str, timeslice_ms: int)
     _smi(ctx, args + (["--timeslice", str(timeslice_ms)] if timeslice_ms else []))
 
 
-register(SetHeterogeneousMode, lambda s, ctx: _set_mode(ctx, s, s.enable),
-         lambda s, ctx: _set_mode(ctx, s, not s.enable) if _mode(ctx, s.address) != ("Disabled" if s.enable else "Enabled") else None,
-         lambda s, ctx: _mode(ctx, s.address) == ("Enabled" if s.enable else "Disabled"))  # fmt: skip
-register(SetVgpuScheduler, lambda s, ctx: _set_sched(ctx, s.gpu_index, s.policy, s.timeslice_ms),
-         lambda s, ctx: _set_sched(ctx, s.gpu_index, s.previous_policy, s.previous_timeslice_ms),
-         lambda s, ctx: _sched(ctx, s.address) == (s.policy, s.timeslice_ms))  # fmt: skip
-register(WritePolicyFile, lambda s, ctx: write_file(ctx.root, s.name, s.text),
-         lambda s, ctx: write_file(ctx.root, s.name, s.previous) if read_file(ctx.root, s.name) != s.previous else None,
-         lambda s, ctx: read_file(ctx.root, s.name) == s.text)  # fmt: skip
+HANDLERS: list[HandlerRow] = [
+    (
+        SetHeterogeneousMode,
+        lambda s, ctx: _set_mode(ctx, s, s.enable),
+        lambda s, ctx: (
+            _set_mode(ctx, s, not s.enable)
+            if _mode(ctx, s.address) != ("Disabled" if s.enable else "Enabled")
+            else None
+        ),
+        lambda s, ctx: _mode(ctx, s.address) == ("Enabled" if s.enable else "Disabled"),
+    ),
+    (
+        SetVgpuScheduler,
+        lambda s, ctx: _set_sched(ctx, s.gpu_index, s.policy, s.timeslice_ms),
+        lambda s, ctx: _set_sched(ctx, s.gpu_index, s.previous_policy, s.previous_timeslice_ms),
+        lambda s, ctx: _sched(ctx, s.address) == (s.policy, s.timeslice_ms),
+    ),
+    (
+        WritePolicyFile,
+        lambda s, ctx: write_file(ctx.root, s.name, s.text),
+        lambda s, ctx: write_file(ctx.root, s.name, s.previous) if read_file(ctx.root, s.name) != s.previous else None,
+        lambda s, ctx: read_file(ctx.root, s.name) == s.text,
+    ),
+]

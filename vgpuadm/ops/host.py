@@ -17,7 +17,7 @@ from vgpuadm.host.discover import snapshot
 from vgpuadm.host.root import EMBED_LIBVIRT, SRIOV_MANAGE, HostRoot, check_writable
 from vgpuadm.host.sysfs import Sysfs, check_root
 from vgpuadm.model import HostSnapshot
-from vgpuadm.ops.session import LIBVIRT_STEP_KINDS, Session
+from vgpuadm.ops.session import LIBVIRT_STEP_KINDS, WITH_LIBVIRT, Session
 from vgpuadm.ops.session import open_sysfs as _open_sysfs
 from vgpuadm.plan import devices
 from vgpuadm.plan.guest import plan_destroy
@@ -70,7 +70,12 @@ def apply(
 ) -> ExecResult:
     """Execute `plan` on the host at `root` (lock, journal, rollback on failure). dry_run changes nothing."""
     sysfs = open_sysfs(root)
-    return execute(plan, ExecContext(sysfs=sysfs, root=sysfs.root, virt=virt), dry_run=dry_run, progress=progress)
+    return execute(
+        plan,
+        ExecContext(sysfs=sysfs, root=sysfs.root, virt=virt, handlers=WITH_LIBVIRT),
+        dry_run=dry_run,
+        progress=progress,
+    )
 
 
 def run(
@@ -158,7 +163,7 @@ def recover(
     check_root(sysfs.root)
     if not dry_run:
         check_writable(sysfs.root)
-    ctx = ExecContext(sysfs=sysfs, root=sysfs.root, virt=virt)
+    ctx = ExecContext(sysfs=sysfs, root=sysfs.root, virt=virt, handlers=WITH_LIBVIRT)
     doc = read_journal(ctx.root) or {}
     kinds = {s.get("kind") for s in doc.get("plan", {}).get("steps", [])}
     if virt is None and kinds & LIBVIRT_STEP_KINDS:

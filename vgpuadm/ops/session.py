@@ -13,15 +13,16 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any
 
+from vgpuadm import executor
 from vgpuadm.errors import NotFoundError
 from vgpuadm.executor import (
     ExecContext,
     ExecResult,
     execute,
+    handlers,
     host_lock,
     pending_error,
     read_journal,
-    register,
 )
 from vgpuadm.host import hetero as host_hetero
 from vgpuadm.host.discover import snapshot
@@ -32,7 +33,7 @@ from vgpuadm.plan.domains import Domains
 from vgpuadm.sim.kernel import SimKernel
 from vgpuadm.steps import Plan
 from vgpuadm.virt.conn import VirtConn, choose_uri
-from vgpuadm.virt.handlers import HANDLERS
+from vgpuadm.virt.handlers import HANDLERS as LIBVIRT_HANDLERS
 from vgpuadm.virt.steps import AttachHostdev, DefineDomain, DetachHostdev, SetMetadata
 from vgpuadm.virt.xml import NS
 
@@ -40,8 +41,7 @@ Progress = Callable[[int, int, str], None]
 LIBVIRT_STEPS = (AttachHostdev, DetachHostdev, SetMetadata, DefineDomain)
 LIBVIRT_STEP_KINDS = frozenset(cls.kind for cls in LIBVIRT_STEPS)
 
-for _step_cls, _apply, _undo, _check in HANDLERS:  # the executor runs the libvirt steps through these
-    register(_step_cls, _apply, _undo, _check)
+WITH_LIBVIRT = {**executor.HANDLERS, **handlers(LIBVIRT_HANDLERS)}  # what a Session's plans run through
 
 
 def open_sysfs(root: HostRoot) -> Sysfs:
@@ -162,7 +162,8 @@ class Session:
     # -- executing ---------------------------------------------------------------------------------------------
 
     def context(self, **extras: Any) -> ExecContext:
-        return ExecContext(sysfs=self.sysfs, root=self.root.path, virt=self._virt, extras=dict(extras))
+        return ExecContext(sysfs=self.sysfs, root=self.root.path, virt=self._virt, extras=dict(extras),
+                           handlers=WITH_LIBVIRT)  # fmt: skip
 
     def execute(self, plan: Plan, *, dry_run: bool = False, progress: Progress | None = None) -> ExecResult:
         """Run `plan` through the executor (lock, journal, undo); the snapshot and scan are stale afterwards."""

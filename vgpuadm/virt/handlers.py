@@ -1,7 +1,7 @@
 """How the executor carries out the libvirt steps (vgpuadm/virt/steps.py) through the context's VirtConn.
 
-`HANDLERS` lists (step class, apply, undo, is_applied) for `vgpuadm.executor.register`; vgpuadm.api registers
-them (virt sits below the executor, so it cannot register itself). Undo handlers look before they act: after a
+`HANDLERS` lists (step class, apply, undo, is_applied): ops/session.py adds them to the executor's table for the
+plans a Session runs (virt sits below the executor, so it cannot import it). Undo handlers look before they act: after a
 crash they may run for a step that never happened.
 """
 
