@@ -25,6 +25,7 @@ def _type_checking_imports() -> dict[str, tuple[str, str]]:
         for n in block.body
         if isinstance(n, ast.ImportFrom)
         for a in n.names
+        if n.module != "typing"
     }
 
 

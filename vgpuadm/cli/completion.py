@@ -12,17 +12,16 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from vgpuadm.host.discover import snapshot
-from vgpuadm.host.root import EMBED_LIBVIRT, HostRoot
+from vgpuadm import api
 
 LIBVIRT_QEMU_ETC = "/etc/libvirt/qemu"  # qemu:///system's persistent domain XML
-EMBED_QEMU_ETC = f"{EMBED_LIBVIRT}/etc/qemu"  # the embedded driver's, under a simulated root
+EMBED_QEMU_ETC = f"{api.EMBED_LIBVIRT}/etc/qemu"  # the embedded driver's, under a simulated root
 MAX_VALUES = 2000  # offered per completion; a shell shows no more usefully
 
 
-def _root(ctx: Any) -> HostRoot:
+def _root(ctx: Any) -> api.HostRoot:
     top = ctx.find_root() if ctx is not None else None
-    return HostRoot((top.params.get("root") if top is not None else None) or None)
+    return api.HostRoot((top.params.get("root") if top is not None else None) or None)
 
 
 def _matching(values: set[str], incomplete: str) -> list[str]:
@@ -30,7 +29,7 @@ def _matching(values: set[str], incomplete: str) -> list[str]:
 
 
 def types(ctx: Any, incomplete: str) -> list[str]:
-    snap = snapshot(_root(ctx).sysfs())
+    snap = api.read_host(_root(ctx).sysfs())
     found: set[str] = set()
     for parent in snap.mdev_parents.values():
         for t in parent.types:
@@ -42,7 +41,7 @@ def types(ctx: Any, incomplete: str) -> list[str]:
 
 
 def gpus(ctx: Any, incomplete: str) -> list[str]:
-    snap = snapshot(_root(ctx).sysfs(), types=False)
+    snap = api.read_host(_root(ctx).sysfs(), types=False)
     found = {fn.address for fn in snap.functions.values() if fn.is_display} | set(snap.mdev_parents)
     return _matching(found, incomplete)
 

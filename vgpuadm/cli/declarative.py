@@ -6,7 +6,6 @@ from vgpuadm import api
 from vgpuadm.cli.console import Console
 from vgpuadm.cli.host import plan_options
 from vgpuadm.errors import NotFoundError
-from vgpuadm.host.root import HostRoot
 
 
 def apply(console: Console, root: str | None, connect: str | None, plan_file: str, check: bool, show_diff: bool,
@@ -92,7 +91,7 @@ def mdevctl_export(console: Console, root: str | None, connect: str | None, doma
         console.json(result.to_json())
         return
     verb = "would write" if dry_run else "wrote"
-    real = HostRoot(root).real  # the files themselves, under a --root
+    real = api.HostRoot(root).real  # the files themselves, under a --root
     for d, changed in result.written:
         console.line(f"{verb if changed else 'unchanged'} {real(d.host_path)} ({d.mdev_type}, start={d.start})")
     if not result.written:

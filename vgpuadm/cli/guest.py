@@ -8,7 +8,6 @@ from vgpuadm.cli import ids
 from vgpuadm.cli.console import Console
 from vgpuadm.cli.host import plan_options
 from vgpuadm.model import DeviceMode
-from vgpuadm.plan.placement import check_count
 
 
 def _output_options() -> tuple[Any, Any]:
@@ -102,7 +101,7 @@ def register(app: Any) -> None:
         if total is not None and count is not None and total != count:
             raise UsageError(f"--total {total} and --count {count} disagree", "give --total alone")
         count = total if total is not None else count if count is not None else 1
-        check_count(count, "devices")  # before the host or libvirt is read
+        api.check_count(count, "devices")  # before the host or libvirt is read
         result = api.guest_create(
             ctx.obj["root"], vm, type_name, count, connect=ctx.obj.get("connect"), gpu=gpu, policy=policy, numa=numa,
             display=display == "on", ramfb=ramfb, params=param or (), dry_run=dry_run, on_demand=on_demand,

@@ -8,13 +8,12 @@ from vgpuadm import api
 from vgpuadm.cli.console import Console
 from vgpuadm.cli.hookrun import run_hook
 from vgpuadm.cli.host import plan_options, reported_as_plan
-from vgpuadm.host.root import HostRoot
 
 
 def _report(console: Console, root: str | None, result: Any, as_json: bool, done: str) -> None:
     if reported_as_plan(console, result, as_json):
         return
-    path, real = HostRoot(root).real(result.path), HostRoot(root).real  # the files themselves, under a --root
+    path, real = api.HostRoot(root).real(result.path), api.HostRoot(root).real  # the files themselves, under a --root
     if result.plan.empty:
         console.line(f"nothing to do: {path} is {'installed and current' if result.installed else 'not installed'}")
         return
@@ -83,7 +82,7 @@ def register(app: Any) -> None:
         """Whether the hook is installed and says what `vgpuadm hook install` would write."""
         console: Console = ctx.obj["console"]
         result = api.hook_status(ctx.obj["root"])
-        real = HostRoot(ctx.obj["root"]).real
+        real = api.HostRoot(ctx.obj["root"]).real
         if as_json:
             console.json(result.to_json())
         elif not result.installed:

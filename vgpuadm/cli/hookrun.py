@@ -6,9 +6,9 @@ from virt/hookcall.py alone; only a domain with on-demand devices loads the orch
 
 from typing import Any
 
+from vgpuadm import api
 from vgpuadm.cli.console import Console, one_line
 from vgpuadm.errors import VgpuadmError
-from vgpuadm.virt import hookcall
 
 
 def run_hook(console: Console, root: str | None, args: list[str], stdin: Any, argv: tuple[str, ...] = ()) -> int:
@@ -16,22 +16,19 @@ def run_hook(console: Console, root: str | None, args: list[str], stdin: Any, ar
     in its global options and passes none)."""
     domain, operation, sub_operation = args[0], args[1], args[2]
     try:
-        phase = hookcall.phase_of(operation, sub_operation)
+        phase = api.hookcall.phase_of(operation, sub_operation)
         if not phase:
             return 0
-        text = hookcall.read_domain_xml(stdin.read(hookcall.MAX_DOMAIN_XML + 1), domain)
-        if not hookcall.has_on_demand(text):
+        text = api.hookcall.read_domain_xml(stdin.read(api.hookcall.MAX_DOMAIN_XML + 1), domain)
+        if not api.hookcall.has_on_demand(text):
             return 0
-        from vgpuadm.executor import set_lock_policy
-        from vgpuadm.ops import hook
-
         if argv:  # as the typer app's global options do: the default wait, told on stderr, argv as the holder
-            set_lock_policy(None, console.warn, argv)
+            api.set_lock_policy(None, console.warn, argv)
         try:
-            result = hook.run_on_demand(root, domain, phase, text)
+            result = api.hook.run_on_demand(root, domain, phase, text)
         finally:
             if argv:
-                set_lock_policy()
+                api.set_lock_policy()
     except VgpuadmError as exc:
         hint = f" ({exc.hint})" if exc.hint else ""
         console.err.write(f"vgpuadm: domain {one_line(domain)}: {one_line(exc.message + hint)}\n")

@@ -9,10 +9,8 @@ from vgpuadm import api
 from vgpuadm.cli import ids
 from vgpuadm.cli.console import Console
 from vgpuadm.model import HostSnapshot
-from vgpuadm.plan.placement import check_count
-from vgpuadm.steps import Plan
 
-Planner = Callable[[HostSnapshot], tuple[Plan, list[str]]]
+Planner = Callable[[HostSnapshot], tuple[api.Plan, list[str]]]
 Frees = Callable[[HostSnapshot], Sequence[str]]
 
 
@@ -111,9 +109,9 @@ def _mdev_app() -> Any:
         """Create COUNT mdevs of a type, placed by policy."""
         console: Console = ctx.obj["console"]
         root = ctx.obj["root"]
-        check_count(count)  # before the host is read
+        api.check_count(count)  # before the host is read
 
-        def planner(snap: HostSnapshot) -> tuple[Plan, list[str]]:
+        def planner(snap: HostSnapshot) -> tuple[api.Plan, list[str]]:
             if explain and not as_json:
                 console.line(api.explain_placement(snap, type_name, count, gpu=gpu, policy=policy, numa=numa))
             return api.plan_create(
@@ -157,7 +155,7 @@ def _vf_app() -> Any:
     ) -> None:
         """Give a VF a vGPU type (writes nvidia/current_vgpu_type)."""
 
-        def planner(snap: HostSnapshot) -> tuple[Plan, list[str]]:
+        def planner(snap: HostSnapshot) -> tuple[api.Plan, list[str]]:
             plan, address = api.plan_vf_type(snap, type_name, vf, params=_params(param), policy=policy)
             return plan, [address]
 

@@ -4,10 +4,8 @@ These functions take plain arguments so that the fast path (cli/fast.py) runs th
 
 from __future__ import annotations
 
+from vgpuadm import api
 from vgpuadm.cli.console import Console
-from vgpuadm.host.discover import snapshot
-from vgpuadm.host.pciids import model_names
-from vgpuadm.host.root import HostRoot
 from vgpuadm.model import HostSnapshot
 from vgpuadm.report.cells import OWNER_UNKNOWN, UNOWNED, numa_cell
 from vgpuadm.report.listing import (
@@ -26,7 +24,7 @@ if TYPE_CHECKING:
 
 def _snapshot(console: Console, root: str | None, types: bool = True, names: bool = False) -> HostSnapshot:
     # Read-only: the plain Sysfs of the root, without the simulated kernel (only writes need it).
-    snap = snapshot(HostRoot(root).sysfs(), types=types, names=names)
+    snap = api.read_host(api.HostRoot(root).sysfs(), types=types, names=names)
     for w in snap.warnings:
         console.warn(w)
     return snap
@@ -74,13 +72,11 @@ def types(
     if gpu is not None and not rows and not type_rows(snap, gpu):
         address = normalize_address(gpu)
         if address in snap.functions:  # a GPU that lists nothing: say why (vfio-pci, no driver, no VFs …)
-            from vgpuadm.catalog.capacity import why_no_types  # dataclasses & co. stay off the fast path
-
             fn = snap.functions[address]
-            model = snap.models.get(address) or model_names(snap.root, {(fn.vendor_id, fn.device_id)}).get(
+            model = snap.models.get(address) or api.model_names(snap.root, {(fn.vendor_id, fn.device_id)}).get(
                 (fn.vendor_id, fn.device_id)
             )
-            reason, hint = why_no_types(snap, address)
+            reason, hint = api.why_no_types(snap, address)
             label = f"{address} ({model})" if model else address
             console.warn(f"GPU {label} offers no vGPU types: {reason}; {hint}")
     if as_json:
@@ -153,8 +149,6 @@ def devices(
         owners = not as_json
     owners = owners or vm is not None
     if owners:
-        from vgpuadm import api  # libvirt and the Session stay off the fast path of plain `devices --json`
-
         snap, users, why = api.device_users(root, connect=connect)
         for w in snap.warnings:
             console.warn(w)
@@ -195,7 +189,6 @@ def _owner(row: dict[str, object]) -> str:
 
 def show(console: Console, root: str | None, vm: str, as_json: bool, connect: str | None = None) -> None:
     """`vgpuadm show --vm NAME`: one VM's devices, where they are, their params, and whether they exist now."""
-    from vgpuadm import api  # libvirt and the Session stay off the fast path
 
     view = api.show_vm(root, vm, connect=connect)
     if as_json:

@@ -7,8 +7,7 @@ from typing import Any
 def build_app() -> Any:
     import typer
 
-    from vgpuadm.sim.profiles import PROFILES, build
-    from vgpuadm.virt.conn import EMBED_SUBDIR, embed_uri, prepare_embedded
+    from vgpuadm import api
 
     app = typer.Typer(help="Simulated hosts: byte-exact sysfs trees with a kernel that reacts to writes.",
                       no_args_is_help=True)  # fmt: skip
@@ -16,15 +15,17 @@ def build_app() -> Any:
     @app.command("build", epilog="Example: vgpuadm sim build p4 /tmp/p4-host")
     def build_cmd(
         ctx: typer.Context,
-        profile: str = typer.Argument(..., help=f"One of: {', '.join(PROFILES)}."),
+        profile: str = typer.Argument(..., help=f"One of: {', '.join(api.SIM_PROFILES)}."),
         directory: str = typer.Argument(..., help="A new or empty directory for the host root."),
     ) -> None:
         """Write a simulated host root for PROFILE into DIRECTORY."""
-        build(profile, directory)
-        prepare_embedded(os.path.join(os.path.abspath(directory), EMBED_SUBDIR))  # so `virsh -c URI` works at once
+        api.sim_build(profile, directory)
+        api.prepare_embedded(
+            os.path.join(os.path.abspath(directory), api.EMBED_SUBDIR)
+        )  # so `virsh -c URI` works at once
         console = ctx.obj["console"]
         console.line(f"built simulated host {profile!r} at {directory} (use --root {directory})")
-        console.line(f"its libvirt (the embedded driver; `virsh -c URI` defines VMs there): {embed_uri(directory)}")
+        console.line(f"its libvirt (the embedded driver; `virsh -c URI` defines VMs there): {api.embed_uri(directory)}")
 
     @app.command(
         "import-umockdev",
@@ -40,9 +41,7 @@ def build_app() -> Any:
         ),
     ) -> None:  # fmt: skip
         """Turn a umockdev recording of a real host into a host root that every command can read."""
-        from vgpuadm.host.umockdev import load
-
-        loaded = load(recording, directory, types_from)
+        loaded = api.load_umockdev(recording, directory, types_from)
         console = ctx.obj["console"]
         console.line(
             f"imported {loaded.devices} devices, {len(loaded.mdev_parents)} mdev parents, {len(loaded.mdevs)} mdevs "
@@ -61,7 +60,6 @@ def build_app() -> Any:
         directory: str = typer.Argument(..., help="A new or empty directory for the host root."),
     ) -> None:  # fmt: skip
         """Turn a snapshot (or a umockdev recording) into a host root: a simulated host again when it was one."""
-        from vgpuadm import api
 
         ctx.obj["console"].line(api.snapshot_import(archive, directory).line())
 
@@ -71,9 +69,7 @@ def build_app() -> Any:
         directory: str = typer.Argument(..., help="A simulated host root (made by `vgpuadm sim build`)."),
     ) -> None:
         """Reboot a simulated host: mdevs, VFs, vGPU types, overrides and vfio binds go; native drivers return."""
-        from vgpuadm.sim.reboot import reboot
-
-        reboot(directory)
+        api.sim_reboot(directory)
         ctx.obj["console"].line(f"rebooted simulated host {directory}: runtime state dropped, native drivers bound")
 
     @app.command(
@@ -91,15 +87,14 @@ def build_app() -> Any:
     ) -> None:
         """Make chosen writes on a simulated host fail with a chosen errno (fault injection for tests)."""
         from vgpuadm.errors import UsageError
-        from vgpuadm.sim.faults import clear_faults, inject_fault
 
         if clear:
-            clear_faults(directory)
+            api.clear_faults(directory)
             ctx.obj["console"].line(f"cleared injected faults on {directory}")
             return
         if path_glob is None or errno_name is None:
             raise UsageError("sim fail needs PATH_GLOB and ERRNO", "e.g. vgpuadm sim fail DIR '*/create' EIO")
-        inject_fault(directory, path_glob, errno_name, times=times, after=after)
+        api.inject_fault(directory, path_glob, errno_name, times=times, after=after)
         ctx.obj["console"].line(
             f"writes matching {path_glob} on {directory} will fail with {errno_name.upper()}"
             f" ({'every time' if times == 0 else f'{times} time(s)'}, after {after} success(es))"
@@ -112,8 +107,10 @@ def build_app() -> Any:
     ) -> None:
         """List the simulated host profiles."""
         if as_json:
-            ctx.obj["console"].json([{"profile": k, "description": v[0]} for k, v in PROFILES.items()])
+            ctx.obj["console"].json([{"profile": k, "description": v[0]} for k, v in api.SIM_PROFILES.items()])
             return
-        ctx.obj["console"].table("profiles", ["profile", "what it is"], [(k, v[0]) for k, v in PROFILES.items()])
+        ctx.obj["console"].table(
+            "profiles", ["profile", "what it is"], [(k, v[0]) for k, v in api.SIM_PROFILES.items()]
+        )
 
     return app

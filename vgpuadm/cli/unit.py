@@ -7,21 +7,19 @@ from typing import Any
 from vgpuadm import api
 from vgpuadm.cli.console import Console
 from vgpuadm.cli.host import plan_options, reported_as_plan
-from vgpuadm.host.root import HostRoot
-from vgpuadm.io.unitfile import exec_start
 
 
 def _report(console: Console, root: str | None, result: Any, as_json: bool, done: str) -> None:
     if reported_as_plan(console, result, as_json):
         return
-    path = HostRoot(root).real(result.path)  # the file itself, under a --root
+    path = api.HostRoot(root).real(result.path)  # the file itself, under a --root
     if result.plan.empty:
         state = "installed and current" if done == "wrote" else "not installed"
         console.line(f"nothing to do: {path} is {state}")
     else:
         console.line(f"{done} {path}")
     if result.command:
-        console.line(f"the unit runs: {exec_start(result.command)}")
+        console.line(f"the unit runs: {api.exec_start(result.command)}")
     if done == "wrote":
         console.line(f"next: {api.unit.NEXT_STEP}")
     else:
@@ -33,11 +31,11 @@ def status(console: Console, root: str | None, as_json: bool) -> None:
     if as_json:
         console.json(result.to_json())
         return
-    path = HostRoot(root).real(result.path)
+    path = api.HostRoot(root).real(result.path)
     if not result.installed:
         console.line(f"{path}: not installed (vgpuadm unit install writes it)")
     elif result.current:
-        console.line(f"{path}: installed, {exec_start(result.command)}")
+        console.line(f"{path}: installed, {api.exec_start(result.command)}")
     else:
         console.line(f"{path}: installed but differs from what this vgpuadm writes (vgpuadm unit install)")
 
