@@ -7,19 +7,99 @@ journal). They never touch the host: `vgpuadm.executor` dispatches each Step cla
 
 Other modules add Step kinds (e.g. the libvirt steps) with `@step_kind` and list their handlers for the executor's
 table (virt/handlers.py).
+
+A journal is untrusted when `recover` reads it back (executor/journalcheck.py): a field named like an identity
+(parent, address, uuid, type_id, …) is held to that identity's grammar; every other text field declares its own
+check here, with the step, through `field(metadata=check(…))` (a field without one must be one printable line).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from vgpuadm.errors import UsageError
 from vgpuadm.host.paths import SRIOV_MANAGE
 
 STEP_KINDS: dict[str, type[Step]] = {}
+
+# --- the checks of free-text fields, as a journal read back must hold them ----------------------------------------
+
+Check = Callable[[str], bool]
+DRIVER = re.compile(r"[A-Za-z0-9_-]{0,64}")  # a kernel driver name (or "" for none)
+_PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}=[^\s,]{1,256}")  # k=v, as modes/base.py's check_params allows
+_PRINTABLE = re.compile(r"[^\x00-\x08\x0b-\x1f\x7f]*")  # text: no control character but tab and newline
+_LINE = re.compile(r"[^\x00-\x1f\x7f]*")
+_ENTITIES = ("&amp;", "&lt;", "&gt;", "&apos;", "&quot;")
+
+
+def check(fn: Check) -> dict[str, Check]:
+    """The metadata of a step field whose text a journal must hold to `fn`: `x: str = field(metadata=check(fn))`."""
+    return {"check": fn}
+
+
+def line(limit: int) -> Check:
+    """One line of printable text of at most `limit` characters."""
+    return lambda v: len(v) <= limit and _LINE.fullmatch(v) is not None
+
+
+def text(limit: int) -> Check:
+    """Printable text (tabs and newlines allowed) of at most `limit` characters."""
+    return lambda v: len(v) <= limit and _PRINTABLE.fullmatch(v) is not None
+
+
+def element(start: tuple[str, ...], limit: int, *, empty: bool = False) -> Check:
+    """An XML element as vgpuadm renders it, starting with one of `start`: no declaration, DOCTYPE, entity (but the
+    five predefined ones) or CDATA; `empty`: "" (nothing) passes too."""
+
+    def ok(v: str) -> bool:
+        rest = v
+        for entity in _ENTITIES:
+            rest = rest.replace(entity, "")
+        return (empty and v == "") or (
+            len(v) <= limit and _PRINTABLE.fullmatch(v) is not None and v.lstrip().startswith(start)
+            and v.rstrip().endswith(">") and "<!" not in v and "<?" not in v and "&" not in rest
+        )  # fmt: skip
+
+    return ok
+
+
+def json_object(limit: int) -> Check:
+    """A JSON object of at most `limit` characters."""
+
+    def ok(v: str) -> bool:
+        if len(v) > limit:
+            return False
+        try:
+            return isinstance(json.loads(v), dict)
+        except ValueError:
+            return False
+
+    return ok
+
+
+def one_of(*choices: str) -> Check:
+    return lambda v: v in choices
+
+
+def matching(pattern: str) -> Check:
+    compiled = re.compile(pattern)
+    return lambda v: compiled.fullmatch(v) is not None
+
+
+def params_text(v: str) -> bool:
+    """vgpu_params as vgpuadm writes them: at most 64 `k=v` pairs."""
+    pairs = [p for p in re.split(r"[ ,]+", v) if p]
+    return len(v) <= 4096 and len(pairs) <= 64 and all(_PARAM.fullmatch(p) for p in pairs)
+
+
+HOSTDEV = ("<hostdev ", "<hostdev>", "<hostdev/")
+UNIT_TEXT = text(64 * 1024)  # a systemd unit, the qemu hook, a policy file
+MDEVCTL_JSON = json_object(64 * 1024)
 S = TypeVar("S", bound="type[Step]")
 
 
@@ -116,8 +196,10 @@ class SetVgpuParams(Step):
 
     device_path_kind: str
     id: str
-    params: str
-    previous: str = ""
+    params: str = field(metadata=check(params_text))
+    previous: str = field(
+        default="", metadata=check(line(1024))
+    )  # what the driver showed before: it keeps any text, up to 1024 bytes
 
     @property
     def of_mdev(self) -> bool:
@@ -237,7 +319,7 @@ class SetDriverOverride(Step):
 
     address: str
     driver: str
-    previous: str = ""
+    previous: str = field(default="", metadata=check(lambda v: DRIVER.fullmatch(v) is not None))
 
     def describe(self) -> str:
         if not self.driver:
@@ -324,8 +406,8 @@ class WriteMdevctlDefinition(Step):
 
     parent: str
     uuid: str
-    text: str
-    previous: str | None = None
+    text: str = field(metadata=check(MDEVCTL_JSON))
+    previous: str | None = field(default=None, metadata=check(MDEVCTL_JSON))
 
     def describe(self) -> str:
         return f"write mdevctl definition /etc/mdevctl.d/{self.parent}/{self.uuid}"
@@ -338,7 +420,7 @@ class RemoveMdevctlDefinition(Step):
 
     parent: str
     uuid: str
-    previous: str = ""
+    previous: str = field(default="", metadata=check(MDEVCTL_JSON))
 
     def describe(self) -> str:
         return f"remove mdevctl definition /etc/mdevctl.d/{self.parent}/{self.uuid}"
@@ -354,8 +436,8 @@ class WriteUnitFile(Step):
     (None: there was none). Undo: write previous back, or remove the file."""
 
     name: str
-    text: str
-    previous: str | None = None
+    text: str = field(metadata=check(UNIT_TEXT))
+    previous: str | None = field(default=None, metadata=check(UNIT_TEXT))
 
     def describe(self) -> str:
         return f"write systemd unit /etc/systemd/system/{self.name}"
@@ -367,7 +449,7 @@ class RemoveUnitFile(Step):
     """Remove <root>/etc/systemd/system/<name>. `previous` is its text (for undo: written back)."""
 
     name: str
-    previous: str = ""
+    previous: str = field(default="", metadata=check(UNIT_TEXT))
 
     def describe(self) -> str:
         return f"remove systemd unit /etc/systemd/system/{self.name}"
@@ -384,8 +466,8 @@ class WriteHookFile(Step):
     remove the file."""
 
     hook: str
-    text: str
-    previous: str | None = None
+    text: str = field(metadata=check(UNIT_TEXT))
+    previous: str | None = field(default=None, metadata=check(UNIT_TEXT))
 
     def describe(self) -> str:
         return f"write libvirt hook /etc/libvirt/hooks/{self.hook}"
@@ -397,7 +479,7 @@ class RemoveHookFile(Step):
     """Remove <root>/etc/libvirt/hooks/<hook>. `previous` is its text (for undo: written back)."""
 
     hook: str
-    previous: str = ""
+    previous: str = field(default="", metadata=check(UNIT_TEXT))
 
     def describe(self) -> str:
         return f"remove libvirt hook /etc/libvirt/hooks/{self.hook}"
@@ -463,9 +545,9 @@ class SetVgpuScheduler(Step):
 
     address: str
     gpu_index: int
-    policy: str
+    policy: str = field(metadata=check(one_of("best-effort", "equal-share", "fixed-share")))
     timeslice_ms: int
-    previous_policy: str
+    previous_policy: str = field(metadata=check(one_of("best-effort", "equal-share", "fixed-share")))
     previous_timeslice_ms: int
 
     def describe(self) -> str:
@@ -480,8 +562,8 @@ class WritePolicyFile(Step):
     `previous` back (None: no file)."""
 
     name: str
-    text: str | None
-    previous: str | None = None
+    text: str | None = field(metadata=check(UNIT_TEXT))
+    previous: str | None = field(default=None, metadata=check(UNIT_TEXT))
 
     def describe(self) -> str:
         paths = {"modprobe": "/etc/modprobe.d/vgpuadm-nvidia.conf", "state": "/var/lib/vgpuadm/gpus.json",

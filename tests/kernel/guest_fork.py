@@ -20,8 +20,15 @@ from vgpuadm.cli.app import run
 from vgpuadm.cli.console import Console
 
 # What the commands forked here load, imported once before the fork.
-PRELOAD = ("vgpuadm.api", "vgpuadm.ops.guest", "vgpuadm.ops.host", "vgpuadm.cli.guest", "vgpuadm.cli.host", "libvirt",
-           "typer.main")  # the api imports each orchestrator on first use: the ones the forked commands run
+PRELOAD = (
+    "vgpuadm.api",
+    "vgpuadm.ops.guest",
+    "vgpuadm.ops.host",
+    "vgpuadm.cli.guest",
+    "vgpuadm.cli.host",
+    "libvirt",
+    "typer.main",
+)  # the api imports each orchestrator on first use: the ones the forked commands run
 
 
 class Hung(Exception):

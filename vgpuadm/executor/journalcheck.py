@@ -4,12 +4,12 @@ the journal's schema: the structure `execute` writes, known step kinds with exac
 matching its grammar (PCI addresses, UUIDs, type ids, driver, domain and unit names); every free-text field has a
 bound too: vgpu_params in their `k=v` form, device XML a <hostdev> element, metadata an element, mdevctl definitions
 JSON objects, unit files and descriptions printable text, each with a length limit, and no XML declaration, DOCTYPE
-or entity anywhere. Anything else is one UnsafeError naming /var/lib/vgpuadm/journal.json."""
+or entity anywhere. Anything else is one UnsafeError naming /var/lib/vgpuadm/journal.json. The checks of free-text
+fields are declared with each step's fields (steps.check); the identity grammars by field name are here."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import stat
@@ -17,7 +17,7 @@ from typing import Any
 
 from vgpuadm.errors import UnsafeError
 from vgpuadm.model import PARENT_PATTERN, PCI_PATTERN, UUID_PATTERN
-from vgpuadm.steps import STEP_KINDS
+from vgpuadm.steps import DRIVER, STEP_KINDS, line
 
 JOURNAL_HOST = "/var/lib/vgpuadm/journal.json"
 HINT = f"inspect {JOURNAL_HOST} and remove it by hand if no vgpuadm change was interrupted"
@@ -27,12 +27,10 @@ PCI = re.compile(PCI_PATTERN)
 PARENT = re.compile(PARENT_PATTERN)  # the same rule the domain metadata holds a parent to (virt/xml.py)
 UUID = re.compile(UUID_PATTERN)
 TYPE_ID = re.compile(r"[A-Za-z0-9_.-]{0,64}")
-DRIVER = re.compile(r"[A-Za-z0-9_-]{0,64}")
 DOMAIN = re.compile(r"[^/\x00-\x1f\x7f]{1,255}")
 UNIT = re.compile(r"[A-Za-z0-9_@:-][A-Za-z0-9_.@:-]{0,254}")
-PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}=[^\s,]{1,256}")  # k=v, as modes/base.py's check_params allows
-_PRINTABLE = re.compile(r"[^\x00-\x08\x0b-\x1f\x7f]*")  # text: no control character but tab and newline
-_LINE = re.compile(r"[^\x00-\x1f\x7f]{0,1024}")
+_PRINTABLE = re.compile(r"[^\x00-\x08\x0b-\x1f\x7f]*")  # the plan summary: no control character but tab and newline
+_ONE_LINE = line(1024)  # a text field whose step declares no check of its own
 STATES = ("applying", "rolling-back")
 GRAMMAR: dict[str, re.Pattern[str]] = {
     "parent": PARENT, "address": PCI, "pf": PCI, "vf": PCI, "uuid": UUID, "type_id": TYPE_ID, "driver": DRIVER,
@@ -40,87 +38,6 @@ GRAMMAR: dict[str, re.Pattern[str]] = {
     "hook": re.compile(r"qemu\.d/vgpuadm|qemu|qemu\.vgpuadm-chained"),
     "profile": re.compile(r"[0-9]+[cg]\.[0-9a-z.]+(\+[a-z.]+)?"),  # a MIG profile name, 1g.18gb
 }  # fmt: skip
-
-
-def _text(limit: int) -> Any:
-    return lambda v: len(v) <= limit and _PRINTABLE.fullmatch(v) is not None
-
-
-def _xml(start: tuple[str, ...], limit: int) -> Any:
-    """An element as vgpuadm renders it: starting with one of `start`, no declaration, DOCTYPE, entity or CDATA."""
-
-    def ok(v: str) -> bool:
-        return (
-            len(v) <= limit and _PRINTABLE.fullmatch(v) is not None and v.lstrip().startswith(start)
-            and v.rstrip().endswith(">") and "<!" not in v and "<?" not in v and "&" not in v.replace("&amp;", "")
-            .replace("&lt;", "").replace("&gt;", "").replace("&apos;", "").replace("&quot;", "")
-        )  # fmt: skip
-
-    return ok
-
-
-def _json_object(limit: int) -> Any:
-    def ok(v: str) -> bool:
-        if len(v) > limit:
-            return False
-        try:
-            return isinstance(json.loads(v), dict)
-        except ValueError:
-            return False
-
-    return ok
-
-
-def _one_line(v: str) -> bool:
-    return _LINE.fullmatch(v) is not None
-
-
-def _params(v: str) -> bool:
-    pairs = [p for p in re.split(r"[ ,]+", v) if p]
-    return len(pairs) <= 64 and all(PARAM.fullmatch(p) for p in pairs)
-
-
-def _driver(v: str) -> bool:
-    return DRIVER.fullmatch(v) is not None
-
-
-_METADATA = _xml(("<vgpuadm",), 1024 * 1024)
-_HOSTDEVS = _xml(("<hostdev ", "<hostdev>", "<hostdev/"), 256 * 1024)  # one or more concatenated hostdev elements
-# (step kind, field) → check of a free-text value; "" passes where a field means "nothing" (no previous metadata).
-FREE_TEXT: dict[tuple[str, str], Any] = {
-    ("set-vgpu-params", "params"): lambda v: len(v) <= 4096 and _params(v),
-    # what the driver showed before (it keeps any text it was given): one line of at most its 1024 bytes
-    ("set-vgpu-params", "previous"): lambda v: len(v) <= 1024 and _LINE.fullmatch(v) is not None,
-    ("set-driver-override", "previous"): _driver,
-    ("write-mdevctl-definition", "text"): _json_object(64 * 1024),
-    ("write-mdevctl-definition", "previous"): _json_object(64 * 1024),
-    ("remove-mdevctl-definition", "previous"): _json_object(64 * 1024),
-    ("write-unit-file", "text"): _text(64 * 1024),
-    ("write-unit-file", "previous"): _text(64 * 1024),
-    ("remove-unit-file", "previous"): _text(64 * 1024),
-    ("attach-hostdev", "device_xml"): _xml(("<hostdev ", "<hostdev>", "<hostdev/"), 16 * 1024),
-    ("detach-hostdev", "device_xml"): _xml(("<hostdev ", "<hostdev>", "<hostdev/"), 16 * 1024),
-    ("attach-hostdev", "what"): lambda v: len(v) <= 512 and _LINE.fullmatch(v) is not None,
-    ("detach-hostdev", "what"): lambda v: len(v) <= 512 and _LINE.fullmatch(v) is not None,
-    ("write-hook-file", "text"): _text(64 * 1024),
-    ("write-hook-file", "previous"): _text(64 * 1024),
-    ("remove-hook-file", "previous"): _text(64 * 1024),
-    ("define-domain", "attach"): lambda v: v == "" or _HOSTDEVS(v),
-    ("define-domain", "detach"): lambda v: v == "" or _HOSTDEVS(v),
-    ("define-domain", "element"): lambda v: v == "" or _METADATA(v),
-    ("define-domain", "previous"): lambda v: v == "" or _METADATA(v),
-    ("define-domain", "attached"): lambda v: len(v) <= 4096 and _PRINTABLE.fullmatch(v) is not None and "\n" not in v,
-    ("define-domain", "detached"): lambda v: len(v) <= 4096 and _PRINTABLE.fullmatch(v) is not None and "\n" not in v,
-    ("set-virtio-gl", "rendernode"): lambda v: re.fullmatch(r"(/dev/dri/renderD[0-9]{1,4})?", v) is not None,
-    ("set-virtio-gl", "graphics"): lambda v: v in ("egl-headless", "spice"),
-    ("set-virtio-gl", "previous_video"): lambda v: re.fullmatch(r"[a-z0-9_-]{0,32}", v) is not None,
-    ("set-vgpu-scheduler", "policy"): lambda v: v in ("best-effort", "equal-share", "fixed-share"),
-    ("set-vgpu-scheduler", "previous_policy"): lambda v: v in ("best-effort", "equal-share", "fixed-share"),
-    ("write-policy-file", "text"): _text(64 * 1024),
-    ("write-policy-file", "previous"): _text(64 * 1024),
-    ("set-metadata", "element"): lambda v: v == "" or _METADATA(v),
-    ("set-metadata", "previous"): lambda v: v == "" or _METADATA(v),
-}
 
 
 def check_progress_state(state: Any) -> str:
@@ -144,7 +61,7 @@ def check_owner(st: os.stat_result) -> None:
         raise _bad(f"it is writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'}")
 
 
-def _value(kind: str, name: str, annotation: str, value: Any) -> None:
+def _value(kind: str, name: str, annotation: str, value: Any, free: Any) -> None:
     where = f"step {kind} field {name}"
     if annotation == "bool":
         ok = isinstance(value, bool)
@@ -164,8 +81,7 @@ def _value(kind: str, name: str, annotation: str, value: Any) -> None:
                 pattern = PCI if PCI.fullmatch(value) else UUID
             if pattern is not None and not (value == "" and name in ("type_id", "driver", "expect")):
                 ok = ok and pattern.fullmatch(value) is not None and ".." not in value.split("/")
-            if pattern is None:  # free text: its own check, else one printable line (tests/unit/test_journal_free_text)
-                free = FREE_TEXT.get((kind, name), _one_line)
+            if pattern is None:  # free text: the step field's own check (steps.check), else one printable line
                 ok = ok and bool(free(value))
     if not ok:
         raise _bad(f"{where} holds {str(value)[:60]!r}, not a valid value")
@@ -199,4 +115,4 @@ def check_document(doc: Any) -> None:
                 if f.default is dataclasses.MISSING:
                     raise _bad(f"step {cls.kind} lacks field {name}")
                 continue
-            _value(cls.kind, name, str(f.type), step[name])
+            _value(cls.kind, name, str(f.type), step[name], f.metadata.get("check", _ONE_LINE))

@@ -15,10 +15,10 @@ import subprocess
 
 from vgpuadm.errors import HostIOError, UnsafeError
 from vgpuadm.executor import DRIVERS, ExecContext, HandlerRow, atomic_write_json, refuse_linked_dirs, unsafe_path
-from vgpuadm.executor.journalcheck import DRIVER as DRIVER_GRAMMAR
 from vgpuadm.executor.journalcheck import PCI as PCI_GRAMMAR
 from vgpuadm.host.root import HostRoot
 from vgpuadm.modes.base import join_params, same_params, split_params
+from vgpuadm.steps import DRIVER as DRIVER_GRAMMAR
 from vgpuadm.steps import (
     SRIOV_MANAGE,
     Bind,

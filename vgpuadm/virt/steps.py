@@ -3,15 +3,23 @@
 stay runnable for journals written before DefineDomain existed.
 
 The device XML is rendered at plan time and carried by the step, so the journal holds exactly what was attached
-and undo detaches that same element. Handlers live in vgpuadm/virt/handlers.py (registered by vgpuadm.api); this
-module imports no libvirt, so planners (modes, api) can build these steps freely.
+and undo detaches that same element. Handlers live in vgpuadm/virt/handlers.py (added to the executor's table by
+ops/session.py); this module imports no libvirt, so planners (modes, api) can build these steps freely.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from vgpuadm.steps import Step, step_kind
+from vgpuadm.steps import HOSTDEV, Step, check, element, line, matching, one_of, step_kind, text
+
+METADATA = element(("<vgpuadm",), 1024 * 1024, empty=True)  # the domain's vgpuadm <metadata> element, or none
+HOSTDEVS = element(HOSTDEV, 256 * 1024, empty=True)  # one or more concatenated <hostdev> elements, or none
+
+
+def _summary(v: str) -> bool:
+    """What a DefineDomain attached or detached, in words: printable, one line (a tab allowed)."""
+    return text(4096)(v) and "\n" not in v
 
 
 @step_kind("attach-hostdev")
@@ -21,8 +29,8 @@ class AttachHostdev(Step):
     Undo: detach it when present."""
 
     domain: str
-    device_xml: str
-    what: str
+    device_xml: str = field(metadata=check(element(HOSTDEV, 16 * 1024)))
+    what: str = field(metadata=check(line(512)))
 
     def describe(self) -> str:
         return f"attach {self.what} to domain {self.domain}"
@@ -34,8 +42,8 @@ class DetachHostdev(Step):
     """Detach `device_xml` from the domain. Undo: attach it again when absent."""
 
     domain: str
-    device_xml: str
-    what: str
+    device_xml: str = field(metadata=check(element(HOSTDEV, 16 * 1024)))
+    what: str = field(metadata=check(line(512)))
 
     def describe(self) -> str:
         return f"detach {self.what} from domain {self.domain}"
@@ -48,8 +56,8 @@ class SetMetadata(Step):
     ("" = nothing), written back on undo. `devices` is how many devices the new element records."""
 
     domain: str
-    element: str
-    previous: str
+    element: str = field(metadata=check(METADATA))
+    previous: str = field(metadata=check(METADATA))
     devices: int
 
     def describe(self) -> str:
@@ -69,13 +77,13 @@ class DefineDomain(Step):
     name the devices for people; `devices` is how many devices `element` records."""
 
     domain: str
-    attach: str
-    detach: str
-    element: str
-    previous: str
+    attach: str = field(metadata=check(HOSTDEVS))
+    detach: str = field(metadata=check(HOSTDEVS))
+    element: str = field(metadata=check(METADATA))
+    previous: str = field(metadata=check(METADATA))
     devices: int
-    attached: str = ""
-    detached: str = ""
+    attached: str = field(default="", metadata=check(_summary))
+    detached: str = field(default="", metadata=check(_summary))
 
     def describe(self) -> str:
         parts = []
@@ -101,10 +109,10 @@ class SetVirtioGl(Step):
     away, putting back a <video> of model `previous_video` ("" for none). Undo: the opposite."""
 
     domain: str
-    rendernode: str
-    graphics: str
+    rendernode: str = field(metadata=check(matching(r"(/dev/dri/renderD[0-9]{1,4})?")))
+    graphics: str = field(metadata=check(one_of("egl-headless", "spice")))
     enable: bool
-    previous_video: str
+    previous_video: str = field(metadata=check(matching(r"[a-z0-9_-]{0,32}")))
 
     def describe(self) -> str:
         if self.enable:
