@@ -165,7 +165,7 @@ def build_apply_plan(
         except (CapacityError, NotFoundError, ConflictError) as exc:
             key = "count" if "count" in spec.key_lines else "type"
             raise _located(plan_doc, vm, key, exc) from None
-        created = _allocations_of(sub.steps, vm, domain_uuid, slots, spec)
+        created = _allocations_of(vsnap, sub.steps, vm, domain_uuid, slots, spec)
         created += _pool_allocations(vsnap, ids, pool_vfs, vm, domain_uuid, slots[len(created) :], add.type_id)
         try:
             sub_steps, created, mig = plan_mig.for_vgpus(vsnap, mig, sub.steps, created)
@@ -240,7 +240,9 @@ def _pool_allocations(snap: HostSnapshot, ids: Sequence[str], pool_vfs: dict[str
                        extra={"host_driver": pool_vfs[v]}) for v, slot in zip(vfs, slots, strict=False)]  # fmt: skip
 
 
-def _allocations_of(steps: Sequence[Step], vm: str, domain_uuid: str, slots: list[int], spec: Any) -> list[Allocation]:
+def _allocations_of(
+    snap: HostSnapshot, steps: Sequence[Step], vm: str, domain_uuid: str, slots: list[int], spec: Any
+) -> list[Allocation]:
     """The devices a create plan makes, as the allocations the domain will record (slot order = creation order)."""
     extra = {}
     if spec.display.enabled:
@@ -252,7 +254,8 @@ def _allocations_of(steps: Sequence[Step], vm: str, domain_uuid: str, slots: lis
     for step in steps:
         slot = slots[len(out)] if len(out) < len(slots) else len(out)
         if isinstance(step, CreateMdev):
-            out.append(Allocation(vm, DeviceMode.MDEV, step.type_id, step.parent, step.uuid, params=spec.params or None,
+            mode = modes.for_type_on(snap, step.parent, step.type_id).name
+            out.append(Allocation(vm, mode, step.type_id, step.parent, step.uuid, params=spec.params or None,
                                   domain_uuid=domain_uuid, slot=slot, extra=dict(extra)))  # fmt: skip
         elif isinstance(step, SetVfVgpuType):
             placed = {"placement_id": placements[step.vf]} if step.vf in placements else {}

@@ -60,7 +60,7 @@ def plan_create(
             enabling,
             host_drivers,
         )
-        more, dev = modes.for_layout(t.layout).plan_instance(snap, t, ask)
+        more, dev = modes.for_type(t).plan_instance(snap, t, ask)
         steps += more
         ids.append(dev)
     where = ", ".join(sorted({p for p, _ in placement.choices}))

@@ -258,7 +258,8 @@ def _plan_growth(
             dev = next(devices)
             kernel_steps += by_device.pop(dev, [])
             if dev in parents:
-                a = Allocation(w.name, DeviceMode.MDEV, type_id, parents[dev], uuid=dev, params=joined or None,
+                a = Allocation(w.name, modes.for_type_on(snap, parents[dev], type_id).name, type_id, parents[dev],
+                               uuid=dev, params=joined or None,
                                domain_uuid=w.duuid, slot=slot, extra=dict(extra))  # fmt: skip
             elif dev in pool_vfs:  # a VF pool: the guest gets the VF, bound to vfio-pci for it
                 pf = next(p for p, pool in snap.vf_pools.items() if dev in pool.vfs)
@@ -314,12 +315,14 @@ def on_demand_allocations(
     kernel, ids = device_plans.plan_create(idle, type_id, len(slots), gpu=hints.get("gpu"),
                                            policy=hints.get("policy") or "pack", numa=hints.get("numa"),
                                            params=params, uuids=uuids, taken=taken)  # fmt: skip
-    mdevs = {s.uuid for s in kernel.steps if isinstance(s, CreateMdev)}
+    mdevs = {
+        s.uuid: modes.for_type_on(idle, s.parent, s.type_id).name for s in kernel.steps if isinstance(s, CreateMdev)
+    }
     options = request_options(hints)
     out = []
     for slot, dev in zip(slots, ids, strict=True):
         if dev in mdevs:
-            out.append(Allocation(vm, DeviceMode.MDEV, type_id, None, uuid=dev, params=params or None,
+            out.append(Allocation(vm, mdevs[dev], type_id, None, uuid=dev, params=params or None,
                                   domain_uuid=domain_uuid, slot=slot, extra={**display, **options}))  # fmt: skip
         else:  # layout C: the VF the hostdev names is chosen now, typed at start
             taken[dev] = vm
