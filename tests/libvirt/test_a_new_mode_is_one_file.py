@@ -11,9 +11,9 @@ docstring), written here into the entry_points.txt of a dist-info next to a copy
 every vgpuadm process of the test has on its path (PYTHONPATH: the test's stand-in for site-packages).
 
 On a simulated mtty host with domains in libvirt's embedded QEMU driver, every command a real process (as in
-embedded_host.py): `create`, `show`, `devices`, `inventory --json`, `apply -f` twice (the second: nothing to do),
-`destroy`, `sim reboot` + `restore`, and `create --on-demand` made and freed by `vgpuadm hook run` fed the XML
-libvirt keeps, as libvirt's qemu hook calls it. Without the line, the same metadata is a clean error."""
+embedded_host.py): `create`, `show`, `devices`, `inventory --json`, `mdevctl export`, `apply -f` twice (the second:
+nothing to do), `sim reboot` + `restore`, `destroy`, and `create --on-demand` made and freed by `vgpuadm hook run`
+fed the XML libvirt keeps, as libvirt's qemu hook calls it. Without the line, the same metadata is a clean error."""
 
 from __future__ import annotations
 
@@ -102,6 +102,11 @@ def test_a_test_only_mode_goes_through_the_whole_lifecycle(sim_host, tmp_path: P
     assert (device["id"], device["type_id"], device["domain"], device["owned"], device["held"]) == (
         u1, "mtty-1", "ser1", True, "stopped")  # fmt: skip
     assert inventory["summary"]["owned"] == 1 and inventory["summary"]["missing"] == 0
+    # mdevctl export: the added mode's device is an mdev, defined for mdevctl like the mdev mode's
+    assert run("mdevctl", "export", "--dry-run") == [
+        f"would write {root}/etc/mdevctl.d/mtty/{u1} (mtty-1, start=auto)",
+        "nothing was changed (--dry-run)",
+    ]
 
     # apply -f: the mode's own words in the plan; the second run has nothing to do
     plan = tmp_path / "plan.yaml"
@@ -122,8 +127,8 @@ def test_a_test_only_mode_goes_through_the_whole_lifecycle(sim_host, tmp_path: P
                                                "native drivers bound"]  # fmt: skip
     assert mdevs(root) == []
     restored = run("restore")
-    assert sorted(restored[:3]) == sorted(f"vgpu: create mdev {u} of type {t} on mtty"
-                                          for u, t in [(u1, "mtty-1"), (u2[0], "mtty-2"), (u2[1], "mtty-2")])  # fmt: skip
+    made = [(u1, "mtty-1"), (u2[0], "mtty-2"), (u2[1], "mtty-2")]
+    assert sorted(restored[:3]) == sorted(f"vgpu: create mdev {u} of type {t} on mtty" for u, t in made)
     assert restored[3:] == ["restored: 3 step(s) for 3 recorded device(s)"]
     assert mdevs(root) == sorted([u1, *u2])
 

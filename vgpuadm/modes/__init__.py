@@ -1,21 +1,22 @@
-"""The one registry of GPU sharing modes: each mode is one file (mdev, vf_vgpu, passthrough, sriov, mig, vf_pool, virtio_gpu) implementing
-modes/base.py's Mode; `for_layout` maps a discovered layout to its mode, `for_type` the mode that makes devices of a
-type, `for_name` the mode an allocation records ("mdev", "vf", "pci", "pool", "virtio-gl").
+"""The one registry of GPU sharing modes: each mode is one file (mdev, vf_vgpu, passthrough, sriov, mig, vf_pool,
+virtio_gpu) implementing modes/base.py's Mode; `for_layout` maps a discovered layout to its mode, `for_type` a type to
+the mode that makes its devices, `for_name` the mode an allocation records ("mdev", "vf", "pci", "pool", "virtio-gl").
 
-A new sharing mode is one new file plus one line. In this package, the line is its entry in MODES. Outside it (a
-mode shipped by another distribution, or a test's), the line is an entry point in the `vgpuadm.modes` group of the
-distribution that ships the file, e.g. in its pyproject.toml:
+A new sharing mode is one new file plus one line. In this package the line is its entry in MODES. Outside it (a mode
+another distribution ships, or a test's: tests/libvirt/test_a_new_mode_is_one_file.py), the line is an entry point in
+the `vgpuadm.modes` group (model.MODES_GROUP) of the distribution that ships the file, e.g. in its pyproject.toml:
 
     [project.entry-points."vgpuadm.modes"]
     serial = "vgpuadm_serial:MODE"
 
-Every installed distribution's entry points in that group are loaded, once, when this registry is imported; each
-names a Mode instance whose name is the entry point's (so that metadata recording it is read before the registry is
-imported: model.known_device_mode), passed to `register`. Only installed distributions are read (as root installs them:
-site-packages, or whatever sys.path the interpreter was started with), never a file named by an environment
-variable, a plan file or domain metadata. `register` takes a mode whose name is not taken; a mode records its devices
-under its name (model.declare_device_mode, with what one of them holds of its GPU: Mode.holds), and may claim
-types that another mode's layout offers (Mode.claims: for_type asks the added modes first)."""
+The installed distributions' entry points in that group are loaded once, when this registry is imported; each names
+a Mode instance whose name is the entry point's name (so that metadata recording the mode can be read before the
+registry is imported: model.known_device_mode), given to `register`. Only installed distributions are read — what
+is on the interpreter's sys.path when it starts, as for any import — never a module named by a vgpuadm option, an
+environment variable of vgpuadm's, a plan file or domain metadata. `register` takes a mode whose name and layouts are
+not taken; the mode records its devices under its name (declared to the model with what one of them holds of its
+GPU: Mode.holds), and may claim types that another mode's layout offers (Mode.claims: for_type asks the added modes
+first)."""
 
 import dataclasses
 

@@ -164,6 +164,11 @@ class Mode(ABC):
         the host's label of it names."""
         return None
 
+    def mdev_record(self, a: Allocation) -> tuple[str, str, str, str | None] | None:
+        """The mdev `a` is on the host, as mdevctl defines one: (parent, UUID, type, vgpu_params); None when `a`
+        is no mdev, or records no parent yet (`mdevctl export`)."""
+        return None
+
     def present(self, snapshot: HostSnapshot, a: Allocation) -> bool:
         """The device exists on the host now as `a` records it (`show`'s `present`): the mdev or the VF running its
         type, the function bound to vfio-pci, the render node."""

@@ -154,6 +154,9 @@ class MdevMode(Mode):
     def device_label(self, a: Allocation) -> str | None:
         return f"mdev {a.uuid}"
 
+    def mdev_record(self, a: Allocation) -> tuple[str, str, str, str | None] | None:
+        return (a.parent, a.uuid, a.type_id, a.params) if a.parent and a.uuid and a.type_id else None
+
     def present(self, snapshot: HostSnapshot, a: Allocation) -> bool:
         m = snapshot.mdevs.get((a.uuid or "").lower())
         return m is not None and m.type_id == a.type_id
