@@ -42,7 +42,7 @@ vms:
 """
 
 
-def install(site: Path) -> dict[str, str]:
+def install(site: Path, line: str = THE_LINE) -> dict[str, str]:
     """Install the mode as a distribution is installed: its one file, and a dist-info whose entry_points.txt holds
     the one line. Returns the environment of a process that has `site` on its path."""
     site.mkdir()
@@ -50,7 +50,7 @@ def install(site: Path) -> dict[str, str]:
     info = site / "vgpuadm_serial_port-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vgpuadm-serial-port\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(f"[vgpuadm.modes]\n{THE_LINE}\n")
+    (info / "entry_points.txt").write_text(f"[vgpuadm.modes]\n{line}\n")
     return {"PYTHONPATH": f"{REPO}{os.pathsep}{site}"}
 
 
@@ -156,6 +156,26 @@ def test_a_test_only_mode_goes_through_the_whole_lifecycle(sim_host, tmp_path: P
     assert bare.err.splitlines() == [
         "error: domain ser1: vgpuadm metadata device #0 is malformed (slot='0', mode='serial')",
         "hint: inspect it with `virsh metadata DOMAIN https://vgpuadm.dev/xmlns/vgpuadm/1`",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("serial = no_such_module:MODE", "No module named 'no_such_module'"),
+        ("ports = vgpuadm_serial_port:MODE", "it names a mode called 'serial'"),
+    ],
+)
+def test_a_mode_that_cannot_be_added_is_one_clean_error(sim_host, tmp_path: Path, line: str, why: str) -> None:
+    """A broken line (its module missing, or naming a mode of another name than its own) stops every command with
+    one error naming the entry point, before anything is read or changed."""
+    root = sim_host("mtty")
+    result = vgpuadm(root, "types", env=install(tmp_path / "site", line))
+    name, value = (w.strip() for w in line.split("="))
+    assert (result.code, result.out) == (2, "")
+    assert result.err.splitlines() == [
+        f"error: The mode {name} = {value} (vgpuadm.modes entry point) cannot be added: {why}",
+        "hint: fix or uninstall the distribution that declares it (pip show -f NAME lists its files)",
     ]
 
 

@@ -10,8 +10,9 @@ import pytest
 
 from vgpuadm import api
 from vgpuadm.errors import ConflictError, UnsafeError, UsageError
-from vgpuadm.model import Allocation, Layout
-from vgpuadm.modes import MODES, for_layout, for_name, of
+from vgpuadm.model import Allocation, Holding, Layout, declare_device_mode, holding, known_device_mode
+from vgpuadm.modes import MODES, for_layout, for_name, of, register
+from vgpuadm.modes.mdev import MdevMode
 from vgpuadm.sim.treestate import diff, tree_state
 from vgpuadm.steps import DriversProbe, RecordDrivers, SetDriverOverride, SriovManage, Unbind
 
@@ -25,6 +26,42 @@ def test_registry() -> None:
     assert for_name("vf") is for_layout(Layout.VENDOR_VFIO)
     with pytest.raises(UsageError, match=r'^No mode handles layout "nope"$'):
         for_layout("nope")
+
+
+def test_register_refuses_what_would_shadow_a_mode() -> None:
+    """modes.register (what an entry point of the vgpuadm.modes group names) takes a Mode whose name and layouts
+    are free; these are refused before anything is registered."""
+
+    class Again(MdevMode):
+        layouts = ()
+
+    class Layouts(MdevMode):
+        name = "another"
+
+    with pytest.raises(ValueError, match=r"^'nope' is not a vgpuadm Mode$"):
+        register("nope")  # type: ignore[arg-type]
+    for mode in (Again(), Layouts()):
+        with pytest.raises(ValueError, match=r"is already registered \(or its layouts are handled\)$"):
+            register(mode)
+    assert [m.name for m in MODES] == ["mdev", "vf", "pci", "sriov", "mig", "pool", "virtio-gl"]
+    assert not known_device_mode("another")
+    with pytest.raises(UsageError, match=r'^Unknown device mode "another"$'):
+        for_name("another")
+
+
+def test_a_recorded_mode_holds_what_its_mode_declares() -> None:
+    """What a device holds of its GPU is the mode's (Mode.holds) and the model's one table (model.holding) alike; an
+    added mode's name follows the mode-name grammar and cannot change what a known mode holds."""
+    assert {m.name: m.holds for m in MODES if known_device_mode(m.name)} == {
+        m.name: holding(m.name) for m in MODES if known_device_mode(m.name)
+    }
+    assert {m.name for m in MODES if known_device_mode(m.name)} == {"mdev", "vf", "pci", "pool", "virtio-gl"}
+    for bad in ("", "Serial", "9x", "a b", "x" * 33):
+        with pytest.raises(ValueError, match=r"cannot be declared"):
+            declare_device_mode(bad, Holding.NOTHING)
+    with pytest.raises(ValueError, match=r"^device mode 'mdev' cannot be declared \(as nothing\)$"):
+        declare_device_mode("mdev", Holding.NOTHING)
+    assert not known_device_mode("x" * 33)
 
 
 def test_vfio_bind_takes_the_whole_group_and_restore_gives_it_back(sim_host: Callable[[str], Path]) -> None:

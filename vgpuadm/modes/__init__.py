@@ -59,10 +59,16 @@ def _load_entry_points() -> None:
     from importlib.metadata import entry_points  # 30 ms: only when the registry is imported
 
     for ep in sorted(entry_points(group=MODES_GROUP), key=lambda ep: ep.name):
-        mode = ep.load()
-        if getattr(mode, "name", None) != ep.name:
-            raise ValueError(f"entry point {ep.name} = {ep.value} names a mode called {getattr(mode, 'name', None)!r}")
-        register(mode)
+        try:
+            mode = ep.load()
+            if getattr(mode, "name", None) != ep.name:
+                raise ValueError(f"it names a mode called {getattr(mode, 'name', None)!r}")
+            register(mode)
+        except Exception as exc:  # whatever a broken distribution raises: one line, not a traceback
+            raise UsageError(
+                f"The mode {ep.name} = {ep.value} ({MODES_GROUP} entry point) cannot be added: {exc}",
+                "fix or uninstall the distribution that declares it (pip show -f NAME lists its files)",
+            ) from None
 
 
 _load_entry_points()
