@@ -2,9 +2,10 @@
 virtio_gpu) implementing modes/base.py's Mode; `for_layout` maps a discovered layout to its mode, `for_type` a type to
 the mode that makes its devices, `for_name` the mode an allocation records ("mdev", "vf", "pci", "pool", "virtio-gl").
 
-A new sharing mode is one new file plus one line. In this package the line is its entry in MODES. Outside it (a mode
-another distribution ships, or a test's: tests/libvirt/test_a_new_mode_is_one_file.py), the line is an entry point in
-the `vgpuadm.modes` group (model.MODES_GROUP) of the distribution that ships the file, e.g. in its pyproject.toml:
+A new sharing mode is one new file plus one line: an entry point in the `vgpuadm.modes` group (model.MODES_GROUP) of
+the distribution that ships the file (another distribution, or a test: tests/libvirt/test_a_new_mode_is_one_file.py),
+e.g. in its pyproject.toml (a mode vgpuadm itself ships is its entry in MODES instead, plus, when it records devices,
+its member of model.DeviceMode, which the hook's fast path reads without this registry):
 
     [project.entry-points."vgpuadm.modes"]
     serial = "vgpuadm_serial:MODE"
@@ -16,7 +17,9 @@ is on the interpreter's sys.path when it starts, as for any import — never a m
 environment variable of vgpuadm's, a plan file or domain metadata. `register` takes a mode whose name and layouts are
 not taken; the mode records its devices under its name (declared to the model with what one of them holds of its
 GPU: Mode.holds), and may claim types that another mode's layout offers (Mode.claims: for_type asks the added modes
-first)."""
+first). What an added mode cannot add: a host object discovery does not read (HostSnapshot), a layout, a Holding, a
+Step kind, a restore phase, a hostdev other than an mdev or a PCI one; and the create planners record the added mode
+for the mdevs it makes only (a claimed layout C VF or pool VF is recorded as "vf" or "pool")."""
 
 import dataclasses
 
