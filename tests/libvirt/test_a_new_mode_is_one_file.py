@@ -29,6 +29,7 @@ from embedded_host import REPO, Result, define, domain_xml, hostdev_keys, mdevs,
 
 from vgpuadm.host.root import HostRoot
 from vgpuadm.plan.ids import device_uuid
+from vgpuadm.schemas import validate
 
 pytestmark = pytest.mark.libvirt
 
@@ -91,13 +92,16 @@ def test_a_test_only_mode_goes_through_the_whole_lifecycle(sim_host, tmp_path: P
     assert mdevs(root) == [u1]
 
     # show, devices, inventory: the owner and the mode, read back from the metadata
-    [shown] = json.loads(vgpuadm(root, "show", "--vm", "ser1", "--json", env=env).out)["devices"]
+    show = json.loads(vgpuadm(root, "show", "--vm", "ser1", "--json", env=env).out)
+    validate("show", show)  # the published documents take an added mode's name
+    [shown] = show["devices"]
     assert shown == {"slot": 0, "mode": "serial", "id": u1, "type_id": "mtty-1", "name": "Single port serial",
                      "parent": "mtty", "physical_gpu": "mtty", "model": None, "params": None,
                      "options": {"display": "off"}, "on_demand": False, "present": True}  # fmt: skip
     [row] = [line for line in run("devices") if u1 in line]
     assert row.split("│")[1:5] == [f" {u1} ", " mtty   ", " mtty-1 ", " ser1  "]
     inventory = json.loads(vgpuadm(root, "inventory", "--json", env=env).out)
+    validate("inventory-v1", inventory)
     [device] = inventory["devices"]
     assert (device["id"], device["type_id"], device["domain"], device["owned"], device["held"]) == (
         u1, "mtty-1", "ser1", True, "stopped")  # fmt: skip
@@ -126,6 +130,10 @@ def test_a_test_only_mode_goes_through_the_whole_lifecycle(sim_host, tmp_path: P
     assert run("sim", "reboot", str(root)) == [f"rebooted simulated host {root}: runtime state dropped, "
                                                "native drivers bound"]  # fmt: skip
     assert mdevs(root) == []
+    inventory = json.loads(vgpuadm(root, "inventory", "--json", env=env).out)
+    validate("inventory-v1", inventory)
+    assert sorted((m["domain"], m["mode"], m["uuid"]) for m in inventory["missing"]) == [
+        ("ser1", "serial", u1), *sorted(("ser2", "serial", u) for u in u2)]  # fmt: skip
     restored = run("restore")
     made = [(u1, "mtty-1"), (u2[0], "mtty-2"), (u2[1], "mtty-2")]
     assert sorted(restored[:3]) == sorted(f"vgpu: create mdev {u} of type {t} on mtty" for u, t in made)
@@ -133,6 +141,11 @@ def test_a_test_only_mode_goes_through_the_whole_lifecycle(sim_host, tmp_path: P
     assert mdevs(root) == sorted([u1, *u2])
 
     # destroy: detached, removed, the record gone
+    planned = json.loads(vgpuadm(root, "destroy", "--vm", "ser2", "--all", "--dry-run", "--json", env=env).out)
+    validate("guest", planned)
+    assert planned["steps"][0] == (f"step 1/3 detach serial port {u2[0]} (mtty-2), serial port {u2[1]} (mtty-2) "
+                                   "from domain ser2, and remove its vgpuadm metadata")  # fmt: skip
+    assert [(d["mode"], d["uuid"]) for d in planned["removed"]] == [("serial", u) for u in u2]
     assert run("destroy", "--vm", "ser2", "--all") == [f"removed serial mtty-2 {u} on mtty (from ser2)" for u in u2]
     assert (recorded("ser2"), hostdev_keys(root, "ser2"), mdevs(root)) == ([], [], [u1])
 
@@ -141,6 +154,10 @@ def test_a_test_only_mode_goes_through_the_whole_lifecycle(sim_host, tmp_path: P
         f"attached serial mtty-2 {u3} (to ser3, made when it starts)"
     ]
     assert recorded("ser3") == [("serial", u3, None, True)]
+    inventory = json.loads(vgpuadm(root, "inventory", "--json", env=env).out)
+    validate("inventory-v1", inventory)
+    assert [(r["domain"], r["mode"], r["uuid"], r["exists"]) for r in inventory["on_demand"]["requests"]] == [
+        ("ser3", "serial", u3, False)]  # fmt: skip
     assert mdevs(root) == [u1]
     started = hook(root, env, "ser3", "prepare", "begin")
     assert (started.code, started.err) == (
