@@ -197,8 +197,9 @@ def test_a_mode_that_cannot_be_added_is_one_clean_error(sim_host, tmp_path: Path
 
 
 def test_no_product_file_names_the_added_mode() -> None:
-    """The mode's name, its module and its types appear nowhere in the product (the simulator aside, which models
-    mtty, and catalog/capacity.py's rule for mtty's shared ports, which the mdev mode's mtty devices use too)."""
+    """The mode's name, its module and its class appear nowhere in the product outside the simulator (which has its
+    own serial words: mtty's type names). mtty's types do: the simulator models them, and catalog/capacity.py counts
+    their shared ports for any mode that makes them."""
     hits = []
     for path in sorted((REPO / "vgpuadm").rglob("*.py")):
         if "sim" in path.relative_to(REPO / "vgpuadm").parts:
