@@ -5,16 +5,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
-from vgpuadm import api
+from vgpuadm import api, model
+from vgpuadm import modes as modes_pkg
 from vgpuadm.errors import ConflictError, UnsafeError, UsageError
-from vgpuadm.model import Allocation, Holding, Layout, declare_device_mode, holding, known_device_mode
-from vgpuadm.modes import MODES, for_layout, for_name, of, register
+from vgpuadm.io.planfile import parse_plan
+from vgpuadm.model import Allocation, Holding, Layout, VgpuType, declare_device_mode, holding, known_device_mode
+from vgpuadm.modes import MODES, Mode, for_layout, for_name, of, register
 from vgpuadm.modes.mdev import MdevMode
+from vgpuadm.modes.vf_pool import VfPoolMode
+from vgpuadm.modes.vf_vgpu import VfVgpuMode
+from vgpuadm.plan import desired
+from vgpuadm.plan.apply import build_apply_plan, resolve_types
+from vgpuadm.plan.domains import Domains
+from vgpuadm.plan.guest import plan_create
 from vgpuadm.sim.treestate import diff, tree_state
 from vgpuadm.steps import DriversProbe, RecordDrivers, SetDriverOverride, SriovManage, Unbind
+from vgpuadm.virt import xml
+from vgpuadm.virt.steps import DefineDomain
 
 PCI = "/sys/bus/pci"
 
@@ -227,3 +238,63 @@ def test_a_mode_answers_what_the_reports_ask(sim_host: Callable[[str], Path]) ->
     assert [m.name for m in MODES if m.paravirtual] == ["virtio-gl"]
     assert [m.name for m in MODES if m.needs_vfs] == ["sriov"]
     assert [m.name for m in MODES if m.whole_gpu] == ["pci"]
+
+
+@pytest.fixture
+def isolated_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """modes.register for one test: the registry's and the model's tables are this test's copies, put back after
+    it (an added mode registered in the test process would claim its types in every later test)."""
+    monkeypatch.setattr(modes_pkg, "_ADDED", [])
+    monkeypatch.setattr(modes_pkg, "_BY_NAME", dict(modes_pkg._BY_NAME))
+    monkeypatch.setattr(modes_pkg, "_BY_LAYOUT", dict(modes_pkg._BY_LAYOUT))
+    monkeypatch.setattr(model, "_HOLDS", dict(model._HOLDS))
+
+
+def _claiming(base: type[Mode], mode_name: str, layout: Layout) -> Mode:
+    """A mode added over `base`'s mechanics that claims every type of `layout`."""
+
+    class Added(base):  # type: ignore[valid-type,misc]
+        name: ClassVar[str] = mode_name
+        layouts: ClassVar[tuple[Layout, ...]] = ()
+
+        def claims(self, t: VgpuType) -> bool:
+            return t.layout == layout
+
+    return Added()
+
+
+_DOMAIN = xml.domain_definition("web01", uuid="6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a01")
+
+
+@pytest.mark.parametrize(
+    ("profile", "type_name", "base", "layout", "holds"),
+    [
+        ("mtty", "mtty-1", MdevMode, Layout.MDEV_PF, Holding.MDEV_INSTANCE),
+        ("h200-vendor-vfio", "nvidia-1426", VfVgpuMode, Layout.VENDOR_VFIO, Holding.VF_TYPE),
+        ("uhd770-vf-pool", "vf-uhd770", VfPoolMode, Layout.VF_POOL, Holding.POOL_VF),
+    ],
+)
+def test_an_added_mode_records_the_devices_of_the_types_it_claims(
+    sim_host: Callable[[str], Path], isolated_registry: None, profile: str, type_name: str, base: type[Mode],
+    layout: Layout, holds: Holding,
+) -> None:  # fmt: skip
+    """Whatever layout's types an added mode claims, `create`, `create --on-demand` and `apply -f` plan its devices
+    with it and record them under its name, holding what its base mode's hold."""
+    snap = api.discover(str(sim_host(profile)))
+    added = register(_claiming(base, "added", layout))
+    assert (for_name("added"), holding("added")) == (added, holds)
+    [t] = [t for t in snap.types() if t.type_id == type_name][:1]
+    assert modes_pkg.for_type(t) is added
+
+    _plan, made, _after = plan_create(snap, _DOMAIN, type_name)
+    assert [(a.mode, a.type_id) for a in made] == [("added", type_name)]
+    if layout is not Layout.VF_POOL:  # a pool VF is not made on demand
+        _plan, made, _after = plan_create(snap, _DOMAIN, type_name, on_demand=True)
+        assert [(a.mode, a.type_id, a.on_demand) for a in made] == [("added", type_name, True)]
+
+    doc = parse_plan(f"vms:\n  web01: {{type: {type_name}}}\n")
+    doms = Domains.of(snap.host_key, [("web01", "6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a01", _DOMAIN, False, "")])
+    d = desired.diff(doc, desired.Current(), resolve_types(doc, snap, []))
+    [define] = [s for s in build_apply_plan(doc, d, snap, doms, {}).steps if isinstance(s, DefineDomain)]
+    recorded = xml.parse_allocations(define.element, domain="web01")
+    assert [(a.mode, a.type_id) for a in recorded] == [("added", type_name)]

@@ -17,9 +17,9 @@ is on the interpreter's sys.path when it starts, as for any import — never a m
 environment variable of vgpuadm's, a plan file or domain metadata. `register` takes a mode whose name and layouts are
 not taken; the mode records its devices under its name (declared to the model with what one of them holds of its
 GPU: Mode.holds), and may claim types that another mode's layout offers (Mode.claims: for_type asks the added modes
-first). What an added mode cannot add: a host object discovery does not read (HostSnapshot), a layout, a Holding, a
-Step kind, a restore phase, a hostdev other than an mdev or a PCI one; and the create planners record the added mode
-for the mdevs it makes only (a claimed layout C VF or pool VF is recorded as "vf" or "pool")."""
+first; the create planners record each device under the mode that planned it: plan/devices.plan_create's made_by).
+What an added mode cannot add: a host object discovery does not read (HostSnapshot), a layout, a Holding, a Step
+kind, a restore phase, a hostdev other than an mdev or a PCI one."""
 
 import dataclasses
 
