@@ -103,9 +103,8 @@ class DeviceMode(StrEnum):
 
     @property
     def holds(self) -> Holding:
-        """What one device of this mode holds of its GPU's shared capacity (catalog/capacity.py's consume and
-        release apply it as data)."""
-        return _HOLDS[self]
+        """What one device of this mode holds of its GPU's shared capacity (model.holding: any mode's)."""
+        return holding(self)
 
 
 class Holding(StrEnum):
@@ -117,13 +116,58 @@ class Holding(StrEnum):
     NOTHING = "nothing"  # a whole function (counted by its driver binding) or a paravirtual device
 
 
-_HOLDS = {
+_HOLDS: dict[str, Holding] = {
     DeviceMode.MDEV: Holding.MDEV_INSTANCE,
     DeviceMode.VF: Holding.VF_TYPE,
     DeviceMode.POOL: Holding.POOL_VF,
     DeviceMode.PCI: Holding.NOTHING,
     DeviceMode.VIRTIO_GL: Holding.NOTHING,
 }
+_MODE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
+# The entry-point group of the modes other distributions add (vgpuadm/modes/__init__.py); an entry point's name is
+# its mode's name, so that metadata naming an added mode is read before the registry is imported (the qemu hook's
+# fast path reads it without the registry).
+MODES_GROUP = "vgpuadm.modes"
+_installed: frozenset[str] | None = None
+
+
+def declare_device_mode(name: str, holds: Holding) -> None:
+    """Make `name` a device mode an Allocation (and a domain's metadata) may record, holding `holds`: how the mode
+    registry (vgpuadm/modes/__init__.py) adds a mode that is not one of DeviceMode's members."""
+    if not (0 < len(name) <= 32 and name[0].isalpha() and set(name) <= _MODE_CHARS) or _HOLDS.get(name, holds) != holds:
+        raise ValueError(f"device mode {name!r} cannot be declared (as {holds})")
+    _HOLDS[name] = Holding(holds)
+
+
+def _installed_modes() -> frozenset[str]:
+    """The names of the modes installed distributions add (read once, only when a name is not a known mode)."""
+    global _installed
+    if _installed is None:
+        from importlib.metadata import entry_points  # 30 ms: only for a mode vgpuadm does not ship
+
+        _installed = frozenset(ep.name for ep in entry_points(group=MODES_GROUP))
+    return _installed
+
+
+def known_device_mode(text: str | None) -> bool:
+    """Whether `text` names a device mode: a DeviceMode member, one the registry declared, or an installed one."""
+    return text is not None and (text in _HOLDS or text in _installed_modes())
+
+
+def device_mode(text: str) -> str:
+    """The recorded mode `text` names (see known_device_mode): its DeviceMode member, else itself; ValueError else."""
+    try:
+        return DeviceMode(text)
+    except ValueError:
+        if not known_device_mode(text):
+            raise
+    return text
+
+
+def holding(mode: str) -> Holding:
+    """What one device of `mode` holds of its GPU's shared capacity (catalog/capacity.py's consume and release
+    apply it as data)."""
+    return _HOLDS[mode]
 
 
 class _DataclassFields:
@@ -534,7 +578,7 @@ class Allocation(_Record):
     ownership, restore and the inventory's "owned by" column)."""
 
     domain: str
-    mode: DeviceMode
+    mode: str  # a DeviceMode member, or a mode the registry declared (declare_device_mode)
     type_id: str | None  # nvidia-63, nvidia-1414; None for passthrough
     parent: str | None  # mdev parent, or the VF itself for layout C
     uuid: str | None  # mdev UUID
@@ -560,7 +604,7 @@ class Allocation(_Record):
     ) -> None:
         self.__dict__.update(
             domain=domain,
-            mode=DeviceMode(mode),
+            mode=device_mode(mode),
             type_id=type_id,
             parent=parent,
             uuid=uuid,

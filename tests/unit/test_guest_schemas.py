@@ -43,7 +43,7 @@ def test_documents_built_by_the_result_classes_validate() -> None:
 @pytest.mark.parametrize(
     ("path", "value"),
     [
-        (("devices", 0, "mode"), "gpu"),
+        (("devices", 0, "mode"), "GPU"),  # a mode name is lower case (modes/__init__.py: added modes too)
         (("devices", 0, "uuid"), "0A0A0A0A-0000-4000-8000-000000000001"),
         (("devices", 0, "uuid"), None),  # an mdev always has its UUID
         (("devices", 1, "type_id"), "nvidia-63"),  # passthrough has no type

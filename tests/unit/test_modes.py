@@ -5,15 +5,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
-from vgpuadm import api
+from vgpuadm import api, model
+from vgpuadm import modes as modes_pkg
 from vgpuadm.errors import ConflictError, UnsafeError, UsageError
-from vgpuadm.model import Allocation, Layout
-from vgpuadm.modes import MODES, for_layout, for_name, of
+from vgpuadm.io.planfile import parse_plan
+from vgpuadm.model import Allocation, Holding, Layout, VgpuType, declare_device_mode, holding, known_device_mode
+from vgpuadm.modes import MODES, Mode, for_layout, for_name, of, register
+from vgpuadm.modes.mdev import MdevMode
+from vgpuadm.modes.vf_pool import VfPoolMode
+from vgpuadm.modes.vf_vgpu import VfVgpuMode
+from vgpuadm.plan import desired
+from vgpuadm.plan.apply import build_apply_plan, resolve_types
+from vgpuadm.plan.domains import Domains
+from vgpuadm.plan.guest import plan_create
 from vgpuadm.sim.treestate import diff, tree_state
 from vgpuadm.steps import DriversProbe, RecordDrivers, SetDriverOverride, SriovManage, Unbind
+from vgpuadm.virt import xml
+from vgpuadm.virt.steps import DefineDomain
 
 PCI = "/sys/bus/pci"
 
@@ -25,6 +37,42 @@ def test_registry() -> None:
     assert for_name("vf") is for_layout(Layout.VENDOR_VFIO)
     with pytest.raises(UsageError, match=r'^No mode handles layout "nope"$'):
         for_layout("nope")
+
+
+def test_register_refuses_what_would_shadow_a_mode() -> None:
+    """modes.register (what an entry point of the vgpuadm.modes group names) takes a Mode whose name and layouts
+    are free; these are refused before anything is registered."""
+
+    class Again(MdevMode):
+        layouts = ()
+
+    class Layouts(MdevMode):
+        name = "another"
+
+    with pytest.raises(ValueError, match=r"^'nope' is not a vgpuadm Mode$"):
+        register("nope")  # type: ignore[arg-type]
+    for mode in (Again(), Layouts()):
+        with pytest.raises(ValueError, match=r"is already registered \(or its layouts are handled\)$"):
+            register(mode)
+    assert [m.name for m in MODES] == ["mdev", "vf", "pci", "sriov", "mig", "pool", "virtio-gl"]
+    assert not known_device_mode("another")
+    with pytest.raises(UsageError, match=r'^Unknown device mode "another"$'):
+        for_name("another")
+
+
+def test_a_recorded_mode_holds_what_its_mode_declares() -> None:
+    """What a device holds of its GPU is the mode's (Mode.holds) and the model's one table (model.holding) alike; an
+    added mode's name follows the mode-name grammar and cannot change what a known mode holds."""
+    assert {m.name: m.holds for m in MODES if known_device_mode(m.name)} == {
+        m.name: holding(m.name) for m in MODES if known_device_mode(m.name)
+    }
+    assert {m.name for m in MODES if known_device_mode(m.name)} == {"mdev", "vf", "pci", "pool", "virtio-gl"}
+    for bad in ("", "Serial", "9x", "a b", "x" * 33):
+        with pytest.raises(ValueError, match=r"cannot be declared"):
+            declare_device_mode(bad, Holding.NOTHING)
+    with pytest.raises(ValueError, match=r"^device mode 'mdev' cannot be declared \(as nothing\)$"):
+        declare_device_mode("mdev", Holding.NOTHING)
+    assert not known_device_mode("x" * 33)
 
 
 def test_vfio_bind_takes_the_whole_group_and_restore_gives_it_back(sim_host: Callable[[str], Path]) -> None:
@@ -192,3 +240,63 @@ def test_a_mode_answers_what_the_reports_ask(sim_host: Callable[[str], Path]) ->
     assert [m.name for m in MODES if m.paravirtual] == ["virtio-gl"]
     assert [m.name for m in MODES if m.needs_vfs] == ["sriov"]
     assert [m.name for m in MODES if m.whole_gpu] == ["pci"]
+
+
+@pytest.fixture
+def isolated_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """modes.register for one test: the registry's and the model's tables are this test's copies, put back after
+    it (an added mode registered in the test process would claim its types in every later test)."""
+    monkeypatch.setattr(modes_pkg, "_ADDED", [])
+    monkeypatch.setattr(modes_pkg, "_BY_NAME", dict(modes_pkg._BY_NAME))
+    monkeypatch.setattr(modes_pkg, "_BY_LAYOUT", dict(modes_pkg._BY_LAYOUT))
+    monkeypatch.setattr(model, "_HOLDS", dict(model._HOLDS))
+
+
+def _claiming(base: type[Mode], mode_name: str, layout: Layout) -> Mode:
+    """A mode added over `base`'s mechanics that claims every type of `layout`."""
+
+    class Added(base):  # type: ignore[valid-type,misc]
+        name: ClassVar[str] = mode_name
+        layouts: ClassVar[tuple[Layout, ...]] = ()
+
+        def claims(self, t: VgpuType) -> bool:
+            return t.layout == layout
+
+    return Added()
+
+
+_DOMAIN = xml.domain_definition("web01", uuid="6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a01")
+
+
+@pytest.mark.parametrize(
+    ("profile", "type_name", "base", "layout", "holds"),
+    [
+        ("mtty", "mtty-1", MdevMode, Layout.MDEV_PF, Holding.MDEV_INSTANCE),
+        ("h200-vendor-vfio", "nvidia-1426", VfVgpuMode, Layout.VENDOR_VFIO, Holding.VF_TYPE),
+        ("uhd770-vf-pool", "vf-uhd770", VfPoolMode, Layout.VF_POOL, Holding.POOL_VF),
+    ],
+)
+def test_an_added_mode_records_the_devices_of_the_types_it_claims(
+    sim_host: Callable[[str], Path], isolated_registry: None, profile: str, type_name: str, base: type[Mode],
+    layout: Layout, holds: Holding,
+) -> None:  # fmt: skip
+    """Whatever layout's types an added mode claims, `create`, `create --on-demand` and `apply -f` plan its devices
+    with it and record them under its name, holding what its base mode's hold."""
+    snap = api.discover(str(sim_host(profile)))
+    added = register(_claiming(base, "added", layout))
+    assert (for_name("added"), holding("added")) == (added, holds)
+    [t] = [t for t in snap.types() if t.type_id == type_name][:1]
+    assert modes_pkg.for_type(t) is added
+
+    _plan, made, _after = plan_create(snap, _DOMAIN, type_name)
+    assert [(a.mode, a.type_id) for a in made] == [("added", type_name)]
+    if layout is not Layout.VF_POOL:  # a pool VF is not made on demand
+        _plan, made, _after = plan_create(snap, _DOMAIN, type_name, on_demand=True)
+        assert [(a.mode, a.type_id, a.on_demand) for a in made] == [("added", type_name, True)]
+
+    doc = parse_plan(f"vms:\n  web01: {{type: {type_name}}}\n")
+    doms = Domains.of(snap.host_key, [("web01", "6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a01", _DOMAIN, False, "")])
+    d = desired.diff(doc, desired.Current(), resolve_types(doc, snap, []))
+    [define] = [s for s in build_apply_plan(doc, d, snap, doms, {}).steps if isinstance(s, DefineDomain)]
+    recorded = xml.parse_allocations(define.element, domain="web01")
+    assert [(a.mode, a.type_id) for a in recorded] == [("added", type_name)]

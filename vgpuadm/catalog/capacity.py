@@ -25,7 +25,18 @@ from vgpuadm.catalog.hetero import GpuPolicy
 from vgpuadm.catalog.mig import MigGpu, MigProfile
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.errors import CapacityError
-from vgpuadm.model import Allocation, DeviceMode, Holding, HostSnapshot, Layout, Mdev, MdevParent, VendorVf, VgpuType
+from vgpuadm.model import (
+    Allocation,
+    DeviceMode,
+    Holding,
+    HostSnapshot,
+    Layout,
+    Mdev,
+    MdevParent,
+    VendorVf,
+    VgpuType,
+    holding,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,7 +293,7 @@ def consume(snap: HostSnapshot, created: Sequence[Allocation]) -> HostSnapshot:
     vfs = dict(snap.vendor_vfs)
     parents = dict(snap.mdev_parents)
     for a in created:
-        holds = a.mode.holds
+        holds = holding(a.mode)
         if holds == Holding.MDEV_INSTANCE and a.uuid and a.parent and a.type_id:
             mdevs[a.uuid] = Mdev(a.uuid, a.type_id, a.parent)
             p = parents.get(a.parent)
@@ -304,23 +315,23 @@ def release(snap: HostSnapshot, gone: Sequence[Allocation]) -> HostSnapshot:
     vfs = dict(snap.vendor_vfs)
     parents = dict(snap.mdev_parents)
     for a in gone:
-        m = mdevs.pop(a.uuid or "", None) if a.mode.holds == Holding.MDEV_INSTANCE else None
+        m = mdevs.pop(a.uuid or "", None) if holding(a.mode) == Holding.MDEV_INSTANCE else None
         if m is not None and m.parent in parents:
             p = parents[m.parent]
             parents[m.parent] = dataclasses.replace(p, types=_after(p, mdevs, m.type_id, +1))
-        if a.mode.holds == Holding.VF_TYPE and a.address in vfs:
+        if holding(a.mode) == Holding.VF_TYPE and a.address in vfs:
             vfs[a.address] = dataclasses.replace(vfs[a.address], current_type=0)
     return _pools_after(_one_size(snap, gone, mdevs, vfs, parents), gone, take=False)
 
 
 def _pools_after(snap: HostSnapshot, allocs: Sequence[Allocation], *, take: bool) -> HostSnapshot:
     """VF pools once the pool VFs of `allocs` are taken (a disabled pool is enabled by the first) or given back."""
-    if not any(a.mode.holds == Holding.POOL_VF for a in allocs):
+    if not any(holding(a.mode) == Holding.POOL_VF for a in allocs):
         return snap
     pools = dict(snap.vf_pools)
     for a in allocs:
         p = pools.get(a.parent or "")
-        if a.mode.holds != Holding.POOL_VF or p is None or not a.address:
+        if holding(a.mode) != Holding.POOL_VF or p is None or not a.address:
             continue
         if take:
             free, num = tuple(v for v in p.free if v != a.address), p.num_vfs or p.total_vfs

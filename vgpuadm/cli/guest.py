@@ -7,7 +7,6 @@ from vgpuadm import api
 from vgpuadm.cli import ids
 from vgpuadm.cli.console import Console
 from vgpuadm.cli.host import plan_options
-from vgpuadm.model import DeviceMode
 
 
 def _output_options() -> tuple[Any, Any]:
@@ -41,7 +40,7 @@ def _report(
         verb = "removed"
     devices = result.added if verb == "attached" else result.removed
     for a in devices:
-        what = a.uuid if a.mode == DeviceMode.MDEV else a.address or a.extra.get("rendernode")
+        what = a.uuid or a.address or a.extra.get("rendernode")  # the device id, whatever its mode
         kind = f"{a.type_id} " if a.type_id else ""
         where = f" on {a.parent}" if a.parent and a.parent != what else ""
         when = ", made when it starts" if a.on_demand and verb == "attached" else ""

@@ -1,11 +1,30 @@
-"""The one registry of GPU sharing modes: each mode is one file (mdev, vf_vgpu, passthrough, sriov, mig, vf_pool, virtio_gpu) implementing
-modes/base.py's Mode; `for_layout` maps a discovered layout to its mode, `for_name` the mode an allocation records
-("mdev", "vf", "pci", "pool", "virtio-gl"). A new sharing mode is one new file plus its line in MODES."""
+"""The one registry of GPU sharing modes: each mode is one file (mdev, vf_vgpu, passthrough, sriov, mig, vf_pool,
+virtio_gpu) implementing modes/base.py's Mode; `for_layout` maps a discovered layout to its mode, `for_type` a type to
+the mode that makes its devices, `for_name` the mode an allocation records ("mdev", "vf", "pci", "pool", "virtio-gl").
+
+A new sharing mode is one new file plus one line: an entry point in the `vgpuadm.modes` group (model.MODES_GROUP) of
+the distribution that ships the file (another distribution, or a test: tests/libvirt/test_a_new_mode_is_one_file.py),
+e.g. in its pyproject.toml (a mode vgpuadm itself ships is its entry in MODES instead, plus, when it records devices,
+its member of model.DeviceMode, which the hook's fast path reads without this registry):
+
+    [project.entry-points."vgpuadm.modes"]
+    serial = "vgpuadm_serial:MODE"
+
+The installed distributions' entry points in that group are loaded once, when this registry is imported; each names
+a Mode instance whose name is the entry point's name (so that metadata recording the mode can be read before the
+registry is imported: model.known_device_mode), given to `register`. Only installed distributions are read — what
+is on the interpreter's sys.path when it starts, as for any import — never a module named by a vgpuadm option, an
+environment variable of vgpuadm's, a plan file or domain metadata. `register` takes a mode whose name and layouts are
+not taken; the mode records its devices under its name (declared to the model with what one of them holds of its
+GPU: Mode.holds), and may claim types that another mode's layout offers (Mode.claims: for_type asks the added modes
+first; the create planners record each device under the mode that planned it: plan/devices.plan_create's made_by).
+What an added mode cannot add: a host object discovery does not read (HostSnapshot), a layout, a Holding, a Step
+kind, a restore phase, a hostdev other than an mdev or a PCI one."""
 
 import dataclasses
 
 from vgpuadm.errors import UsageError
-from vgpuadm.model import Allocation, DeviceKey, Layout
+from vgpuadm.model import MODES_GROUP, Allocation, DeviceKey, HostSnapshot, Layout, VgpuType, declare_device_mode
 from vgpuadm.modes import mdev, mig, passthrough, sriov, vf_pool, vf_vgpu, virtio_gpu
 from vgpuadm.modes.base import Mode
 from vgpuadm.virt import xml
@@ -21,6 +40,57 @@ MODES: tuple[Mode, ...] = (
 )
 _BY_LAYOUT: dict[Layout, Mode] = {layout: m for m in MODES for layout in m.layouts}
 _BY_NAME: dict[str, Mode] = {m.name: m for m in MODES}
+_ADDED: list[Mode] = []  # registered modes (entry points), asked first by for_type
+
+
+def register(mode: Mode) -> Mode:
+    """Add `mode` to the registry (what an entry point in the `vgpuadm.modes` group names); returns it. ValueError
+    when it is no Mode, its name is taken, or it claims a layout another mode handles."""
+    if not isinstance(mode, Mode):
+        raise ValueError(f"{mode!r} is not a vgpuadm Mode")
+    if mode.name in _BY_NAME or any(layout in _BY_LAYOUT for layout in mode.layouts):
+        raise ValueError(f"mode {mode.name!r} is already registered (or its layouts are handled)")
+    declare_device_mode(mode.name, mode.holds)
+    _BY_NAME[mode.name] = mode
+    _BY_LAYOUT.update({layout: mode for layout in mode.layouts})
+    _ADDED.append(mode)
+    return mode
+
+
+def _load_entry_points() -> None:
+    """Register the modes installed distributions declare (see the module's docstring)."""
+    from importlib.metadata import entry_points  # ~30 ms where nothing imported it before (the typer CLI has)
+
+    for ep in sorted(entry_points(group=MODES_GROUP), key=lambda ep: ep.name):
+        try:
+            mode = ep.load()
+            if getattr(mode, "name", None) != ep.name:
+                raise ValueError(f"it names a mode called {getattr(mode, 'name', None)!r}")
+            register(mode)
+        except Exception as exc:  # whatever a broken distribution raises: one line, not a traceback
+            raise UsageError(
+                f"The mode {ep.name} = {ep.value} ({MODES_GROUP} entry point) cannot be added: {exc}",
+                "fix or uninstall the distribution that declares it (pip show -f NAME lists its files)",
+            ) from None
+
+
+_load_entry_points()
+
+
+def for_type(t: VgpuType) -> Mode:
+    """The mode that makes devices of `t`: an added mode that claims it, else the mode of its layout."""
+    for m in _ADDED:
+        if m.claims(t):
+            return m
+    return for_layout(t.layout)
+
+
+def for_type_on(snap: HostSnapshot, parent: str | None, type_id: str | None) -> Mode:
+    """The mode of an mdev of `type_id` made on `parent` (a CreateMdev): for_type of that type as `snap` shows it,
+    the mdev mode when `snap` shows no such type there."""
+    p = snap.mdev_parents.get(parent or "")
+    t = next((t for t in p.types if t.type_id == type_id), None) if p is not None else None
+    return for_type(t) if t is not None else mdev.MODE
 
 
 def for_layout(layout: Layout | str) -> Mode:
@@ -37,7 +107,8 @@ def for_name(name: str) -> Mode:
     """The mode recorded as Allocation.mode ("mdev", "vf", "pci", "pool", "virtio-gl")."""
     mode = _BY_NAME.get(name)
     if mode is None:
-        raise UsageError(f'Unknown device mode "{name}"', "modes: mdev, vf, pci, pool, virtio-gl")
+        raise UsageError(f'Unknown device mode "{name}"', "modes: mdev, vf, pci, pool, virtio-gl"
+                         + "".join(f", {m.name}" for m in _ADDED))  # fmt: skip
     return mode
 
 
@@ -85,9 +156,12 @@ __all__ = [
     "describe",
     "for_layout",
     "for_name",
+    "for_type",
+    "for_type_on",
     "handle",
     "hostdev_as_attached",
     "hostdev_xml",
     "key",
     "of",
+    "register",
 ]

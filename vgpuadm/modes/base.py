@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from vgpuadm.errors import UsageError
-from vgpuadm.model import Allocation, DeviceKey, HostSnapshot, Layout, VgpuType, mdev_uuid, pci_key
+from vgpuadm.model import Allocation, DeviceKey, Holding, HostSnapshot, Layout, VgpuType, mdev_uuid, pci_key
 from vgpuadm.steps import Plan, Step
 
 HostdevSpec = dict[str, Any]
@@ -43,6 +43,14 @@ class Mode(ABC):
     needs_vendor_driver: ClassVar[bool] = False
     # The guest gets a <hostdev>; False for a device that is the domain's own <video>/<graphics> (virtio-gl).
     hostdev: ClassVar[bool] = True
+    # What one recorded device of this mode holds of its GPU's shared capacity (the capacity model applies it as
+    # data: model.holding). The built-in recorded modes' are model.DeviceMode's; an added mode's is declared from it.
+    holds: ClassVar[Holding] = Holding.NOTHING
+
+    def claims(self, t: VgpuType) -> bool:
+        """Whether this mode makes the devices of `t` although `t`'s layout is another mode's (modes.for_type asks
+        the added modes first); the built-in modes take their layouts' types and claim none."""
+        return False
 
     def key(self, a: Allocation) -> DeviceKey | None:
         """The ownership key of `a`'s host device (what a domain's <hostdev> names); None: no host device."""
@@ -154,6 +162,11 @@ class Mode(ABC):
     def device_label(self, a: Allocation) -> str | None:
         """`a`'s device as a sentence names it before its type ("mdev U", "VF A"); None for a whole function, which
         the host's label of it names."""
+        return None
+
+    def mdev_record(self, a: Allocation) -> tuple[str, str, str, str | None] | None:
+        """The mdev `a` is on the host, as mdevctl defines one: (parent, UUID, type, vgpu_params); None when `a`
+        is no mdev, or records no parent yet (`mdevctl export`)."""
         return None
 
     def present(self, snapshot: HostSnapshot, a: Allocation) -> bool:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from vgpuadm.errors import ConflictError, NotFoundError, VgpuadmError
-from vgpuadm.model import Allocation, DeviceKey, HostSnapshot, Layout, Mdev, VgpuType, mdev_key
+from vgpuadm.model import Allocation, DeviceKey, Holding, HostSnapshot, Layout, Mdev, VgpuType, mdev_key
 from vgpuadm.modes.base import (
     RECREATE_VGPUS,
     HostdevSpec,
@@ -26,6 +26,7 @@ from vgpuadm.virt import xml
 class MdevMode(Mode):
     name: ClassVar[str] = "mdev"
     layouts: ClassVar[tuple[Layout, ...]] = (Layout.MDEV_PF, Layout.MDEV_VF)
+    holds: ClassVar[Holding] = Holding.MDEV_INSTANCE
     restore_phase: ClassVar[str | None] = "vgpu"
     needs_vendor_driver: ClassVar[bool] = True
 
@@ -152,6 +153,9 @@ class MdevMode(Mode):
 
     def device_label(self, a: Allocation) -> str | None:
         return f"mdev {a.uuid}"
+
+    def mdev_record(self, a: Allocation) -> tuple[str, str, str, str | None] | None:
+        return (a.parent, a.uuid, a.type_id, a.params) if a.parent and a.uuid and a.type_id else None
 
     def present(self, snapshot: HostSnapshot, a: Allocation) -> bool:
         m = snapshot.mdevs.get((a.uuid or "").lower())

@@ -17,7 +17,7 @@ from typing import ClassVar
 from vgpuadm.catalog import iommu
 from vgpuadm.catalog.sriov_boards import check_vfs_settable
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, VgpuadmError
-from vgpuadm.model import Allocation, HostSnapshot, Layout, PciFunction, VfPool, VgpuType
+from vgpuadm.model import Allocation, Holding, HostSnapshot, Layout, PciFunction, VfPool, VgpuType
 from vgpuadm.modes.base import HostdevSpec, Instance, Mode, Rebuild
 from vgpuadm.steps import Bind, DriversProbe, Plan, SetDriverOverride, SetNumVfs, SetSriovAutoprobe, Step, Unbind
 from vgpuadm.virt import xml
@@ -29,6 +29,7 @@ _DRIVER = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # a driver name from metadata, b
 class VfPoolMode(Mode):
     name: ClassVar[str] = "pool"
     layouts: ClassVar[tuple[Layout, ...]] = (Layout.VF_POOL,)
+    holds: ClassVar[Holding] = Holding.POOL_VF
     restore_phase: ClassVar[str | None] = "vfio"
 
     def find(self, snapshot: HostSnapshot, pf: str) -> VfPool:

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from vgpuadm.catalog.capacity import heterogeneous
 from vgpuadm.errors import ConflictError, NotFoundError
-from vgpuadm.model import Allocation, HostSnapshot, Layout, VendorVf, VgpuType
+from vgpuadm.model import Allocation, Holding, HostSnapshot, Layout, VendorVf, VgpuType
 from vgpuadm.modes.base import (
     RECREATE_VGPUS,
     HostdevSpec,
@@ -27,6 +27,7 @@ from vgpuadm.virt import xml
 class VfVgpuMode(Mode):
     name: ClassVar[str] = "vf"
     layouts: ClassVar[tuple[Layout, ...]] = (Layout.VENDOR_VFIO,)
+    holds: ClassVar[Holding] = Holding.VF_TYPE
     restore_phase: ClassVar[str | None] = "vgpu"
     needs_vendor_driver: ClassVar[bool] = True
 

@@ -52,8 +52,7 @@ def export(
                     for m in snap.mdevs.values()]  # fmt: skip
         else:
             doms = read_domain_dir(domain_xml_dir, snap.host_key) if domain_xml_dir else s.domains()
-            defs = [mdevctl.definition(a.parent, a.uuid, a.type_id, a.params)
-                    for a in doms.allocations if modes.of(a) is MDEV and a.parent and a.uuid and a.type_id]  # fmt: skip
+            defs = [mdevctl.definition(*rec) for a in doms.allocations if (rec := modes.of(a).mdev_record(a))]
         defs.sort(key=lambda d: (d.parent, d.uuid))
         out: list[tuple[mdevctl.Definition, bool]] = []
         steps: list[Step] = []

@@ -30,11 +30,14 @@ def plan_create(
     uuids: Sequence[str] = (),
     taken: Mapping[str, str] | None = None,
     host_drivers: dict[str, str] | None = None,
+    made_by: dict[str, str] | None = None,
 ) -> tuple[Plan, list[str]]:
     """Plan `count` vGPUs of `type_name`; returns the plan and the device ids it makes (mdev UUIDs, or VF
     addresses on layout C and VF pools). `uuids` fixes the mdev UUIDs (one per instance), else random ones are
-    drawn. `host_drivers` receives, per pool VF taken, the host driver it had ("" for none)."""
+    drawn. `host_drivers` receives, per pool VF taken, the host driver it had ("" for none); `made_by`, per device,
+    the name of the mode that makes it (what its allocation records: modes.for_type)."""
     host_drivers = {} if host_drivers is None else host_drivers
+    made_by = {} if made_by is None else made_by
 
     if uuids and len(uuids) != count:
         raise UsageError(f"{len(uuids)} UUIDs given for {count} devices", "give one --uuid per device, or none")
@@ -44,6 +47,7 @@ def plan_create(
         wanted = {t.type_id for t in resolve_type(snap.types(), type_name)}
         existing = [snap.mdevs[check_uuid(u)] for u in uuids]
         if all(m.type_id in wanted for m in existing):
+            made_by.update({m.uuid: modes.for_type_on(snap, m.parent, m.type_id).name for m in existing})
             return Plan.of([], f"mdevs {', '.join(m.uuid for m in existing)} already exist"), [m.uuid for m in existing]
     gpu = pci_address(gpu) if gpu is not None else None
     placement = place(snap, type_name, count, gpu=gpu, policy=policy, numa=numa, taken=taken)
@@ -60,9 +64,11 @@ def plan_create(
             enabling,
             host_drivers,
         )
-        more, dev = modes.for_layout(t.layout).plan_instance(snap, t, ask)
+        mode = modes.for_type(t)
+        more, dev = mode.plan_instance(snap, t, ask)
         steps += more
         ids.append(dev)
+        made_by[dev] = mode.name
     where = ", ".join(sorted({p for p, _ in placement.choices}))
     return Plan.of(steps, f"create {count} × {placement.type_id} on {where}"), ids
 

@@ -234,9 +234,10 @@ def _plan_growth(
         return _plan_on_demand(snap, wants, requests, type_id, joined, hints, _pci_users(taken, seen),
                                {"display": "on" if display else "off", **({"ramfb": "on"} if ramfb else {})})  # fmt: skip
     pool_vfs: dict[str, str] = {}  # VF pool: VF → the host driver it had
+    made: dict[str, str] = {}  # device → the mode that makes it
     kernel, ids = device_plans.plan_create(snap, type_id, total, gpu=gpu, policy=policy, numa=numa, params=joined,
                                   uuids=[u for w in wants for u in w.uuids], taken=_pci_users(taken, seen),
-                                  host_drivers=pool_vfs)  # fmt: skip
+                                  host_drivers=pool_vfs, made_by=made)  # fmt: skip
     by_device: dict[str, list[Step]] = {}
     pending: list[Step] = []  # a PF's steps (enable a VF pool) go with the first device that needs them
     for s in kernel.steps:
@@ -258,14 +259,14 @@ def _plan_growth(
             dev = next(devices)
             kernel_steps += by_device.pop(dev, [])
             if dev in parents:
-                a = Allocation(w.name, DeviceMode.MDEV, type_id, parents[dev], uuid=dev, params=joined or None,
+                a = Allocation(w.name, made[dev], type_id, parents[dev], uuid=dev, params=joined or None,
                                domain_uuid=w.duuid, slot=slot, extra=dict(extra))  # fmt: skip
             elif dev in pool_vfs:  # a VF pool: the guest gets the VF, bound to vfio-pci for it
                 pf = next(p for p, pool in snap.vf_pools.items() if dev in pool.vfs)
-                a = Allocation(w.name, DeviceMode.POOL, type_id, pf, address=dev,
+                a = Allocation(w.name, made[dev], type_id, pf, address=dev,
                                domain_uuid=w.duuid, slot=slot, extra={"host_driver": pool_vfs[dev]})  # fmt: skip
             else:  # layout C: the device is the VF itself (its placement ID recorded, to restore it exactly)
-                a = Allocation(w.name, DeviceMode.VF, type_id, dev, address=dev, params=joined or None,
+                a = Allocation(w.name, made[dev], type_id, dev, address=dev, params=joined or None,
                                domain_uuid=w.duuid, slot=slot,
                                extra={"placement_id": placements[dev]} if dev in placements else {})  # fmt: skip
             w.added.append(a)
@@ -311,19 +312,20 @@ def on_demand_allocations(
     """The allocations an on-demand request of one domain records: placed on the idle host (so that the request is
     known to fit once enough others stop) by the same planner as `create`; an mdev keeps no parent (placed at
     start), a layout C VF is chosen now and added to `taken`."""
+    made: dict[str, str] = {}
     kernel, ids = device_plans.plan_create(idle, type_id, len(slots), gpu=hints.get("gpu"),
                                            policy=hints.get("policy") or "pack", numa=hints.get("numa"),
-                                           params=params, uuids=uuids, taken=taken)  # fmt: skip
+                                           params=params, uuids=uuids, taken=taken, made_by=made)  # fmt: skip
     mdevs = {s.uuid for s in kernel.steps if isinstance(s, CreateMdev)}
     options = request_options(hints)
     out = []
     for slot, dev in zip(slots, ids, strict=True):
         if dev in mdevs:
-            out.append(Allocation(vm, DeviceMode.MDEV, type_id, None, uuid=dev, params=params or None,
+            out.append(Allocation(vm, made[dev], type_id, None, uuid=dev, params=params or None,
                                   domain_uuid=domain_uuid, slot=slot, extra={**display, **options}))  # fmt: skip
         else:  # layout C: the VF the hostdev names is chosen now, typed at start
             taken[dev] = vm
-            out.append(Allocation(vm, DeviceMode.VF, type_id, dev, address=dev, params=params or None,
+            out.append(Allocation(vm, made[dev], type_id, dev, address=dev, params=params or None,
                                   domain_uuid=domain_uuid, slot=slot, extra={"on_demand": "yes"}))  # fmt: skip
     return out
 

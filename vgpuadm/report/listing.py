@@ -227,7 +227,7 @@ def vm_view(
         devices.append(
             {
                 "slot": a.slot,
-                "mode": a.mode.value,
+                "mode": str(a.mode),
                 "id": mode.device_id(a),
                 "type_id": a.type_id,
                 "name": _allocation_type_name(snap, a),

@@ -24,6 +24,7 @@ from vgpuadm.model import (
     Allocation,
     DeviceKey,
     DeviceMode,
+    known_device_mode,
     mdev_key,
     parse_pci_address,
     pci_key,
@@ -34,7 +35,7 @@ NS = "https://vgpuadm.dev/xmlns/vgpuadm/1"
 PREFIX = "vgpuadm"
 METADATA_VERSION = "1"
 
-MODES = tuple(m.value for m in DeviceMode)
+MODES = tuple(m.value for m in DeviceMode)  # the built-in ones; the registry may declare more (known_device_mode)
 PCI_ADDRESS_TYPE = "pci"  # <address type='pci' …/>: a guest PCI address (not a device mode)
 
 _UUID = re.compile(UUID_PATTERN)
@@ -250,7 +251,7 @@ def metadata_xml(allocations: Iterable[Allocation], host: str | None = None, cha
     the host that made the devices (see metadata_host); `changed`, when they last changed (see metadata_changed)."""
     devices = sorted(allocations, key=lambda a: a.slot)
     for a in devices:
-        if a.mode not in MODES:
+        if not known_device_mode(a.mode):
             raise UsageError(f"unknown device mode {a.mode!r}", f"modes are {', '.join(MODES)}")
         for key in a.extra:
             if not re.fullmatch(r"[a-z][a-z0-9_]*", key):
@@ -323,7 +324,7 @@ def parse_allocations(
     out = []
     for index, dev in enumerate(root.findall(q("device"))):
         slot_text, mode = dev.get("slot"), dev.get("mode")
-        if mode not in MODES or slot_text is None or not slot_text.isdigit():
+        if not known_device_mode(mode) or slot_text is None or not slot_text.isdigit():
             raise ConflictError(
                 f"domain {name}: vgpuadm metadata device #{index} is malformed (slot={slot_text!r}, mode={mode!r})",
                 _META_HINT,
