@@ -143,6 +143,12 @@ def host_families(doc: dict[str, Any]) -> _Families:
         )
     s = doc["summary"]
     m.add("vgpuadm_unowned_devices", "Devices no domain owns (leaks).", h, s["unowned"])
+    m.add(
+        "vgpuadm_not_recorded_devices",
+        "Devices a domain owns that vgpuadm has not recorded (vgpuadm adopt).",
+        h,
+        s.get("not_recorded"),
+    )
     m.add("vgpuadm_missing_devices", "Devices domains own that do not exist (run vgpuadm restore).", h, s["missing"])
     m.add(
         "vgpuadm_framebuffer_locked_free_bytes",
