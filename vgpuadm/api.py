@@ -23,6 +23,9 @@ from vgpuadm.ops.guest import (
     GuestResult,
 )
 from vgpuadm.ops.guest import (
+    adopt as guest_adopt,
+)
+from vgpuadm.ops.guest import (
     create as guest_create,
 )
 from vgpuadm.ops.guest import (
@@ -93,6 +96,7 @@ __all__ = [
     "domain_allocations",
     "explain_placement",
     "guest",
+    "guest_adopt",
     "guest_create",
     "guest_create_many",
     "guest_destroy",

@@ -611,3 +611,53 @@ def plan_release(snap: HostSnapshot, domains: Domains, gpu: str, drivers: dict[s
         gone += mine
     steps += device_plans.plan_vfio_restore(snap, gpu, drivers).steps
     return Plan.of(steps, f"release {gpu} from {', '.join(holders) or 'no domain'}"), holders, gone
+
+
+# -- adopt -----------------------------------------------------------------------------------------------------------
+
+
+def plan_adopt(snap: HostSnapshot, domains: Domains, name: str) -> tuple[Plan, list[Allocation], list[Allocation],
+                                                                         list[str]]:  # fmt: skip
+    """Record in domain `name`'s vgpuadm metadata the devices its XML already gives it but no record names
+    (attached by hand, by virt-manager, or made by mdevctl), each as its mode would have recorded it, read from the
+    host now — so that restore, apply and destroy manage them from then on. Nothing is attached or made: the one
+    step rewrites the metadata. Refuses (ConflictError) a device another domain also claims. Returns the plan, the
+    allocations added, all the domain records afterwards, and one line per hostdev no mode knows on this host (not
+    there now, or not a GPU device), which stays as it is. Pure."""
+    d = domains.by_name[name]
+    owned = list(d.allocations)
+    recorded = set(d.recorded())
+    others = domains.users(besides=name)
+    used = {a.slot for a in owned}
+    added: list[Allocation] = []
+    skipped: list[str] = []
+    for ref in dict.fromkeys(d.hostdevs):
+        key = (ref.kind, ref.key)
+        if key in recorded:
+            continue
+        if key in others:
+            raise _claimed_elsewhere(name, others[key], key)
+        slot = free_slots(used, 1)[0]
+        a = modes.adopt(snap, ref, name, d.uuid, slot)
+        if a is None:
+            skipped.append(f"{ref.kind} {ref.key}: no such vGPU or GPU function on this host now")
+            continue
+        used.add(slot)
+        added.append(a)
+    after = sorted([*owned, *added], key=lambda a: a.slot)
+    if not added:
+        return Plan.of([], f"domain {name} has no device to adopt"), [], after, skipped
+    step = redefine_step(name, owned, after, snap.host_key, d.xml)
+    return Plan.of([step], f"record {len(added)} device(s) domain {name} already has"), added, after, skipped
+
+
+def _claimed_elsewhere(name: str, other: str, key: tuple[str, str]) -> ConflictError:
+    """The refusal of a device two domains claim: it names both and how to drop the claim of whichever is a copy
+    (never of "the original": which one that is, only the user knows)."""
+    kind, ident = key
+    return ConflictError(
+        f"cannot adopt {kind} {ident} for domain {name}: domain {other} claims it too",
+        f"a device belongs to one VM: on whichever of {name} and {other} is a copy, drop the copy's claim "
+        "(`vgpuadm destroy --vm COPY --forget` if vgpuadm records it there, else `virsh detach-device COPY "
+        "HOSTDEV.xml --config`); the device and the VM it belongs to stay as they are",
+    )

@@ -93,6 +93,8 @@ class HostdevRef:
     key: str  # the UUID, or the host PCI address as 0000:65:00.0
     managed: bool | None = None
     guest_address: PciAddress | None = None
+    display: bool = False  # an mdev's display='on' (and ramfb='on'): what `vgpuadm adopt` records of it
+    ramfb: bool = False
 
 
 # -- templates -----------------------------------------------------------------------------------------------------
@@ -388,7 +390,7 @@ def parse_hostdevs(domain_xml: str | Any) -> list[HostdevRef]:
             _address(guest_el, multifunction=guest_el.get("multifunction") == "on") if guest_el is not None else None
         )
         managed = None if key[0] == MDEV_KEY else hd.get("managed") == "yes"
-        out.append(HostdevRef(key[0], key[1], managed, guest))
+        out.append(HostdevRef(key[0], key[1], managed, guest, hd.get("display") == "on", hd.get("ramfb") == "on"))
     return out
 
 
