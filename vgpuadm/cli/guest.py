@@ -41,6 +41,9 @@ def _report(
     if verb == "attached" and result.removed:  # create --total below what the VM owns: the newest went back
         verb = "removed"
     devices = result.added if verb == "attached" else result.removed
+    if not devices:  # `destroy --forget` of hostdevs the domain does not record: the steps say what went
+        for line in result.plan.describe():
+            console.line(f"done: {line}")
     for a in devices:
         what = a.uuid if a.mode == DeviceMode.MDEV else a.address or a.extra.get("rendernode")
         kind = f"{a.type_id} " if a.type_id else ""

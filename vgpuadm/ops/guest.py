@@ -158,7 +158,7 @@ def destroy(
         s.execute(plan, dry_run=dry_run, progress=progress)
         return GuestResult(
             vm, s.uri, plan, dry_run, after, removed=gone, hostdevs=[modes.hostdev_xml(a) for a in gone],
-            message=plan.summary if gone else f"domain {vm} owns no vgpuadm devices",
+            message=plan.summary if gone or not plan.empty else f"domain {vm} owns no vgpuadm devices",
         )  # fmt: skip
 
 

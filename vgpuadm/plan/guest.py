@@ -462,9 +462,37 @@ def plan_destroy(
         gone = chosen  # a passed-through GPU goes as a whole (GPU + audio …): one handle
     if forget:
         steps, after = take_steps(snap, domain_xml, owned, gone, {}, drivers or {}, free=False)
-        return Plan.of(steps, f"forget {len(gone)} device(s) domain {name} claims"), gone, after
+        steps, bare = _forget_copied_hostdevs(
+            snap, domain_xml, owned, steps, others, device_key(uuid) if uuid else None
+        )
+        return Plan.of(steps, f"forget {len(gone) + bare} device(s) domain {name} claims"), gone, after
     steps, after = take_steps(snap, domain_xml, owned, gone, others, drivers or {})
     return Plan.of(steps, f"take {len(gone)} device(s) from domain {name}"), gone, after
+
+
+def _forget_copied_hostdevs(
+    snap: HostSnapshot, domain_xml: str, owned: Sequence[Allocation], steps: list[Step], others: Users,
+    only: str | None,
+) -> tuple[list[Step], int]:  # fmt: skip
+    """`destroy --forget` on a copy whose claim is a bare <hostdev> (a VM given its device by hand, then copied with
+    `virsh dumpxml | virsh define`): the hostdevs it does not record that another domain claims too (only the one
+    `only` names, when given) go out of its definition in the same DefineDomain; the device stays. Returns the steps
+    and how many hostdevs go."""
+    name = xml.domain_identity(domain_xml)[0]
+    recorded = {k for a in owned if (k := modes.key(a)) is not None}
+    keys = [(r.kind, r.key) for r in xml.parse_hostdevs(domain_xml)]
+    bare = [k for k in dict.fromkeys(keys) if k not in recorded and k in others and only in (None, k[1])]
+    if not bare:
+        return steps, 0
+    hostdevs = "".join(xml.hostdev_as_defined(domain_xml, k) for k in bare)
+    labels = ", ".join(f"{kind} {ident}" for kind, ident in bare)
+    define = next((s for s in steps if isinstance(s, DefineDomain)), None)
+    if define is None:
+        define = redefine_step(name, owned, owned, snap.host_key, domain_xml)
+        steps = [*steps, define]
+    joined = dataclasses.replace(define, detach=define.detach + hostdevs,
+                                 detached=", ".join(x for x in (define.detached, labels) if x))  # fmt: skip
+    return [joined if s is define else s for s in steps], len(bare)
 
 
 def take_steps(
