@@ -101,11 +101,16 @@ def test_adopt_refuses_a_device_another_domain_claims(sim_host: Callable[[str], 
     assert (res.code, res.out) == (5, "")
     assert res.err == (
         f"error: cannot adopt mdev {U} for domain legacy01-copy: domain legacy01 claims it too\n"
-        "hint: a device belongs to one VM: on whichever of legacy01-copy and legacy01 is a copy, drop the copy's "
-        "claim (`vgpuadm destroy --vm COPY --forget` if vgpuadm records it there, else `virsh detach-device COPY "
-        "HOSTDEV.xml --config`); the device and the VM it belongs to stay as they are\n"
+        "hint: a device belongs to one VM: on whichever of legacy01-copy and legacy01 is a copy, run `vgpuadm destroy "
+        "--vm COPY --forget` (drops the copy's claim; the device and the VM it belongs to stay as they are), then "
+        "adopt again\n"
     )
     assert (allocations(root, "legacy01"), allocations(root, "legacy01-copy"), mdevs(root)) == ([], [], [U])
+
+    assert vgpuadm(root, "destroy", "--vm", "legacy01-copy", "--forget").code == 0  # as the hint says
+    res = vgpuadm(root, "adopt", "--vm", "legacy01")
+    assert (res.code, res.out) == (0, f"recorded mdev nvidia-63 {U} on 0000:01:00.0 in domain legacy01's metadata\n")
+    assert (hostdev_keys(root, "legacy01-copy"), [a.uuid for a in allocations(root, "legacy01")]) == ([], [U])
 
 
 def test_adopt_records_a_layout_c_vf_and_a_passed_through_gpu(sim_host: Callable[[str], Path]) -> None:

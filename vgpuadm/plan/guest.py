@@ -685,7 +685,6 @@ def _claimed_elsewhere(name: str, other: str, key: tuple[str, str]) -> ConflictE
     kind, ident = key
     return ConflictError(
         f"cannot adopt {kind} {ident} for domain {name}: domain {other} claims it too",
-        f"a device belongs to one VM: on whichever of {name} and {other} is a copy, drop the copy's claim "
-        "(`vgpuadm destroy --vm COPY --forget` if vgpuadm records it there, else `virsh detach-device COPY "
-        "HOSTDEV.xml --config`); the device and the VM it belongs to stay as they are",
+        f"a device belongs to one VM: on whichever of {name} and {other} is a copy, run `vgpuadm destroy --vm COPY "
+        "--forget` (drops the copy's claim; the device and the VM it belongs to stay as they are), then adopt again",
     )
