@@ -49,7 +49,7 @@ def test_adopt_records_a_hand_attached_mdev_and_restore_and_destroy_then_manage_
     dry = vgpuadm(root, "adopt", "--vm", "legacy01", "--dry-run")
     assert (dry.code, dry.out, dry.err) == (0, (
         f"would record mdev nvidia-63 {U} on 0000:01:00.0 in domain legacy01's metadata\n"
-        f"left as it is: mdev {GONE}: no such vGPU or GPU function on this host now\n"), "")  # fmt: skip
+        f"left as it is: mdev {GONE}: no vGPU or GPU function vgpuadm can identify on this host now\n"), "")  # fmt: skip
     assert allocations(root, "legacy01") == []
 
     res = vgpuadm(root, "adopt", "--vm", "legacy01", "--json")
@@ -57,7 +57,7 @@ def test_adopt_records_a_hand_attached_mdev_and_restore_and_destroy_then_manage_
     doc = json.loads(res.out)
     assert (doc["changed"], doc["steps"], doc["skipped"]) == (
         True, ["step 1/1 record 1 vgpuadm device(s) in the metadata of domain legacy01"],
-        [f"mdev {GONE}: no such vGPU or GPU function on this host now"],
+        [f"mdev {GONE}: no vGPU or GPU function vgpuadm can identify on this host now"],
     )  # fmt: skip
     [a] = allocations(root, "legacy01")
     assert (a.mode, a.type_id, a.parent, a.uuid, a.slot, a.extra) == (
@@ -71,7 +71,7 @@ def test_adopt_records_a_hand_attached_mdev_and_restore_and_destroy_then_manage_
     again = vgpuadm(root, "adopt", "--vm", "legacy01")
     assert (again.code, again.out) == (0, (
         "nothing to adopt: no other device of domain legacy01 is a vGPU or GPU function here\n"
-        f"left as it is: mdev {GONE}: no such vGPU or GPU function on this host now\n"))  # fmt: skip
+        f"left as it is: mdev {GONE}: no vGPU or GPU function vgpuadm can identify on this host now\n"))  # fmt: skip
 
     assert vgpuadm(root, "sim", "reboot", str(root)).code == 0
     assert mdevs(root) == []

@@ -668,7 +668,7 @@ def plan_adopt(snap: HostSnapshot, domains: Domains, name: str) -> tuple[Plan, l
         slot = free_slots(used, 1)[0]
         a = modes.adopt(snap, ref, name, d.uuid, slot)
         if a is None:
-            skipped.append(f"{ref.kind} {ref.key}: no such vGPU or GPU function on this host now")
+            skipped.append(f"{ref.kind} {ref.key}: no vGPU or GPU function vgpuadm can identify on this host now")
             continue
         used.add(slot)
         added.append(a)
