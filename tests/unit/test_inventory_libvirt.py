@@ -103,3 +103,8 @@ def test_a_device_attached_by_hand_is_owned_by_its_domain_in_every_inventory_for
     report.write_text(r.stdout)
     fleet = json.loads(_vgpuadm(root, "inventory", "merge", "--format", "json", str(report)).stdout)
     assert [leak["id"] for leak in fleet["leaks"]] == [U[1]]
+    assert [(h["host"], h["unowned"], h["not_recorded"]) for h in fleet["hosts"]] == [("p4-lv", 1, 1)]
+    prom = _vgpuadm(root, "inventory", "merge", "--format", "prometheus", str(report)).stdout
+    samples = {(s.name, s.labels["host"]): s.value for f in text_string_to_metric_families(prom) for s in f.samples
+               if s.name in ("vgpuadm_unowned_devices", "vgpuadm_not_recorded_devices")}  # fmt: skip
+    assert samples == {("vgpuadm_unowned_devices", "p4-lv"): 1.0, ("vgpuadm_not_recorded_devices", "p4-lv"): 1.0}
