@@ -46,6 +46,15 @@ def test_adopt_records_a_hand_attached_mdev_and_restore_and_destroy_then_manage_
     assert vgpuadm(root, "mdev", "create", "--type", "nvidia-63", "--gpu", "0000:01:00.0", "--uuid", U).code == 0
     _define_by_hand(root, "legacy01", _mdev_hostdev(U, display=True), _mdev_hostdev(GONE), graphics=True)
 
+    checks = {c["check"]: c for c in json.loads(vgpuadm(root, "doctor", "--json").out)["checks"]}
+    assert checks["unrecorded legacy01"] == {
+        "check": "unrecorded legacy01", "status": "warn",
+        "detail": f"domain legacy01 has mdev {U} that vgpuadm has not recorded: `vgpuadm restore` will not bring them "
+                  "back after a reboot",
+        "hint": "vgpuadm adopt --vm legacy01 (records them; --dry-run shows what)",
+    }  # fmt: skip
+    assert checks["leaks"]["status"] == "pass"
+
     dry = vgpuadm(root, "adopt", "--vm", "legacy01", "--dry-run")
     assert (dry.code, dry.out, dry.err) == (0, (
         f"would record mdev nvidia-63 {U} on 0000:01:00.0 in domain legacy01's metadata\n"
@@ -65,6 +74,8 @@ def test_adopt_records_a_hand_attached_mdev_and_restore_and_destroy_then_manage_
     )  # fmt: skip
     assert hostdev_keys(root, "legacy01") == [U, GONE]  # nothing attached or detached
 
+    after = {c["check"] for c in json.loads(vgpuadm(root, "doctor", "--json").out)["checks"]}
+    assert "unrecorded legacy01" not in after and "leaks" in after
     inv = json.loads(vgpuadm(root, "inventory", "--json").out)
     assert [(d["id"], d["domain"], d["recorded"]) for d in inv["devices"]] == [(U, "legacy01", True)]
 
