@@ -38,6 +38,9 @@ if TYPE_CHECKING:
         GuestResult,
     )
     from vgpuadm.ops.guest import (
+        adopt as guest_adopt,
+    )
+    from vgpuadm.ops.guest import (
         create as guest_create,
     )
     from vgpuadm.ops.guest import (
@@ -134,6 +137,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "domain_allocations": ("vgpuadm.ops.inventory", "domain_allocations"),
     "explain_placement": ("vgpuadm.plan.devices", "explain_placement"),
     "guest": ("vgpuadm.ops", "guest"),
+    "guest_adopt": ("vgpuadm.ops.guest", "adopt"),
     "guest_create": ("vgpuadm.ops.guest", "create"),
     "guest_create_many": ("vgpuadm.ops.guest", "create_many"),
     "guest_destroy": ("vgpuadm.ops.guest", "destroy"),

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from lxml import html
 
-from tests.unit.inventory_setup import h200_mig_busy, p4_busy, set_vf_type
+from tests.unit.inventory_setup import h200_mig_busy, p4_busy, recorded, set_vf_type
 from vgpuadm import api
 from vgpuadm.model import Allocation
 from vgpuadm.report.inventory import inventory
@@ -182,7 +182,7 @@ def test_full_gpu_and_passthrough_gpus_are_charted(tmp_path):
     ]
     build("passthrough", str(tmp_path / "pt"))
     gpu = Allocation("gamer", "pci", address="0000:65:00.0")
-    doc = inventory(api.discover(str(tmp_path / "pt")), [gpu], host="pt", generated_at="2026-11-29T12:00:00Z")
+    doc = inventory(api.discover(str(tmp_path / "pt")), recorded([gpu]), host="pt", generated_at="2026-11-29T12:00:00Z")
     charts = host_view(doc)["charts"]
     assert charts[2]["title"] == "Whole GPUs (passthrough: free or passed through)"
     assert [(b["label"], b["used"], b["free"], b["text"]) for b in charts[2]["bars"]] == [

@@ -71,3 +71,34 @@ def test_a_copied_vm_claiming_the_same_device_fails_doctor_and_forget_drops_the_
     assert [a.uuid for a in allocations(root, "docorig")] == [dev]
     code, checks = _checks(root)
     assert checks["claims"]["status"] == "pass"
+
+
+def test_forget_drops_a_copys_bare_hostdev_claim(sim_host: Callable[[str], Path]) -> None:
+    """A VM given its mdev by hand (a <hostdev>, no vgpuadm metadata) copied with `virsh dumpxml | virsh define`:
+    doctor's claims hint says `destroy --vm COPY --forget`, and that drops the copy's hostdev (it used to say
+    "nothing to do: domain … owns no vgpuadm devices"); the device and the original stay, and the original itself
+    is never forgotten by it (no other domain claims its device then)."""
+    root = sim_host("p4")
+    dev = "11111111-2222-4333-8444-555555555555"
+    assert vgpuadm(root, "mdev", "create", "--type", "nvidia-63", "--uuid", dev).code == 0
+    hostdev = (
+        f"<hostdev mode='subsystem' type='mdev' model='vfio-pci'><source><address uuid='{dev}'/></source></hostdev>"
+    )
+    for name in ("handorig", "handcopy"):
+        define_xml(root, f"<domain type='qemu'><name>{name}</name><memory>65536</memory><os><type arch='x86_64'>hvm"
+                         f"</type></os><devices>{hostdev}</devices></domain>")  # fmt: skip
+    code, checks = _checks(root)
+    assert (code, checks[f"claims {dev}"]["status"]) == (1, "fail")
+    assert "`vgpuadm destroy --vm COPY --forget`" in checks[f"claims {dev}"]["hint"]
+
+    dry = vgpuadm(root, "destroy", "--vm", "handcopy", "--forget", "--dry-run")
+    assert (dry.code, dry.out) == (0, f"would forget 1 device(s) domain handcopy claims:\n"
+                                      f"  step 1/1 detach mdev {dev} from domain handcopy\n")  # fmt: skip
+    res = vgpuadm(root, "destroy", "--vm", "handcopy", "--forget")
+    assert (res.code, res.out) == (0, f"done: step 1/1 detach mdev {dev} from domain handcopy\n")
+    assert (hostdev_keys(root, "handcopy"), hostdev_keys(root, "handorig"), mdevs(root)) == ([], [dev], [dev])
+    assert "vgpuadm" not in domain_xml(root, "handcopy")
+    assert _checks(root)[1]["claims"]["status"] == "pass"
+    again = vgpuadm(root, "destroy", "--vm", "handorig", "--forget")
+    assert (again.code, again.out) == (0, "nothing to do: domain handorig owns no vgpuadm devices\n")
+    assert hostdev_keys(root, "handorig") == [dev]

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from embedded_host import allocations, attr, define, hostdev_keys, mdevs, vgpuadm
+from embedded_host import allocations, attr, define, define_xml, hostdev_keys, mdevs, vgpuadm
 
 pytestmark = pytest.mark.libvirt
 
@@ -112,3 +112,103 @@ def test_a_malformed_address_is_refused_where_it_enters(sim_host: Callable[[str]
     res = vgpuadm(sim_host("h200-vendor-vfio"), "vf", "clear", "18:00")
     assert (res.code, res.out) == (2, "")
     assert res.err.splitlines()[0] == "error: '18:00' is not a PCI address"
+
+
+# "PCI addresses may omit the `0000:` domain everywhere" (README): every command-line parameter that takes a PCI
+# address, and a run of it (profile, commands with {A} where the address goes, the long and the short address).
+# Plan files (`apply -f`, keys `gpu` and `passthrough`) take them too. A domain vm1 with a fixed UUID is defined
+# first, so that both runs derive the same mdev UUIDs.
+U1, U2 = "11111111-2222-4333-8444-555555555501", "11111111-2222-4333-8444-555555555502"
+ADDRESS_CASES: dict[str, tuple[str, list[list[str]], str, str]] = {
+    "types --gpu": ("p4", [["types", "--gpu", "{A}"], ["types", "--json", "--gpu", "{A}"]], "0000:01:00.0", "01:00.0"),
+    "devices --gpu": ("p4", [["mdev", "create", "--type", "nvidia-63", "--gpu", "{A}", "--uuid", U1], ["devices", "--gpu", "{A}"]],
+                      "0000:02:00.0", "02:00.0"),
+    "devices --uuid": ("h200-vendor-vfio", [["vf", "set-type", "--type", "H200X-4C", "--vf", "{A}"],
+                                            ["devices", "--uuid", "{A}"]], "0000:18:00.4", "18:00.4"),
+    "mdev create --gpu": ("p4", [["mdev", "create", "--type", "nvidia-64", "--gpu", "{A}", "--count", "2", "--uuid", U1, "--uuid", U2]],
+                          "0000:02:00.0", "02:00.0"),
+    "vf set-type --vf": ("h200-vendor-vfio", [["vf", "set-type", "--type", "H200X-4C", "--vf", "{A}"]],
+                         "0000:18:00.5", "18:00.5"),
+    "vf clear VF": ("h200-vendor-vfio", [["vf", "set-type", "--type", "H200X-4C", "--vf", "{A}"], ["vf", "clear", "{A}"]],
+                    "0000:18:00.4", "18:00.4"),
+    "sriov disable PF": ("a100-mdev-vf", [["sriov", "disable", "{A}"]], "0000:41:00.0", "41:00.0"),
+    "sriov enable PF": ("a100-mdev-vf", [["sriov", "disable", "{A}"], ["sriov", "enable", "{A}"]],
+                        "0000:41:00.0", "41:00.0"),
+    "vfio bind GPU": ("passthrough", [["vfio", "bind", "{A}"]], "0000:65:00.0", "65:00.0"),
+    "vfio unbind GPU": ("passthrough", [["vfio", "bind", "{A}"], ["vfio", "unbind", "{A}"]], "0000:65:00.0", "65:00.0"),
+    "create --gpu": ("p4", [["create", "--type", "nvidia-63", "--vm", "vm1", "--gpu", "{A}"]],
+                     "0000:02:00.0", "02:00.0"),
+    "destroy --uuid": ("h200-vendor-vfio", [["create", "--type", "H200X-4C", "--vm", "vm1", "--gpu", "{A}"],
+                                            ["destroy", "--vm", "vm1", "--uuid", "{A}", "--dry-run"],
+                                            ["destroy", "--vm", "vm1", "--uuid", "{A}"]], "0000:18:00.4", "18:00.4"),
+    "passthrough --gpu": ("passthrough", [["passthrough", "--gpu", "{A}", "--vm", "vm1"]],
+                          "0000:65:00.0", "65:00.0"),
+    "release --gpu": ("passthrough", [["passthrough", "--gpu", "{A}", "--vm", "vm1"], ["release", "--gpu", "{A}"]],
+                      "0000:65:00.0", "65:00.0"),
+    "mig profiles --gpu": ("h200-mig", [["mig", "profiles", "--gpu", "{A}"]], "0000:18:00.0", "18:00.0"),
+    "mig enable --gpu": ("h200-mig", [["mig", "enable", "--gpu", "{A}"]], "0000:18:00.0", "18:00.0"),
+    "mig create --gpu": ("h200-mig", [["mig", "enable", "--gpu", "{A}"],
+                                      ["mig", "create", "--gpu", "{A}", "--profile", "1g.18gb", "--count", "2"]],
+                         "0000:18:00.0", "18:00.0"),
+    "mig destroy --gpu": ("h200-mig", [["mig", "enable", "--gpu", "{A}"],
+                                       ["mig", "create", "--gpu", "{A}", "--profile", "1g.18gb"],
+                                       ["mig", "destroy", "--gpu", "{A}", "--all"]], "0000:18:00.0", "18:00.0"),
+    "mig disable --gpu": ("h200-mig", [["mig", "enable", "--gpu", "{A}"], ["mig", "disable", "--gpu", "{A}"]],
+                          "0000:18:00.0", "18:00.0"),
+    "apply -f (gpu)": ("p4", [["apply", "-f", "plan-gpu.yaml", "--check"], ["apply", "-f", "plan-gpu.yaml"]],
+                       "0000:02:00.0", "02:00.0"),
+    "apply -f (passthrough)": ("passthrough", [["apply", "-f", "plan-pt.yaml"], ["apply", "-f", "plan-pt.yaml"]],
+                               "0000:65:00.0", "65:00.0"),
+}  # fmt: skip
+ALIASES = {"give-back": "destroy", "remove": "destroy"}  # the same command under other names
+ADDRESS_CALLBACKS = {("vgpuadm.cli.ids", "bdf"), ("vgpuadm.cli.ids", "device")}  # cli/ids.py: addresses, device ids
+PLANS = {
+    "plan-gpu.yaml": 'version: 1\nvms:\n  vm1:\n    type: nvidia-63\n    gpu: "{A}"\n',
+    "plan-pt.yaml": 'version: 1\nvms:\n  vm1:\n    passthrough: "{A}"\n',
+}
+
+
+def test_every_parameter_that_takes_a_pci_address_has_a_short_form_case() -> None:
+    """Read from the command tree `vgpuadm --help` renders: a new address parameter without a case fails here."""
+    import typer.main
+
+    from vgpuadm.cli.app import build_app
+
+    found, todo = set(), [([], typer.main.get_command(build_app()))]
+    while todo:
+        path, command = todo.pop()
+        if hasattr(command, "commands"):  # a group
+            todo += [([*path, ALIASES.get(name, name)], sub) for name, sub in command.commands.items()]
+            continue
+        for p in command.params:
+            wrapped = getattr(p.callback, "__wrapped__", None)  # typer wraps the callback
+            if wrapped is not None and (wrapped.__module__, wrapped.__name__) in ADDRESS_CALLBACKS:
+                found.add(" ".join([*path, p.opts[0] if p.param_type_name == "option" else str(p.name).upper()]))
+    assert found == {k for k in ADDRESS_CASES if not k.startswith("apply")}
+
+
+@pytest.mark.parametrize("case", sorted(ADDRESS_CASES))
+def test_a_short_address_behaves_exactly_as_the_long_one(case: str, tmp_path: Path) -> None:
+    """The same commands with `0000:18:00.4` and with `18:00.4`, each on a fresh host of the same profile: the same
+    exit codes and output (the root's path aside), the same kernel state and the same domain afterwards."""
+    from vgpuadm.sim.profiles import build
+    from vgpuadm.sim.treestate import tree_state
+
+    profile, commands, long, short = ADDRESS_CASES[case]
+    seen = {}
+    for form, address in (("long", long), ("short", short)):
+        root = tmp_path / form
+        build(profile, str(root))
+        define_xml(root, "<domain type='qemu'><name>vm1</name><uuid>6c3e8a6e-0000-4000-8000-000000000001</uuid>"
+                         "<memory>65536</memory><os><type arch='x86_64'>hvm</type></os>"
+                         "<devices><graphics type='vnc'/></devices></domain>")  # fmt: skip
+        for name, text in PLANS.items():
+            (root / name).write_text(text.replace("{A}", address))
+        runs = []
+        for argv in commands:
+            argv = [str(root / a) if a in PLANS else a.replace("{A}", address) for a in argv]
+            res = vgpuadm(root, *argv)
+            runs.append((res.code, res.out.replace(str(root), "ROOT"), res.err.replace(str(root), "ROOT")))
+        seen[form] = (runs, tree_state(root), allocations(root, "vm1"), hostdev_keys(root, "vm1"))
+    assert seen["short"] == seen["long"]
+    assert all(code == 0 for code, _, _ in seen["long"][0]), seen["long"][0]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from vgpuadm import api
 from vgpuadm.model import Allocation
+from vgpuadm.plan.domains import Domain, Domains
 from vgpuadm.virt.xml import metadata_xml
 
 
@@ -40,6 +41,17 @@ def domain_xml(name: str, allocations: list[Allocation]) -> str:
         f"<memory unit='KiB'>1048576</memory><os><type arch='x86_64' machine='q35'>hvm</type></os>"
         f"<metadata>{metadata_xml(allocations)}</metadata><devices/></domain>\n"
     )
+
+
+def recorded(allocations: list[Allocation] | None) -> Domains | None:
+    """The domains (stopped) whose vgpuadm metadata records `allocations` and whose XML has no other hostdev — the
+    domain scan report/inventory.inventory() reads ownership from (None stays None: ownership unknown). Built
+    field by field, so that any name (markup, quotes) can be given."""
+    if allocations is None:
+        return None
+    names = dict.fromkeys(a.domain for a in allocations)
+    return Domains("", {n: Domain(n, "", "", False, "", tuple(a for a in allocations if a.domain == n), (), None, None)
+                        for n in names})  # fmt: skip
 
 
 P4_UUIDS = [f"aaaaaaaa-0000-4000-8000-00000000000{i}" for i in range(8)]

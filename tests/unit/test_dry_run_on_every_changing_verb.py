@@ -19,7 +19,7 @@ from vgpuadm.schemas import validate
 from vgpuadm.sim.treestate import tree_state
 from vgpuadm.virt.xml import metadata_xml
 
-VERBS = [["apply"], ["restore"], ["recover"], ["reconcile"], ["mdevctl", "export"], ["mdevctl", "import"]]
+VERBS = [["apply"], ["restore"], ["recover"], ["reconcile"], ["mdevctl", "export"], ["mdevctl", "import"], ["adopt"]]
 
 
 @pytest.mark.parametrize("verb", VERBS, ids=" ".join)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.inventory_setup import P4_UUIDS as U
-from tests.unit.inventory_setup import create_mdev, domain_xml, mig_on, set_vf_type
+from tests.unit.inventory_setup import create_mdev, domain_xml, mig_on, recorded, set_vf_type
 from tests.unit.inventory_setup import p4_busy as make_p4_busy
 from vgpuadm import api
 from vgpuadm.model import Allocation
@@ -19,7 +19,7 @@ WHEN = "2026-11-29T12:00:00Z"
 
 
 def _doc(root: Path, allocations: list[Allocation] | None) -> dict:
-    doc = inventory(api.discover(str(root)), allocations, host="h1", generated_at=WHEN)
+    doc = inventory(api.discover(str(root)), recorded(allocations), host="h1", generated_at=WHEN)
     validate("inventory-v1", doc)
     return doc
 
@@ -187,6 +187,29 @@ def test_api_reads_owners_from_saved_domain_xml(p4_busy, tmp_path):
     assert [d["domain"] for d in doc["devices"]] == ["web01", None, "db02"]
     assert doc["ownership_source"] == f"domains-xml:{xml_dir}"
     assert doc["generated_at"].endswith("Z")
+
+
+def test_saved_domains_own_what_their_hostdevs_reference_recorded_or_not(p4_busy, tmp_path):
+    """A saved domain whose <hostdev> names an mdev that no vgpuadm metadata records (attached by hand) owns it, as
+    for `devices` and `doctor`; a copy recording the same device as web01 makes both claim it (a warning)."""
+    root, allocations = p4_busy
+    xml_dir = tmp_path / "domains"
+    xml_dir.mkdir()
+    (xml_dir / "web01.xml").write_text(domain_xml("web01", [allocations[0]]))
+    (xml_dir / "webcopy.xml").write_text(domain_xml("webcopy", [allocations[0]]))
+    hostdev = (
+        f"<hostdev mode='subsystem' type='mdev' model='vfio-pci'><source><address uuid='{U[1]}'/></source></hostdev>"
+    )
+    (xml_dir / "legacy.xml").write_text(domain_xml("legacy", []).replace("<devices/>", f"<devices>{hostdev}</devices>"))
+    doc = api.inventory(str(root), domains_xml=str(xml_dir), host="h1")
+    validate("inventory-v1", doc)
+    assert [(d["id"], d["domain"], d["owned"], d["recorded"]) for d in doc["devices"]] == [
+        (U[0], "web01", True, True), (U[1], "legacy", True, False), (U[2], None, False, None)
+    ]  # fmt: skip
+    assert {k: doc["summary"][k] for k in ("owned", "unowned", "not_recorded")} == {
+        "owned": 2, "unowned": 1, "not_recorded": 1
+    }  # fmt: skip
+    assert doc["warnings"] == [f"{U[0]} is claimed by 2 domains (web01, webcopy); only one of them can start"]
 
 
 def test_broken_domain_xml_names_the_file(sim_host, tmp_path, cli):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.inventory_setup import mig_on, set_vf_type
+from tests.unit.inventory_setup import mig_on, recorded, set_vf_type
 from vgpuadm import api
 from vgpuadm.catalog.boards import MIG, TIME_SLICED, board_framebuffer_mib, equal_size_max
 from vgpuadm.catalog.naming import describe_nvidia_name
@@ -30,7 +30,7 @@ def _max(name: str) -> int | None:
 
 
 def _doc(snap) -> dict:
-    doc = inventory(snap, [], host="h1", generated_at="2026-11-29T12:00:00Z")
+    doc = inventory(snap, recorded([]), host="h1", generated_at="2026-11-29T12:00:00Z")
     validate("inventory-v1", doc)
     return doc
 

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.unit.inventory_setup import P4_UUIDS as U
-from tests.unit.inventory_setup import h200_mig_busy, p4_busy
+from tests.unit.inventory_setup import h200_mig_busy, p4_busy, recorded
 from vgpuadm import api
 from vgpuadm.schemas import validate
 
@@ -169,7 +169,7 @@ def test_hostile_names_are_escaped(sim_host):
     root = sim_host("p4")
     p4_busy(root)
     name = '<script>alert("x")</script>\\'
-    doc = inventory(api.discover(str(root)), [Allocation(name, "mdev", uuid=U[0])], host="p4-a",
+    doc = inventory(api.discover(str(root)), recorded([Allocation(name, "mdev", uuid=U[0])]), host="p4-a",
                     generated_at="2026-11-29T12:00:00Z")  # fmt: skip
     page = host_html(doc)
     assert "<script>" not in page and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;\\" in page
@@ -188,7 +188,7 @@ def test_csv_cells_that_a_spreadsheet_would_run_get_a_leading_quote(sim_host, na
 
     root = sim_host("p4")
     p4_busy(root)
-    doc = inventory(api.discover(str(root)), [Allocation(name, "mdev", uuid=U[0])], host=name,
+    doc = inventory(api.discover(str(root)), recorded([Allocation(name, "mdev", uuid=U[0])]), host=name,
                     generated_at="2026-11-29T12:00:00Z")  # fmt: skip
     rows = list(csv.reader(io.StringIO(host_csv(doc), newline="")))
     shown = "'" + name.replace("\r", "\\r")

@@ -30,7 +30,7 @@ READ_COMMANDS = ("gpus", "types", "devices", "show")
 MODULES = (
     ("sim", ("sim",)),
     ("host", ("recover", "mdev", "vf", "sriov", "vfio")),
-    ("guest", ("create", "destroy", "give-back", "remove", "passthrough", "release", "demo")),
+    ("guest", ("create", "destroy", "give-back", "remove", "passthrough", "release", "adopt", "demo")),
     ("declarative", ("apply", "restore", "reconcile", "mdevctl")),
     ("unit", ("unit",)),
     ("doctor", ("doctor",)),

@@ -39,6 +39,9 @@ def _report(
     if verb == "attached" and result.removed:  # create --total below what the VM owns: the newest went back
         verb = "removed"
     devices = result.added if verb == "attached" else result.removed
+    if not devices:  # `destroy --forget` of hostdevs the domain does not record: the steps say what went
+        for line in result.plan.describe():
+            console.line(f"done: {line}")
     for a in devices:
         what = a.uuid or a.address or a.extra.get("rendernode")  # the device id, whatever its mode
         kind = f"{a.type_id} " if a.type_id else ""
@@ -51,6 +54,26 @@ def _report(
         console.line(f"hostdev XML added to {result.domain} ({result.uri}):")
         for hostdev in result.hostdevs:
             console.line(hostdev.rstrip())
+
+
+def _report_adopt(console: Console, result: Any, as_json: bool, *, quiet: bool = False) -> None:
+    if as_json:
+        console.json(result.to_json())
+        return
+    if quiet and not result.dry_run:
+        return
+    if not result.added:
+        console.line(f"nothing to adopt: no other device of domain {result.domain} is a vGPU or GPU function here"
+                     if result.skipped else
+                     f"nothing to adopt: vgpuadm already records every device domain {result.domain} has")  # fmt: skip
+    for a in result.added:
+        what = a.uuid or a.address
+        kind = f"{a.type_id} " if a.type_id else ""
+        where = f" on {a.parent}" if a.parent and a.parent != what else ""
+        console.line(f"{'would record' if result.dry_run else 'recorded'} {a.mode} {kind}{what}{where} "
+                     f"in domain {result.domain}'s metadata")  # fmt: skip
+    for line in result.skipped:
+        console.line(f"left as it is: {line}")
 
 
 def register(app: Any) -> None:
@@ -174,6 +197,19 @@ def register(app: Any) -> None:
         """Detach a passed-through GPU from its VM and give it back to its host drivers."""
         result = api.guest_release(ctx.obj["root"], gpu, connect=ctx.obj.get("connect"), dry_run=dry_run)
         _report(ctx.obj["console"], result, as_json, "released", quiet=quiet)
+
+    @app.command("adopt", epilog="Example: vgpuadm adopt --vm web01 --dry-run")
+    def adopt_cmd(
+        ctx: typer.Context,
+        vm: str = typer.Option(..., "--vm", help="The libvirt domain.", metavar="NAME"),
+        dry_run: bool = dry_opt,
+        as_json: bool = json_opt,
+        quiet: bool = quiet_opt,
+    ) -> None:
+        """Record in a VM's metadata the devices its XML already has (attached by hand, or made by mdevctl), so
+        that restore, apply and destroy manage them; nothing is attached or made."""
+        result = api.guest_adopt(ctx.obj["root"], vm, connect=ctx.obj.get("connect"), dry_run=dry_run)
+        _report_adopt(ctx.obj["console"], result, as_json, quiet=quiet)
 
     @app.command("demo", epilog="Example: vgpuadm demo · vgpuadm demo --dir /tmp/vgpuadm-demo   (kept; re-runnable)")
     def demo_cmd(

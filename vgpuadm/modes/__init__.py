@@ -122,6 +122,16 @@ def key(a: Allocation) -> DeviceKey | None:
     return of(a).key(a)
 
 
+def adopt(snapshot: HostSnapshot, ref: xml.HostdevRef, domain: str, domain_uuid: str, slot: int) -> Allocation | None:
+    """The allocation that records the device a domain's <hostdev> `ref` already gives it, from the first mode that
+    knows the device on this host (None: no mode does — it is not there now, or not a GPU device)."""
+    for mode in MODES:
+        a = mode.adopt(snapshot, ref, domain, domain_uuid, slot)
+        if a is not None:
+            return a
+    return None
+
+
 def describe(a: Allocation) -> str:
     return of(a).describe(a)
 
@@ -153,6 +163,7 @@ def hostdev_as_attached(a: Allocation, domain_xml: str) -> str:
 __all__ = [
     "MODES",
     "Mode",
+    "adopt",
     "describe",
     "for_layout",
     "for_name",

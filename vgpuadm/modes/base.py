@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from vgpuadm.errors import UsageError
 from vgpuadm.model import Allocation, DeviceKey, Holding, HostSnapshot, Layout, VgpuType, mdev_uuid, pci_key
 from vgpuadm.steps import Plan, Step
+from vgpuadm.virt import xml
 
 HostdevSpec = dict[str, Any]
 # What a mode plans to bring one recorded device back after a reboot (plan/restore.py): independent units (one that
@@ -175,6 +176,13 @@ class Mode(ABC):
         fn = snapshot.functions.get(a.address or "")
         return fn is not None and fn.driver == "vfio-pci"
 
+    def adopt(self, snapshot: HostSnapshot, ref: xml.HostdevRef, domain: str, domain_uuid: str, slot: int
+              ) -> Allocation | None:  # fmt: skip
+        """The allocation that records a device a domain's <hostdev> `ref` already gives it (attached by hand, or
+        for mdevctl) as this mode would have recorded it, read from the host now; None: not a device of this mode
+        here (`vgpuadm adopt` asks every mode)."""
+        return None
+
     def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> tuple[list[Step], str]:
         """Steps that make one more device of `t` on the parent placement chose, and the device's id (an mdev UUID,
         a VF address)."""
@@ -234,6 +242,11 @@ def normalise_params(text: str) -> str:
                 "write key=value, e.g. --param frame_rate_limiter=0",
             )
     return join_params(pairs)
+
+
+def params_now(text: str | None) -> str | None:
+    """vgpu_params a device has on the host now, as a record keeps them (`k=v, k=v`; None for none)."""
+    return join_params(split_params(text)) or None
 
 
 def check_params(params: str, type_id: str) -> str:

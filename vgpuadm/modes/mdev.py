@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from vgpuadm.errors import ConflictError, NotFoundError, VgpuadmError
-from vgpuadm.model import Allocation, DeviceKey, Holding, HostSnapshot, Layout, Mdev, VgpuType, mdev_key
+from vgpuadm.model import MDEV_KEY, Allocation, DeviceKey, Holding, HostSnapshot, Layout, Mdev, VgpuType, mdev_key
 from vgpuadm.modes.base import (
     RECREATE_VGPUS,
     HostdevSpec,
@@ -16,6 +16,7 @@ from vgpuadm.modes.base import (
     check_params,
     check_uuid,
     join_params,
+    params_now,
     same_params,
     split_params,
 )
@@ -99,6 +100,15 @@ class MdevMode(Mode):
         return xml.mdev_hostdev(
             xml.require(a, a.uuid, "UUID"), display=display, ramfb=ramfb, guest_address=xml.guest_address(a)
         )
+
+    def adopt(self, snapshot: HostSnapshot, ref: xml.HostdevRef, domain: str, domain_uuid: str, slot: int
+              ) -> Allocation | None:  # fmt: skip
+        m = snapshot.mdevs.get(ref.key) if ref.kind == MDEV_KEY else None
+        if m is None:
+            return None
+        extra = {"display": "on" if ref.display else "off", **({"ramfb": "on"} if ref.ramfb else {})}
+        return Allocation(domain, self.name, m.type_id, m.parent, m.uuid, params=params_now(m.vgpu_params),
+                          domain_uuid=domain_uuid, slot=slot, extra=extra)  # fmt: skip
 
     # -- restore after a reboot, on demand ----------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from vgpuadm.catalog import iommu
 from vgpuadm.errors import ConflictError, NotFoundError, UnsafeError, VgpuadmError
-from vgpuadm.model import Allocation, HostSnapshot, Layout, PciFunction
+from vgpuadm.model import PCI_KEY, Allocation, HostSnapshot, Layout, PciFunction
 from vgpuadm.modes.base import HostdevSpec, Mode, Rebuild
 from vgpuadm.steps import (
     Bind,
@@ -131,6 +131,27 @@ class PassthroughMode(Mode):
             rom_enabled=xml.on(extra.get("rom_enabled")),
             guest_address=xml.guest_address(a),
         )
+
+    def adopt(self, snapshot: HostSnapshot, ref: xml.HostdevRef, domain: str, domain_uuid: str, slot: int
+              ) -> Allocation | None:  # fmt: skip
+        """A whole function of a GPU (or a companion in its slot) that no vGPU layout uses; its GPU is the
+        function 0 of its slot when that is a GPU (the handle `release` and `destroy --uuid` name)."""
+        fn = snapshot.functions.get(ref.key) if ref.kind == PCI_KEY else None
+        pooled = any(ref.key in pool.vfs for pool in snapshot.vf_pools.values())
+        if fn is None or pooled or ref.key in snapshot.vendor_vfs or ref.key in snapshot.mdev_parents:
+            return None
+        head = snapshot.functions.get(f"{fn.slot}.0")
+        gpu = head.address if head is not None and head.is_display else fn.address
+        extra = {
+            "managed": "yes" if ref.managed else "no",
+            "host_driver": (fn.driver or "") if fn.driver != VFIO else "",
+        }
+        if ref.guest_address is not None:
+            extra["guest_address"] = str(ref.guest_address)
+            if ref.guest_address.multifunction:
+                extra["multifunction"] = "on"
+        return Allocation(domain, self.name, None, gpu, address=fn.address, domain_uuid=domain_uuid, slot=slot,
+                          extra=extra)  # fmt: skip
 
     # -- restore after a reboot ---------------------------------------------------------------------------------
 

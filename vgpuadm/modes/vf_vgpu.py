@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from vgpuadm.catalog.capacity import heterogeneous
 from vgpuadm.errors import ConflictError, NotFoundError
-from vgpuadm.model import Allocation, Holding, HostSnapshot, Layout, VendorVf, VgpuType
+from vgpuadm.model import PCI_KEY, Allocation, Holding, HostSnapshot, Layout, VendorVf, VgpuType
 from vgpuadm.modes.base import (
     RECREATE_VGPUS,
     HostdevSpec,
@@ -17,6 +17,7 @@ from vgpuadm.modes.base import (
     Rebuild,
     check_params,
     join_params,
+    params_now,
     same_params,
     split_params,
 )
@@ -102,6 +103,14 @@ class VfVgpuMode(Mode):
 
     def hostdev_xml(self, a: Allocation) -> str:
         return xml.vf_hostdev(xml.require(a, a.address, "address"), guest_address=xml.guest_address(a))
+
+    def adopt(self, snapshot: HostSnapshot, ref: xml.HostdevRef, domain: str, domain_uuid: str, slot: int
+              ) -> Allocation | None:  # fmt: skip
+        vf = snapshot.vendor_vfs.get(ref.key) if ref.kind == PCI_KEY else None
+        if vf is None or not vf.in_use:
+            return None
+        return Allocation(domain, self.name, f"nvidia-{vf.current_type}", vf.address, address=vf.address,
+                          params=params_now(vf.vgpu_params), domain_uuid=domain_uuid, slot=slot)  # fmt: skip
 
     # -- restore after a reboot ---------------------------------------------------------------------------------
 

@@ -19,8 +19,9 @@ from vgpuadm.host import nvidia_smi
 from vgpuadm.host.paths import PROC_CMDLINE
 from vgpuadm.host.root import SRIOV_MANAGE, HostRoot
 from vgpuadm.host.sysfs import check_root
+from vgpuadm.model import HostSnapshot
 from vgpuadm.ops.session import Session
-from vgpuadm.plan.domains import missing_recorded
+from vgpuadm.plan.domains import Domains, missing_recorded
 from vgpuadm.plan.reconcile import find_leaks
 from vgpuadm.report.doctor import Check, HostFacts, run_checks
 
@@ -69,6 +70,7 @@ def facts(root: str | None, connect: str | None = None) -> HostFacts:
                 plan = got if isinstance(got, dict) else {}
                 journal = f"{plan.get('summary') or 'a change'} (step {doc.get('current', '?')})"
         version = error = hint = leaks = missing = claimed = None
+        unrecorded: tuple[tuple[str, str], ...] = ()
         uses_ramfb = False
         try:
             version = s.virt.lib_version()
@@ -79,6 +81,7 @@ def facts(root: str | None, connect: str | None = None) -> HostFacts:
             )
             missing = tuple((a.domain, modes.describe(a)) for a in missing_recorded(snap, doms))
             claimed = tuple((key, tuple(names)) for (_, key), names in sorted(doms.claims().items()) if len(names) > 1)
+            unrecorded = _unrecorded(snap, doms)
         except VgpuadmError as exc:  # also LibvirtMissingError: no libvirt-python
             error, hint = exc.message, exc.hint
         return HostFacts(
@@ -98,7 +101,20 @@ def facts(root: str | None, connect: str | None = None) -> HostFacts:
             leaks=leaks,
             missing=missing,
             claimed_twice=claimed,
+            unrecorded=unrecorded,
         )
+
+
+def _unrecorded(snap: HostSnapshot, doms: Domains) -> tuple[tuple[str, str], ...]:
+    """(domain, "mdev U") for each device a domain's XML gives it that no domain's metadata records and that
+    `vgpuadm adopt` could record (a vGPU or GPU function of this host: not a NIC passed through by hand)."""
+    bare = doms.unrecorded()
+    return tuple(
+        (name, f"{ref.kind} {ref.key}")
+        for name, d in sorted(doms.by_name.items())
+        for ref in dict.fromkeys(d.hostdevs)
+        if (ref.kind, ref.key) in bare and modes.adopt(snap, ref, name, d.uuid, 0) is not None
+    )
 
 
 def doctor(root: str | None, connect: str | None = None) -> tuple[HostFacts, list[Check]]:

@@ -158,7 +158,7 @@ def destroy(
         s.execute(plan, dry_run=dry_run, progress=progress)
         return GuestResult(
             vm, s.uri, plan, dry_run, after, removed=gone, hostdevs=[modes.hostdev_xml(a) for a in gone],
-            message=plan.summary if gone else f"domain {vm} owns no vgpuadm devices",
+            message=plan.summary if gone or not plan.empty else f"domain {vm} owns no vgpuadm devices",
         )  # fmt: skip
 
 
@@ -207,3 +207,37 @@ def release(
         s.execute(plan, dry_run=dry_run, progress=progress)
         return GuestResult(", ".join(holders) or "no domain", s.uri, plan, dry_run, [], removed=gone,
                            hostdevs=[modes.hostdev_xml(a) for a in gone], message=plan.summary)  # fmt: skip
+
+
+# -- adopt -----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AdoptResult(GuestResult):
+    """What `adopt` recorded (would record), and the hostdevs it left alone because no mode knows them here."""
+
+    skipped: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**super().to_json(), "skipped": self.skipped}
+
+
+def adopt(
+    root: str | None,
+    vm: str,
+    *,
+    connect: str | None = None,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> AdoptResult:
+    """Record in `vm`'s vgpuadm metadata the devices its XML already gives it (plan/guest.plan_adopt), through the
+    same definition step every guest verb writes the metadata with."""
+    with Session.changing(root, connect, dry_run=dry_run) as s:
+        if vm not in s.domains().by_name:
+            s.virt.xml(vm)  # raises NotFoundError naming the domain
+            raise ConflictError(
+                f"domain {vm}'s vgpuadm metadata names another host", "adopt it on the host its metadata names"
+            )
+        plan, added, after, skipped = planner.plan_adopt(s.snap, s.domains(), vm)
+        s.execute(plan, dry_run=dry_run, progress=progress)
+        return AdoptResult(vm, s.uri, plan, dry_run, after, added, message=plan.summary, skipped=skipped)

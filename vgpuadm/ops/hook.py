@@ -138,7 +138,7 @@ def foreign_owners(domains: Domains, domain_xml: str) -> dict[str, str]:
         if name == me[0] or (me[1] and d.uuid.lower() == me[1].lower()):
             continue
         asked = set() if d.running else {k for a in d.allocations if a.on_demand for k in device_keys(a)}
-        for key in [(ref.kind, ref.key) for ref in d.hostdevs] + [k for a in d.allocations for k in device_keys(a)]:
+        for key in d.references():
             if key not in asked:
                 out.setdefault(key[1], name)
     return out

@@ -17,6 +17,7 @@ from vgpuadm.host import nvidia_smi
 from vgpuadm.io.domainxml import read_domain_dir
 from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.ops.session import Session
+from vgpuadm.plan.domains import Domains
 from vgpuadm.report.inventory import inventory as build_inventory
 from vgpuadm.report.listing import vm_rows, vm_view
 from vgpuadm.report.merge import load_report, merge
@@ -41,23 +42,22 @@ def inventory(
     it is reported as unknown, never as leaks)."""
     with Session.read(root, connect) as s:
         snap = s.snap
-        allocations: list[Allocation] | None = None
+        found: Domains | None = None
         running: frozenset[str] | None = None
         source = "none"
         if domains_xml is not None:
             found = read_domain_dir(domains_xml, snap.host_key, option="--domain-xml-dir")
-            allocations, source = found.allocations, f"domains-xml:{os.path.abspath(domains_xml)}"
+            source = f"domains-xml:{os.path.abspath(domains_xml)}"
         warnings: list[str] = []
         if domains_xml is None and use_libvirt:
-            wanted = None if domains is None else set(domains)
             try:
-                allocations = [a for a in s.domains().allocations if wanted is None or a.domain in wanted]
+                found = s.domains().only(None if domains is None else set(domains))
                 running = s.domains().running
                 source = f"libvirt:{s.uri}"
             except LibvirtMissingError as exc:  # the rest of the host can still be read
                 warnings.append(f"owners unknown: {exc.message}; {exc.hint}")
-        mig = _mig_occupancy(s, allocations, warnings)
-        doc = build_inventory(snap, allocations, host=host or s.root.hostname(), generated_at=_now(), source=source,
+        mig = _mig_occupancy(s, found, warnings)
+        doc = build_inventory(snap, found, host=host or s.root.hostname(), generated_at=_now(), source=source,
                               running=running, mig=mig)  # fmt: skip
         doc["warnings"] += warnings
         pending: VgpuadmError | None
@@ -70,11 +70,10 @@ def inventory(
         return doc
 
 
-def _mig_occupancy(
-    s: Session, allocations: list[Allocation] | None, warnings: list[str]
-) -> dict[str, dict[str, Any]] | None:
-    """GPU-instance occupancy per MIG-capable GPU (None on hosts without NVIDIA GPUs or nvidia-smi); owners and
-    who vgpuadm made an instance for come from `allocations` (unknown, null, when they are None)."""
+def _mig_occupancy(s: Session, found: Domains | None, warnings: list[str]) -> dict[str, dict[str, Any]] | None:
+    """GPU-instance occupancy per MIG-capable GPU (None on hosts without NVIDIA GPUs or nvidia-smi); owners (the
+    domain scan's users(), as every reader) and who vgpuadm made an instance for come from `found` (unknown, null,
+    when it is None)."""
     if not any(fn.vendor_id == "0x10de" for fn in s.snap.functions.values()) or nvidia_smi.locate(s.root) is None:
         return None
     try:
@@ -83,9 +82,9 @@ def _mig_occupancy(
         warnings.append(f"MIG state not read: {exc.message}")
         return None
     owners = made = None
-    if allocations is not None:
-        owners = {key: a.domain for a in allocations for key in (a.uuid, a.address) if key}
-        made = made_by(allocations, s.snap.physical_gpu)
+    if found is not None:
+        owners = {key: name for (_, key), name in found.users().items()}
+        made = made_by(found.allocations, s.snap.physical_gpu)
     rows = instance_rows(gpus, owners, made)
     return {g.address: gpu_occupancy(g, rows) for g in gpus}
 

@@ -38,7 +38,17 @@ class Domain:
 
     def references(self) -> list[tuple[str, str]]:
         """The devices this domain references: its hostdevs (any, vgpuadm's or not), then its recorded ones."""
-        return [(ref.kind, ref.key) for ref in self.hostdevs] + [k for a in self.allocations for k in device_keys(a)]
+        return [(ref.kind, ref.key) for ref in self.hostdevs] + self.recorded()
+
+    def recorded(self) -> list[tuple[str, str]]:
+        """The devices this domain's vgpuadm metadata records (restore, apply and destroy manage those)."""
+        return [k for a in self.allocations for k in device_keys(a)]
+
+    def unrecorded(self) -> list[tuple[str, str]]:
+        """The devices this domain's XML references that its vgpuadm metadata does not record (attached by hand,
+        by virt-manager or for mdevctl): the domain owns them all the same; `vgpuadm adopt` records them."""
+        recorded = set(self.recorded())
+        return [key for key in dict.fromkeys(self.references()) if key not in recorded]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +106,18 @@ class Domains:
             for key in dict.fromkeys(d.references()):  # each once per domain
                 out.setdefault(key, []).append(name)
         return out
+
+    def unrecorded(self) -> set[tuple[str, str]]:
+        """Every device a domain references that no domain's vgpuadm metadata records: owned (users() names its
+        domain) but not managed by vgpuadm until `vgpuadm adopt` records it."""
+        recorded = {key for d in self.by_name.values() for key in d.recorded()}
+        return {key for key in self.users() if key not in recorded}
+
+    def only(self, names: Collection[str] | None) -> Domains:
+        """These domains with only the named ones (all when `names` is None)."""
+        if names is None:
+            return self
+        return Domains(self.host_key, {n: d for n, d in self.by_name.items() if n in names})
 
     def owned(self) -> set[str]:
         """Every device id (mdev UUID, PCI address) any domain references."""

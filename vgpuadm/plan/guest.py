@@ -464,9 +464,37 @@ def plan_destroy(
         gone = chosen  # a passed-through GPU goes as a whole (GPU + audio …): one handle
     if forget:
         steps, after = take_steps(snap, domain_xml, owned, gone, {}, drivers or {}, free=False)
-        return Plan.of(steps, f"forget {len(gone)} device(s) domain {name} claims"), gone, after
+        steps, bare = _forget_copied_hostdevs(
+            snap, domain_xml, owned, steps, others, device_key(uuid) if uuid else None
+        )
+        return Plan.of(steps, f"forget {len(gone) + bare} device(s) domain {name} claims"), gone, after
     steps, after = take_steps(snap, domain_xml, owned, gone, others, drivers or {})
     return Plan.of(steps, f"take {len(gone)} device(s) from domain {name}"), gone, after
+
+
+def _forget_copied_hostdevs(
+    snap: HostSnapshot, domain_xml: str, owned: Sequence[Allocation], steps: list[Step], others: Users,
+    only: str | None,
+) -> tuple[list[Step], int]:  # fmt: skip
+    """`destroy --forget` on a copy whose claim is a bare <hostdev> (a VM given its device by hand, then copied with
+    `virsh dumpxml | virsh define`): the hostdevs it does not record that another domain claims too (only the one
+    `only` names, when given) go out of its definition in the same DefineDomain; the device stays. Returns the steps
+    and how many hostdevs go."""
+    name = xml.domain_identity(domain_xml)[0]
+    recorded = {k for a in owned if (k := modes.key(a)) is not None}
+    keys = [(r.kind, r.key) for r in xml.parse_hostdevs(domain_xml)]
+    bare = [k for k in dict.fromkeys(keys) if k not in recorded and k in others and only in (None, k[1])]
+    if not bare:
+        return steps, 0
+    hostdevs = "".join(xml.hostdev_as_defined(domain_xml, k) for k in bare)
+    labels = ", ".join(f"{kind} {ident}" for kind, ident in bare)
+    define = next((s for s in steps if isinstance(s, DefineDomain)), None)
+    if define is None:
+        define = redefine_step(name, owned, owned, snap.host_key, domain_xml)
+        steps = [*steps, define]
+    joined = dataclasses.replace(define, detach=define.detach + hostdevs,
+                                 detached=", ".join(x for x in (define.detached, labels) if x))  # fmt: skip
+    return [joined if s is define else s for s in steps], len(bare)
 
 
 def take_steps(
@@ -613,3 +641,52 @@ def plan_release(snap: HostSnapshot, domains: Domains, gpu: str, drivers: dict[s
         gone += mine
     steps += device_plans.plan_vfio_restore(snap, gpu, drivers).steps
     return Plan.of(steps, f"release {gpu} from {', '.join(holders) or 'no domain'}"), holders, gone
+
+
+# -- adopt -----------------------------------------------------------------------------------------------------------
+
+
+def plan_adopt(snap: HostSnapshot, domains: Domains, name: str) -> tuple[Plan, list[Allocation], list[Allocation],
+                                                                         list[str]]:  # fmt: skip
+    """Record in domain `name`'s vgpuadm metadata the devices its XML already gives it but no record names
+    (attached by hand, by virt-manager, or made by mdevctl), each as its mode would have recorded it, read from the
+    host now — so that restore, apply and destroy manage them from then on. Nothing is attached or made: the one
+    step rewrites the metadata. Refuses (ConflictError) a device another domain also claims. Returns the plan, the
+    allocations added, all the domain records afterwards, and one line per hostdev no mode knows on this host (not
+    there now, or not a GPU device), which stays as it is. Pure."""
+    d = domains.by_name[name]
+    owned = list(d.allocations)
+    recorded = set(d.recorded())
+    others = domains.users(besides=name)
+    used = {a.slot for a in owned}
+    added: list[Allocation] = []
+    skipped: list[str] = []
+    for ref in dict.fromkeys(d.hostdevs):
+        key = (ref.kind, ref.key)
+        if key in recorded:
+            continue
+        if key in others:
+            raise _claimed_elsewhere(name, others[key], key)
+        slot = free_slots(used, 1)[0]
+        a = modes.adopt(snap, ref, name, d.uuid, slot)
+        if a is None:
+            skipped.append(f"{ref.kind} {ref.key}: no vGPU or GPU function vgpuadm can identify on this host now")
+            continue
+        used.add(slot)
+        added.append(a)
+    after = sorted([*owned, *added], key=lambda a: a.slot)
+    if not added:
+        return Plan.of([], f"domain {name} has no device to adopt"), [], after, skipped
+    step = redefine_step(name, owned, after, snap.host_key, d.xml)
+    return Plan.of([step], f"record {len(added)} device(s) domain {name} already has"), added, after, skipped
+
+
+def _claimed_elsewhere(name: str, other: str, key: tuple[str, str]) -> ConflictError:
+    """The refusal of a device two domains claim: it names both and how to drop the claim of whichever is a copy
+    (never of "the original": which one that is, only the user knows)."""
+    kind, ident = key
+    return ConflictError(
+        f"cannot adopt {kind} {ident} for domain {name}: domain {other} claims it too",
+        f"a device belongs to one VM: on whichever of {name} and {other} is a copy, run `vgpuadm destroy --vm COPY "
+        "--forget` (drops the copy's claim; the device and the VM it belongs to stay as they are), then adopt again",
+    )

@@ -55,6 +55,8 @@ class HostFacts:
     missing: tuple[tuple[str, str], ...] | None = None
     # (device id, the domains that all claim it) for a device more than one domain references
     claimed_twice: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+    # (domain, device) a domain's XML gives it that no vgpuadm metadata records and `vgpuadm adopt` could record
+    unrecorded: tuple[tuple[str, str], ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
     libvirt_hint: str | None = None  # what to do about libvirt_error (no daemon, no permission, no libvirt-python)
 
@@ -289,6 +291,24 @@ def check_claims(f: HostFacts) -> list[Check]:
     ]
 
 
+def check_unrecorded(f: HostFacts) -> list[Check]:
+    """Devices a domain owns (its XML references them) that vgpuadm has not recorded: owned, not leaked, but
+    `restore` cannot bring them back after a reboot until `adopt` records them. Nothing to say otherwise."""
+    by_domain: dict[str, list[str]] = {}
+    for domain, device in f.unrecorded:
+        by_domain.setdefault(domain, []).append(device)
+    return [
+        Check(
+            f"unrecorded {domain}",
+            WARN,
+            f"domain {domain} has {', '.join(devices)} that vgpuadm has not recorded: `vgpuadm restore` will not "
+            "bring them back after a reboot",
+            f"vgpuadm adopt --vm {domain} (records them; --dry-run shows what)",
+        )
+        for domain, devices in sorted(by_domain.items())
+    ]
+
+
 def run_checks(f: HostFacts) -> list[Check]:
     """Every check, in the order they are printed."""
     return [
@@ -304,6 +324,7 @@ def run_checks(f: HostFacts) -> list[Check]:
         *check_leaks(f),
         check_missing(f),
         *check_claims(f),
+        *check_unrecorded(f),
     ]
 
 

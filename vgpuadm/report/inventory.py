@@ -1,6 +1,6 @@
 """The inventory of one host: who owns which vGPU, what is free, and how many more of each type fit where. Pure.
 
-`inventory(snapshot, allocations, host=…, generated_at=…)` returns the versioned document that every renderer
+`inventory(snapshot, domains, host=…, generated_at=…)` returns the versioned document that every renderer
 (table, JSON, CSV, Prometheus, HTML) and the fleet merge read; its shape is vgpuadm/schemas/inventory-v1.schema.json.
 
 Capacity follows the sharing rules of shared/docs/vgpu-sysfs.md, and never exceeds what the kernel itself reports
@@ -14,8 +14,11 @@ board not in the tables it is what the creatable lists still offer (one per free
 while the GPU is idle (its largest type spans it).
 `stranded` counts instances of a type that the free framebuffer of a GPU could hold but that GPU's lock (another
 type, or another size) forbids — the fleet report's fragmentation.
-`allocations=None` means ownership is unknown (no libvirt, no saved domain XML): devices are then neither owned
-nor leaked, rather than all reported as leaks.
+Ownership is the domain scan's one answer (plan/domains.Domains.users(), as `devices`, `doctor` and `reconcile`
+read it): a device a domain's XML references is that domain's, whether vgpuadm recorded it in the domain's metadata
+or not (attached by hand, by virt-manager, for mdevctl); a device row says `recorded: false` for the latter (`vgpuadm
+adopt` records them). `domains=None` means ownership is unknown (no libvirt, no saved domain XML): devices are then
+neither owned nor leaked, rather than all reported as leaks.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from vgpuadm.catalog.capacity import (
     whole_gpu_room,
 )
 from vgpuadm.catalog.naming import describe_nvidia_name
-from vgpuadm.model import Allocation, HostSnapshot, Layout, VgpuType
+from vgpuadm.model import PCI_KEY, Allocation, HostSnapshot, Layout, VgpuType
+from vgpuadm.plan.domains import Domains
 
 SCHEMA = "vgpuadm-inventory/1"
 
@@ -72,7 +76,7 @@ class _Gpu:
 
 def inventory(
     snap: HostSnapshot,
-    allocations: list[Allocation] | None,
+    domains: Domains | None,
     *,
     host: str,
     generated_at: str,
@@ -85,9 +89,10 @@ def inventory(
     `mig`: per MIG-capable GPU its GPU-instance occupancy (report/mig.gpu_occupancy), shown as the row's `mig`."""
     warnings = list(snap.warnings)
     gpus = _physical_gpus(snap)
-    devices = _devices(snap, gpus, {a.address for a in allocations or [] if modes.of(a).whole_gpu and a.address})
+    allocations = domains.allocations if domains is not None else None
+    devices = _devices(snap, gpus, _passed_through(domains))
     requests = [a for a in allocations or [] if a.on_demand]
-    owners, missing = _owners(devices, allocations, warnings)
+    owners, unrecorded, missing = _owners(devices, domains, warnings)
     missing = [m for m in missing if not m["on_demand"]]
     for m in missing:
         del m["on_demand"]
@@ -96,7 +101,7 @@ def inventory(
     for row in gpu_rows:
         if mig and row["address"] in mig:
             row["mig"] = mig[row["address"]]
-    device_rows = [_device_row(snap, d, owners, allocations is not None) for d in devices]
+    device_rows = [_device_row(snap, d, owners, unrecorded, allocations is not None) for d in devices]
     for row in device_rows:
         row["held"] = None if running is None or row["domain"] is None else (
             "running" if row["domain"] in running else "stopped")  # fmt: skip
@@ -266,19 +271,37 @@ def _vf_type_name(snap: HostSnapshot, physfn: str | None, address: str, type_num
     return None
 
 
+def _passed_through(domains: Domains | None) -> set[str]:
+    """The PCI functions the domains give whole to a guest (recorded passthrough, or a bare PCI <hostdev>): listed
+    as devices even while not bound to vfio-pci (a managed hostdev of a stopped domain)."""
+    if domains is None:
+        return set()
+    recorded = {a.address for a in domains.allocations if modes.of(a).whole_gpu and a.address}
+    return recorded | {key for kind, key in domains.unrecorded() if kind == PCI_KEY}
+
+
 def _owners(
-    devices: list[_Device], allocations: list[Allocation] | None, warnings: list[str]
-) -> tuple[dict[str, str], list[dict[str, Any]]]:
-    """Device id → owning domain, and the allocations whose device does not exist (restore needed)."""
-    owners: dict[str, str] = {}
+    devices: list[_Device], domains: Domains | None, warnings: list[str]
+) -> tuple[dict[str, str], set[str], list[dict[str, Any]]]:
+    """Device id → owning domain (Domains.users(): the domain whose XML references it), the ids no domain's
+    vgpuadm metadata records, and the allocations whose device does not exist (restore needed)."""
     missing: list[dict[str, Any]] = []
+    if domains is None:
+        return {}, set(), missing
     ids = {d.id for d in devices}
-    for a in allocations or []:
+    owners = {key: name for (_, key), name in domains.users().items() if key in ids}
+    unrecorded = {key for _, key in domains.unrecorded() if key in ids}
+    for (_, key), names in sorted(domains.claims().items()):
+        if key in ids and len(names) > 1:
+            warnings.append(
+                f"{key} is claimed by {len(names)} domains ({', '.join(names)}); only one of them can start"
+            )
+    for a in domains.allocations:
         mode = modes.of(a)
         if mode.paravirtual:  # nothing on the host to own or to miss
             continue
-        key = mode.device_id(a)
-        if key is None or key not in ids:
+        device = mode.device_id(a)
+        if device is None or device not in ids:
             missing.append(
                 {
                     "on_demand": a.on_demand,
@@ -290,12 +313,7 @@ def _owners(
                     "address": a.address,
                 }
             )
-            continue
-        if key in owners and owners[key] != a.domain:
-            warnings.append(f"device {key} is claimed by domains {owners[key]} and {a.domain}")
-            continue
-        owners[key] = a.domain
-    return owners, missing
+    return owners, unrecorded, missing
 
 
 # -- capacity -------------------------------------------------------------------------------------------------
@@ -465,7 +483,9 @@ def _function_rows(snap: HostSnapshot, devices: list[_Device]) -> list[dict[str,
     ]
 
 
-def _device_row(snap: HostSnapshot, d: _Device, owners: dict[str, str], known: bool) -> dict[str, Any]:
+def _device_row(
+    snap: HostSnapshot, d: _Device, owners: dict[str, str], unrecorded: set[str], known: bool
+) -> dict[str, Any]:
     fn = snap.functions.get(d.gpu)
     return {
         "kind": d.kind,
@@ -482,6 +502,7 @@ def _device_row(snap: HostSnapshot, d: _Device, owners: dict[str, str], known: b
         "vgpu_params": d.vgpu_params,
         "domain": owners.get(d.id),
         "owned": (d.id in owners) if known else None,
+        "recorded": (d.id not in unrecorded) if d.id in owners else None,
     }
 
 
@@ -500,6 +521,7 @@ def _summary(
         "devices": len(devices),
         "owned": sum(1 for d in devices if d["owned"]) if known else None,
         "unowned": sum(1 for d in devices if d["owned"] is False) if known else None,
+        "not_recorded": sum(1 for d in devices if d["recorded"] is False) if known else None,
         "missing": len(missing),
         "types_offered": len(types),
         "framebuffer_total_mib": total,

@@ -90,7 +90,7 @@ def _text_or_none(v: Any) -> bool:
 # The values merge and the fleet renderers compute with, per part of a host document: a report edited by hand
 # (or by a tool) must fail here with the file's name, not halfway through the sums.
 _SUMMARY_KINDS = {**dict.fromkeys(_SUMMARY, _count), "owned": _count_or_none, "unowned": _count_or_none,
-                  "framebuffer_stranded_mib": _count_or_none}  # fmt: skip
+                  "not_recorded": _count_or_none, "framebuffer_stranded_mib": _count_or_none}  # fmt: skip
 _TYPE_KINDS = {"type_id": lambda v: isinstance(v, str), "name": _text_or_none, "framebuffer_mib": _count_or_none,
                "used": _count, "free": _count, "stranded": _count, "max": _count_or_none}  # fmt: skip
 _LEAK_KINDS = {"id": lambda v: isinstance(v, str), "kind": lambda v: isinstance(v, str), "type_id": _text_or_none,
@@ -168,6 +168,7 @@ def merge(reports: Iterable[tuple[str, dict[str, Any]]], *, generated_at: str) -
                 "devices": s["devices"],
                 "owned": s.get("owned"),
                 "unowned": s.get("unowned"),
+                "not_recorded": s.get("not_recorded"),  # owned, attached without vgpuadm (None: an older report)
                 "missing": s["missing"],
                 "framebuffer_total_mib": s["framebuffer_total_mib"],
                 "framebuffer_used_mib": s["framebuffer_used_mib"],

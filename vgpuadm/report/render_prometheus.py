@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 MIB = 1024 * 1024
+NOT_RECORDED_HELP = "Devices a domain owns that vgpuadm has not recorded (vgpuadm adopt)."
 
 
 class _Families:
@@ -143,6 +144,7 @@ def host_families(doc: dict[str, Any]) -> _Families:
         )
     s = doc["summary"]
     m.add("vgpuadm_unowned_devices", "Devices no domain owns (leaks).", h, s["unowned"])
+    m.add("vgpuadm_not_recorded_devices", NOT_RECORDED_HELP, h, s.get("not_recorded"))
     m.add("vgpuadm_missing_devices", "Devices domains own that do not exist (run vgpuadm restore).", h, s["missing"])
     m.add(
         "vgpuadm_framebuffer_locked_free_bytes",
@@ -202,6 +204,8 @@ def fleet_families(doc: dict[str, Any]) -> _Families:
         )
     for h in doc["hosts"]:
         m.add("vgpuadm_unowned_devices", "Devices no domain owns (leaks).", {"host": h["host"]}, h["unowned"])
+    for h in doc["hosts"]:
+        m.add("vgpuadm_not_recorded_devices", NOT_RECORDED_HELP, {"host": h["host"]}, h.get("not_recorded"))
     for h in doc["hosts"]:
         m.add(
             "vgpuadm_missing_devices",

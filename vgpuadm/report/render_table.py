@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from vgpuadm.report.cells import OWNER_UNKNOWN, UNOWNED, numa_cell
+from vgpuadm.report.cells import NOT_RECORDED, OWNER_UNKNOWN, UNOWNED, numa_cell
 
 
 class Table(NamedTuple):
@@ -210,8 +210,9 @@ def _owner(device: dict[str, Any]) -> str:
         return OWNER_UNKNOWN
     if not device["owned"]:
         return f"{UNOWNED} (leak)"
-    held = {"running": " (running)", "stopped": " (stopped: reserved)"}.get(device.get("held") or "", "")
-    return f"{device['domain']}{held}"
+    held = {"running": "running", "stopped": "stopped: reserved"}.get(device.get("held") or "")
+    notes = [n for n in (held, NOT_RECORDED if device.get("recorded") is False else None) if n]
+    return f"{device['domain']} ({'; '.join(notes)})" if notes else str(device["domain"])
 
 
 def fleet_tables(doc: dict[str, Any]) -> list[Table]:

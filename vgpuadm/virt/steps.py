@@ -98,6 +98,8 @@ class DefineDomain(Step):
         )
         if not parts:
             return f"{meta.replace(' its ', ' the ')} of domain {self.domain}"
+        if not self.element and not self.previous:  # a domain vgpuadm never recorded anything in
+            return " and ".join(parts)
         return f"{' and '.join(parts)}, and {meta}"
 
 

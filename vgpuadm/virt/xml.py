@@ -7,6 +7,7 @@ Pure: no libvirt, no sysfs. The templates live in templates/ at the repo root (v
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -94,6 +95,8 @@ class HostdevRef:
     key: str  # the UUID, or the host PCI address as 0000:65:00.0
     managed: bool | None = None
     guest_address: PciAddress | None = None
+    display: bool = False  # an mdev's display='on' (and ramfb='on'): what `vgpuadm adopt` records of it
+    ramfb: bool = False
 
 
 # -- templates -----------------------------------------------------------------------------------------------------
@@ -389,8 +392,21 @@ def parse_hostdevs(domain_xml: str | Any) -> list[HostdevRef]:
             _address(guest_el, multifunction=guest_el.get("multifunction") == "on") if guest_el is not None else None
         )
         managed = None if key[0] == MDEV_KEY else hd.get("managed") == "yes"
-        out.append(HostdevRef(key[0], key[1], managed, guest))
+        out.append(HostdevRef(key[0], key[1], managed, guest, hd.get("display") == "on", hd.get("ramfb") == "on"))
     return out
+
+
+def hostdev_as_defined(domain_xml: str | Any, key: DeviceKey) -> str:
+    """The domain's own <hostdev> element for `key` as its definition has it (libvirt's aliases left out), to take
+    out a hostdev vgpuadm did not record and to put it back the same on undo; "" when there is none."""
+    for hd in _document(domain_xml).findall("devices/hostdev"):
+        if hostdev_key(hd) == key:
+            el = copy.deepcopy(hd)
+            for alias in el.findall("alias"):
+                el.remove(alias)
+            el.tail = None
+            return to_string(el)
+    return ""
 
 
 def used_guest_slots(domain_xml: str, bus: int = 0) -> set[int]:
