@@ -30,6 +30,7 @@ from embedded_host import REPO, Result, define, domain_xml, hostdev_keys, mdevs,
 from vgpuadm.host.root import HostRoot
 from vgpuadm.plan.ids import device_uuid
 from vgpuadm.schemas import validate
+from vgpuadm.sim.treestate import tree_state
 
 pytestmark = pytest.mark.libvirt
 
@@ -184,10 +185,13 @@ def test_a_test_only_mode_goes_through_the_whole_lifecycle(sim_host, tmp_path: P
     ],
 )
 def test_a_mode_that_cannot_be_added_is_one_clean_error(sim_host, tmp_path: Path, line: str, why: str) -> None:
-    """A broken line (its module missing, or naming a mode of another name than its own) stops every command with
-    one error naming the entry point, before anything is read or changed."""
+    """A broken line (its module missing, or naming a mode of another name than its own) stops a command that looks
+    a mode up by type with one error naming the entry point, before anything is changed (the entry points are read
+    on first need: restore and the hook, which look modes up by name, never pay for them)."""
     root = sim_host("mtty")
-    result = vgpuadm(root, "types", env=install(tmp_path / "site", line))
+    before = tree_state(str(root))
+    result = vgpuadm(root, "mdev", "create", "--type", "mtty-1", env=install(tmp_path / "site", line))
+    assert tree_state(str(root)) == before
     name, value = (w.strip() for w in line.split("="))
     assert (result.code, result.out) == (2, "")
     assert result.err.splitlines() == [

@@ -10,7 +10,8 @@ its member of model.DeviceMode, which the hook's fast path reads without this re
     [project.entry-points."vgpuadm.modes"]
     serial = "vgpuadm_serial:MODE"
 
-The installed distributions' entry points in that group are loaded once, when this registry is imported; each names
+The installed distributions' entry points in that group are loaded once, when a mode is first looked up by type (or
+a name or layout no built-in mode has); each names
 a Mode instance whose name is the entry point's name (so that metadata recording the mode can be read before the
 registry is imported: model.known_device_mode), given to `register`. Only installed distributions are read — what
 is on the interpreter's sys.path when it starts, as for any import — never a module named by a vgpuadm option, an
@@ -74,12 +75,22 @@ def _load_entry_points() -> None:
             ) from None
 
 
-_load_entry_points()
+_loaded = False
+
+
+def _added() -> list[Mode]:
+    """The added modes, their entry points loaded on first need: a lookup of a built-in mode by name or layout (what
+    restore and the hook do) never pays for importlib.metadata (~30 ms)."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        _load_entry_points()
+    return _ADDED
 
 
 def for_type(t: VgpuType) -> Mode:
     """The mode that makes devices of `t`: an added mode that claims it, else the mode of its layout."""
-    for m in _ADDED:
+    for m in _added():
         if m.claims(t):
             return m
     return for_layout(t.layout)
@@ -96,7 +107,10 @@ def for_type_on(snap: HostSnapshot, parent: str | None, type_id: str | None) -> 
 def for_layout(layout: Layout | str) -> Mode:
     """The mode that handles devices of `layout`."""
     try:
-        return _BY_LAYOUT[Layout(layout)]
+        key = Layout(layout)
+        if key not in _BY_LAYOUT:
+            _added()
+        return _BY_LAYOUT[key]
     except (KeyError, ValueError):
         raise UsageError(
             f'No mode handles layout "{layout}"', f"layouts: {', '.join(m.value for m in Layout)}"
@@ -106,6 +120,8 @@ def for_layout(layout: Layout | str) -> Mode:
 def for_name(name: str) -> Mode:
     """The mode recorded as Allocation.mode ("mdev", "vf", "pci", "pool", "virtio-gl")."""
     mode = _BY_NAME.get(name)
+    if mode is None and _added():
+        mode = _BY_NAME.get(name)
     if mode is None:
         raise UsageError(f'Unknown device mode "{name}"', "modes: mdev, vf, pci, pool, virtio-gl"
                          + "".join(f", {m.name}" for m in _ADDED))  # fmt: skip
