@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from vgpuadm.errors import UsageError
@@ -183,25 +183,50 @@ class Mode(ABC):
         here (`vgpuadm adopt` asks every mode)."""
         return None
 
-    def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> tuple[list[Step], str]:
-        """Steps that make one more device of `t` on the parent placement chose, and the device's id (an mdev UUID,
-        a VF address)."""
+    def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> Made:
+        """One more device of `t` on the parent placement chose: the steps that make it and what a domain's
+        allocation of it records."""
         raise UsageError(f"{t.type_id} on {t.parent}: {self.name} devices are not created", "this is a bug in vgpuadm")
+
+
+@dataclass(frozen=True)
+class Made:
+    """One device a create plan makes (Mode.plan_instance): the steps that make it, its id (an mdev UUID, a VF
+    address), the mode that makes it, and what a domain's allocation of it records: its type, parent, UUID or
+    address, the mode's own record (`extra`: a placement ID, a pool VF's former host driver), and whether it carries
+    the request's vgpu_params and display options."""
+
+    steps: tuple[Step, ...]
+    device: str
+    mode: str
+    type_id: str
+    parent: str | None
+    uuid: str | None = None
+    address: str | None = None
+    extra: Mapping[str, str] = field(default_factory=dict)
+    params: bool = True
+    display: bool = False
+
+    def allocation(
+        self, domain: str, *, slot: int, domain_uuid: str | None, params: str, display: Mapping[str, str]
+    ) -> Allocation:
+        """The device as `domain` records it, in `slot`."""
+        return Allocation(domain, self.mode, self.type_id, self.parent, uuid=self.uuid, address=self.address,
+                          params=(params or None) if self.params else None, domain_uuid=domain_uuid, slot=slot,
+                          extra={**(display if self.display else {}), **self.extra})  # fmt: skip
 
 
 @dataclass
 class Instance:
     """What one device of a create plan (plan/devices.plan_create) may need, asked for only by the mode that needs
     it: its vgpu_params, its mdev UUID (given or drawn), its placement ID (heterogeneous mode), the VFs it must not
-    take (other domains' and this plan's), the PFs this plan already enables (updated), and where a taken pool VF's
-    former host driver is recorded (updated)."""
+    take (other domains' and this plan's), the PFs this plan already enables (updated)."""
 
     params: str
     uuid: Callable[[], str]
     placement: Callable[[], int | None]
     exclude: Callable[[], Collection[str]]
     enabling: set[str]
-    host_drivers: dict[str, str]
 
 
 # One vgpu_params pair (reference §2.5): keys such as `frame_rate_limiter` or `vgpu-placement-id`; a value holds

@@ -11,6 +11,7 @@ from vgpuadm.modes.base import (
     RECREATE_VGPUS,
     HostdevSpec,
     Instance,
+    Made,
     Mode,
     Rebuild,
     check_params,
@@ -171,9 +172,10 @@ class MdevMode(Mode):
         m = snapshot.mdevs.get((a.uuid or "").lower())
         return m is not None and m.type_id == a.type_id
 
-    def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> tuple[list[Step], str]:
+    def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> Made:
         dev = ask.uuid()
-        return self.plan_create(snapshot, t, dev, ask.params), dev
+        steps = tuple(self.plan_create(snapshot, t, dev, ask.params))
+        return Made(steps, dev, self.name, t.type_id, t.parent, uuid=dev, display=True)
 
 
 MODE = MdevMode()

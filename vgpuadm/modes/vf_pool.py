@@ -18,7 +18,7 @@ from vgpuadm.catalog import iommu
 from vgpuadm.catalog.sriov_boards import check_vfs_settable
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, VgpuadmError
 from vgpuadm.model import Allocation, Holding, HostSnapshot, Layout, PciFunction, VfPool, VgpuType
-from vgpuadm.modes.base import HostdevSpec, Instance, Mode, Rebuild
+from vgpuadm.modes.base import HostdevSpec, Instance, Made, Mode, Rebuild
 from vgpuadm.steps import Bind, DriversProbe, Plan, SetDriverOverride, SetNumVfs, SetSriovAutoprobe, Step, Unbind
 from vgpuadm.virt import xml
 
@@ -164,11 +164,11 @@ class VfPoolMode(Mode):
         pool = snapshot.vf_pools.get(a.parent or "")
         return fn is not None and fn.driver is not None and fn.driver in ("vfio-pci", pool.variant if pool else None)
 
-    def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> tuple[list[Step], str]:
-        # the device is a free VF of the pool, bound to vfio-pci for the guest
+    def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> Made:
+        # the device is a free VF of the pool, bound to vfio-pci for the guest; it takes no vgpu_params
         steps, vf, host_driver = self.plan_take(snapshot, t.parent, ask.exclude(), ask.enabling)
-        ask.host_drivers[vf] = host_driver
-        return steps, vf
+        return Made(tuple(steps), vf, self.name, t.type_id, t.parent, address=vf, extra={"host_driver": host_driver},
+                    params=False)  # fmt: skip
 
 
 MODE = VfPoolMode()

@@ -13,6 +13,7 @@ from vgpuadm.modes.base import (
     RECREATE_VGPUS,
     HostdevSpec,
     Instance,
+    Made,
     Mode,
     Rebuild,
     check_params,
@@ -161,8 +162,11 @@ class VfVgpuMode(Mode):
         vf = snapshot.vendor_vfs.get(a.address or "")
         return vf is not None and vf.in_use and f"nvidia-{vf.current_type}" == a.type_id
 
-    def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> tuple[list[Step], str]:
-        return self.plan_create(snapshot, t, ask.params, ask.placement()), t.parent
+    def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> Made:
+        steps = tuple(self.plan_create(snapshot, t, ask.params, ask.placement()))
+        placed = [s.placement_id for s in steps if isinstance(s, SetVfPlacement)]  # recorded when it is written
+        extra = {"placement_id": str(placed[0])} if placed else {}
+        return Made(steps, t.parent, self.name, t.type_id, t.parent, address=t.parent, extra=extra)
 
 
 def _recorded_placement(a: Allocation, snapshot: HostSnapshot, vf: str) -> int | None:

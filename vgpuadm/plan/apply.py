@@ -39,7 +39,7 @@ from vgpuadm.plan.guest import (
 )
 from vgpuadm.plan.ids import device_uuid
 from vgpuadm.plan.placement import resolve_on_host
-from vgpuadm.steps import CreateMdev, Plan, SetVfVgpuType, Step
+from vgpuadm.steps import Plan, Step
 from vgpuadm.virt.steps import DefineDomain
 from vgpuadm.virt.xml import metadata_xml, same_metadata
 
@@ -156,18 +156,17 @@ def build_apply_plan(
             mine.extend(created)
             changed.add(vm)
             continue
-        pool_vfs: dict[str, str] = {}
-        made: dict[str, str] = {}  # device → the mode that makes it
         try:
-            sub, ids = device_plans.plan_create(
+            made, summary = device_plans.plan_devices(
                 vsnap, add.type_id or "", add.count, gpu=spec.gpu, policy=spec.policy, numa=spec.numa,
-                params=spec.params, uuids=uuids, taken=taken_pci, host_drivers=pool_vfs, made_by=made,
+                params=spec.params, uuids=uuids, taken=taken_pci,
             )  # fmt: skip
         except (CapacityError, NotFoundError, ConflictError) as exc:
             key = "count" if "count" in spec.key_lines else "type"
             raise _located(plan_doc, vm, key, exc) from None
-        created = _allocations_of(made, sub.steps, vm, domain_uuid, slots, spec)
-        created += _pool_allocations(vsnap, made, ids, pool_vfs, vm, domain_uuid, slots[len(created) :], add.type_id)
+        sub = Plan.of([s for m in made for s in m.steps], summary)
+        created = [m.allocation(vm, slot=slot, domain_uuid=domain_uuid, params=spec.params, display=_display(spec))
+                   for m, slot in zip(made, slots, strict=False)]  # fmt: skip
         try:
             sub_steps, created, mig = plan_mig.for_vgpus(vsnap, mig, sub.steps, created)
         except (CapacityError, NotFoundError, ConflictError, UsageError) as exc:
@@ -232,35 +231,8 @@ def _passthrough(
     return created, list(device_plans.plan_vfio_bind(snap, gpu, force).steps)
 
 
-def _pool_allocations(snap: HostSnapshot, made: dict[str, str], ids: Sequence[str], pool_vfs: dict[str, str], vm: str,
-                      domain_uuid: str, slots: list[int], type_id: str | None) -> list[Allocation]:  # fmt: skip
-    """The VF pool VFs a create plan takes, as the allocations the domain will record (`made`: the mode of each)."""
-    vfs = [v for v in ids if v in pool_vfs]
-    pfs = {v: pf for pf, pool in snap.vf_pools.items() for v in pool.vfs}
-    return [Allocation(vm, made[v], type_id, pfs.get(v), address=v, domain_uuid=domain_uuid, slot=slot,
-                       extra={"host_driver": pool_vfs[v]}) for v, slot in zip(vfs, slots, strict=False)]  # fmt: skip
-
-
-def _allocations_of(
-    made: dict[str, str], steps: Sequence[Step], vm: str, domain_uuid: str, slots: list[int], spec: Any
-) -> list[Allocation]:
-    """The devices a create plan makes, as the allocations the domain will record (slot order = creation order;
-    `made`: the mode of each device, plan_create's made_by)."""
-    extra = {}
-    if spec.display.enabled:
-        extra["display"] = "on"
-        if spec.display.ramfb:
-            extra["ramfb"] = "on"
-    out: list[Allocation] = []
-    placements = device_plans.placements_of(steps)
-    for step in steps:
-        slot = slots[len(out)] if len(out) < len(slots) else len(out)
-        if isinstance(step, CreateMdev):
-            out.append(Allocation(vm, made[step.uuid], step.type_id, step.parent, step.uuid, params=spec.params or None,
-                                  domain_uuid=domain_uuid, slot=slot, extra=dict(extra)))  # fmt: skip
-        elif isinstance(step, SetVfVgpuType):
-            placed = {"placement_id": placements[step.vf]} if step.vf in placements else {}
-            out.append(Allocation(vm, made[step.vf], f"nvidia-{step.type_num}", step.vf, address=step.vf,
-                                  params=spec.params or None, domain_uuid=domain_uuid, slot=slot,
-                                  extra=placed))  # fmt: skip
-    return out
+def _display(spec: Any) -> dict[str, str]:
+    """The display options a plan's device records (Made.allocation: only the modes that show one take them)."""
+    if not spec.display.enabled:
+        return {}
+    return {"display": "on", **({"ramfb": "on"} if spec.display.ramfb else {})}

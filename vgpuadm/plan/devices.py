@@ -13,9 +13,9 @@ from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
 from vgpuadm.model import HostSnapshot, VgpuType, device_key, pci_address
 from vgpuadm.modes import mdev, passthrough, sriov, vf_vgpu
-from vgpuadm.modes.base import Instance, check_uuid
+from vgpuadm.modes.base import Instance, Made, check_uuid
 from vgpuadm.plan.placement import place
-from vgpuadm.steps import Plan, SetVfPlacement, Step
+from vgpuadm.steps import Plan
 
 
 def plan_create(
@@ -29,29 +29,42 @@ def plan_create(
     params: str = "",
     uuids: Sequence[str] = (),
     taken: Mapping[str, str] | None = None,
-    host_drivers: dict[str, str] | None = None,
-    made_by: dict[str, str] | None = None,
 ) -> tuple[Plan, list[str]]:
-    """Plan `count` vGPUs of `type_name`; returns the plan and the device ids it makes (mdev UUIDs, or VF
-    addresses on layout C and VF pools). `uuids` fixes the mdev UUIDs (one per instance), else random ones are
-    drawn. `host_drivers` receives, per pool VF taken, the host driver it had ("" for none); `made_by`, per device,
-    the name of the mode that makes it (what its allocation records: modes.for_type)."""
-    host_drivers = {} if host_drivers is None else host_drivers
-    made_by = {} if made_by is None else made_by
+    """Plan `count` vGPUs of `type_name` (plan_devices) as one plan; returns it and the device ids it makes (mdev
+    UUIDs, or VF addresses on layout C and VF pools)."""
+    made, summary = plan_devices(snap, type_name, count, gpu=gpu, policy=policy, numa=numa, params=params,
+                                 uuids=uuids, taken=taken)  # fmt: skip
+    return Plan.of([s for m in made for s in m.steps], summary), [m.device for m in made]
 
+
+def plan_devices(
+    snap: HostSnapshot,
+    type_name: str,
+    count: int = 1,
+    *,
+    gpu: str | None = None,
+    policy: str = "pack",
+    numa: int | None = None,
+    params: str = "",
+    uuids: Sequence[str] = (),
+    taken: Mapping[str, str] | None = None,
+) -> tuple[list[Made], str]:
+    """Plan `count` vGPUs of `type_name`, per device (each with its own steps and what its allocation records, as
+    the mode that makes it says: Mode.plan_instance), and a summary of the whole. `uuids` fixes the mdev UUIDs (one
+    per instance), else random ones are drawn."""
     if uuids and len(uuids) != count:
         raise UsageError(f"{len(uuids)} UUIDs given for {count} devices", "give one --uuid per device, or none")
     if uuids and all(check_uuid(u) in snap.mdevs for u in uuids):
         # Idempotence: every named mdev already exists; fine when each runs the requested type.
-
         wanted = {t.type_id for t in resolve_type(snap.types(), type_name)}
         existing = [snap.mdevs[check_uuid(u)] for u in uuids]
         if all(m.type_id in wanted for m in existing):
-            made_by.update({m.uuid: modes.for_type_on(snap, m.parent, m.type_id).name for m in existing})
-            return Plan.of([], f"mdevs {', '.join(m.uuid for m in existing)} already exist"), [m.uuid for m in existing]
+            kept = [Made((), m.uuid, modes.for_type_on(snap, m.parent, m.type_id).name, m.type_id, m.parent,
+                         uuid=m.uuid, display=True) for m in existing]  # fmt: skip
+            return kept, f"mdevs {', '.join(m.uuid for m in existing)} already exist"
     gpu = pci_address(gpu) if gpu is not None else None
     placement = place(snap, type_name, count, gpu=gpu, policy=policy, numa=numa, taken=taken)
-    steps: list[Step] = []
+    out: list[Made] = []
     ids: list[str] = []
     enabling: set[str] = set()
     planned: dict[str, list[tuple[int, int]]] = {}  # GPU in heterogeneous mode → placements this plan takes
@@ -62,15 +75,12 @@ def plan_create(
             functools.partial(_placement, snap, t, planned),
             lambda: {*(taken or {}), *ids},
             enabling,
-            host_drivers,
         )
-        mode = modes.for_type(t)
-        more, dev = mode.plan_instance(snap, t, ask)
-        steps += more
-        ids.append(dev)
-        made_by[dev] = mode.name
+        one = modes.for_type(t).plan_instance(snap, t, ask)
+        out.append(one)
+        ids.append(one.device)
     where = ", ".join(sorted({p for p, _ in placement.choices}))
-    return Plan.of(steps, f"create {count} × {placement.type_id} on {where}"), ids
+    return out, f"create {count} × {placement.type_id} on {where}"
 
 
 def _uuid(given: str | None, ids: Sequence[str]) -> str:
@@ -98,11 +108,6 @@ def _placement(snap: HostSnapshot, t: VgpuType, planned: dict[str, list[tuple[in
         )
     also.append((pid, tp.size))
     return pid
-
-
-def placements_of(steps: Sequence[Step]) -> dict[str, str]:
-    """VF → the placement ID a plan writes (heterogeneous mode), as an allocation records it."""
-    return {s.vf: str(s.placement_id) for s in steps if isinstance(s, SetVfPlacement)}
 
 
 def explain_placement(

@@ -25,7 +25,7 @@ from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.domains import Domains
 from vgpuadm.plan.ids import device_uuid
 from vgpuadm.plan.placement import check_count, check_host_count, resolve_on_host
-from vgpuadm.steps import CreateMdev, Plan, Step
+from vgpuadm.steps import Plan, Step
 from vgpuadm.virt import xml
 from vgpuadm.virt.steps import DefineDomain
 
@@ -233,43 +233,17 @@ def _plan_growth(
         hints = {"gpu": pci_address(gpu) if gpu else None, "policy": policy, "numa": numa}
         return _plan_on_demand(snap, wants, requests, type_id, joined, hints, _pci_users(taken, seen),
                                {"display": "on" if display else "off", **({"ramfb": "on"} if ramfb else {})})  # fmt: skip
-    pool_vfs: dict[str, str] = {}  # VF pool: VF → the host driver it had
-    made: dict[str, str] = {}  # device → the mode that makes it
-    kernel, ids = device_plans.plan_create(snap, type_id, total, gpu=gpu, policy=policy, numa=numa, params=joined,
-                                  uuids=[u for w in wants for u in w.uuids], taken=_pci_users(taken, seen),
-                                  host_drivers=pool_vfs, made_by=made)  # fmt: skip
-    by_device: dict[str, list[Step]] = {}
-    pending: list[Step] = []  # a PF's steps (enable a VF pool) go with the first device that needs them
-    for s in kernel.steps:
-        key = getattr(s, "uuid", None) or getattr(s, "id", None) or getattr(s, "vf", None)
-        key = key or getattr(s, "address", None)
-        if key is None:
-            pending.append(s)
-            continue
-        by_device.setdefault(str(key), []).extend([*pending, s])
-        pending = []
-    parents = {s.uuid: s.parent for s in kernel.steps if isinstance(s, CreateMdev)}
-    placements = device_plans.placements_of(kernel.steps)
+    made = iter(device_plans.plan_devices(snap, type_id, total, gpu=gpu, policy=policy, numa=numa, params=joined,
+                                          uuids=[u for w in wants for u in w.uuids],
+                                          taken=_pci_users(taken, seen))[0])  # fmt: skip
     extra = {"display": "on" if display else "off", **({"ramfb": "on"} if ramfb else {})}
-    devices = iter(ids)
     out = []
     for w, (domain_xml, _count) in zip(wants, requests, strict=True):
         kernel_steps: list[Step] = []
         for slot in w.slots:
-            dev = next(devices)
-            kernel_steps += by_device.pop(dev, [])
-            if dev in parents:
-                a = Allocation(w.name, made[dev], type_id, parents[dev], uuid=dev, params=joined or None,
-                               domain_uuid=w.duuid, slot=slot, extra=dict(extra))  # fmt: skip
-            elif dev in pool_vfs:  # a VF pool: the guest gets the VF, bound to vfio-pci for it
-                pf = next(p for p, pool in snap.vf_pools.items() if dev in pool.vfs)
-                a = Allocation(w.name, made[dev], type_id, pf, address=dev,
-                               domain_uuid=w.duuid, slot=slot, extra={"host_driver": pool_vfs[dev]})  # fmt: skip
-            else:  # layout C: the device is the VF itself (its placement ID recorded, to restore it exactly)
-                a = Allocation(w.name, made[dev], type_id, dev, address=dev, params=joined or None,
-                               domain_uuid=w.duuid, slot=slot,
-                               extra={"placement_id": placements[dev]} if dev in placements else {})  # fmt: skip
-            w.added.append(a)
+            dev = next(made)
+            kernel_steps += dev.steps
+            w.added.append(dev.allocation(w.name, slot=slot, domain_uuid=w.duuid, params=joined, display=extra))
         check_display(domain_xml, w.added, turn_off="use --display off")
         after = sorted([*w.owned, *w.added], key=lambda a: a.slot)
         define = define_step(
@@ -282,8 +256,6 @@ def _plan_growth(
             else f"domain {w.name} already has {sum(1 for a in w.owned if a.type_id == type_id)} × {type_id}"
         )
         out.append(DomainPlan(w.name, Plan.of(steps, summary), w.added, after))  # fmt: skip
-    if by_device or pending:  # every kernel step belongs to exactly one new device
-        raise UsageError(f"unassigned create steps {sorted(by_device)}", "this is a bug in vgpuadm; report it")
     return out
 
 
@@ -312,20 +284,18 @@ def on_demand_allocations(
     """The allocations an on-demand request of one domain records: placed on the idle host (so that the request is
     known to fit once enough others stop) by the same planner as `create`; an mdev keeps no parent (placed at
     start), a layout C VF is chosen now and added to `taken`."""
-    made: dict[str, str] = {}
-    kernel, ids = device_plans.plan_create(idle, type_id, len(slots), gpu=hints.get("gpu"),
-                                           policy=hints.get("policy") or "pack", numa=hints.get("numa"),
-                                           params=params, uuids=uuids, taken=taken, made_by=made)  # fmt: skip
-    mdevs = {s.uuid for s in kernel.steps if isinstance(s, CreateMdev)}
+    made, _summary = device_plans.plan_devices(idle, type_id, len(slots), gpu=hints.get("gpu"),
+                                               policy=hints.get("policy") or "pack", numa=hints.get("numa"),
+                                               params=params, uuids=uuids, taken=taken)  # fmt: skip
     options = request_options(hints)
     out = []
-    for slot, dev in zip(slots, ids, strict=True):
-        if dev in mdevs:
-            out.append(Allocation(vm, made[dev], type_id, None, uuid=dev, params=params or None,
+    for slot, dev in zip(slots, made, strict=True):
+        if dev.uuid is not None:  # an mdev: placed at start, so it records no parent now
+            out.append(Allocation(vm, dev.mode, type_id, None, uuid=dev.uuid, params=params or None,
                                   domain_uuid=domain_uuid, slot=slot, extra={**display, **options}))  # fmt: skip
         else:  # layout C: the VF the hostdev names is chosen now, typed at start
-            taken[dev] = vm
-            out.append(Allocation(vm, made[dev], type_id, dev, address=dev, params=params or None,
+            taken[dev.device] = vm
+            out.append(Allocation(vm, dev.mode, type_id, dev.device, address=dev.device, params=params or None,
                                   domain_uuid=domain_uuid, slot=slot, extra={"on_demand": "yes"}))  # fmt: skip
     return out
 
