@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import uuid as uuid_mod
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from vgpuadm import modes
 from vgpuadm.catalog import capacity
@@ -18,22 +19,10 @@ from vgpuadm.plan.placement import place
 from vgpuadm.steps import Plan
 
 
-def plan_create(
-    snap: HostSnapshot,
-    type_name: str,
-    count: int = 1,
-    *,
-    gpu: str | None = None,
-    policy: str = "pack",
-    numa: int | None = None,
-    params: str = "",
-    uuids: Sequence[str] = (),
-    taken: Mapping[str, str] | None = None,
-) -> tuple[Plan, list[str]]:
-    """Plan `count` vGPUs of `type_name` (plan_devices) as one plan; returns it and the device ids it makes (mdev
-    UUIDs, or VF addresses on layout C and VF pools)."""
-    made, summary = plan_devices(snap, type_name, count, gpu=gpu, policy=policy, numa=numa, params=params,
-                                 uuids=uuids, taken=taken)  # fmt: skip
+def plan_create(snap: HostSnapshot, type_name: str, count: int = 1, **options: Any) -> tuple[Plan, list[str]]:
+    """plan_devices (same options) as one plan, and the device ids it makes (mdev UUIDs, or VF addresses on layout C
+    and VF pools): what `mdev create` runs."""
+    made, summary = plan_devices(snap, type_name, count, **options)
     return Plan.of([s for m in made for s in m.steps], summary), [m.device for m in made]
 
 

@@ -17,7 +17,7 @@ from vgpuadm.errors import ConflictError, VgpuadmError
 from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.guest import remove_steps
-from vgpuadm.steps import CreateMdev, Plan, Step
+from vgpuadm.steps import Plan, Step
 from vgpuadm.virt import xml
 
 
@@ -56,11 +56,11 @@ def start_steps(snap: HostSnapshot, name: str, wanted: Sequence[Allocation]) -> 
                    a.params or "")  # fmt: skip
             groups.setdefault(key, []).append(a)
     for (type_id, gpu, policy, numa, params), group in groups.items():
-        kernel, _ids = device_plans.plan_create(view, type_id, len(group), gpu=gpu or None, policy=policy,
-                                                numa=int(numa) if numa else None, params=params,
-                                                uuids=[a.uuid or "" for a in group])  # fmt: skip
-        steps += kernel.steps
-        parents = {s.uuid: s.parent for s in kernel.steps if isinstance(s, CreateMdev)}
+        made, _summary = device_plans.plan_devices(view, type_id, len(group), gpu=gpu or None, policy=policy,
+                                                   numa=int(numa) if numa else None, params=params,
+                                                   uuids=[a.uuid or "" for a in group])  # fmt: skip
+        steps += [s for m in made for s in m.steps]
+        parents = {m.uuid: m.parent for m in made if m.uuid}
         view = consume(view, [dataclasses.replace(a, parent=parents.get(a.uuid or "")) for a in group])
     for a in wanted:
         mode = modes.of(a)  # a vGPU on the device the allocation names (a layout C VF): typed at start
