@@ -6,20 +6,62 @@ The CLI prints `error: <message>` and `hint: <hint>` and exits with `exit_code`;
 from __future__ import annotations
 
 import errno as _errno
+from collections.abc import Callable, Sequence
+
+FREE = "{free}"  # where a hint names how to free the devices in the way (VgpuadmError's `blockers`)
+
+# A device in the way: its id (mdev UUID, PCI address) and the verb that frees it while no VM owns it ("mdev remove")
+Blocker = tuple[str, str]
 
 
 class VgpuadmError(Exception):
-    """Base class. `message` says what is wrong (naming the value), `hint` says what to do."""
+    """Base class. `message` says what is wrong (naming the value), `hint` says what to do.
+
+    `blockers`: the devices that stand in the way; the hint's FREE placeholder becomes how to free them. The
+    planners do not know who owns a device, so at first the hint gives both ways; the Session, which read the
+    domains, names each owner (`name_owners`): a VM's device is freed with `vgpuadm destroy --vm VM`, only an
+    unowned one with its verb (which refuses a VM's device)."""
 
     exit_code = 1
 
-    def __init__(self, message: str, hint: str = "") -> None:
+    def __init__(self, message: str, hint: str = "", *, blockers: Sequence[Blocker] = ()) -> None:
         super().__init__(message)
         self.message = message
-        self.hint = hint
+        self.blockers = tuple(blockers)
+        self._free = free_hint(self.blockers, None)
+        self.hint = hint.replace(FREE, self._free)
+
+    def name_owners(self, owner_of: Callable[[str], str | None]) -> None:
+        """Name the owner of each blocker in the hint (`owner_of`: device id → the domain that owns it, or None)."""
+        if not self.blockers:
+            return
+        named = free_hint(self.blockers, owner_of)
+        self.hint = self.hint.replace(self._free, named, 1)
+        self._free = named
 
     def __str__(self) -> str:
         return self.message
+
+
+def free_hint(blockers: Sequence[Blocker], owner_of: Callable[[str], str | None] | None) -> str:
+    """How to free `blockers`, grouped by owner: "web01 owns U1, U2 (`vgpuadm destroy --vm web01 --uuid ID`); no
+    VM owns U3 (`vgpuadm mdev remove U3`)". `owner_of` None: the owners are unknown, so both ways are given."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for dev, verb in blockers:
+        owner = owner_of(dev) if owner_of is not None else None
+        groups.setdefault((owner, "") if owner else ("", verb), []).append(dev)
+    parts = []
+    for (owner, verb), devs in sorted(groups.items(), key=lambda kv: (kv[0][0] == "", kv[0])):
+        shown = ", ".join(devs[:3]) + (f" and {len(devs) - 3} more" if len(devs) > 3 else "")
+        one = devs[0] if len(devs) == 1 else "ID"
+        if owner:
+            parts.append(f"{owner} owns {shown} (`vgpuadm destroy --vm {owner} --uuid {one}`)")
+        elif owner_of is not None:
+            parts.append(f"no VM owns {shown} (`vgpuadm {verb} {one}`)")
+        else:
+            parts.append(f"{shown} (`vgpuadm {verb} {one}`, or `vgpuadm destroy --vm VM --uuid {one}` where a VM "
+                         "owns it)")  # fmt: skip
+    return "; ".join(parts)
 
 
 class UsageError(VgpuadmError):

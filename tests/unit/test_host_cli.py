@@ -78,8 +78,7 @@ def test_mdev_create_explain(sim_host: Callable[[str], Path], cli) -> None:  # t
         (["mdev", "create", "--type", "P4-8Q", "--count", "3"], 4,
          "error: No room for 3 × nvidia-66 (only 2 fit): 0000:01:00.0: no free instances of nvidia-66 left after "
          "this request; 0000:02:00.0: no free instances of nvidia-66 left after this request\n"
-         "hint: free instances (`vgpuadm mdev remove`, `vgpuadm vf clear`) or pick another type or GPU; "
-         "`vgpuadm types --available` lists what fits now\n"),
+         "hint: pick another type or GPU; `vgpuadm types --available` lists what fits now\n"),
         (["mdev", "create", "--type", "P4-1Q", "--param", "frame_rate_limiter"], 2,
          'error: Malformed vgpu parameter "frame_rate_limiter"\n'
          "hint: write key=value, e.g. --param frame_rate_limiter=0\n"),
@@ -114,7 +113,8 @@ def test_vf_set_type_and_clear(sim_host: Callable[[str], Path], cli) -> None:  #
     res = cli("--root", str(root), "vf", "set-type", "--type", "H200X-8C", "--vf", vf)
     assert (res.code, res.err) == (
         5,
-        f"error: VF {vf} already runs nvidia-1420\nhint: clear it first with `vgpuadm vf clear {vf}` or pick another VF\n",
+        f"error: VF {vf} already runs nvidia-1420\nhint: free it first: no VM owns {vf} (`vgpuadm vf clear {vf}`); "
+        "or pick another VF\n",
     )
     res = cli("--root", str(root), "vf", "clear", vf)
     assert res.out == f"done: step 1/1 clear vGPU type 1420 (nvidia-1420) from VF {vf}\n"
@@ -187,7 +187,7 @@ def test_sriov_disable_with_a_vf_on_vfio_names_vfio_unbind(sim_host, cli):
         5,
         [
             "error: VFs of 0000:01:00.0 are in use (0000:01:00.1)",
-            "hint: give VFs on vfio-pci back (`vgpuadm vfio unbind 0000:01:00.1`) first",
+            "hint: free them first: no VM owns 0000:01:00.1 (`vgpuadm vfio unbind 0000:01:00.1`)",
         ],
     )
 

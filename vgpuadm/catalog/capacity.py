@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from vgpuadm.catalog.hetero import GpuPolicy
 from vgpuadm.catalog.mig import MigGpu, MigProfile
 from vgpuadm.catalog.naming import describe_nvidia_name
-from vgpuadm.errors import CapacityError
+from vgpuadm.errors import Blocker, CapacityError
 from vgpuadm.model import Allocation, DeviceMode, Holding, HostSnapshot, Layout, Mdev, MdevParent, VendorVf, VgpuType
 
 
@@ -78,6 +78,16 @@ def gpu_usage(snapshot: HostSnapshot) -> dict[str, GpuUsage]:
         phys: GpuUsage(n, types.get(phys, {}), frozenset(sizes.get(phys, ())), busy.get(phys, {}))
         for phys, n in count.items()
     }
+
+
+def in_the_way(snapshot: HostSnapshot, gpus: Iterable[str]) -> list[Blocker]:
+    """The vGPUs on physical GPUs `gpus` that a request could be given room by freeing: each with the verb that
+    frees it while no VM owns it (errors.Blocker; the Session names the owners)."""
+    on = set(gpus)
+    out = [(m.uuid, "mdev remove") for m in snapshot.mdevs.values() if snapshot.physical_gpu(m.parent) in on]
+    out += [(vf.address, "vf clear") for vf in snapshot.vendor_vfs.values()
+            if vf.in_use and snapshot.physical_gpu(vf.address) in on]  # fmt: skip
+    return sorted(out)
 
 
 def is_nvidia(type_id: str) -> bool:

@@ -50,7 +50,9 @@ def _located(plan_doc: DesiredPlan, vm: str, key: str, exc: VgpuadmError) -> Vgp
     line = plan_doc.vms[vm].line_of(key)
     if not line:
         return exc
-    return type(exc)(f"{plan_doc.source}:{line}: vms.{vm}.{key}: {exc.message}", exc.hint)
+    exc.message = f"{plan_doc.source}:{line}: vms.{vm}.{key}: {exc.message}"  # the hint and its blockers stay
+    exc.args = (exc.message,)
+    return exc
 
 
 def resolve_types(plan_doc: DesiredPlan, snap: HostSnapshot, allocations: Sequence[Allocation]) -> dict[str, str]:

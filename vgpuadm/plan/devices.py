@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from vgpuadm import modes
 from vgpuadm.catalog import capacity
 from vgpuadm.catalog.naming import resolve_type
-from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
+from vgpuadm.errors import FREE, CapacityError, ConflictError, NotFoundError, UsageError
 from vgpuadm.model import HostSnapshot, VgpuType, device_key, pci_address
 from vgpuadm.modes import mdev, passthrough, sriov, vf_vgpu
 from vgpuadm.modes.base import Instance, check_uuid
@@ -143,7 +143,8 @@ def plan_vf_type(
                 return Plan.of([], f"VF {vf} already runs nvidia-{found.current_type}"), vf
             raise ConflictError(
                 f"VF {vf} already runs nvidia-{found.current_type}",
-                f"clear it first with `vgpuadm vf clear {vf}` or pick another VF",
+                f"free it first: {FREE}; or pick another VF",
+                blockers=[(vf, "vf clear")],
             )
     placement = place(snap, type_name, 1, gpu=vf, policy=policy)
     t = placement.choices[0][1]

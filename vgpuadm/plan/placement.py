@@ -20,6 +20,7 @@ from vgpuadm.catalog.capacity import (
     heterogeneous,
     host_maximum,
     idle_for_vgpu,
+    in_the_way,
     mig_only,
     per_parent_room,
     policy_of,
@@ -28,7 +29,7 @@ from vgpuadm.catalog.capacity import (
     why_not,
 )
 from vgpuadm.catalog.naming import resolve_type
-from vgpuadm.errors import CapacityError, NotFoundError, UsageError
+from vgpuadm.errors import FREE, CapacityError, NotFoundError, UsageError
 from vgpuadm.model import HostSnapshot, VgpuType, pci_address
 
 POLICIES = ("pack", "spread")
@@ -172,10 +173,12 @@ def place(
         reasons = _summary(snapshot, sorted(rejected) + full)
         fit = f" (only {len(choices)} fit)" if choices else ""
         where = f" on {gpu}" if gpu else ""
+        blockers = in_the_way(snapshot, {snapshot.physical_gpu(p.removesuffix(" (GPU)")) for p, _ in rejected + full})
         raise CapacityError(
             f"No room for {count} × {type_id}{where}{fit}: {reasons or 'no candidate parent'}",
-            "free instances (`vgpuadm mdev remove`, `vgpuadm vf clear`) or pick another type or GPU; "
-            "`vgpuadm types --available` lists what fits now",
+            (f"free devices first: {FREE}; or pick another type or GPU; " if blockers else "pick another type or GPU; ")
+            + "`vgpuadm types --available` lists what fits now",
+            blockers=blockers,
         )
     return placement
 
