@@ -129,8 +129,8 @@ def test_no_room_names_the_vm_that_owns_the_blocking_devices(sim_host: Callable[
     assert vgpuadm(root, "mdev", "create", "--type", "nvidia-227", "--uuid", loose).code == 0
     err = (
         "error: No room for 1 × nvidia-222: 0000:3b:00.0: GPU runs nvidia-227 (GRID T4-4A); one vGPU type per GPU\n"
-        f"hint: free devices first: holder01 owns {owned[0]}, {owned[1]} (`vgpuadm destroy --vm holder01 --uuid ID`);"
-        f" no VM owns {loose} (`vgpuadm mdev remove {loose}`); or pick another type or GPU; `vgpuadm types "
+        f"hint: free what is in the way: holder01 owns {owned[0]}, {owned[1]} (`vgpuadm destroy --vm holder01 "
+        f"--uuid ID`); no VM owns {loose} (`vgpuadm mdev remove {loose}`); or pick another type or GPU; `vgpuadm types "
         "--available` lists what fits now\n"
     )
     for args in (["mdev", "create", "--type", "nvidia-222"], ["create", "--type", "nvidia-222", "--vm", "other01"],
@@ -159,8 +159,8 @@ def test_sriov_disable_names_the_vm_that_owns_a_vf_vgpu(sim_host: Callable[[str]
     first, second = sorted([owned, loose])
     assert res.err == (
         f"error: VFs of 0000:41:00.0 are in use ({first}, {second})\n"
-        f"hint: free them first: sriovvm01 owns {owned} (`vgpuadm destroy --vm sriovvm01 --uuid {owned}`); no VM "
-        f"owns {loose} (`vgpuadm mdev remove {loose}`)\n"
+        f"hint: free what is in the way: sriovvm01 owns {owned} (`vgpuadm destroy --vm sriovvm01 --uuid {owned}`); "
+        f"no VM owns {loose} (`vgpuadm mdev remove {loose}`); then run this again\n"
     )
 
 
@@ -175,6 +175,6 @@ def test_vf_set_type_on_an_owned_vf_names_its_vm(sim_host: Callable[[str], Path]
         5,
         "",
         f"error: VF {vf} already runs nvidia-1420\n"
-        f"hint: free it first: settype01 owns {vf} (`vgpuadm destroy --vm settype01 --uuid {vf}`); or pick another "
-        "VF\n",
+        f"hint: free what is in the way: settype01 owns {vf} (`vgpuadm destroy --vm settype01 --uuid {vf}`); or pick "
+        "another VF\n",
     )

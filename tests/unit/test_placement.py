@@ -50,13 +50,13 @@ def test_one_type_per_gpu_on_layout_a(sim_host: Callable[[str], Path]) -> None:
     [held] = api.discover(root).mdevs  # placement knows no owners: the hint gives both ways (the Session names them)
     assert info.value.blockers == ((held, "mdev remove"),)
     assert info.value.hint == (
-        f"free devices first: {held} (`vgpuadm mdev remove {held}`, or `vgpuadm destroy --vm VM --uuid {held}` where "
-        "a VM owns it); or pick another type or GPU; `vgpuadm types --available` lists what fits now"
+        f"free what is in the way: {held} (`vgpuadm mdev remove {held}`, or `vgpuadm destroy --vm VM --uuid {held}` "
+        "where a VM owns it); or pick another type or GPU; `vgpuadm types --available` lists what fits now"
     )
-    info.value.name_owners(lambda dev: "web01" if dev == held else None)
+    info.value.name_owners(lambda dev: "web01" if dev == held else None, lambda dev: True)
     assert info.value.hint == (
-        f"free devices first: web01 owns {held} (`vgpuadm destroy --vm web01 --uuid {held}`); or pick another type "
-        "or GPU; `vgpuadm types --available` lists what fits now"
+        f"free what is in the way: web01 owns {held} (`vgpuadm destroy --vm web01 --uuid {held}`); or pick another "
+        "type or GPU; `vgpuadm types --available` lists what fits now"
     )
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from vgpuadm.catalog.hetero import GpuPolicy
 from vgpuadm.catalog.mig import MigGpu, MigProfile
 from vgpuadm.catalog.naming import describe_nvidia_name
-from vgpuadm.errors import Blocker, CapacityError
+from vgpuadm.errors import FREE, Blocker, CapacityError
 from vgpuadm.model import Allocation, DeviceMode, Holding, HostSnapshot, Layout, Mdev, MdevParent, VendorVf, VgpuType
 
 
@@ -188,6 +188,37 @@ def why_not(
             return f"GPU runs {tid} ({usage.types[tid]}); one vGPU type per GPU"
     if t.available_instances <= 0:
         return f"no free instances of {t.type_id} (available_instances 0)"
+    return None
+
+
+def why_not_listed(snapshot: HostSnapshot, gpu: str, t: VgpuType, usage: GpuUsage) -> tuple[str, str] | None:
+    """Why the free VFs of SR-IOV GPU `gpu`, running `usage`, list no `t` by the one-size rule (reference §3.4), and
+    what to do (a hint with FREE for the GPU's vGPUs, errors.Blocker): time-sliced and MIG-backed vGPUs do not mix
+    on one GPU (MIG-backed ones run only while MIG mode is on), and one framebuffer size runs per GPU. None when
+    neither applies: the GPU is full, mixes sizes (heterogeneous mode) or runs nothing."""
+    if not usage.count or heterogeneous(snapshot, gpu):
+        return None
+    names = ", ".join(sorted(set(usage.types.values())))
+    n = usage.count
+    if not size_key(t)[1] and all(describe_nvidia_name(name).slices is not None for name in usage.types.values()):
+        return (
+            f"MIG mode is on and {n} MIG-backed vGPU{'s run' if n > 1 else ' runs'} on it ({names}); {t.name} is "
+            "time-sliced, and time-sliced and MIG-backed vGPUs do not mix on one GPU",
+            f"{FREE}then turn MIG mode off (`vgpuadm mig disable --gpu {gpu}`) to run time-sliced types; or ask for a "
+            "MIG-backed type (`vgpuadm types --available` lists what fits now)",
+        )
+    other = [] if mig_only(t, usage) else conflicting_sizes(usage.sizes, t.framebuffer_mib)
+    if other:
+        size = "/".join(f"{s} MiB" for s in sorted(usage.sizes))
+        maxima = {r.max_instances for r in snapshot.types() if r.type_id in usage.types and r.max_instances}
+        full = bool(maxima) and n >= min(maxima)  # no more of the size that runs fits either
+        return (
+            f"{n} vGPU{'s' if n > 1 else ''} of {size} run{'' if n > 1 else 's'} on it ({names}) and {t.name} is "
+            f"{t.framebuffer_mib} MiB; one framebuffer size per GPU" + (", and it is full" if full else ""),
+            f"{FREE}or pick another GPU"
+            if full
+            else f"{FREE}or ask for a {size} type (`vgpuadm types --available` lists what fits now)",
+        )
     return None
 
 

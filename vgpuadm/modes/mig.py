@@ -114,7 +114,7 @@ class MigMode(Mode):
                 raise ConflictError(
                     f"GPU instance {gi.instance_id} ({gi.name}) on {g.address} runs the vGPU on {gi.users[0]}"
                     + (f" of VM {who}" if who else ""),
-                    f"free it first: {FREE}",
+                    f"{FREE}then destroy the GPU instance",
                     blockers=[(u, "vf clear") for u in gi.users],
                 )
         return [DestroyGpuInstance(g.address, g.index, gi.instance_id, gi.name, gi.profile_id, gi.start)

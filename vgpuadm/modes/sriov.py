@@ -42,7 +42,7 @@ class SriovMode(Mode):
             listed = [dev for dev, _ in busy]
             raise ConflictError(
                 f"VFs of {fn.address} are in use ({', '.join(listed[:3])}{'…' if len(listed) > 3 else ''})",
-                f"free them first: {FREE}",
+                f"{FREE}then run this again",
                 blockers=busy,
             )
 

@@ -53,7 +53,7 @@ class VfVgpuMode(Mode):
                 return []
             raise ConflictError(
                 f"VF {vf.address} already runs nvidia-{vf.current_type}",
-                f"free it first: {FREE}; or pick another VF",
+                f"{FREE}or pick another VF",
                 blockers=[(vf.address, "vf clear")],
             )
         steps: list[Step] = []

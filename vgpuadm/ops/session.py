@@ -114,8 +114,14 @@ class Session:
                     domains = None if self.holds_no_domains() else self.domains()
                 except VgpuadmError:  # libvirt cannot be read: the owners stay unknown
                     raise exc from None
-                exc.name_owners(domains.owner_of if domains is not None else lambda _dev: None)
+                exc.name_owners(domains.owner_of if domains is not None else lambda _dev: None, self._exists)
             raise
+
+    def _exists(self, device_id: str) -> bool:
+        """Whether a device exists in the kernel now: an mdev, a layout C VF running a vGPU, another function."""
+        snap = self.snap
+        vf = snap.vendor_vfs.get(device_id)
+        return device_id in snap.mdevs or (vf.in_use if vf is not None else device_id in snap.functions)
 
     # -- the host ----------------------------------------------------------------------------------------------
 

@@ -143,7 +143,7 @@ def plan_vf_type(
                 return Plan.of([], f"VF {vf} already runs nvidia-{found.current_type}"), vf
             raise ConflictError(
                 f"VF {vf} already runs nvidia-{found.current_type}",
-                f"free it first: {FREE}; or pick another VF",
+                f"{FREE}or pick another VF",
                 blockers=[(vf, "vf clear")],
             )
     placement = place(snap, type_name, 1, gpu=vf, policy=policy)

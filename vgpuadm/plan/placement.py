@@ -27,6 +27,7 @@ from vgpuadm.catalog.capacity import (
     why_no_placement,
     why_no_types,
     why_not,
+    why_not_listed,
 )
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import FREE, CapacityError, NotFoundError, UsageError
@@ -114,7 +115,7 @@ def place(
                 _vendor_vfs_full(snapshot, type_name, count)
             raise
     if all(t.layout.types_by_number and not t.available_instances for t in candidates):
-        _vendor_vfs_full(snapshot, type_name, count)  # known from the driver's list, creatable on no VF
+        _vendor_vfs_full(snapshot, type_name, count, candidates)  # known from the driver's list, creatable on no VF
     type_id = candidates[0].type_id
     usage = gpu_usage(snapshot)
     rejected: list[tuple[str, str]] = []
@@ -176,8 +177,7 @@ def place(
         blockers = in_the_way(snapshot, {snapshot.physical_gpu(p.removesuffix(" (GPU)")) for p, _ in rejected + full})
         raise CapacityError(
             f"No room for {count} × {type_id}{where}{fit}: {reasons or 'no candidate parent'}",
-            (f"free devices first: {FREE}; or pick another type or GPU; " if blockers else "pick another type or GPU; ")
-            + "`vgpuadm types --available` lists what fits now",
+            f"{FREE}or pick another type or GPU; `vgpuadm types --available` lists what fits now",
             blockers=blockers,
         )
     return placement
@@ -273,19 +273,33 @@ def by_parent_max(by_parent: dict[str, VgpuType], snapshot: HostSnapshot, phys: 
     return max((t.max_instances or 0) for t in by_parent.values() if snapshot.physical_gpu(t.parent) == phys)
 
 
-def _vendor_vfs_full(snapshot: HostSnapshot, type_name: str, count: int) -> None:
-    """Layout C VFs list nothing creatable once their GPU is full: say that instead of "unknown type"."""
+def _vendor_vfs_full(snapshot: HostSnapshot, type_name: str, count: int, candidates: Sequence[VgpuType] = ()) -> None:
+    """Layout C VFs list nothing creatable once their GPU is full: say that instead of "unknown type". Where the
+    type is known (`candidates`: its entries, none free), the sharing rule says why its GPU's free VFs do not list
+    it (catalog/capacity.py why_not_listed: MIG-backed vGPUs run, or another framebuffer size)."""
     per_pf: dict[str, list[int]] = {}
     for vf in snapshot.vendor_vfs.values():
         busy_free = per_pf.setdefault(snapshot.physical_gpu(vf.address), [0, 0])
         busy_free[0 if vf.in_use else 1] += 1
-    parts = [f"{pf}: {b} VFs host vGPUs" + (f", {f} free VFs do not list it" if f else "")
-             + _no_placement(snapshot, pf, type_name) for pf, (b, f) in sorted(per_pf.items()) if b]  # fmt: skip
-    if parts:
+    busy = sorted(pf for pf, (b, _) in per_pf.items() if b)
+    if not busy:
+        return
+    usage = gpu_usage(snapshot)
+    known = {snapshot.physical_gpu(t.parent): t for t in candidates}
+    why = {pf: r for pf in busy if pf in known and (r := why_not_listed(snapshot, pf, known[pf], usage[pf]))}
+    if len(why) == len(busy):
         raise CapacityError(
-            f"No room for {count} × {type_name}: no VF lists it in nvidia/creatable_vgpu_types ({'; '.join(parts)})",
-            "the GPU is full or runs another framebuffer size; free VFs with `vgpuadm vf clear`",
+            f"No room for {count} × {type_name}: " + "; ".join(f"{pf}: {why[pf][0]}" for pf in busy),
+            "; ".join(dict.fromkeys(why[pf][1] for pf in busy)),
+            blockers=in_the_way(snapshot, busy),
         )
+    parts = [f"{pf}: {per_pf[pf][0]} VFs host vGPUs" + (f", {per_pf[pf][1]} free VFs do not list it"
+             if per_pf[pf][1] else "") + _no_placement(snapshot, pf, type_name) for pf in busy]  # fmt: skip
+    raise CapacityError(
+        f"No room for {count} × {type_name}: no VF lists it in nvidia/creatable_vgpu_types ({'; '.join(parts)})",
+        f"the GPU is full or runs another framebuffer size; {FREE}or pick another type",
+        blockers=in_the_way(snapshot, busy),
+    )
 
 
 def _no_placement(snapshot: HostSnapshot, gpu: str, type_name: str) -> str:
