@@ -163,6 +163,7 @@ def build_apply_plan(
             sub, ids = device_plans.plan_create(
                 vsnap, add.type_id or "", add.count, gpu=spec.gpu, policy=spec.policy, numa=spec.numa,
                 params=spec.params, uuids=uuids, taken=taken_pci, host_drivers=pool_vfs,
+                have=[a.uuid or a.address or "" for a in mine if a.type_id == add.type_id],  # count is the total
             )  # fmt: skip
         except (CapacityError, NotFoundError, ConflictError) as exc:
             key = "count" if "count" in spec.key_lines else "type"

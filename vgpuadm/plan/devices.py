@@ -30,10 +30,12 @@ def plan_create(
     uuids: Sequence[str] = (),
     taken: Mapping[str, str] | None = None,
     host_drivers: dict[str, str] | None = None,
+    have: Sequence[str] = (),
 ) -> tuple[Plan, list[str]]:
     """Plan `count` vGPUs of `type_name`; returns the plan and the device ids it makes (mdev UUIDs, or VF
     addresses on layout C and VF pools). `uuids` fixes the mdev UUIDs (one per instance), else random ones are
-    drawn. `host_drivers` receives, per pool VF taken, the host driver it had ("" for none)."""
+    drawn. `host_drivers` receives, per pool VF taken, the host driver it had ("" for none). `have`: the devices
+    of the type the requester has already (placement's errors name the total asked for)."""
     host_drivers = {} if host_drivers is None else host_drivers
 
     if uuids and len(uuids) != count:
@@ -46,7 +48,7 @@ def plan_create(
         if all(m.type_id in wanted for m in existing):
             return Plan.of([], f"mdevs {', '.join(m.uuid for m in existing)} already exist"), [m.uuid for m in existing]
     gpu = pci_address(gpu) if gpu is not None else None
-    placement = place(snap, type_name, count, gpu=gpu, policy=policy, numa=numa, taken=taken)
+    placement = place(snap, type_name, count, gpu=gpu, policy=policy, numa=numa, taken=taken, have=have)
     steps: list[Step] = []
     ids: list[str] = []
     enabling: set[str] = set()

@@ -9,7 +9,7 @@ pack fills the most-used compatible physical GPU first; spread the least-used. T
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from vgpuadm.catalog.capacity import (
@@ -89,14 +89,18 @@ def place(
     policy: str = "pack",
     numa: int | None = None,
     taken: Mapping[str, str] | None = None,
+    have: Collection[str] = (),
 ) -> Placement:
     """Choose `count` parents for `type_name`. `taken`: PCI addresses that a domain references (a layout C VF given
-    to a VM whether or not its type is set now) → that domain; they are never chosen. Raises NotFoundError (unknown
-    type or GPU), UsageError (bad policy/count) or CapacityError listing why each candidate was rejected."""
+    to a VM whether or not its type is set now) → that domain; they are never chosen. `have`: how many of the type
+    the requester already has, by device id (a total asked for is len(have) + count: the errors give that total, as
+    it was asked, and never offer to free these for it).
+    Raises NotFoundError (unknown type or GPU), UsageError (bad policy/count) or CapacityError listing why each
+    candidate was rejected."""
     if policy not in POLICIES:
         raise UsageError(f'Unknown placement policy "{policy}"', "use --policy pack or --policy spread")
     check_count(count)
-    check_host_count(snapshot, count)
+    check_host_count(snapshot, len(have) + count)
     types = snapshot.types()
     if gpu is not None:
         gpu = pci_address(gpu)
@@ -172,11 +176,17 @@ def place(
     placement = Placement(type_id, choices, sorted(rejected), per_gpu, policy)
     if len(choices) < count:
         reasons = _summary(snapshot, sorted(rejected) + full)
-        fit = f" (only {len(choices)} fit)" if choices else ""
+        if have:
+            fit = f" ({len(have)} exist, {count} more needed; " + (
+                f"only {len(choices)} fit)" if choices else "none fits)"
+            )
+        else:
+            fit = f" (only {len(choices)} fit)" if choices else ""
         where = f" on {gpu}" if gpu else ""
-        blockers = in_the_way(snapshot, {snapshot.physical_gpu(p.removesuffix(" (GPU)")) for p, _ in rejected + full})
+        gpus = {snapshot.physical_gpu(p.removesuffix(" (GPU)")) for p, _ in rejected + full}
+        blockers = [b for b in in_the_way(snapshot, gpus) if b[0] not in have]
         raise CapacityError(
-            f"No room for {count} × {type_id}{where}{fit}: {reasons or 'no candidate parent'}",
+            f"No room for {len(have) + count} × {type_id}{where}{fit}: {reasons or 'no candidate parent'}",
             f"{FREE}or pick another type or GPU; `vgpuadm types --available` lists what fits now",
             blockers=blockers,
         )
