@@ -29,6 +29,7 @@ from vgpuadm.host import hetero as host_hetero
 from vgpuadm.host.discover import snapshot
 from vgpuadm.host.root import EMBED_LIBVIRT, HostRoot, check_exists, check_writable
 from vgpuadm.host.sysfs import Sysfs, Writer, check_root
+from vgpuadm.io.domainxml import read_libvirt_domains
 from vgpuadm.model import HostSnapshot
 from vgpuadm.plan.domains import Domains
 from vgpuadm.sim.kernel import SimKernel
@@ -177,6 +178,13 @@ class Session:
                 yield name, virt.uuid(name), virt.xml(name), virt.is_active(name), virt.get_metadata(name, NS) or ""
             except NotFoundError:  # undefined between listing and reading
                 continue
+
+    def domains_on_disk(self) -> Domains:
+        """This host's domains read from libvirt's own files under the root (io/domainxml.py), never by calling
+        libvirt: for the qemu hook, which libvirt runs and which must not call it back. They become this Session's
+        one domain scan, so nothing later (an error naming owners) opens libvirt either."""
+        self._domains = read_libvirt_domains(self.root, self.host_key)
+        return self._domains
 
     def holds_no_domains(self) -> bool:
         """This simulated root's own embedded libvirt with no persistent domain XML holds no domains (its
