@@ -8,7 +8,8 @@ Rules (shared/docs/vgpu-sysfs.md §2.4, §3.2-3.4, §4.1, §4.4):
   kernel    (other mdev drivers: mtty, mdpy, mbochs, GVT-g): the types of a parent share one budget, in the driver's
             own units (ports, a count, MiB, aperture), and the kernel's `available_instances` is believed;
   whole     (passthrough): no sharing.
-Placement asks `why_not` per candidate parent; the inventory asks `sharing_rule`, `conflicting_types`,
+Placement asks `why_not` per candidate parent, `why_not_listed` when no free layout C VF lists a type, and
+`in_the_way` for the devices a refusal names; the inventory asks `sharing_rule`, `conflicting_types`,
 `conflicting_sizes` and `gpu_maximum`; `apply -f` and mdevctl import project the snapshot with `consume` / `release`.
 This module never reads the host; the simulated kernel (vgpuadm/sim) is the independent oracle the tests check it
 against, and never imports it.
