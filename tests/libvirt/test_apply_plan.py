@@ -116,6 +116,10 @@ def test_a_plans_count_is_the_total_its_errors_name(host: tuple[Path, dict[str, 
         f"hint: free what is in the way: db02 owns {db} (`vgpuadm destroy --vm db02 --uuid {db}`); or pick another "
         "type or GPU; `vgpuadm types --available` lists what fits now\n"
     )
+    # where it fits, the diff says what it adds and the total the plan asks for
+    plan.write_text(PLAN.replace("count: 2", "count: 3"))
+    res = vgpuadm(root, "apply", "-f", str(plan), "--check")
+    assert (res.code, res.out.splitlines()[0]) == (0, "+ web01: nvidia-63 ×1 (3 in all)")
     assert tree_state(root) == state
 
 
