@@ -249,3 +249,21 @@ def test_another_framebuffer_size_on_layout_c_names_the_size_that_runs(sim_host,
         "4096 MiB type (`vgpuadm types --available` lists what fits now)\n"
     )
     assert tree_state(root) == before
+
+
+def test_a_time_sliced_type_on_a_gpu_in_mig_mode_says_mig_hides_it(sim_host, cli):  # type: ignore[no-untyped-def]
+    """MIG on and no vGPU yet: the driver lists only MIG-backed types, and a time-sliced name was "Unknown type";
+    the error says MIG mode hides it and how to get it back (#30.9)."""
+    root = sim_host("h200-vendor-vfio")
+    subprocess.run([str(root / "usr/bin/nvidia-smi"), "-i", "0", "-mig", "1"], check=True, capture_output=True)
+    for args, where in ((["vf", "set-type", "--type", "H200X-4C"], "this host"),
+                        (["mdev", "create", "--type", "H200X-4C", "--gpu", "18:00.0"], "0000:18:00.0")):  # fmt: skip
+        res = cli("--root", str(root), *args)
+        assert (res.code, res.out, res.err) == (
+            3,
+            "",
+            f'error: Unknown type "H200X-4C" on {where}: 0000:18:00.0 (H200 SXM 141GB) is in MIG mode, which lists '
+            "only MIG-backed types; H200X-4C is time-sliced, and time-sliced and MIG-backed types do not mix on one "
+            "GPU\nhint: turn MIG mode off (`vgpuadm mig disable --gpu 0000:18:00.0`, once its MIG-backed vGPUs are "
+            "gone) to get time-sliced types, or ask for a MIG-backed type (`vgpuadm types` lists them)\n",
+        )

@@ -223,6 +223,22 @@ def why_not_listed(snapshot: HostSnapshot, gpu: str, t: VgpuType, usage: GpuUsag
     return None
 
 
+def hidden_by_mig(snapshot: HostSnapshot, wanted: str) -> list[str]:
+    """The GPUs that do not list the time-sliced type named `wanted` (a name like H200X-4C) because MIG mode is on:
+    every type they offer is MIG-backed and of the same board. Time-sliced and MIG-backed types do not mix on one
+    GPU, so the driver lists the time-sliced ones only while MIG mode is off."""
+    info = describe_nvidia_name(wanted)
+    if info.board is None or info.slices is not None:
+        return []
+    per_gpu: dict[str, list[tuple[str | None, int | None]]] = {}
+    for t in snapshot.types():
+        name = describe_nvidia_name(t.name)
+        per_gpu.setdefault(snapshot.physical_gpu(t.parent), []).append((name.board, name.slices))
+    board = info.board.lower()
+    return sorted(gpu for gpu, names in per_gpu.items()
+                  if all(s is not None and (b or "").lower() == board for b, s in names))  # fmt: skip
+
+
 def why_no_types(snapshot: HostSnapshot, address: str) -> tuple[str, str]:
     """Why the GPU at `address` offers no vGPU types now, and what to do: (reason, hint). The driver decides:
     vfio-pci (passed through), none, SR-IOV VFs not enabled, a driver without vGPUs, or nvidia without types."""

@@ -18,6 +18,7 @@ from vgpuadm.catalog.capacity import (
     gpu_room,
     gpu_usage,
     heterogeneous,
+    hidden_by_mig,
     host_maximum,
     idle_for_vgpu,
     in_the_way,
@@ -252,6 +253,18 @@ def resolve_on_host(
     try:
         return resolve_type(types, wanted, where)
     except NotFoundError as exc:
+        mig = [
+            g for g in hidden_by_mig(snapshot, wanted) if where in ("this host", g) or snapshot.physical_gpu(where) == g
+        ]
+        if mig:
+            labels = ", ".join(snapshot.label(g) for g in mig)
+            raise NotFoundError(
+                f'Unknown type "{wanted}" on {where}: {labels} {"is" if len(mig) == 1 else "are"} in MIG mode, '
+                f"which lists only MIG-backed types; {wanted} is time-sliced, and time-sliced and MIG-backed types do "
+                "not mix on one GPU",
+                f"turn MIG mode off (`vgpuadm mig disable --gpu {mig[0]}`, once its MIG-backed vGPUs are gone) to get "
+                "time-sliced types, or ask for a MIG-backed type (`vgpuadm types` lists them)",
+            ) from None
         idle = [a for a in idle_for_vgpu(snapshot) if where == "this host" or a == where]
         if not idle:
             raise
