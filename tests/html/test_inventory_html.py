@@ -160,8 +160,8 @@ def test_mig_instances_have_a_table_per_gpu(tmp_path):
     page.write_text(host_html(doc))
     dom = html.fromstring(chromium(tmp_path, "--dump-dom", page.as_uri()).stdout)
     titles = [h.text_content() for h in dom.xpath("//h2[starts-with(., 'MIG GPU instances')]")]
-    assert titles == ["MIG GPU instances on 0000:18:00.0: MIG Enabled, 4 of 8 slots free, 1 used, 2 free (1 made by "
-                      "hand)"]  # fmt: skip
+    assert titles == ["MIG GPU instances on 0000:18:00.0: MIG Enabled, 4 of 8 slots free; 3 GPU instances: 1 running "
+                      "a vGPU, 2 free, 1 of them made by hand"]  # fmt: skip
     table = dom.xpath("//h2[starts-with(., 'MIG GPU instances')]/following-sibling::table[1]")[0]
     assert [th.text_content() for th in table.xpath(".//th")] == [
         "instance", "profile", "placement", "state", "domain", "made for", "vGPUs"

@@ -90,6 +90,39 @@ def test_plan_that_needs_more_instances_than_exist_changes_nothing(host: tuple[P
     assert not (root / "var/lib/vgpuadm/journal.json").exists()
 
 
+def test_a_plans_count_is_the_total_its_errors_name(host: tuple[Path, dict[str, str], Path]) -> None:
+    """`count` is what the VM owns afterwards: with 2 devices made, `count: 20` was reported as "18 instances are
+    more than this host could ever hold", and a count that does not fit as "No room for 14 × …" (#30.11). The
+    errors name the count the plan asks for, and never offer to free the VM's own devices for it."""
+    root, uuids, plan = host
+    assert vgpuadm(root, "apply", "-f", str(plan)).code == 0
+    hid = HostRoot(str(root)).machine_id()
+    db = device_uuid(hid, uuids["db02"], 0)
+    state = tree_state(root)
+    plan.write_text(PLAN.replace("count: 2", "count: 20"))
+    res = vgpuadm(root, "apply", "-f", str(plan), "--check")
+    assert (res.code, res.out) == (4, "")
+    assert res.err == (
+        "error: plan.yaml:4: vms.web01.count: 20 instances are more than this host could ever hold (16 vGPU devices "
+        "in all)\nhint: ask for what the host can hold: `vgpuadm types --available` lists the free instances\n"
+    )
+    plan.write_text(PLAN.replace("count: 2", "count: 16"))
+    res = vgpuadm(root, "apply", "-f", str(plan))
+    assert (res.code, res.out) == (4, "")
+    assert res.err == (
+        "error: plan.yaml:4: vms.web01.count: No room for 16 × nvidia-63 (2 exist, 14 more needed; only 13 fit): "
+        "0000:01:00.0: no free instances of nvidia-63 left after this request; 0000:02:00.0: no free instances of "
+        "nvidia-63 left after this request\n"
+        f"hint: free what is in the way: db02 owns {db} (`vgpuadm destroy --vm db02 --uuid {db}`); or pick another "
+        "type or GPU; `vgpuadm types --available` lists what fits now\n"
+    )
+    # where it fits, the diff says what it adds and the total the plan asks for
+    plan.write_text(PLAN.replace("count: 2", "count: 3"))
+    res = vgpuadm(root, "apply", "-f", str(plan), "--check")
+    assert (res.code, res.out.splitlines()[0]) == (0, "+ web01: nvidia-63 ×1 (3 in all)")
+    assert tree_state(root) == state
+
+
 def test_check_shows_the_diff_and_changes_nothing(host: tuple[Path, dict[str, str], Path]) -> None:
     root, _uuids, plan = host
     state = tree_state(root)

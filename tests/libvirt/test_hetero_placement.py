@@ -101,10 +101,10 @@ def test_mode_off_refuses_a_second_size_before_any_change(sim_host: Callable[[st
     res = vgpuadm(root, "apply", "-f", str(plan))
     assert (res.code, res.out) == (4, "")
     assert res.err == (
-        "error: plan.yaml:5: vms.b.type: No room for 1 × nvidia-2010: no VF lists it in nvidia/creatable_vgpu_types "
-        "(0000:81:00.0: 1 VFs host vGPUs, 15 free VFs do not list it)\n"
-        "hint: the GPU is full or runs another framebuffer size; free VFs with `vgpuadm vf clear`\n"
-    )
+        "error: plan.yaml:5: vms.b.type: No room for 1 × nvidia-2010: 0000:81:00.0: 1 vGPU of 4096 MiB runs on it "
+        "(NVIDIA DC-4C) and NVIDIA DC-8C is 8192 MiB; one framebuffer size per GPU\n"
+        "hint: ask for a 4096 MiB type (`vgpuadm types --available` lists what fits now)\n"
+    )  # the VF a's DC-4C would take exists only in the plan: no command to free it is offered
     assert tree_state(root) == before
 
 
@@ -122,7 +122,7 @@ def test_no_free_placement_is_explained_before_any_change(sim_host: Callable[[st
         "(0000:81:00.0: 2 VFs host vGPUs, 14 free VFs do not list it; NVIDIA DC-8C needs 8 slots at 0, 8, 16, 24, 32, "
         "40, 48, 56, 64, 72, 80, 88; vGPUs hold 0000:81:00.4 at 48–95, 0000:81:00.5 at 0–47; 0 GiB free in 0 pieces; "
         "no vGPU fits)\n"
-        "hint: the GPU is full or runs another framebuffer size; free VFs with `vgpuadm vf clear`\n"
+        "hint: the GPU is full or runs another framebuffer size; pick another type\n"
     )
     res = vgpuadm(root, "create", "--vm", "a", "--type", "DC-48C", "--total", "3")
     assert res.code == 4

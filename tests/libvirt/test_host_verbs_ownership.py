@@ -212,3 +212,69 @@ def test_a_short_address_behaves_exactly_as_the_long_one(case: str, tmp_path: Pa
         seen[form] = (runs, tree_state(root), allocations(root, "vm1"), hostdev_keys(root, "vm1"))
     assert seen["short"] == seen["long"]
     assert all(code == 0 for code, _, _ in seen["long"][0]), seen["long"][0]
+
+
+# -- hints that send the user to a command that would refuse (#30.8) ------------------------------------------------
+
+
+def test_no_room_names_the_vm_that_owns_the_blocking_devices(sim_host: Callable[[str], Path]) -> None:
+    """ "No room" used to send the user to `mdev remove` for devices a VM owns (which refuses them, rc 5): the hint
+    names the owner and `vgpuadm destroy --vm`, and `mdev remove` only for the device no VM owns. The same through
+    `create --vm` (the domains already read) and `mdev create` (read for the hint)."""
+    root = sim_host("t4")
+    define(root, "holder01", "other01")
+    assert vgpuadm(root, "create", "--type", "nvidia-227", "--count", "2", "--vm", "holder01").code == 0
+    owned = sorted(hostdev_keys(root, "holder01"))
+    loose = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"
+    assert vgpuadm(root, "mdev", "create", "--type", "nvidia-227", "--uuid", loose).code == 0
+    err = (
+        "error: No room for 1 × nvidia-222: 0000:3b:00.0: GPU runs nvidia-227 (GRID T4-4A); one vGPU type per GPU\n"
+        f"hint: free what is in the way: holder01 owns {owned[0]}, {owned[1]} (`vgpuadm destroy --vm holder01 "
+        f"--uuid ID`); no VM owns {loose} (`vgpuadm mdev remove {loose}`); or pick another type or GPU; `vgpuadm types "
+        "--available` lists what fits now\n"
+    )
+    for args in (["mdev", "create", "--type", "nvidia-222"], ["create", "--type", "nvidia-222", "--vm", "other01"],
+                 ["mdev", "create", "--type", "nvidia-222", "--dry-run"]):  # fmt: skip
+        res = vgpuadm(root, *args)
+        assert (res.code, res.out, res.err) == (4, "", err), args
+    # what the hint says works: the unowned one goes with `mdev remove`, the owned ones with `destroy --vm`
+    assert vgpuadm(root, "mdev", "remove", loose).code == 0
+    assert vgpuadm(root, "mdev", "remove", owned[0]).code == 5
+    assert vgpuadm(root, "destroy", "--vm", "holder01", "--uuid", owned[0]).code == 0
+    assert vgpuadm(root, "destroy", "--vm", "holder01", "--uuid", owned[1]).code == 0
+    assert vgpuadm(root, "mdev", "create", "--type", "nvidia-222").code == 0
+
+
+def test_sriov_disable_names_the_vm_that_owns_a_vf_vgpu(sim_host: Callable[[str], Path]) -> None:
+    """`sriov disable` refused with "remove their vGPUs (`vgpuadm mdev remove`, `vgpuadm vf clear`)", commands that
+    refuse the VM's devices: it names the owner and `destroy --vm`, and `mdev remove` for the unowned one."""
+    root = sim_host("a100-mdev-vf")
+    define(root, "sriovvm01")
+    assert vgpuadm(root, "create", "--type", "A100-10C", "--vm", "sriovvm01").code == 0
+    [owned] = hostdev_keys(root, "sriovvm01")
+    loose = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"
+    assert vgpuadm(root, "mdev", "create", "--type", "A100-10C", "--uuid", loose).code == 0
+    res = vgpuadm(root, "sriov", "disable", "0000:41:00.0")
+    assert (res.code, res.out) == (5, "")
+    first, second = sorted([owned, loose])
+    assert res.err == (
+        f"error: VFs of 0000:41:00.0 are in use ({first}, {second})\n"
+        f"hint: free what is in the way: sriovvm01 owns {owned} (`vgpuadm destroy --vm sriovvm01 --uuid {owned}`); "
+        f"no VM owns {loose} (`vgpuadm mdev remove {loose}`); then run this again\n"
+    )
+
+
+def test_vf_set_type_on_an_owned_vf_names_its_vm(sim_host: Callable[[str], Path]) -> None:
+    """`vf set-type --vf V` on a VF a VM owns said "clear it first with `vgpuadm vf clear V`", which refuses (rc 5)."""
+    root = sim_host("h200-vendor-vfio")
+    define(root, "settype01")
+    assert vgpuadm(root, "create", "--type", "H200X-4C", "--vm", "settype01").code == 0
+    [vf] = hostdev_keys(root, "settype01")
+    res = vgpuadm(root, "vf", "set-type", "--type", "H200X-8C", "--vf", vf)
+    assert (res.code, res.out, res.err) == (
+        5,
+        "",
+        f"error: VF {vf} already runs nvidia-1420\n"
+        f"hint: free what is in the way: settype01 owns {vf} (`vgpuadm destroy --vm settype01 --uuid {vf}`); or pick "
+        "another VF\n",
+    )

@@ -129,7 +129,7 @@ def test_diff_adds_what_is_missing_and_keeps_what_matches() -> None:
     )
     assert d.removes == () and d.set_params == () and len(d.kept) == 2
     assert d.instances_needed == 3
-    assert d.lines() == ["+ ci: nvidia-64 ×1", "+ db02: passthrough 0000:65:00.1", "+ web01: nvidia-63 ×1"]
+    assert d.lines() == ["+ ci: nvidia-64 ×1", "+ db02: passthrough 0000:65:00.1", "+ web01: nvidia-63 ×1 (2 in all)"]
 
 
 def test_diff_of_a_satisfied_plan_is_empty() -> None:

@@ -134,6 +134,28 @@ def test_doctor_reports_a_leak_by_its_uuid_and_the_fix(tmp_path: Path) -> None:
     assert checks[f"leak {LEAK}"]["hint"] == fix
 
 
+def test_after_a_kill_the_journal_check_names_the_step_in_flight(tmp_path: Path) -> None:
+    """#30.11: killed right after its second step, a run left the journal at index 1 and doctor said "(step 1)"
+    where two steps had run; it numbers steps from 1 as the step lines do, names the one in flight and says which
+    may have run."""
+    root = tmp_path / "host"
+    build("p4", str(root))
+    uuids = [f"83b8f4f2-509f-382f-3c1e-e6bfe0fa100{n}" for n in (1, 2, 3)]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "VGPUADM_TEST_CRASH_AFTER_STEP": "2"}
+    killed = subprocess.run([sys.executable, "-m", "vgpuadm", "--root", str(root), "mdev", "create", "--type",
+                             "nvidia-63", "--count", "3", *(a for u in uuids for a in ("--uuid", u))],
+                            capture_output=True, text=True, env=env, check=False)  # fmt: skip
+    assert killed.returncode == 99, killed.stderr
+    assert sorted(os.listdir(root / "sys/bus/mdev/devices")) == uuids[:2]  # two steps ran
+    checks = {c["check"]: c for c in json.loads(_doctor(root, "--json").stdout)["checks"]}
+    assert checks["journal"] == {
+        "check": "journal", "status": "fail",
+        "detail": "an interrupted change is pending: create 3 × nvidia-63 on 0000:01:00.0 (stopped at step 2 of 3: "
+                  f"create mdev {uuids[1]} of type nvidia-63 on 0000:01:00.0; steps 1–2 may have run)",
+        "hint": "vgpuadm recover (rolls it back; --finish completes it)",
+    }  # fmt: skip
+
+
 @pytest.mark.process
 def test_recover_and_reconcile_state_their_split() -> None:
     """One home for a journal's rollback: `recover`, which every "interrupted change" message names; `reconcile`'s

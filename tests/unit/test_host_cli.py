@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from vgpuadm import api
 from vgpuadm.schemas import validate
+from vgpuadm.sim.kernel import SimKernel
 from vgpuadm.sim.treestate import tree_state
 
 U1 = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"
@@ -78,8 +80,7 @@ def test_mdev_create_explain(sim_host: Callable[[str], Path], cli) -> None:  # t
         (["mdev", "create", "--type", "P4-8Q", "--count", "3"], 4,
          "error: No room for 3 × nvidia-66 (only 2 fit): 0000:01:00.0: no free instances of nvidia-66 left after "
          "this request; 0000:02:00.0: no free instances of nvidia-66 left after this request\n"
-         "hint: free instances (`vgpuadm mdev remove`, `vgpuadm vf clear`) or pick another type or GPU; "
-         "`vgpuadm types --available` lists what fits now\n"),
+         "hint: pick another type or GPU; `vgpuadm types --available` lists what fits now\n"),
         (["mdev", "create", "--type", "P4-1Q", "--param", "frame_rate_limiter"], 2,
          'error: Malformed vgpu parameter "frame_rate_limiter"\n'
          "hint: write key=value, e.g. --param frame_rate_limiter=0\n"),
@@ -115,7 +116,8 @@ def test_vf_set_type_and_clear(sim_host: Callable[[str], Path], cli) -> None:  #
     res = cli("--root", str(root), "vf", "set-type", "--type", "H200X-8C", "--vf", vf)
     assert (res.code, res.err) == (
         5,
-        f"error: VF {vf} already runs nvidia-1420\nhint: clear it first with `vgpuadm vf clear {vf}` or pick another VF\n",
+        f"error: VF {vf} already runs nvidia-1420\nhint: free what is in the way: no VM owns {vf} (`vgpuadm vf clear {vf}`); "
+        "or pick another VF\n",
     )
     res = cli("--root", str(root), "vf", "clear", vf)
     assert res.out == f"done: step 1/1 clear vGPU type 1420 (nvidia-1420) from VF {vf}\n"
@@ -189,7 +191,8 @@ def test_sriov_disable_with_a_vf_on_vfio_names_vfio_unbind(sim_host, cli):
         5,
         [
             "error: VFs of 0000:01:00.0 are in use (0000:01:00.1)",
-            "hint: give VFs on vfio-pci back (`vgpuadm vfio unbind 0000:01:00.1`) first",
+            "hint: free what is in the way: no VM owns 0000:01:00.1 (`vgpuadm vfio unbind 0000:01:00.1`); then run this "
+            "again",
         ],
     )
 
@@ -208,3 +211,62 @@ def test_only_the_verbs_that_free_devices_open_libvirt(sim_host, cli, tmp_path):
         res = cli("--root", str(root), "--connect", bad, *args)
         assert res.code == 8, res.err
     assert (p4 / "sys/bus/mdev/devices" / uuid).is_dir()
+
+
+def test_a_time_sliced_type_on_a_gpu_running_mig_backed_vgpus_says_why(sim_host, cli):  # type: ignore[no-untyped-def]
+    """Layout C with MIG on: asking for a time-sliced type while MIG-backed vGPUs run used to say only "no VF lists
+    it in nvidia/creatable_vgpu_types"; the sharing rule says MIG mode is on and the two kinds do not mix, and the
+    fix (#30.9)."""
+    root = sim_host("h200-vendor-vfio")
+    smi = str(root / "usr/bin/nvidia-smi")
+    subprocess.run([smi, "-i", "0", "-mig", "1"], check=True, capture_output=True)
+    subprocess.run([smi, "mig", "-i", "0", "-cgi", "19:6"], check=True, capture_output=True)
+    SimKernel(str(root)).write("/sys/bus/pci/devices/0000:18:00.4/nvidia/current_vgpu_type", "1414\n")
+    before = tree_state(root)
+    res = cli("--root", str(root), "vf", "set-type", "--type", "H200X-4C")
+    assert (res.code, res.out) == (4, "")
+    assert res.err == (
+        "error: No room for 1 × H200X-4C: 0000:18:00.0: MIG mode is on and 1 MIG-backed vGPU runs on it (NVIDIA "
+        "H200X-1-18C); NVIDIA H200X-4C is time-sliced, and time-sliced and MIG-backed vGPUs do not mix on one GPU\n"
+        "hint: free what is in the way: no VM owns 0000:18:00.4 (`vgpuadm vf clear 0000:18:00.4`); then turn MIG mode "
+        "off (`vgpuadm mig disable --gpu 0000:18:00.0`) to run time-sliced types; or ask for a MIG-backed type "
+        "(`vgpuadm types --available` lists what fits now)\n"
+    )
+    assert tree_state(root) == before
+
+
+def test_another_framebuffer_size_on_layout_c_names_the_size_that_runs(sim_host, cli):  # type: ignore[no-untyped-def]
+    """Layout C, MIG off: a second framebuffer size used to get the same "no VF lists it" as a full GPU; it names
+    the size that runs and the one-size rule (#30.9)."""
+    root = sim_host("h200-vendor-vfio")
+    kernel = SimKernel(str(root))
+    for vf in ("0000:18:00.4", "0000:18:00.5"):
+        kernel.write(f"/sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type", "1420\n")
+    before = tree_state(root)
+    res = cli("--root", str(root), "vf", "set-type", "--type", "H200X-8C")
+    assert (res.code, res.out) == (4, "")
+    assert res.err == (
+        "error: No room for 1 × H200X-8C: 0000:18:00.0: 2 vGPUs of 4096 MiB run on it (NVIDIA H200X-4C) and NVIDIA "
+        "H200X-8C is 8192 MiB; one framebuffer size per GPU\n"
+        "hint: free what is in the way: no VM owns 0000:18:00.4, 0000:18:00.5 (`vgpuadm vf clear ID`); or ask for a "
+        "4096 MiB type (`vgpuadm types --available` lists what fits now)\n"
+    )
+    assert tree_state(root) == before
+
+
+def test_a_time_sliced_type_on_a_gpu_in_mig_mode_says_mig_hides_it(sim_host, cli):  # type: ignore[no-untyped-def]
+    """MIG on and no vGPU yet: the driver lists only MIG-backed types, and a time-sliced name was "Unknown type";
+    the error says MIG mode hides it and how to get it back (#30.9)."""
+    root = sim_host("h200-vendor-vfio")
+    subprocess.run([str(root / "usr/bin/nvidia-smi"), "-i", "0", "-mig", "1"], check=True, capture_output=True)
+    for args, where in ((["vf", "set-type", "--type", "H200X-4C"], "this host"),
+                        (["mdev", "create", "--type", "H200X-4C", "--gpu", "18:00.0"], "0000:18:00.0")):  # fmt: skip
+        res = cli("--root", str(root), *args)
+        assert (res.code, res.out, res.err) == (
+            3,
+            "",
+            f'error: Unknown type "H200X-4C" on {where}: 0000:18:00.0 (H200 SXM 141GB) is in MIG mode, which lists '
+            "only MIG-backed types; H200X-4C is time-sliced, and time-sliced and MIG-backed types do not mix on one "
+            "GPU\nhint: turn MIG mode off (`vgpuadm mig disable --gpu 0000:18:00.0`, once its MIG-backed vGPUs are "
+            "gone) to get time-sliced types, or ask for a MIG-backed type (`vgpuadm types` lists them)\n",
+        )

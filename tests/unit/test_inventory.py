@@ -209,7 +209,40 @@ def test_saved_domains_own_what_their_hostdevs_reference_recorded_or_not(p4_busy
     assert {k: doc["summary"][k] for k in ("owned", "unowned", "not_recorded")} == {
         "owned": 2, "unowned": 1, "not_recorded": 1
     }  # fmt: skip
-    assert doc["warnings"] == [f"{U[0]} is claimed by 2 domains (web01, webcopy); only one of them can start"]
+    assert doc["warnings"] == [
+        f"{U[0]} is claimed by 2 domains (web01, webcopy); only one of them can start",
+        f"ownership read from 3 domains saved in {xml_dir} (legacy, web01, webcopy): 1 device no saved domain owns "
+        "is shown as a leak, though a domain not saved there may own it; save every domain of the host (`virsh "
+        "dumpxml DOMAIN`) for a complete answer",
+    ]
+
+
+def test_saved_xml_of_some_domains_says_how_many_were_read(p4_busy, tmp_path, cli):
+    """#30.11: with only web01 saved, db02's device was called a leak and nothing said that one domain was read.
+    The inventory names how many domains (and which) its ownership comes from, on stderr and in the JSON."""
+    root, allocations = p4_busy
+    xml_dir = tmp_path / "domains"
+    xml_dir.mkdir()
+    (xml_dir / "web01.xml").write_text(domain_xml("web01", [allocations[0]]))
+    doc = api.inventory(str(root), domains_xml=str(xml_dir), host="h1")
+    validate("inventory-v1", doc)
+    assert [d["domain"] for d in doc["devices"]] == ["web01", None, None]
+    warning = (
+        f"ownership read from 1 domain saved in {xml_dir} (web01): 2 devices no saved domain owns are shown as leaks, "
+        "though a domain not saved there may own them; save every domain of the host (`virsh dumpxml DOMAIN`) for a "
+        "complete answer"
+    )
+    assert doc["warnings"] == [warning]
+    res = cli("--root", str(root), "inventory", "--domain-xml-dir", str(xml_dir))
+    assert res.code == 0 and res.err == f"warning: {warning}\n"
+    (xml_dir / "db02.xml").write_text(domain_xml("db02", [allocations[1]]))
+    (xml_dir / "gone.xml").write_text(domain_xml("gone", [allocations[2]]))
+    doc = api.inventory(str(root), domains_xml=str(xml_dir), host="h1")
+    assert doc["warnings"] == [
+        f"ownership read from 3 domains saved in {xml_dir} (db02, gone, web01): 1 device no saved domain owns is "
+        "shown as a leak, though a domain not saved there may own it; save every domain of the host (`virsh "
+        "dumpxml DOMAIN`) for a complete answer"
+    ]
 
 
 def test_broken_domain_xml_names_the_file(sim_host, tmp_path, cli):

@@ -170,6 +170,11 @@ def test_bad_input_is_one_line_and_changes_nothing(cli, tmp_path):
     r = cli("--root", str(root), "mig", "destroy", "--gpu", gpu, "--instance", "1")
     assert (r.code, r.err.splitlines()[0]) == (5, "error: GPU instance 1 (1g.18gb) on 0000:18:00.0 runs the vGPU on "
                                                   "0000:18:00.4")  # fmt: skip
+    # the hint used to offer `vgpuadm vf clear` whoever owns the VF (#30.8); no VM owns this one
+    assert r.err.splitlines()[1] == (
+        "hint: free what is in the way: no VM owns 0000:18:00.4 (`vgpuadm vf clear 0000:18:00.4`); then destroy the GPU "
+        "instance"
+    )
     r = cli("--root", str(root), "mig", "destroy", "--gpu", gpu, "--instance", "7")
     assert (r.code, r.err.splitlines()[0]) == (3, "error: 0000:18:00.0 has no GPU instance 7")
     r = cli("--root", str(root), "mig", "disable", "--gpu", gpu)

@@ -11,11 +11,6 @@ from vgpuadm import api
 from vgpuadm.errors import CapacityError, NotFoundError, UsageError
 from vgpuadm.plan.placement import place
 
-HINT = (
-    "free instances (`vgpuadm mdev remove`, `vgpuadm vf clear`) or pick another type or GPU; "
-    "`vgpuadm types --available` lists what fits now"
-)
-
 
 def _host(sim_host: Callable[[str], Path], profile: str, *creates: tuple[str, int, str | None]) -> str:
     root = str(sim_host(profile))
@@ -52,7 +47,17 @@ def test_one_type_per_gpu_on_layout_a(sim_host: Callable[[str], Path]) -> None:
         "No room for 2 × nvidia-66 (only 1 fit): 0000:01:00.0: GPU runs nvidia-64 (GRID P4-2Q); one vGPU type per "
         "GPU; 0000:02:00.0: no free instances of nvidia-66 left after this request"
     )
-    assert info.value.hint == HINT
+    [held] = api.discover(root).mdevs  # placement knows no owners: the hint gives both ways (the Session names them)
+    assert info.value.blockers == ((held, "mdev remove"),)
+    assert info.value.hint == (
+        f"free what is in the way: {held} (`vgpuadm mdev remove {held}`, or `vgpuadm destroy --vm VM --uuid {held}` "
+        "where a VM owns it); or pick another type or GPU; `vgpuadm types --available` lists what fits now"
+    )
+    info.value.name_owners(lambda dev: "web01" if dev == held else None, lambda dev: True)
+    assert info.value.hint == (
+        f"free what is in the way: web01 owns {held} (`vgpuadm destroy --vm web01 --uuid {held}`); or pick another "
+        "type or GPU; `vgpuadm types --available` lists what fits now"
+    )
 
 
 def test_numa(sim_host: Callable[[str], Path]) -> None:

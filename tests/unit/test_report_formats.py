@@ -13,8 +13,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.unit.inventory_setup import P4_UUIDS as U
-from tests.unit.inventory_setup import h200_mig_busy, p4_busy, recorded
+from tests.unit.inventory_setup import h200_mig_busy, mig_on, p4_busy, recorded
 from vgpuadm import api
+from vgpuadm.report.render_table import mig_gpu_tables
 from vgpuadm.schemas import validate
 
 
@@ -93,6 +94,21 @@ def test_prometheus_mig_instances_by_state(sim_host, cli, tmp_path):
     assert sorted(states) == sorted(k[1][3][1] for k, v in samples.items() for _ in range(int(v)) if len(k[1]) == 4)
 
 
+def test_mig_table_titles_count_slots_and_instances_apart(sim_host, tmp_path):
+    """#30.11: a MIG GPU with no instance was titled "8 of 8 slots free, 0 used, 0 free" (slots and instances mixed
+    in one list); the title says the free slots, then the GPU instances and their states."""
+    root = sim_host("h200-vendor-vfio")
+    mig_on(root)
+    [idle] = mig_gpu_tables(api.inventory(str(root), domains_xml=str(tmp_path), host="h200"))
+    assert idle.title == "MIG GPU instances on 0000:18:00.0: MIG Enabled, 8 of 8 slots free; no GPU instances"
+    h200_mig_busy(root, tmp_path / "domains")
+    [busy] = mig_gpu_tables(api.inventory(str(root), domains_xml=str(tmp_path / "domains"), host="h200"))
+    assert busy.title == (
+        "MIG GPU instances on 0000:18:00.0: MIG Enabled, 4 of 8 slots free; 3 GPU instances: 1 running a vGPU, 2 "
+        "free, 1 of them made by hand"
+    )
+
+
 @pytest.mark.process
 @pytest.mark.skipif(not shutil.which("promtool"), reason="promtool (Debian package prometheus) is not installed")
 def test_promtool_accepts_the_textfile(busy, cli):
@@ -141,7 +157,8 @@ def test_bad_format_and_table_to_file_are_usage_errors(busy, cli, tmp_path):
     r = cli(*busy, "-o", str(tmp_path / "x.txt"))
     assert (r.code, r.err.splitlines()[0]) == (2, "error: --format table only prints to the terminal")
     r = cli(*busy, "--format", "json", "-o", str(tmp_path / "no" / "dir.json"))
-    assert r.code == 7 and r.err.startswith(f"error: cannot write {tmp_path / 'no' / 'dir.json'}: ")
+    # the report was made (its warning, a leak no saved domain owns, comes first); writing it failed
+    assert r.code == 7 and r.err.splitlines()[1].startswith(f"error: cannot write {tmp_path / 'no' / 'dir.json'}: ")
 
 
 def test_without_libvirt_ownership_is_unknown(sim_host, cli):

@@ -41,7 +41,10 @@ def test_an_unknown_type_names_the_gpus_bound_to_vfio_pci_not_a_false_no_room(cl
     assert hint == (f"hint: `vgpuadm release --gpu {P4}` or `vgpuadm vfio unbind {P4}` gives it back to its driver; "
                     "run `vgpuadm types` to list the types this host offers")  # fmt: skip
     full = cli("--root", str(root), "mdev", "create", "--type", "H200X-4C")  # known to the driver, no room now
-    assert full.code == 4 and full.err.startswith("error: No room for 1 × H200X-4C: no VF lists it"), full.err
+    assert (full.code, full.err) == (4, "error: No room for 1 × H200X-4C: 0000:18:00.0: 1 vGPU of 144384 MiB runs on it "
+                                        "(NVIDIA H200X-141C) and NVIDIA H200X-4C is 4096 MiB; one framebuffer size per "
+                                        "GPU, and it is full\nhint: free what is in the way: no VM owns 0000:18:00.4 "
+                                        "(`vgpuadm vf clear 0000:18:00.4`); or pick another GPU\n")  # fmt: skip
 
 
 def test_gpu_models_from_the_roots_pci_ids_in_tables(cli, sim_host):

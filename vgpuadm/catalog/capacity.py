@@ -8,7 +8,8 @@ Rules (shared/docs/vgpu-sysfs.md §2.4, §3.2-3.4, §4.1, §4.4):
   kernel    (other mdev drivers: mtty, mdpy, mbochs, GVT-g): the types of a parent share one budget, in the driver's
             own units (ports, a count, MiB, aperture), and the kernel's `available_instances` is believed;
   whole     (passthrough): no sharing.
-Placement asks `why_not` per candidate parent; the inventory asks `sharing_rule`, `conflicting_types`,
+Placement asks `why_not` per candidate parent, `why_not_listed` when no free layout C VF lists a type, and
+`in_the_way` for the devices a refusal names; the inventory asks `sharing_rule`, `conflicting_types`,
 `conflicting_sizes` and `gpu_maximum`; `apply -f` and mdevctl import project the snapshot with `consume` / `release`.
 This module never reads the host; the simulated kernel (vgpuadm/sim) is the independent oracle the tests check it
 against, and never imports it.
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from vgpuadm.catalog.hetero import GpuPolicy
 from vgpuadm.catalog.mig import MigGpu, MigProfile
 from vgpuadm.catalog.naming import describe_nvidia_name
-from vgpuadm.errors import CapacityError
+from vgpuadm.errors import FREE, Blocker, CapacityError
 from vgpuadm.model import (
     Allocation,
     DeviceMode,
@@ -89,6 +90,16 @@ def gpu_usage(snapshot: HostSnapshot) -> dict[str, GpuUsage]:
         phys: GpuUsage(n, types.get(phys, {}), frozenset(sizes.get(phys, ())), busy.get(phys, {}))
         for phys, n in count.items()
     }
+
+
+def in_the_way(snapshot: HostSnapshot, gpus: Iterable[str]) -> list[Blocker]:
+    """The vGPUs on physical GPUs `gpus` that a request could be given room by freeing: each with the verb that
+    frees it while no VM owns it (errors.Blocker; the Session names the owners)."""
+    on = set(gpus)
+    out = [(m.uuid, "mdev remove") for m in snapshot.mdevs.values() if snapshot.physical_gpu(m.parent) in on]
+    out += [(vf.address, "vf clear") for vf in snapshot.vendor_vfs.values()
+            if vf.in_use and snapshot.physical_gpu(vf.address) in on]  # fmt: skip
+    return sorted(out)
 
 
 def is_nvidia(type_id: str) -> bool:
@@ -190,6 +201,53 @@ def why_not(
     if t.available_instances <= 0:
         return f"no free instances of {t.type_id} (available_instances 0)"
     return None
+
+
+def why_not_listed(snapshot: HostSnapshot, gpu: str, t: VgpuType, usage: GpuUsage) -> tuple[str, str] | None:
+    """Why the free VFs of SR-IOV GPU `gpu`, running `usage`, list no `t` by the one-size rule (reference §3.4), and
+    what to do (a hint with FREE for the GPU's vGPUs, errors.Blocker): time-sliced and MIG-backed vGPUs do not mix
+    on one GPU (MIG-backed ones run only while MIG mode is on), and one framebuffer size runs per GPU. None when
+    neither applies: the GPU is full, mixes sizes (heterogeneous mode) or runs nothing."""
+    if not usage.count or heterogeneous(snapshot, gpu):
+        return None
+    names = ", ".join(sorted(set(usage.types.values())))
+    n = usage.count
+    if not size_key(t)[1] and all(describe_nvidia_name(name).slices is not None for name in usage.types.values()):
+        return (
+            f"MIG mode is on and {n} MIG-backed vGPU{'s run' if n > 1 else ' runs'} on it ({names}); {t.name} is "
+            "time-sliced, and time-sliced and MIG-backed vGPUs do not mix on one GPU",
+            f"{FREE}then turn MIG mode off (`vgpuadm mig disable --gpu {gpu}`) to run time-sliced types; or ask for a "
+            "MIG-backed type (`vgpuadm types --available` lists what fits now)",
+        )
+    other = [] if mig_only(t, usage) else conflicting_sizes(usage.sizes, t.framebuffer_mib)
+    if other:
+        size = "/".join(f"{s} MiB" for s in sorted(usage.sizes))
+        maxima = {r.max_instances for r in snapshot.types() if r.type_id in usage.types and r.max_instances}
+        full = bool(maxima) and n >= min(maxima)  # no more of the size that runs fits either
+        return (
+            f"{n} vGPU{'s' if n > 1 else ''} of {size} run{'' if n > 1 else 's'} on it ({names}) and {t.name} is "
+            f"{t.framebuffer_mib} MiB; one framebuffer size per GPU" + (", and it is full" if full else ""),
+            f"{FREE}or pick another GPU"
+            if full
+            else f"{FREE}or ask for a {size} type (`vgpuadm types --available` lists what fits now)",
+        )
+    return None
+
+
+def hidden_by_mig(snapshot: HostSnapshot, wanted: str) -> list[str]:
+    """The GPUs that do not list the time-sliced type named `wanted` (a name like H200X-4C) because MIG mode is on:
+    every type they offer is MIG-backed and of the same board. Time-sliced and MIG-backed types do not mix on one
+    GPU, so the driver lists the time-sliced ones only while MIG mode is off."""
+    info = describe_nvidia_name(wanted)
+    if info.board is None or info.slices is not None:
+        return []
+    per_gpu: dict[str, list[tuple[str | None, int | None]]] = {}
+    for t in snapshot.types():
+        name = describe_nvidia_name(t.name)
+        per_gpu.setdefault(snapshot.physical_gpu(t.parent), []).append((name.board, name.slices))
+    board = info.board.lower()
+    return sorted(gpu for gpu, names in per_gpu.items()
+                  if all(s is not None and (b or "").lower() == board for b, s in names))  # fmt: skip
 
 
 def why_no_types(snapshot: HostSnapshot, address: str) -> tuple[str, str]:

@@ -118,7 +118,7 @@ def _mdev_app() -> Any:
                 snap, type_name, count, gpu=gpu, policy=policy, numa=numa, params=_params(param), uuids=uuid or ()
             )
 
-        run_plan(console, root, planner, dry_run, as_json)
+        run_plan(console, root, planner, dry_run, as_json, connect=ctx.obj.get("connect"))
 
     @app.command("remove", epilog="Example: vgpuadm mdev remove 83b8f4f2-509f-382f-3c1e-e6bfe0fa1001")
     def remove_cmd(
@@ -159,7 +159,7 @@ def _vf_app() -> Any:
             plan, address = api.plan_vf_type(snap, type_name, vf, params=_params(param), policy=policy)
             return plan, [address]
 
-        run_plan(ctx.obj["console"], ctx.obj["root"], planner, dry_run, as_json)
+        run_plan(ctx.obj["console"], ctx.obj["root"], planner, dry_run, as_json, connect=ctx.obj.get("connect"))
 
     @app.command("clear", epilog="Example: vgpuadm vf clear 0000:18:00.4")
     def clear_cmd(
@@ -201,7 +201,7 @@ def _sriov_app() -> Any:
     ) -> None:
         """Enable VFs (sriov_numvfs, or NVIDIA's sriov-manage -e for PFs bound to nvidia)."""
         run_plan(ctx.obj["console"], ctx.obj["root"], lambda s: (api.plan_sriov(s, pf, True, num), []), dry_run,
-                 as_json)  # fmt: skip
+                 as_json, connect=ctx.obj.get("connect"))  # fmt: skip
 
     @app.command("disable", epilog="Example: vgpuadm sriov disable 0000:41:00.0")
     def disable_cmd(
@@ -211,7 +211,14 @@ def _sriov_app() -> Any:
         as_json: bool = json_opt,
     ) -> None:
         """Disable all VFs of a PF (refused while a VF hosts a vGPU)."""
-        run_plan(ctx.obj["console"], ctx.obj["root"], lambda s: (api.plan_sriov(s, pf, False), []), dry_run, as_json)
+        run_plan(
+            ctx.obj["console"],
+            ctx.obj["root"],
+            lambda s: (api.plan_sriov(s, pf, False), []),
+            dry_run,
+            as_json,
+            connect=ctx.obj.get("connect"),
+        )
 
     return app
 

@@ -79,6 +79,8 @@ def write_atomic(path: str, text: str) -> None:
 def emit(console: Console, doc: dict[str, Any], fmt: str, output: str | None, fleet: bool) -> None:
     from vgpuadm.report.render_table import fleet_tables, host_tables
 
+    if output and fmt == "table":  # refused before the report's warnings are printed
+        raise UsageError("--format table only prints to the terminal", "use --format json|csv|html with -o")
     for w in doc["warnings"]:
         console.warn(w)
     if fmt == "prometheus" and output:
@@ -87,8 +89,6 @@ def emit(console: Console, doc: dict[str, Any], fmt: str, output: str | None, fl
         return
     text = render(doc, fmt, fleet)
     if text is None:
-        if output:
-            raise UsageError("--format table only prints to the terminal", "use --format json|csv|html with -o")
         for t in fleet_tables(doc) if fleet else host_tables(doc):
             console.table(t.title, t.columns, t.rows)
         return

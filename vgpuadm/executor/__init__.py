@@ -458,6 +458,26 @@ def read_journal(root: str) -> dict[str, Any] | None:
     return doc
 
 
+def pending_summary(doc: dict[str, Any]) -> str:
+    """A pending journal (read_journal) in words: its plan's summary and where it stopped, numbered from 1 as every
+    step line is ("step 2/3 …"). The journal's `current` is the 0-based index of the step in flight, which may or
+    may not have run: "stopped at step 2 of 3: …; steps 1–2 may have run"."""
+    plan = doc.get("plan")
+    summary = str(plan.get("summary") or "a change") if isinstance(plan, dict) else "a change"
+    try:
+        steps = Plan.from_dict(plan if isinstance(plan, dict) else {}).steps
+    except (VgpuadmError, KeyError, TypeError, ValueError):
+        steps = ()
+    current = doc.get("current")
+    if not isinstance(current, int) or not 0 <= current < len(steps):
+        return summary
+    where = f"step {current + 1} of {len(steps)}: {steps[current].describe()}"
+    if doc.get("state") == "rolling-back":
+        return f"{summary} (failed at {where}; its rollback was interrupted)"
+    ran = "it may have run" if current == 0 else f"steps 1–{current + 1} may have run"
+    return f"{summary} (stopped at {where}; {ran})"
+
+
 class _Journal:
     """The journal of one plan run. `begin` makes the plan durable before anything changes; `step` appends the
     index of the step in flight (= how many are done; it may or may not have happened) without fsync: a crash of

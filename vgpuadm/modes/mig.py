@@ -17,7 +17,7 @@ from vgpuadm.catalog.capacity import place_gpu_instances
 from vgpuadm.catalog.mig import MigGpu, MigInstance, recorded_instance
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.catalog.vendor_types import vendor_vf_types
-from vgpuadm.errors import ConflictError, NotFoundError, UsageError
+from vgpuadm.errors import FREE, ConflictError, NotFoundError, UsageError
 from vgpuadm.model import Allocation, HostSnapshot, Layout
 from vgpuadm.modes.base import HostdevSpec, Mode
 from vgpuadm.steps import CreateGpuInstance, DestroyGpuInstance, SetMigMode, Step
@@ -114,7 +114,8 @@ class MigMode(Mode):
                 raise ConflictError(
                     f"GPU instance {gi.instance_id} ({gi.name}) on {g.address} runs the vGPU on {gi.users[0]}"
                     + (f" of VM {who}" if who else ""),
-                    "destroy that vGPU first (`vgpuadm destroy --vm NAME` or `vgpuadm vf clear`)",
+                    f"{FREE}then destroy the GPU instance",
+                    blockers=[(u, "vf clear") for u in gi.users],
                 )
         return [DestroyGpuInstance(g.address, g.index, gi.instance_id, gi.name, gi.profile_id, gi.start)
                 for gi in targets]  # fmt: skip

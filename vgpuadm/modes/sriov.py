@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from vgpuadm.catalog.sriov_boards import check_vfs_settable
-from vgpuadm.errors import ConflictError, NotFoundError, UsageError
+from vgpuadm.errors import FREE, Blocker, ConflictError, NotFoundError, UsageError
 from vgpuadm.model import HostSnapshot, Layout, PciFunction
 from vgpuadm.modes.base import HostdevSpec, Mode
 from vgpuadm.steps import SRIOV_MANAGE, SetNumVfs, SriovManage, Step
@@ -33,19 +33,17 @@ class SriovMode(Mode):
         self.find(snapshot, device_id)
 
     def _check_vfs_free(self, snapshot: HostSnapshot, fn: PciFunction) -> None:
-        busy = [m.uuid for m in snapshot.mdevs.values() if m.parent in fn.virtfns]
-        busy += [vf.address for vf in snapshot.vendor_vfs.values() if vf.in_use and vf.address in fn.virtfns]
-        on_vfio = [a for a in fn.virtfns if (snapshot.functions.get(a) and snapshot.functions[a].driver == "vfio-pci")]
-        if busy or on_vfio:
-            listed = busy + on_vfio
-            fixes = []
-            if busy:
-                fixes.append("remove their vGPUs (`vgpuadm mdev remove`, `vgpuadm vf clear`)")
-            if on_vfio:
-                fixes.append(f"give VFs on vfio-pci back (`vgpuadm vfio unbind {on_vfio[0]}`)")
+        busy: list[Blocker] = [(m.uuid, "mdev remove") for m in snapshot.mdevs.values() if m.parent in fn.virtfns]
+        busy += [(vf.address, "vf clear") for vf in snapshot.vendor_vfs.values()
+                 if vf.in_use and vf.address in fn.virtfns]  # fmt: skip
+        busy += [(a, "vfio unbind") for a in fn.virtfns
+                 if snapshot.functions.get(a) and snapshot.functions[a].driver == "vfio-pci"]  # fmt: skip
+        if busy:
+            listed = [dev for dev, _ in busy]
             raise ConflictError(
                 f"VFs of {fn.address} are in use ({', '.join(listed[:3])}{'…' if len(listed) > 3 else ''})",
-                " and ".join(fixes) + " first",
+                f"{FREE}then run this again",
+                blockers=busy,
             )
 
     def plan_enable(

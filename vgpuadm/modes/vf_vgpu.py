@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from vgpuadm.catalog.capacity import heterogeneous
-from vgpuadm.errors import ConflictError, NotFoundError
+from vgpuadm.errors import FREE, ConflictError, NotFoundError
 from vgpuadm.model import PCI_KEY, Allocation, Holding, HostSnapshot, Layout, VendorVf, VgpuType
 from vgpuadm.modes.base import (
     RECREATE_VGPUS,
@@ -56,7 +56,8 @@ class VfVgpuMode(Mode):
                 return []
             raise ConflictError(
                 f"VF {vf.address} already runs nvidia-{vf.current_type}",
-                f"clear it first with `vgpuadm vf clear {vf.address}` or pick another VF",
+                f"{FREE}or pick another VF",
+                blockers=[(vf.address, "vf clear")],
             )
         steps: list[Step] = []
         if placement is not None and vf.placement_id != placement:

@@ -13,7 +13,7 @@ import shutil
 
 from vgpuadm import modes
 from vgpuadm.errors import VgpuadmError
-from vgpuadm.executor import read_journal
+from vgpuadm.executor import pending_summary, read_journal
 from vgpuadm.executor.kernel import load_drivers
 from vgpuadm.host import nvidia_smi
 from vgpuadm.host.paths import PROC_CMDLINE
@@ -66,9 +66,7 @@ def facts(root: str | None, connect: str | None = None) -> HostFacts:
             journal_error = exc.message
         else:
             if doc is not None:
-                got = doc.get("plan")
-                plan = got if isinstance(got, dict) else {}
-                journal = f"{plan.get('summary') or 'a change'} (step {doc.get('current', '?')})"
+                journal = pending_summary(doc)
         version = error = hint = leaks = missing = claimed = None
         unrecorded: tuple[tuple[str, str], ...] = ()
         uses_ramfb = False

@@ -18,7 +18,6 @@ from vgpuadm.executor import load_drivers
 from vgpuadm.host import mig as host_mig
 from vgpuadm.host.root import HostRoot
 from vgpuadm.io import hookfile
-from vgpuadm.io.domainxml import read_libvirt_domains
 from vgpuadm.io.policyfile import made_text, read_made
 from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.ops.session import Session
@@ -62,7 +61,7 @@ def run_on_demand(root: str | None, domain: str, phase: str, domain_xml: str) ->
     """`run` for a domain whose XML hookcall has checked and found on-demand devices in (cli/hookrun.py checks it
     before loading this module)."""
     with Session.open(root) as s:  # s.virt is never opened here
-        owners = foreign_owners(read_libvirt_domains(s.root, s.host_key), domain_xml)
+        owners = foreign_owners(s.domains_on_disk(), domain_xml)
         left: list[str] = []
         _name, wanted = ondemand.requests(domain_xml, s.host_key)
         if phase == "start":

@@ -3,8 +3,6 @@ benchmarks drive directly: discover, apply a Plan, recover. Each changing verb r
 
 from __future__ import annotations
 
-import glob
-import os
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -14,7 +12,7 @@ from vgpuadm.executor import ExecContext, ExecResult, execute, load_drivers, rea
 from vgpuadm.executor import host_lock as _host_lock
 from vgpuadm.executor import recover as _recover
 from vgpuadm.host.discover import snapshot
-from vgpuadm.host.root import EMBED_LIBVIRT, SRIOV_MANAGE, HostRoot, check_writable
+from vgpuadm.host.root import SRIOV_MANAGE, HostRoot, check_writable
 from vgpuadm.host.sysfs import Sysfs, check_root
 from vgpuadm.model import HostSnapshot
 from vgpuadm.ops.session import LIBVIRT_STEP_KINDS, WITH_LIBVIRT, Session
@@ -22,7 +20,7 @@ from vgpuadm.ops.session import open_sysfs as _open_sysfs
 from vgpuadm.plan import devices
 from vgpuadm.plan.guest import plan_destroy
 from vgpuadm.steps import Plan, Step
-from vgpuadm.virt.conn import VirtConn, choose_uri, embed_uri
+from vgpuadm.virt.conn import VirtConn, choose_uri
 from vgpuadm.virt.steps import DefineDomain
 
 Progress = Callable[[int, int, str], None]
@@ -105,7 +103,7 @@ def run(
 
 def _plan(s: Session, planner: Planner, frees: Frees | None, force: bool) -> tuple[Plan, list[str]]:
     plan, ids = planner(s.snap)
-    if frees is None or plan.empty or _no_domains(s):
+    if frees is None or plan.empty or s.holds_no_domains():
         return plan, ids
     domains = s.domains()
     owners: dict[str, str] = {}  # domain → the first device of it this verb frees
@@ -137,15 +135,6 @@ def _plan(s: Session, planner: Planner, frees: Frees | None, force: bool) -> tup
         define += [st for st in taken.steps if isinstance(st, DefineDomain)]
     summary = f"{plan.summary}; take it from domain {', '.join(sorted(owners))} (--force)"
     return Plan.of([*define, *plan.steps], summary), ids
-
-
-def _no_domains(s: Session) -> bool:
-    """This simulated root's own embedded libvirt with no persistent domain XML holds no domains (its transient
-    ones live only in the process that made them): answered without starting the driver, which libvirt allows
-    only once per process."""
-    if not s.simulated or s.uri != embed_uri(s.root.path):
-        return False
-    return not glob.glob(os.path.join(s.root.path, EMBED_LIBVIRT.lstrip("/"), "etc", "qemu", "*.xml"))
 
 
 def recover(

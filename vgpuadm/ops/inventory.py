@@ -45,9 +45,11 @@ def inventory(
         found: Domains | None = None
         running: frozenset[str] | None = None
         source = "none"
+        saved: list[str] | None = None  # the domains read from --domain-xml-dir
         if domains_xml is not None:
             found = read_domain_dir(domains_xml, snap.host_key, option="--domain-xml-dir")
             source = f"domains-xml:{os.path.abspath(domains_xml)}"
+            saved = sorted(found.by_name)
         warnings: list[str] = []
         if domains_xml is None and use_libvirt:
             try:
@@ -60,6 +62,8 @@ def inventory(
         doc = build_inventory(snap, found, host=host or s.root.hostname(), generated_at=_now(), source=source,
                               running=running, mig=mig)  # fmt: skip
         doc["warnings"] += warnings
+        if saved is not None and doc["summary"]["unowned"]:
+            doc["warnings"].append(_saved_only(saved, domains_xml or "", doc["summary"]["unowned"]))
         pending: VgpuadmError | None
         try:
             pending = pending_error() if read_journal(s.root.path) is not None else None
@@ -68,6 +72,18 @@ def inventory(
         if pending is not None:
             doc["warnings"].append(f"{pending.message}: {pending.hint}")
         return doc
+
+
+def _saved_only(saved: list[str], directory: str, unowned: int) -> str:
+    """Ownership from saved XML knows only the domains saved there: say how many were read before the devices no
+    saved domain owns are taken for leaks (a domain not saved there owns its devices all the same)."""
+    n = len(saved)
+    names = f" ({', '.join(saved[:3])}{', …' if n > 3 else ''})" if saved else ""
+    it = "it" if unowned == 1 else "them"
+    return (f"ownership read from {n} domain{'' if n == 1 else 's'} saved in {directory}{names}: {unowned} "
+            f"device{'' if unowned == 1 else 's'} no saved domain owns {'is' if unowned == 1 else 'are'} shown as "
+            f"{'a leak' if unowned == 1 else 'leaks'}, though a domain not saved there may own {it}; save every "
+            "domain of the host (`virsh dumpxml DOMAIN`) for a complete answer")  # fmt: skip
 
 
 def _mig_occupancy(s: Session, found: Domains | None, warnings: list[str]) -> dict[str, dict[str, Any]] | None:

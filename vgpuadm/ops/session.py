@@ -9,12 +9,14 @@ stale view. Read-only commands use the same object without the lock.
 from __future__ import annotations
 
 import dataclasses
+import glob
+import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any
 
 from vgpuadm import executor
-from vgpuadm.errors import NotFoundError
+from vgpuadm.errors import NotFoundError, VgpuadmError
 from vgpuadm.executor import (
     ExecContext,
     ExecResult,
@@ -26,13 +28,14 @@ from vgpuadm.executor import (
 )
 from vgpuadm.host import hetero as host_hetero
 from vgpuadm.host.discover import snapshot
-from vgpuadm.host.root import HostRoot, check_exists, check_writable
+from vgpuadm.host.root import EMBED_LIBVIRT, HostRoot, check_exists, check_writable
 from vgpuadm.host.sysfs import Sysfs, Writer, check_root
+from vgpuadm.io.domainxml import read_libvirt_domains
 from vgpuadm.model import HostSnapshot
 from vgpuadm.plan.domains import Domains
 from vgpuadm.sim.kernel import SimKernel
 from vgpuadm.steps import Plan
-from vgpuadm.virt.conn import VirtConn, choose_uri
+from vgpuadm.virt.conn import VirtConn, choose_uri, embed_uri
 from vgpuadm.virt.handlers import HANDLERS as LIBVIRT_HANDLERS
 from vgpuadm.virt.steps import AttachHostdev, DefineDomain, DetachHostdev, SetMetadata
 from vgpuadm.virt.xml import NS
@@ -80,7 +83,7 @@ class Session:
         s = cls(root, connect)
         (check_root if needs_sys else check_exists)(s.root.path)
         check_writable(s.root.path)
-        with host_lock(s.root.path, timeout), s._stack:
+        with host_lock(s.root.path, timeout), s._stack, s._owners_named():
             if not allow_pending and read_journal(s.root.path) is not None:
                 raise pending_error()
             yield s
@@ -96,8 +99,30 @@ class Session:
     @contextmanager
     def read(cls, root: str | None, connect: str | None = None) -> Iterator[Session]:
         s = cls(root, connect)
-        with s._stack:
+        with s._stack, s._owners_named():
             yield s
+
+    @contextmanager
+    def _owners_named(self) -> Iterator[None]:
+        """An error that names devices in its way (VgpuadmError.blockers) leaves with each one's owner named in
+        its hint, from this Session's one domain scan (read now if the verb had not needed it). When the domains
+        cannot be read, the hint keeps both ways to free a device."""
+        try:
+            yield
+        except VgpuadmError as exc:
+            if exc.blockers:
+                try:
+                    domains = None if self.holds_no_domains() else self.domains()
+                except VgpuadmError:  # libvirt cannot be read: the owners stay unknown
+                    raise exc from None
+                exc.name_owners(domains.owner_of if domains is not None else lambda _dev: None, self._exists)
+            raise
+
+    def _exists(self, device_id: str) -> bool:
+        """Whether a device exists in the kernel now: an mdev, a layout C VF running a vGPU, another function."""
+        snap = self.snap
+        vf = snap.vendor_vfs.get(device_id)
+        return device_id in snap.mdevs or (vf.in_use if vf is not None else device_id in snap.functions)
 
     # -- the host ----------------------------------------------------------------------------------------------
 
@@ -153,6 +178,21 @@ class Session:
                 yield name, virt.uuid(name), virt.xml(name), virt.is_active(name), virt.get_metadata(name, NS) or ""
             except NotFoundError:  # undefined between listing and reading
                 continue
+
+    def domains_on_disk(self) -> Domains:
+        """This host's domains read from libvirt's own files under the root (io/domainxml.py), never by calling
+        libvirt: for the qemu hook, which libvirt runs and which must not call it back. They become this Session's
+        one domain scan, so nothing later (an error naming owners) opens libvirt either."""
+        self._domains = read_libvirt_domains(self.root, self.host_key)
+        return self._domains
+
+    def holds_no_domains(self) -> bool:
+        """This simulated root's own embedded libvirt with no persistent domain XML holds no domains (its
+        transient ones live only in the process that made them): answered without starting the driver, which
+        libvirt allows only once per process."""
+        if not self.simulated or self.uri != embed_uri(self.root.path):
+            return False
+        return not glob.glob(os.path.join(self.root.path, EMBED_LIBVIRT.lstrip("/"), "etc", "qemu", "*.xml"))
 
     def domain_xml(self, name: str) -> str:
         """A domain's persistent XML (NotFoundError when there is none)."""

@@ -50,7 +50,9 @@ def _located(plan_doc: DesiredPlan, vm: str, key: str, exc: VgpuadmError) -> Vgp
     line = plan_doc.vms[vm].line_of(key)
     if not line:
         return exc
-    return type(exc)(f"{plan_doc.source}:{line}: vms.{vm}.{key}: {exc.message}", exc.hint)
+    exc.message = f"{plan_doc.source}:{line}: vms.{vm}.{key}: {exc.message}"  # the hint and its blockers stay
+    exc.args = (exc.message,)
+    return exc
 
 
 def resolve_types(plan_doc: DesiredPlan, snap: HostSnapshot, allocations: Sequence[Allocation]) -> dict[str, str]:
@@ -160,6 +162,7 @@ def build_apply_plan(
             made, summary = device_plans.plan_devices(
                 vsnap, add.type_id or "", add.count, gpu=spec.gpu, policy=spec.policy, numa=spec.numa,
                 params=spec.params, uuids=uuids, taken=taken_pci,
+                have=[a.uuid or a.address or "" for a in mine if a.type_id == add.type_id],  # count is the total
             )  # fmt: skip
         except (CapacityError, NotFoundError, ConflictError) as exc:
             key = "count" if "count" in spec.key_lines else "type"

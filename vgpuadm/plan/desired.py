@@ -125,6 +125,8 @@ class Diff:
             if add.virtio_gl:
                 what = VIRTIO_GL + (f" on {add.spec.virtio_gl_gpu}" if add.spec.virtio_gl_gpu else "")
             what += " on demand" if add.spec.on_demand else ""
+            if not add.address and not add.virtio_gl and add.count != add.spec.count:  # the VM has some already
+                what += f" ({add.spec.count} in all)"  # the plan's count is the total
             out.append((add.vm, 2, f"+ {add.vm}: {what}"))
         return [*self.gpus, *(text for _, _, text in sorted(out, key=lambda t: (t[0], t[1])))]
 

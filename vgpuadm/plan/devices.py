@@ -11,7 +11,7 @@ from typing import Any
 from vgpuadm import modes
 from vgpuadm.catalog import capacity
 from vgpuadm.catalog.naming import resolve_type
-from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
+from vgpuadm.errors import FREE, CapacityError, ConflictError, NotFoundError, UsageError
 from vgpuadm.model import HostSnapshot, VgpuType, device_key, pci_address
 from vgpuadm.modes import mdev, passthrough, sriov, vf_vgpu
 from vgpuadm.modes.base import Instance, Made, check_uuid
@@ -37,10 +37,12 @@ def plan_devices(
     params: str = "",
     uuids: Sequence[str] = (),
     taken: Mapping[str, str] | None = None,
+    have: Sequence[str] = (),
 ) -> tuple[list[Made], str]:
     """Plan `count` vGPUs of `type_name`, per device (each with its own steps and what its allocation records, as
     the mode that makes it says: Mode.plan_instance), and a summary of the whole. `uuids` fixes the mdev UUIDs (one
-    per instance), else random ones are drawn."""
+    per instance), else random ones are drawn. `have`: the devices of the type the requester has already
+    (placement's errors name the total asked for)."""
     if uuids and len(uuids) != count:
         raise UsageError(f"{len(uuids)} UUIDs given for {count} devices", "give one --uuid per device, or none")
     if uuids and all(check_uuid(u) in snap.mdevs for u in uuids):
@@ -52,7 +54,7 @@ def plan_devices(
                          uuid=m.uuid, display=True) for m in existing]  # fmt: skip
             return kept, f"mdevs {', '.join(m.uuid for m in existing)} already exist"
     gpu = pci_address(gpu) if gpu is not None else None
-    placement = place(snap, type_name, count, gpu=gpu, policy=policy, numa=numa, taken=taken)
+    placement = place(snap, type_name, count, gpu=gpu, policy=policy, numa=numa, taken=taken, have=have)
     out: list[Made] = []
     ids: list[str] = []
     enabling: set[str] = set()
@@ -143,7 +145,8 @@ def plan_vf_type(
                 return Plan.of([], f"VF {vf} already runs nvidia-{found.current_type}"), vf
             raise ConflictError(
                 f"VF {vf} already runs nvidia-{found.current_type}",
-                f"clear it first with `vgpuadm vf clear {vf}` or pick another VF",
+                f"{FREE}or pick another VF",
+                blockers=[(vf, "vf clear")],
             )
     placement = place(snap, type_name, 1, gpu=vf, policy=policy)
     t = placement.choices[0][1]

@@ -234,8 +234,8 @@ def _plan_growth(
         return _plan_on_demand(snap, wants, requests, type_id, joined, hints, _pci_users(taken, seen),
                                {"display": "on" if display else "off", **({"ramfb": "on"} if ramfb else {})})  # fmt: skip
     made = iter(device_plans.plan_devices(snap, type_id, total, gpu=gpu, policy=policy, numa=numa, params=joined,
-                                          uuids=[u for w in wants for u in w.uuids],
-                                          taken=_pci_users(taken, seen))[0])  # fmt: skip
+                                          uuids=[u for w in wants for u in w.uuids], taken=_pci_users(taken, seen),
+                                          have=_kept(wants, requests, type_id))[0])  # fmt: skip
     extra = {"display": "on" if display else "off", **({"ramfb": "on"} if ramfb else {})}
     out = []
     for w, (domain_xml, _count) in zip(wants, requests, strict=True):
@@ -370,6 +370,12 @@ def _plan_virtio_gl(snap: HostSnapshot, domain_xml: str, count: int, gpu: str | 
     steps: list[Step] = [virtio_gpu.MODE.definition_step(a, True),
                          redefine_step(name, owned, after, snap.host_key, domain_xml)]  # fmt: skip
     return DomainPlan(name, Plan.of(steps, f"give domain {name} a virtio-gpu on {path}"), [a], after)
+
+
+def _kept(wants: Sequence[_Want], requests: Sequence[tuple[str, int]], type_id: str) -> list[str]:
+    """The devices of `type_id` the domains keep (each its oldest, up to the total it asks for)."""
+    return [a.uuid or a.address or "" for w, (_, count) in zip(wants, requests, strict=True)
+            for a in sorted((a for a in w.owned if a.type_id == type_id), key=lambda a: a.slot)[:count]]  # fmt: skip
 
 
 def _pci_users(users: Users | None, besides: Collection[str]) -> dict[str, str]:

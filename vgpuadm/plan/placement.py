@@ -9,7 +9,7 @@ pack fills the most-used compatible physical GPU first; spread the least-used. T
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from vgpuadm.catalog.capacity import (
@@ -18,17 +18,20 @@ from vgpuadm.catalog.capacity import (
     gpu_room,
     gpu_usage,
     heterogeneous,
+    hidden_by_mig,
     host_maximum,
     idle_for_vgpu,
+    in_the_way,
     mig_only,
     per_parent_room,
     policy_of,
     why_no_placement,
     why_no_types,
     why_not,
+    why_not_listed,
 )
 from vgpuadm.catalog.naming import resolve_type
-from vgpuadm.errors import CapacityError, NotFoundError, UsageError
+from vgpuadm.errors import FREE, CapacityError, NotFoundError, UsageError
 from vgpuadm.model import HostSnapshot, VgpuType, pci_address
 
 POLICIES = ("pack", "spread")
@@ -87,14 +90,18 @@ def place(
     policy: str = "pack",
     numa: int | None = None,
     taken: Mapping[str, str] | None = None,
+    have: Collection[str] = (),
 ) -> Placement:
     """Choose `count` parents for `type_name`. `taken`: PCI addresses that a domain references (a layout C VF given
-    to a VM whether or not its type is set now) → that domain; they are never chosen. Raises NotFoundError (unknown
-    type or GPU), UsageError (bad policy/count) or CapacityError listing why each candidate was rejected."""
+    to a VM whether or not its type is set now) → that domain; they are never chosen. `have`: how many of the type
+    the requester already has, by device id (a total asked for is len(have) + count: the errors give that total, as
+    it was asked, and never offer to free these for it).
+    Raises NotFoundError (unknown type or GPU), UsageError (bad policy/count) or CapacityError listing why each
+    candidate was rejected."""
     if policy not in POLICIES:
         raise UsageError(f'Unknown placement policy "{policy}"', "use --policy pack or --policy spread")
     check_count(count)
-    check_host_count(snapshot, count)
+    check_host_count(snapshot, len(have) + count)
     types = snapshot.types()
     if gpu is not None:
         gpu = pci_address(gpu)
@@ -113,7 +120,7 @@ def place(
                 _vendor_vfs_full(snapshot, type_name, count)
             raise
     if all(t.layout.types_by_number and not t.available_instances for t in candidates):
-        _vendor_vfs_full(snapshot, type_name, count)  # known from the driver's list, creatable on no VF
+        _vendor_vfs_full(snapshot, type_name, count, candidates)  # known from the driver's list, creatable on no VF
     type_id = candidates[0].type_id
     usage = gpu_usage(snapshot)
     rejected: list[tuple[str, str]] = []
@@ -170,12 +177,19 @@ def place(
     placement = Placement(type_id, choices, sorted(rejected), per_gpu, policy)
     if len(choices) < count:
         reasons = _summary(snapshot, sorted(rejected) + full)
-        fit = f" (only {len(choices)} fit)" if choices else ""
+        if have:
+            fit = f" ({len(have)} exist, {count} more needed; " + (
+                f"only {len(choices)} fit)" if choices else "none fits)"
+            )
+        else:
+            fit = f" (only {len(choices)} fit)" if choices else ""
         where = f" on {gpu}" if gpu else ""
+        gpus = {snapshot.physical_gpu(p.removesuffix(" (GPU)")) for p, _ in rejected + full}
+        blockers = [b for b in in_the_way(snapshot, gpus) if b[0] not in have]
         raise CapacityError(
-            f"No room for {count} × {type_id}{where}{fit}: {reasons or 'no candidate parent'}",
-            "free instances (`vgpuadm mdev remove`, `vgpuadm vf clear`) or pick another type or GPU; "
-            "`vgpuadm types --available` lists what fits now",
+            f"No room for {len(have) + count} × {type_id}{where}{fit}: {reasons or 'no candidate parent'}",
+            f"{FREE}or pick another type or GPU; `vgpuadm types --available` lists what fits now",
+            blockers=blockers,
         )
     return placement
 
@@ -239,6 +253,18 @@ def resolve_on_host(
     try:
         return resolve_type(types, wanted, where)
     except NotFoundError as exc:
+        mig = [
+            g for g in hidden_by_mig(snapshot, wanted) if where in ("this host", g) or snapshot.physical_gpu(where) == g
+        ]
+        if mig:
+            labels = ", ".join(snapshot.label(g) for g in mig)
+            raise NotFoundError(
+                f'Unknown type "{wanted}" on {where}: {labels} {"is" if len(mig) == 1 else "are"} in MIG mode, '
+                f"which lists only MIG-backed types; {wanted} is time-sliced, and time-sliced and MIG-backed types do "
+                "not mix on one GPU",
+                f"turn MIG mode off (`vgpuadm mig disable --gpu {mig[0]}`, once its MIG-backed vGPUs are gone) to get "
+                "time-sliced types, or ask for a MIG-backed type (`vgpuadm types` lists them)",
+            ) from None
         idle = [a for a in idle_for_vgpu(snapshot) if where == "this host" or a == where]
         if not idle:
             raise
@@ -270,19 +296,33 @@ def by_parent_max(by_parent: dict[str, VgpuType], snapshot: HostSnapshot, phys: 
     return max((t.max_instances or 0) for t in by_parent.values() if snapshot.physical_gpu(t.parent) == phys)
 
 
-def _vendor_vfs_full(snapshot: HostSnapshot, type_name: str, count: int) -> None:
-    """Layout C VFs list nothing creatable once their GPU is full: say that instead of "unknown type"."""
+def _vendor_vfs_full(snapshot: HostSnapshot, type_name: str, count: int, candidates: Sequence[VgpuType] = ()) -> None:
+    """Layout C VFs list nothing creatable once their GPU is full: say that instead of "unknown type". Where the
+    type is known (`candidates`: its entries, none free), the sharing rule says why its GPU's free VFs do not list
+    it (catalog/capacity.py why_not_listed: MIG-backed vGPUs run, or another framebuffer size)."""
     per_pf: dict[str, list[int]] = {}
     for vf in snapshot.vendor_vfs.values():
         busy_free = per_pf.setdefault(snapshot.physical_gpu(vf.address), [0, 0])
         busy_free[0 if vf.in_use else 1] += 1
-    parts = [f"{pf}: {b} VFs host vGPUs" + (f", {f} free VFs do not list it" if f else "")
-             + _no_placement(snapshot, pf, type_name) for pf, (b, f) in sorted(per_pf.items()) if b]  # fmt: skip
-    if parts:
+    busy = sorted(pf for pf, (b, _) in per_pf.items() if b)
+    if not busy:
+        return
+    usage = gpu_usage(snapshot)
+    known = {snapshot.physical_gpu(t.parent): t for t in candidates}
+    why = {pf: r for pf in busy if pf in known and (r := why_not_listed(snapshot, pf, known[pf], usage[pf]))}
+    if len(why) == len(busy):
         raise CapacityError(
-            f"No room for {count} × {type_name}: no VF lists it in nvidia/creatable_vgpu_types ({'; '.join(parts)})",
-            "the GPU is full or runs another framebuffer size; free VFs with `vgpuadm vf clear`",
+            f"No room for {count} × {type_name}: " + "; ".join(f"{pf}: {why[pf][0]}" for pf in busy),
+            "; ".join(dict.fromkeys(why[pf][1] for pf in busy)),
+            blockers=in_the_way(snapshot, busy),
         )
+    parts = [f"{pf}: {per_pf[pf][0]} VFs host vGPUs" + (f", {per_pf[pf][1]} free VFs do not list it"
+             if per_pf[pf][1] else "") + _no_placement(snapshot, pf, type_name) for pf in busy]  # fmt: skip
+    raise CapacityError(
+        f"No room for {count} × {type_name}: no VF lists it in nvidia/creatable_vgpu_types ({'; '.join(parts)})",
+        f"the GPU is full or runs another framebuffer size; {FREE}or pick another type",
+        blockers=in_the_way(snapshot, busy),
+    )
 
 
 def _no_placement(snapshot: HostSnapshot, gpu: str, type_name: str) -> str:

@@ -37,14 +37,24 @@ def mig_gpu_tables(doc: dict[str, Any]) -> list[Table]:
     instance with its state (used, free, by-hand), the domain using it and the one vgpuadm made it for."""
     return [
         Table(
-            f"MIG GPU instances on {g['address']}: MIG {m['mode']}, {m['slots_free']} of {m['slots']} slots free, "
-            f"{m['used']} used, {m['free']} free ({m['by_hand']} made by hand)",
+            f"MIG GPU instances on {g['address']}: MIG {m['mode']}, {m['slots_free']} of {m['slots']} slots free; "
+            + _instances(m),
             ["instance", "profile", "placement", "state", "domain", "made for", "vGPUs"],
             [_mig_row(i) for i in m["instances"]],
         )
         for g in doc["gpus"]
         if (m := g.get("mig"))
     ]
+
+
+def _instances(m: dict[str, Any]) -> str:
+    """The GPU instances of one GPU in words: slots count placement slices, instances are what holds them (a title
+    reading "8 of 8 slots free, 0 used, 0 free" mixed the two)."""
+    n = m["used"] + m["free"]
+    if not n:
+        return "no GPU instances"
+    made = f", {m['by_hand']} of them made by hand" if m["by_hand"] else ""
+    return f"{n} GPU instance{'s' if n > 1 else ''}: {m['used']} running a vGPU, {m['free']} free{made}"
 
 
 def _mig_row(i: dict[str, Any]) -> list[Any]:
