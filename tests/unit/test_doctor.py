@@ -134,6 +134,7 @@ def test_doctor_reports_a_leak_by_its_uuid_and_the_fix(tmp_path: Path) -> None:
     assert checks[f"leak {LEAK}"]["hint"] == fix
 
 
+@pytest.mark.process
 def test_after_a_kill_the_journal_check_names_the_step_in_flight(tmp_path: Path) -> None:
     """#30.11: killed right after its second step, a run left the journal at index 1 and doctor said "(step 1)"
     where two steps had run; it numbers steps from 1 as the step lines do, names the one in flight and says which

@@ -213,6 +213,7 @@ def test_only_the_verbs_that_free_devices_open_libvirt(sim_host, cli, tmp_path):
     assert (p4 / "sys/bus/mdev/devices" / uuid).is_dir()
 
 
+@pytest.mark.process
 def test_a_time_sliced_type_on_a_gpu_running_mig_backed_vgpus_says_why(sim_host, cli):  # type: ignore[no-untyped-def]
     """Layout C with MIG on: asking for a time-sliced type while MIG-backed vGPUs run used to say only "no VF lists
     it in nvidia/creatable_vgpu_types"; the sharing rule says MIG mode is on and the two kinds do not mix, and the
@@ -235,6 +236,7 @@ def test_a_time_sliced_type_on_a_gpu_running_mig_backed_vgpus_says_why(sim_host,
     assert tree_state(root) == before
 
 
+@pytest.mark.process
 def test_another_framebuffer_size_on_layout_c_names_the_size_that_runs(sim_host, cli):  # type: ignore[no-untyped-def]
     """Layout C, MIG off: a second framebuffer size used to get the same "no VF lists it" as a full GPU; it names
     the size that runs and the one-size rule (#30.9)."""
@@ -254,6 +256,7 @@ def test_another_framebuffer_size_on_layout_c_names_the_size_that_runs(sim_host,
     assert tree_state(root) == before
 
 
+@pytest.mark.process
 def test_a_time_sliced_type_on_a_gpu_in_mig_mode_says_mig_hides_it(sim_host, cli):  # type: ignore[no-untyped-def]
     """MIG on and no vGPU yet: the driver lists only MIG-backed types, and a time-sliced name was "Unknown type";
     the error says MIG mode hides it and how to get it back (#30.9)."""

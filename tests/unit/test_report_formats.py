@@ -94,6 +94,7 @@ def test_prometheus_mig_instances_by_state(sim_host, cli, tmp_path):
     assert sorted(states) == sorted(k[1][3][1] for k, v in samples.items() for _ in range(int(v)) if len(k[1]) == 4)
 
 
+@pytest.mark.process
 def test_mig_table_titles_count_slots_and_instances_apart(sim_host, tmp_path):
     """#30.11: a MIG GPU with no instance was titled "8 of 8 slots free, 0 used, 0 free" (slots and instances mixed
     in one list); the title says the free slots, then the GPU instances and their states."""
