@@ -100,7 +100,10 @@ def fleet_view(doc: dict[str, Any]) -> dict[str, Any]:
         ("devices", t["devices"]),
         ("leaks", t["unowned"]),
         ("missing", t["missing"]),
-        ("free framebuffer on locked GPUs", f"{round(100 * f['locked_share'])} %"),
+        (
+            "of the free framebuffer, the share on GPUs locked to one type or size",
+            f"{round(100 * f['locked_share'])} %",
+        ),
     ]
     return {
         "title": f"vGPU fleet report: {t['hosts']} host{'' if t['hosts'] == 1 else 's'}",
