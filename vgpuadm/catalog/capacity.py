@@ -71,12 +71,18 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class GpuUsage:
     """What runs on one physical GPU: vGPU count, type ids (→ display name), framebuffer sizes, and the VFs that
-    already host one (→ the type id they run)."""
+    already host one (→ the type id they run); `live_types`/`live_sizes` leave out what is only reserved (devices
+    domains record but the host lacks, awaiting `vgpuadm restore`: HostSnapshot.reserved), `reserved` names their
+    domains (one entry per device) and `reserved_vfs` the VFs they will take back."""
 
     count: int = 0
     types: Mapping[str, str] = dataclasses.field(default_factory=dict)
     sizes: frozenset[int] = frozenset()
     busy_vfs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    live_types: frozenset[str] = frozenset()
+    live_sizes: frozenset[int] = frozenset()
+    reserved: tuple[str, ...] = ()
+    reserved_vfs: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 NO_USAGE = GpuUsage()
@@ -91,8 +97,12 @@ def gpu_usage(snapshot: HostSnapshot) -> dict[str, GpuUsage]:
     types: dict[str, dict[str, str]] = {}
     sizes: dict[str, set[int]] = {}
     busy: dict[str, dict[str, str]] = {}
+    live_types: dict[str, set[str]] = {}
+    live_sizes: dict[str, set[int]] = {}
+    reserved: dict[str, list[str]] = {}
+    reserved_vfs: dict[str, dict[str, str]] = {}
 
-    def add(phys: str, type_id: str, name: str, vf: str | None) -> None:
+    def add(phys: str, type_id: str, name: str, vf: str | None, held_for: str | None = None) -> None:
         count[phys] = count.get(phys, 0) + 1
         types.setdefault(phys, {})[type_id] = name
         fb = fb_by_id.get(type_id)
@@ -100,24 +110,35 @@ def gpu_usage(snapshot: HostSnapshot) -> dict[str, GpuUsage]:
             sizes.setdefault(phys, set()).add(fb)
         if vf is not None:
             busy.setdefault(phys, {})[vf] = type_id
+        if held_for is None:
+            live_types.setdefault(phys, set()).add(type_id)
+            if fb:
+                live_sizes.setdefault(phys, set()).add(fb)
+        else:
+            reserved.setdefault(phys, []).append(held_for)
+            if vf is not None:
+                reserved_vfs.setdefault(phys, {})[vf] = held_for
 
+    held = snapshot.reserved
     for m in snapshot.mdevs.values():
         phys = snapshot.physical_gpu(m.parent)
         t = names.get((m.parent, m.type_id))
-        add(phys, m.type_id, t.name if t else m.type_id, m.parent if phys != m.parent else None)
+        add(phys, m.type_id, t.name if t else m.type_id, m.parent if phys != m.parent else None, held.get(m.uuid))
     for vf in snapshot.vendor_vfs.values():
         if vf.in_use:
             tid = f"nvidia-{vf.current_type}"
-            add(snapshot.physical_gpu(vf.address), tid, name_by_id.get(tid, tid), vf.address)
+            add(snapshot.physical_gpu(vf.address), tid, name_by_id.get(tid, tid), vf.address, held.get(vf.address))
     for pool in snapshot.vf_pools.values():  # a VF pool's VFs in use: on vfio-pci (or a variant driver)
         for t in pool.offered:
             for addr in pool.vfs[: pool.num_vfs]:
                 if addr not in pool.free:
                     add(pool.pf, t.type_id, t.name, addr)
     return {
-        phys: GpuUsage(n, types.get(phys, {}), frozenset(sizes.get(phys, ())), busy.get(phys, {}))
+        phys: GpuUsage(n, types.get(phys, {}), frozenset(sizes.get(phys, ())), busy.get(phys, {}),
+                       frozenset(live_types.get(phys, ())), frozenset(live_sizes.get(phys, ())),
+                       tuple(reserved.get(phys, ())), reserved_vfs.get(phys, {}))
         for phys, n in count.items()
-    }
+    }  # fmt: skip
 
 
 def per_parent_room(t: VgpuType) -> int:
@@ -170,13 +191,19 @@ def why_not(
         if node != numa:
             return f"on NUMA node {node}, wanted {numa}"
     if t.layout.one_vgpu_per_vf:
+        if t.parent in usage.reserved_vfs:
+            return f"VF {reserved_for([usage.reserved_vfs[t.parent]])}"
         if t.parent in usage.busy_vfs:
             return f"VF already hosts a vGPU ({usage.busy_vfs[t.parent]}); one vGPU per VF"
         other = [] if mig_only(t, usage) else conflicting_sizes(usage.sizes, t.framebuffer_mib)
         if other and not heterogeneous(snapshot, snapshot.physical_gpu(t.parent)):
+            if not conflicting_sizes(usage.live_sizes, t.framebuffer_mib):  # only what awaits restore holds it
+                return f"GPU {reserved_for(usage.reserved)}"
             return f"GPU runs {other[0]} MiB vGPUs; one framebuffer size per GPU"
     elif t.layout.sharing == "one-type" and is_nvidia(t.type_id):
         other_types = conflicting_types(usage.types, t.type_id)
+        if other_types and not conflicting_types(usage.live_types, t.type_id):  # only what awaits restore holds it
+            return f"GPU {reserved_for(usage.reserved)}"
         if other_types:
             tid = other_types[0]
             return f"GPU runs {tid} ({usage.types[tid]}); one vGPU type per GPU"
