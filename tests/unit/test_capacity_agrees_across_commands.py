@@ -18,6 +18,8 @@ from vgpuadm.model import Allocation
 from vgpuadm.plan.domains import Domains, with_recorded
 from vgpuadm.plan.placement import place
 from vgpuadm.report.inventory import inventory
+from vgpuadm.report.merge import merge
+from vgpuadm.report.render_html import fleet_view, host_html, host_view
 from vgpuadm.report.render_prometheus import host_metrics
 from vgpuadm.report.render_table import host_tables
 from vgpuadm.schemas import validate
@@ -138,3 +140,41 @@ def test_create_names_the_domain_a_gpu_is_reserved_for(sim_host):
     assert len(place(view, "nvidia-63", 5, gpu="0000:01:00.0").choices) == 5
     with pytest.raises(CapacityError, match="only 5 fit"):
         place(view, "nvidia-63", 6, gpu="0000:01:00.0")
+
+
+def test_awaiting_restore_is_drawn_as_reserved_in_the_html_report(sim_host):
+    root = sim_host("p4")
+    view = host_view(_inventory(root, _web01_after_reboot(root)))
+    [gpu_bars, type_bars] = [c["bars"] for c in view["charts"][:2]]
+    assert [(b["label"], b["used"], b["reserved"], b["free"], b["text"]) for b in gpu_bars] == [
+        ("0000:01:00.0", 0, 3072, 5120, "0 / 8192 (3072 reserved)"),
+        ("0000:02:00.0", 0, 0, 8192, "0 / 8192"),
+    ]
+    q1 = next(b for b in type_bars if b["label"] == "nvidia-63 GRID P4-1Q")
+    assert (q1["used"], q1["reserved"], q1["free"], q1["text"]) == (0, 3, 13, "0 / 16 (3 reserved)")
+    assert 'class="reserved"' in host_html(_inventory(root, _web01_after_reboot(root)))
+
+
+def test_mig_backed_types_with_mig_off_are_unavailable_not_stranded(sim_host):
+    """#30.11: a MIG-backed type waits for MIG mode, which is not fragmentation: free 0, stranded 0, "MIG is off";
+    the time-sliced types the running size locks out stay stranded."""
+    root = sim_host("h200-vendor-vfio")
+    set_vf_type(root, "0000:18:00.4", 1426)  # H200X-35C
+    doc = api.inventory(str(root), host="h", use_libvirt=False)
+    assert doc["gpus"][0]["mig"]["mode"] == "Disabled"
+    rows = {t["type_id"]: t for t in doc["types"]}
+    assert rows["nvidia-1414"]["gpus"] == [{"gpu": "0000:18:00.0", "used": 0, "free": 0, "max": 7, "stranded": 0,
+                                            "reserved": 0, "reason": "MIG is off"}]  # fmt: skip
+    assert sum(rows[f"nvidia-{n}"]["stranded"] for n in range(1413, 1420)) == 0
+    assert (rows["nvidia-1427"]["stranded"], rows["nvidia-1427"]["gpus"][0]["reason"]) == (
+        1, "runs nvidia-1426 (35840 MiB; one framebuffer size per GPU)")  # fmt: skip
+
+
+def test_fleet_card_says_what_the_locked_share_is(sim_host):
+    """#30.11: "78 % free framebuffer on locked GPUs" read as "locked GPUs are 78 % free"; the number is the share
+    of all free framebuffer that sits on GPUs locked to one type or size."""
+    root = sim_host("p4")
+    create_mdev(root, "0000:01:00.0", "nvidia-63", U[0])  # 01:00.0 locked to nvidia-63 with 7168 MiB free
+    fleet = merge([("h1.json", _inventory(root, []))], generated_at=WHEN)
+    cards = dict(fleet_view(fleet)["cards"])
+    assert cards["of the free framebuffer, the share on GPUs locked to one type or size"] == "47 %"  # 7168 / 15360

@@ -18,7 +18,7 @@ from vgpuadm.model import Allocation, Holding, HostSnapshot, Layout, MdevParent,
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Collection, Iterable, Sequence
     from typing import Any
 
 
@@ -371,10 +371,13 @@ def framebuffer(layout: Layout, types: dict[str, list[VgpuType]], running: Seque
     return max(spans) if spans else None
 
 
-def gpu_rooms(snap: HostSnapshot, awaiting: Iterable[Allocation] = ()) -> dict[str, GpuRoom]:
+def gpu_rooms(
+    snap: HostSnapshot, awaiting: Iterable[Allocation] = (), mig_off: Collection[str] = ()
+) -> dict[str, GpuRoom]:
     """Every physical GPU's room per type: THE capacity answer `types`, `inventory` and their renderers read.
     `awaiting`: the devices domains record that do not exist now (after a reboot, before `vgpuadm restore`); the
-    capacity they will take back is reserved."""
+    capacity they will take back is reserved. `mig_off`: GPUs whose MIG mode is known to be off (nvidia-smi), where
+    a MIG-backed type is unavailable — not stranded: no other type's lock holds it back, MIG mode does."""
     live = running_on(snap)
     reserved = held(snap, awaiting)
     out: dict[str, GpuRoom] = {}
@@ -387,5 +390,8 @@ def gpu_rooms(snap: HostSnapshot, awaiting: Iterable[Allocation] = ()) -> dict[s
         rule = gpu_rule(snap, layout, g)
         rooms = {tid: (entries[0], type_room(rule, vfs, entries, running, total_fb, free_fb))
                  for tid, entries in types.items()}  # fmt: skip
+        if g in mig_off:
+            rooms = {tid: (t, room.but(free=0, stranded=0, locked=False, reason="MIG is off") if size_key(t)[1]
+                           else room) for tid, (t, room) in rooms.items()}  # fmt: skip
         out[g] = GpuRoom(g, layout, rule, vfs, types, running, total_fb, used_fb, reserved_fb, rooms)
     return out

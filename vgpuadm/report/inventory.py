@@ -90,7 +90,8 @@ def inventory(
     for m in missing:
         del m["on_demand"]
     # the capacity model's one answer; what domains record but the host lacks now is reserved for them
-    rooms = gpu_rooms(snap, [a for a in allocations or [] if not a.on_demand and modes.of(a).missing(snap, a)])
+    awaiting = [a for a in allocations or [] if not a.on_demand and modes.of(a).missing(snap, a)]
+    rooms = gpu_rooms(snap, awaiting, mig_off=[a for a, m in (mig or {}).items() if m.get("mode") == "Disabled"])
     type_rows = _type_rows(gpus, rooms)
     gpu_rows = [_gpu_row(snap, g, owners, rooms[g.address]) for g in gpus.values()]
     for row in gpu_rows:
