@@ -178,8 +178,8 @@ def host_tables(doc: dict[str, Any]) -> list[Table]:
         tables.append(
             Table(
                 "Capacity the on-demand requests need if all their domains run",
-                ["type", "devices", "host max"],
-                [[n["type_id"], n["devices"], n["host_max"]] for n in demand["needed"]],
+                ["type", "devices", "fits now", "host max"],
+                [[n["type_id"], n["devices"], n["free"], n["host_max"]] for n in demand["needed"]],
             )
         )
     return tables
