@@ -13,6 +13,7 @@ import pytest
 from tests.unit.inventory_setup import P4_UUIDS as U
 from tests.unit.inventory_setup import create_mdev, domain_xml, set_vf_type
 from vgpuadm import api
+from vgpuadm.catalog.capacity import gpu_rooms
 from vgpuadm.errors import CapacityError
 from vgpuadm.model import Allocation
 from vgpuadm.plan.domains import Domains, with_recorded
@@ -178,3 +179,39 @@ def test_fleet_card_says_what_the_locked_share_is(sim_host):
     fleet = merge([("h1.json", _inventory(root, []))], generated_at=WHEN)
     cards = dict(fleet_view(fleet)["cards"])
     assert cards["of the free framebuffer, the share on GPUs locked to one type or size"] == "47 %"  # 7168 / 15360
+
+
+def _most_placed(snap, type_id: str, gpu: str) -> int:
+    """The largest count `create`'s planner places of `type_id` on `gpu` (a non-PCI parent: on the host)."""
+    n = 0
+    while True:
+        try:
+            place(snap, type_id, n + 1, gpu=gpu if ":" in gpu else None)
+        except CapacityError:
+            return n
+        n += 1
+
+
+@pytest.mark.parametrize(
+    ("profile", "made"),
+    [
+        ("p4", [("mdev", "0000:01:00.0", "nvidia-63")]),
+        ("a100-mdev-vf", [("mdev", "0000:41:00.4", "nvidia-471"), ("mdev", "0000:41:00.5", "nvidia-471")]),
+        ("h200-vendor-vfio", [("vf", "0000:18:00.4", "nvidia-1426")]),
+        ("mixed", [("mdev", "0000:03:00.0", "nvidia-64"), ("vf", "0000:18:00.4", "nvidia-1424")]),
+        ("gvt-g", []),
+        ("mi300x-vf-pool", []),
+    ],
+)
+def test_every_gpu_and_type_fits_as_many_as_create_places(sim_host, profile, made):
+    """The per-GPU room (fits_on_gpu, inventory's free) is what placement achieves, for every GPU and type."""
+    root = sim_host(profile)
+    for i, (kind, parent, type_id) in enumerate(made):
+        if kind == "mdev":
+            create_mdev(root, parent, type_id, U[i])
+        else:
+            set_vf_type(root, parent, int(type_id.split("-")[1]))
+    snap = api.discover(str(root))
+    rooms = {(g, tid): room.free for g, r in gpu_rooms(snap).items() for tid, (_, room) in r.rooms.items()}
+    assert rooms and any(rooms.values())
+    assert {k: _most_placed(snap, k[1], k[0]) for k in rooms} == rooms
