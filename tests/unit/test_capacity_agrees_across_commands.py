@@ -120,6 +120,7 @@ def test_capacity_awaiting_restore_is_reserved_not_free_everywhere(sim_host):
     metrics = host_metrics(doc).splitlines()
     assert 'vgpuadm_gpu_type_free_instances{gpu="0000:01:00.0",host="h1",type="nvidia-63"} 5.0' in metrics
     assert 'vgpuadm_gpu_type_free_instances{gpu="0000:01:00.0",host="h1",type="nvidia-64"} 0.0' in metrics
+    assert 'vgpuadm_type_reserved_instances{host="h1",name="GRID P4-1Q",type="nvidia-63"} 3.0' in metrics
     [types] = [t for t in host_tables(doc) if t.title.startswith("vGPU types")]
     assert types.columns[:6] == ["type", "name", "used", "reserved", "free", "host max"]
     assert types.rows[0][:6] == ["nvidia-63", "GRID P4-1Q", 0, 3, 13, 16]
