@@ -289,7 +289,7 @@ def vf_type_name(snap: HostSnapshot, physfn: str | None, address: str, type_num:
     return None
 
 
-def _gpus(snap: HostSnapshot) -> dict[str, tuple[Layout, int, dict[str, list[VgpuType]]]]:
+def _gpus(snap: HostSnapshot, types: list[VgpuType]) -> dict[str, tuple[Layout, int, dict[str, list[VgpuType]]]]:
     """Physical GPU → (layout, enabled VFs, type id → entries): PFs, and non-PCI mdev parents for themselves."""
     out: dict[str, tuple[Layout, int, dict[str, list[VgpuType]]]] = {}
     for fn in snap.gpus:
@@ -299,22 +299,19 @@ def _gpus(snap: HostSnapshot) -> dict[str, tuple[Layout, int, dict[str, list[Vgp
         g = snap.physical_gpu(name)
         if g not in out:
             out[g] = (parent.layout, 0, {})
-    for t in snap.types():
-        out[snap.physical_gpu(t.parent)][2].setdefault(t.type_id, []).append(t)
+    gpu_of: dict[str, str] = {}
+    for t in types:
+        if t.parent not in gpu_of:
+            gpu_of[t.parent] = snap.physical_gpu(t.parent)
+        out[gpu_of[t.parent]][2].setdefault(t.type_id, []).append(t)
     return dict(sorted(out.items()))
 
 
-def _offered(snap: HostSnapshot) -> dict[tuple[str, str], VgpuType]:
-    """(physical GPU, type id) → the first entry offering it."""
-    out: dict[tuple[str, str], VgpuType] = {}
-    for t in snap.types():
-        out.setdefault((snap.physical_gpu(t.parent), t.type_id), t)
-    return out
+Offered = dict[tuple[str, str], VgpuType]  # (physical GPU, type id) → the first entry offering it
 
 
-def running_on(snap: HostSnapshot) -> dict[str, list[Running]]:
+def running_on(snap: HostSnapshot, offered: Offered) -> dict[str, list[Running]]:
     """Physical GPU → the vGPUs that exist on it: mdevs, typed layout C VFs, VF-pool VFs in use."""
-    offered = _offered(snap)
     out: dict[str, list[Running]] = {}
     for m in sorted(snap.mdevs.values(), key=lambda m: (m.parent, m.uuid)):
         g = snap.physical_gpu(m.parent)
@@ -336,10 +333,9 @@ def running_on(snap: HostSnapshot) -> dict[str, list[Running]]:
     return out
 
 
-def held(snap: HostSnapshot, awaiting: Iterable[Allocation]) -> dict[str, list[Running]]:
+def held(snap: HostSnapshot, awaiting: Iterable[Allocation], offered: Offered) -> dict[str, list[Running]]:
     """Physical GPU → what the recorded devices awaiting `vgpuadm restore` hold of it (as each mode's Holding
     says: an instance on its mdev parent, or its VF)."""
-    offered = _offered(snap)
     out: dict[str, list[Running]] = {}
     for a in awaiting:
         where = a.parent if a.mode.holds == Holding.MDEV_INSTANCE else a.address
@@ -372,26 +368,32 @@ def framebuffer(layout: Layout, types: dict[str, list[VgpuType]], running: Seque
 
 
 def gpu_rooms(
-    snap: HostSnapshot, awaiting: Iterable[Allocation] = (), mig_off: Collection[str] = ()
+    snap: HostSnapshot,
+    awaiting: Iterable[Allocation] = (),
+    mig_off: Collection[str] = (),
+    types: list[VgpuType] | None = None,
 ) -> dict[str, GpuRoom]:
     """Every physical GPU's room per type: THE capacity answer `types`, `inventory` and their renderers read.
     `awaiting`: the devices domains record that do not exist now (after a reboot, before `vgpuadm restore`); the
     capacity they will take back is reserved. `mig_off`: GPUs whose MIG mode is known to be off (nvidia-smi), where
-    a MIG-backed type is unavailable — not stranded: no other type's lock holds it back, MIG mode does."""
-    live = running_on(snap)
-    reserved = held(snap, awaiting)
+    a MIG-backed type is unavailable — not stranded: no other type's lock holds it back, MIG mode does. `types`:
+    snap.types() when the caller has it already."""
+    gpus = _gpus(snap, snap.types() if types is None else types)
+    offered = {(g, tid): entries[0] for g, (_, _, by_id) in gpus.items() for tid, entries in by_id.items()}
+    live = running_on(snap, offered)
+    reserved = held(snap, awaiting, offered)
     out: dict[str, GpuRoom] = {}
-    for g, (layout, vfs, types) in _gpus(snap).items():
+    for g, (layout, vfs, offers) in gpus.items():
         running = live.get(g, []) + reserved.get(g, [])
-        total_fb = framebuffer(layout, types, running)
+        total_fb = framebuffer(layout, offers, running)
         used_fb = sum(r.framebuffer_mib or 0 for r in live.get(g, []))
         reserved_fb = sum(r.framebuffer_mib or 0 for r in reserved.get(g, []))
         free_fb = total_fb - used_fb - reserved_fb if total_fb is not None else None
         rule = gpu_rule(snap, layout, g)
         rooms = {tid: (entries[0], type_room(rule, vfs, entries, running, total_fb, free_fb))
-                 for tid, entries in types.items()}  # fmt: skip
+                 for tid, entries in offers.items()}  # fmt: skip
         if g in mig_off:
             rooms = {tid: (t, room.but(free=0, stranded=0, locked=False, reason="MIG is off") if size_key(t)[1]
                            else room) for tid, (t, room) in rooms.items()}  # fmt: skip
-        out[g] = GpuRoom(g, layout, rule, vfs, types, running, total_fb, used_fb, reserved_fb, rooms)
+        out[g] = GpuRoom(g, layout, rule, vfs, offers, running, total_fb, used_fb, reserved_fb, rooms)
     return out

@@ -70,7 +70,7 @@ def type_row(t: VgpuType, fits_on_gpu: int, max_on_gpu: int | None) -> dict[str,
 def type_rows(
     snap: HostSnapshot, gpu: str | None = None, available: bool = False, type_: str | None = None
 ) -> list[dict[str, Any]]:
-    types = snap.types()
+    types = all_types = snap.types()
     if gpu is not None:
         gpu = normalize_address(gpu)
         known = {t.parent for t in types} | set(snap.functions)
@@ -80,23 +80,20 @@ def type_rows(
             )
         # A PF also stands for its VFs: `--gpu <PF>` lists the types of every VF on it.
         types = [t for t in types if t.parent == gpu or snap.physical_gpu(t.parent) == gpu]
-    rooms = gpu_rooms(snap)
-    fits = {(g, tid): room for g, r in rooms.items() for tid, (_, room) in r.rooms.items()}
+    rooms = gpu_rooms(snap, types=all_types)
+    fits = {(g, tid): (room.free, room.max) for g, r in rooms.items() for tid, (_, room) in r.rooms.items()}
+    gpu_of = {t.parent: snap.physical_gpu(t.parent) for t in types}
 
-    def fits_on(t: VgpuType) -> int:
-        room = fits.get((snap.physical_gpu(t.parent), t.type_id))
-        return room.free if room is not None else 0
-
-    def max_on(t: VgpuType) -> int | None:
-        room = fits.get((snap.physical_gpu(t.parent), t.type_id))
-        return room.max if room is not None else t.max_instances
+    def fits_on(t: VgpuType) -> tuple[int, int | None]:
+        """(how many more fit on the parent's GPU, the GPU's maximum of the type)."""
+        return fits.get((gpu_of[t.parent], t.type_id), (0, t.max_instances))
 
     if available:  # what fits now: the parent takes one and its GPU's rules let one more of the type in
-        types = [t for t in types if t.available_instances > 0 and fits_on(t) > 0]
+        types = [t for t in types if t.available_instances > 0 and fits_on(t)[0] > 0]
     if type_ is not None:
         wanted = type_.strip().lower()
         types = [t for t in types if wanted in _type_names(t.type_id, t.name, t.profile)]
-    return [type_row(t, fits_on(t), max_on(t)) for t in types]
+    return [type_row(t, *fits_on(t)) for t in types]
 
 
 def _type_names(type_id: str, name: str | None, profile: str | None = None) -> set[str]:
