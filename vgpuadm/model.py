@@ -491,6 +491,9 @@ class HostSnapshot(_Record):
     # GPU address → catalog.hetero.GpuPolicy (heterogeneous mode, placements, scheduler), read by host/hetero.py
     # through nvidia-smi when the driver has placement IDs; {} otherwise (typed there: this module imports no layer)
     policies: dict[str, Any]
+    # device id (mdev UUID, VF address) → the domain it is counted for although the kernel lacks it: a recorded
+    # device awaiting `vgpuadm restore` (plan/domains.with_recorded); {} in what discovery reads
+    reserved: dict[str, str]
     _uncompared = ("models",)
 
     def __init__(
@@ -509,6 +512,7 @@ class HostSnapshot(_Record):
         render_nodes: dict[str, str] | None = None,
         models: dict[str, str] | None = None,
         policies: dict[str, Any] | None = None,
+        reserved: dict[str, str] | None = None,
     ) -> None:
         self.__dict__.update(
             root=root,
@@ -525,6 +529,7 @@ class HostSnapshot(_Record):
             render_nodes={} if render_nodes is None else render_nodes,
             models={} if models is None else models,
             policies={} if policies is None else policies,
+            reserved={} if reserved is None else reserved,
         )
 
     def label(self, address: str) -> str:

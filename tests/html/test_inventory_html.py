@@ -69,10 +69,10 @@ def test_browser_dom_has_the_numbers(host_page):
     bars = charts[0].xpath(".//*[@class='bar']")
     # both P4s run a type, but more of it fills their free framebuffer: nothing is stranded
     assert [(b.get("data-label"), b.get("data-used"), b.get("data-free"), b.get("data-stranded"), b.findtext("text[2]"))
-            for b in bars] == [("0000:01:00.0", "2048", "6144", "0", "2048 / 8192"),
+            for b in bars] == [("0000:01:00.0", "2048", "5120", "0", "2048 / 8192 (1024 reserved)"),
                                ("0000:02:00.0", "2048", "6144", "0", "2048 / 8192")]  # fmt: skip
     q1 = charts[1].xpath(".//*[@class='bar'][@data-label='nvidia-63 GRID P4-1Q']")[0]
-    assert (q1.get("data-used"), q1.get("data-free"), q1.get("data-stranded")) == ("2", "6", "6")
+    assert (q1.get("data-used"), q1.get("data-free"), q1.get("data-stranded")) == ("2", "5", "6")
     cards = {c.findtext("*[@class='k']"): c.findtext("*[@class='v']") for c in dom.xpath("//*[@class='card']")}
     assert (cards["devices"], cards["unowned"], cards["missing"]) == ("3", "1", "1")
     device_cells = [[td.text_content() for td in tr.findall("td")] for tr in dom.xpath("//table[last()-1]//tbody/tr")]
@@ -135,17 +135,18 @@ def test_h200_chart_labels_are_the_table_numbers(h200_page):
     rows = {r[0]: dict(zip(heads, r, strict=True)) for r in
             ([td.text_content() for td in tr.findall("td")] for tr in table.xpath(".//tbody/tr"))}  # fmt: skip
     bars = charts[1].xpath(".//*[@class='bar']")
-    # 1424 in use, and every other type its size locks out whose instances the free framebuffer would hold
-    # (stranded); H200X-7-141C and H200X-141C would not fit in it: no bar
-    assert [b.get("data-label").split()[0] for b in bars] == [f"nvidia-{n}" for n in range(1414, 1428)]
+    # 1424 in use, and every other time-sliced type its size locks out whose instances the free framebuffer would
+    # hold (stranded); H200X-141C would not fit in it, and the MIG-backed types (1413-1419) are unavailable while
+    # MIG is off, not stranded (#30.11): no bar
+    assert [b.get("data-label").split()[0] for b in bars] == [f"nvidia-{n}" for n in range(1420, 1428)]
     for b in bars:
         row = rows[b.get("data-label").split()[0]]
         stranded = int(b.get("data-stranded"))
         assert (b.get("data-used"), b.get("data-free")) == (row["used"], row["free"])
-        assert b.findtext("text[2]") == f"{row['used']} / {row['max']}" + (
+        assert b.findtext("text[2]") == f"{row['used']} / {row['host max']}" + (
             f" ({stranded} stranded)" if stranded else ""
         )
-    assert rows["nvidia-1424"]["max"] == "8" and rows["nvidia-1426"]["max"] == "4"
+    assert rows["nvidia-1424"]["host max"] == "8" and rows["nvidia-1426"]["host max"] == "4"
     by_id = {b.get("data-label").split()[0]: b for b in bars}
     assert by_id["nvidia-1424"].findtext("text[2]") == "3 / 8"
     assert by_id["nvidia-1426"].findtext("text[2]") == "0 / 4 (2 stranded)"

@@ -157,3 +157,27 @@ def test_passthrough_on_demand_binds_only_while_the_domain_runs(sim_host) -> Non
     stopped = hook(root, "db02", "release", "end")
     assert stopped.returncode == 0, stopped.stderr
     assert tree_state(root) == clean
+
+
+def test_on_demand_request_that_cannot_start_now_is_accepted_with_a_warning(sim_host) -> None:
+    """#30.10: both P4s locked to nvidia-63 by held devices; an on-demand nvidia-64 fits the idle host, so it is
+    recorded (rc 0), but `create` says it cannot start now and why, and inventory's capacity table shows 0."""
+    root = sim_host("p4")
+    define(root, "a", "b", "c", vnc=False)
+    assert vgpuadm(root, "create", "--type", "nvidia-63", "--vm", "a", "--gpu", "0000:01:00.0").code == 0
+    assert vgpuadm(root, "create", "--type", "nvidia-63", "--vm", "b", "--gpu", "0000:02:00.0").code == 0
+    r = vgpuadm(root, "create", "--type", "nvidia-64", "--vm", "c", "--on-demand")
+    assert r.code == 0, r.err
+    assert r.err == (
+        "warning: recorded 1 × nvidia-64 on demand for domain c, but it cannot start now (fits now: 0): No room for "
+        "1 × nvidia-64: 0000:01:00.0: GPU runs nvidia-63 (GRID P4-1Q); one vGPU type per GPU; 0000:02:00.0: GPU "
+        "runs nvidia-63 (GRID P4-1Q); one vGPU type per GPU\n"
+    )
+    [a] = allocations(root, "c")
+    assert (a.type_id, a.on_demand) == ("nvidia-64", True)
+    table = vgpuadm(root, "--plain", "inventory").out.splitlines()
+    at = table.index("type\tdevices\tfits now\thost max")
+    assert table[at + 1] == "nvidia-64\t1\t0\t8"
+    fits = vgpuadm(root, "create", "--type", "nvidia-63", "--vm", "a", "--on-demand", "--json")
+    assert fits.code == 0, fits.err
+    assert (json.loads(fits.out)["warnings"], fits.err) == ([], "")  # one that fits now says nothing

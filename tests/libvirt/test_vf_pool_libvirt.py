@@ -154,7 +154,7 @@ def test_the_readme_vf_pool_example_runs_as_written(tmp_path: Path) -> None:
         assert proc.returncode == 0, (line, proc.stderr)
         outputs.append(proc.stdout)
     assert (
-        "│ 0000:4d:00.0 │ Data Center GPU Flex 170 │ vf-pool │ vf-flex170 │ Flex170 VF │ 31        │ 31  │ 528             │"
+        "│ 0000:4d:00.0 │ Data Center GPU Flex 170 │ vf-pool │ vf-flex170 │ Flex170 VF │ 31       │ 31          │ 528             │"
         in outputs[1]
     )
     assert outputs[2].splitlines()[0] == f"attached pool vf-flex170 {VF1} on {FLEX} (to web01)"

@@ -48,12 +48,12 @@ def test_idle_p4_offers_every_type_on_both_gpus(sim_host):
 def test_p4_one_type_per_gpu_capacity(p4_busy):
     root, allocations = p4_busy
     doc = _doc(root, allocations)
-    q1 = _type(doc, "nvidia-63")
-    assert (q1["used"], q1["free"], q1["max"], q1["stranded"]) == (2, 6, 16, 6)
-    assert (q1["framebuffer_used_mib"], q1["framebuffer_free_mib"]) == (2048, 6144)
+    q1 = _type(doc, "nvidia-63")  # `gone`'s recorded nvidia-63, absent now, holds one: reserved, not free
+    assert (q1["used"], q1["reserved"], q1["free"], q1["max"], q1["stranded"]) == (2, 1, 5, 16, 6)
+    assert (q1["framebuffer_used_mib"], q1["framebuffer_free_mib"]) == (2048, 5120)
     assert q1["gpus"] == [
-        {"gpu": "0000:01:00.0", "used": 2, "free": 6, "max": 8, "stranded": 0, "reason": None},
-        {"gpu": "0000:02:00.0", "used": 0, "free": 0, "max": 8, "stranded": 6,
+        {"gpu": "0000:01:00.0", "used": 2, "free": 5, "max": 8, "stranded": 0, "reserved": 1, "reason": None},
+        {"gpu": "0000:02:00.0", "used": 0, "free": 0, "max": 8, "stranded": 6, "reserved": 0,
          "reason": "runs nvidia-64 (one type per GPU)"},
     ]  # fmt: skip
     q2 = _type(doc, "nvidia-64")
@@ -81,7 +81,8 @@ def test_owners_leaks_and_missing(p4_busy):
     s = doc["summary"]
     assert (s["devices"], s["owned"], s["unowned"], s["missing"]) == (3, 2, 1, 1)
     assert (s["framebuffer_total_mib"], s["framebuffer_used_mib"], s["framebuffer_locked_free_mib"]) == (
-        16384, 4096, 12288)  # fmt: skip
+        16384, 4096, 11264)  # fmt: skip
+    assert (s["framebuffer_free_mib"], s["framebuffer_reserved_mib"]) == (11264, 1024)
     assert [f["devices"] for f in doc["functions"]] == [[U[0], U[1]], [U[2]]]
 
 
@@ -100,7 +101,7 @@ def test_a100_layout_b_one_size_per_gpu(sim_host):
     c4 = _type(doc, "nvidia-468")
     assert (c4["used"], c4["free"], c4["max"]) == (2, 8, 10)  # 14 free VFs, but max_instance 10 − 2
     c8 = _type(doc, "nvidia-470")  # A100-8C: another size, blocked; 32 GiB free would hold 4
-    assert c8["gpus"] == [{"gpu": "0000:41:00.0", "used": 0, "free": 0, "max": 5, "stranded": 4,
+    assert c8["gpus"] == [{"gpu": "0000:41:00.0", "used": 0, "free": 0, "max": 5, "stranded": 4, "reserved": 0,
                            "reason": "runs nvidia-468 (4096 MiB; one framebuffer size per GPU)"}]  # fmt: skip
     gpu = doc["gpus"][0]
     assert (gpu["layout"], gpu["vfs_enabled"], gpu["locked_to"], gpu["framebuffer_free_mib"]) == (
@@ -296,7 +297,8 @@ def test_kernel_reading_zero_is_believed(p4_busy):
     (root / "sys/class/mdev_bus/0000:01:00.0/mdev_supported_types/nvidia-63/available_instances").write_text("0\n")
     doc = _doc(root, allocations)
     assert _type(doc, "nvidia-63")["gpus"][0] == {"gpu": "0000:01:00.0", "used": 2, "free": 0, "max": 8,
-                                                  "stranded": 0, "reason": "the kernel reports 0 available"}  # fmt: skip
+                                                  "stranded": 0, "reserved": 1,
+                                                  "reason": "the kernel reports 0 available"}  # fmt: skip
 
 
 @pytest.mark.process

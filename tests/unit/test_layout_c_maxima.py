@@ -116,7 +116,7 @@ def test_busy_h200x_free_count_is_the_table_maximum_minus_running(sim_host):
         ("nvidia-1426", 1, 4, 3)
     ]
     assert _gpu_rows(doc, "nvidia-1426") == [
-        {"gpu": GPU, "used": 1, "free": 3, "max": 4, "stranded": 0, "reason": None}
+        {"gpu": GPU, "used": 1, "free": 3, "max": 4, "stranded": 0, "reserved": 0, "reason": None}
     ]
     gpu = doc["gpus"][0]
     assert (gpu["framebuffer_total_mib"], gpu["framebuffer_used_mib"], gpu["framebuffer_free_mib"]) == (
@@ -128,7 +128,7 @@ def test_busy_h200x_free_count_is_the_table_maximum_minus_running(sim_host):
     vfs[VFS[1]] = dataclasses.replace(vfs[VFS[1]], creatable=idle_list, offered=vendor_vf_types(VFS[1], idle_list))
     doc = _doc(dataclasses.replace(snap, vendor_vfs=vfs))
     assert _gpu_rows(doc, "nvidia-1427") == [  # H200X-70C: 106 GiB free would hold 1 of its 2
-        {"gpu": GPU, "used": 0, "free": 0, "max": 2, "stranded": 1,
+        {"gpu": GPU, "used": 0, "free": 0, "max": 2, "stranded": 1, "reserved": 0,
          "reason": "runs nvidia-1426 (35840 MiB; one framebuffer size per GPU)"}
     ]  # fmt: skip
     assert _gpu_rows(doc, "nvidia-1426")[0]["free"] == 3

@@ -93,7 +93,8 @@ def test_schema_requires_every_issue_field(name):
         "gpus": {"address", "vendor_id", "device_id", "driver", "iommu_group", "numa_node", "layout",
                  "sriov_total_vfs", "sriov_num_vfs"},
         "types": {"parent", "layout", "type_id", "name", "profile", "available_instances", "max_instances",
-                  "framebuffer_mib", "device_api", "description"},
+                  "framebuffer_mib", "device_api", "description",
+                  "fits_on_gpu", "max_on_gpu"},  # #30.4: the capacity model's count for the row's GPU
         "devices": {"kind", "id", "uuid", "parent", "physical_gpu", "layout", "type_id", "name", "iommu_group",
                     "vgpu_params"},
     }[name]  # fmt: skip

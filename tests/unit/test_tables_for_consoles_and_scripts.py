@@ -22,14 +22,14 @@ def test_types_is_one_row_per_gpu_and_type_by_default_and_per_vf_on_request(cli,
     gpus = {r["parent"].rsplit(":", 1)[0] for r in per_vf}
     summary = cli("--root", str(root), "--plain", "types")
     lines = summary.out.splitlines()
-    assert lines[0] == "GPU\tmodel\tlayout\ttype\tname\tavailable\tmax\tframebuffer MiB\ton VFs"
+    assert lines[0] == "GPU\tmodel\tlayout\ttype\tname\tfits now\tmax per GPU\tframebuffer MiB\ton VFs"
     kinds = {r["type_id"] for r in per_vf}
     assert len(lines) - 1 == len(kinds) * len(gpus) < len(per_vf)
     [h4c] = [line.split("\t") for line in lines[1:] if "\tnvidia-1420\t" in line][:1]
     vfs = sum(1 for r in per_vf if r["type_id"] == "nvidia-1420")
-    assert h4c[5:] == [str(min(vfs, 32)), "32", "4096", str(vfs)]
+    assert h4c[5:] == [str(min(vfs, 32)), str(min(vfs, 32)), "4096", str(vfs)]  # the driver max, 32, bounded by VFs
     full = cli("--root", str(root), "--plain", "types", "--per-vf").out.splitlines()
-    assert full[0] == "parent\tmodel\tlayout\ttype\tname\tavailable\tmax\tframebuffer MiB"
+    assert full[0] == "parent\tmodel\tlayout\ttype\tname\tavailable\tdriver max\tframebuffer MiB"
     assert len(full) - 1 == len(per_vf)
     assert json.loads(cli("--root", str(root), "types", "--json").out) == per_vf  # --json stays per parent
 

@@ -11,6 +11,8 @@ Rules (shared/docs/vgpu-sysfs.md §2.4, §3.2-3.4, §4.1, §4.4):
 Placement asks `why_not` per candidate parent, `why_not_listed` when no free layout C VF lists a type, and
 `in_the_way` for the devices a refusal names; the inventory asks `sharing_rule`, `conflicting_types`,
 `conflicting_sizes` and `gpu_maximum`; `apply -f` and mdevctl import project the snapshot with `consume` / `release`.
+The room per type on each GPU (`gpu_rooms`, what `types`, `inventory` and its renderers read) lives in
+catalog/rooms.py, light enough for the read commands' fast path, and is re-exported here.
 This module never reads the host; the simulated kernel (vgpuadm/sim) is the independent oracle the tests check it
 against, and never imports it.
 """
@@ -25,13 +27,31 @@ from dataclasses import dataclass
 from vgpuadm.catalog.hetero import GpuPolicy
 from vgpuadm.catalog.mig import MigGpu, MigProfile
 from vgpuadm.catalog.naming import describe_nvidia_name
+from vgpuadm.catalog.rooms import (  # the per-GPU room model, re-exported: one capacity model in two modules
+    GpuRoom,
+    Room,
+    Running,
+    _mig_only,
+    conflicting_sizes,
+    conflicting_types,
+    gpu_maximum,
+    gpu_rooms,
+    gpu_rule,
+    is_nvidia,
+    reserved_for,
+    sharing_rule,
+    size_key,
+    stranded_framebuffer,
+    type_room,
+    vf_type_name,
+    whole_gpu_room,
+)
 from vgpuadm.errors import FREE, Blocker, CapacityError
 from vgpuadm.model import (
     Allocation,
     DeviceMode,
     Holding,
     HostSnapshot,
-    Layout,
     Mdev,
     MdevParent,
     VendorVf,
@@ -39,16 +59,41 @@ from vgpuadm.model import (
     holding,
 )
 
+__all__ = [
+    "GpuRoom",
+    "Room",
+    "Running",
+    "conflicting_sizes",
+    "conflicting_types",
+    "gpu_maximum",
+    "gpu_rooms",
+    "gpu_rule",
+    "is_nvidia",
+    "reserved_for",
+    "sharing_rule",
+    "size_key",
+    "stranded_framebuffer",
+    "type_room",
+    "vf_type_name",
+    "whole_gpu_room",
+]  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class GpuUsage:
     """What runs on one physical GPU: vGPU count, type ids (→ display name), framebuffer sizes, and the VFs that
-    already host one (→ the type id they run)."""
+    already host one (→ the type id they run); `live_types`/`live_sizes` leave out what is only reserved (devices
+    domains record but the host lacks, awaiting `vgpuadm restore`: HostSnapshot.reserved), `reserved` names their
+    domains (one entry per device) and `reserved_vfs` the VFs they will take back."""
 
     count: int = 0
     types: Mapping[str, str] = dataclasses.field(default_factory=dict)
     sizes: frozenset[int] = frozenset()
     busy_vfs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    live_types: frozenset[str] = frozenset()
+    live_sizes: frozenset[int] = frozenset()
+    reserved: tuple[str, ...] = ()
+    reserved_vfs: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 NO_USAGE = GpuUsage()
@@ -63,8 +108,12 @@ def gpu_usage(snapshot: HostSnapshot) -> dict[str, GpuUsage]:
     types: dict[str, dict[str, str]] = {}
     sizes: dict[str, set[int]] = {}
     busy: dict[str, dict[str, str]] = {}
+    live_types: dict[str, set[str]] = {}
+    live_sizes: dict[str, set[int]] = {}
+    reserved: dict[str, list[str]] = {}
+    reserved_vfs: dict[str, dict[str, str]] = {}
 
-    def add(phys: str, type_id: str, name: str, vf: str | None) -> None:
+    def add(phys: str, type_id: str, name: str, vf: str | None, held_for: str | None = None) -> None:
         count[phys] = count.get(phys, 0) + 1
         types.setdefault(phys, {})[type_id] = name
         fb = fb_by_id.get(type_id)
@@ -72,24 +121,35 @@ def gpu_usage(snapshot: HostSnapshot) -> dict[str, GpuUsage]:
             sizes.setdefault(phys, set()).add(fb)
         if vf is not None:
             busy.setdefault(phys, {})[vf] = type_id
+        if held_for is None:
+            live_types.setdefault(phys, set()).add(type_id)
+            if fb:
+                live_sizes.setdefault(phys, set()).add(fb)
+        else:
+            reserved.setdefault(phys, []).append(held_for)
+            if vf is not None:
+                reserved_vfs.setdefault(phys, {})[vf] = held_for
 
+    held = snapshot.reserved
     for m in snapshot.mdevs.values():
         phys = snapshot.physical_gpu(m.parent)
         t = names.get((m.parent, m.type_id))
-        add(phys, m.type_id, t.name if t else m.type_id, m.parent if phys != m.parent else None)
+        add(phys, m.type_id, t.name if t else m.type_id, m.parent if phys != m.parent else None, held.get(m.uuid))
     for vf in snapshot.vendor_vfs.values():
         if vf.in_use:
             tid = f"nvidia-{vf.current_type}"
-            add(snapshot.physical_gpu(vf.address), tid, name_by_id.get(tid, tid), vf.address)
+            add(snapshot.physical_gpu(vf.address), tid, name_by_id.get(tid, tid), vf.address, held.get(vf.address))
     for pool in snapshot.vf_pools.values():  # a VF pool's VFs in use: on vfio-pci (or a variant driver)
         for t in pool.offered:
             for addr in pool.vfs[: pool.num_vfs]:
                 if addr not in pool.free:
                     add(pool.pf, t.type_id, t.name, addr)
     return {
-        phys: GpuUsage(n, types.get(phys, {}), frozenset(sizes.get(phys, ())), busy.get(phys, {}))
+        phys: GpuUsage(n, types.get(phys, {}), frozenset(sizes.get(phys, ())), busy.get(phys, {}),
+                       frozenset(live_types.get(phys, ())), frozenset(live_sizes.get(phys, ())),
+                       tuple(reserved.get(phys, ())), reserved_vfs.get(phys, {}))
         for phys, n in count.items()
-    }
+    }  # fmt: skip
 
 
 def in_the_way(snapshot: HostSnapshot, gpus: Iterable[str]) -> list[Blocker]:
@@ -100,31 +160,6 @@ def in_the_way(snapshot: HostSnapshot, gpus: Iterable[str]) -> list[Blocker]:
     out += [(vf.address, "vf clear") for vf in snapshot.vendor_vfs.values()
             if vf.in_use and snapshot.physical_gpu(vf.address) in on]  # fmt: skip
     return sorted(out)
-
-
-def is_nvidia(type_id: str) -> bool:
-    return type_id.startswith("nvidia-")
-
-
-def sharing_rule(layout: Layout, parent: MdevParent | None) -> str:
-    """one-type | one-size | kernel | whole, for a physical GPU of `layout` (its mdev parent, if any): the layout's
-    declared rule (Layout.sharing), where one type per GPU is NVIDIA's and other drivers share the kernel's budget."""
-    rule = layout.sharing
-    if rule == "one-type" and not (parent is not None and any(is_nvidia(t.type_id) for t in parent.types)):
-        return "kernel"
-    return rule
-
-
-def conflicting_types(running: Iterable[str], type_id: str) -> list[str]:
-    """Layout A: the other types a GPU runs, which forbid `type_id` on it (one vGPU type per GPU)."""
-    return sorted({tid for tid in running if tid != type_id})
-
-
-def conflicting_sizes(running: Iterable[int], framebuffer_mib: int | None) -> list[int]:
-    """Layouts B/C: the other framebuffer sizes a GPU runs, which forbid a type of `framebuffer_mib` on it."""
-    if not framebuffer_mib:
-        return []
-    return sorted({s for s in running if s != framebuffer_mib})
 
 
 def per_parent_room(t: VgpuType) -> int:
@@ -157,17 +192,6 @@ def gpu_room(t: VgpuType, running: int, mixed: bool = False) -> int | None:
     return None
 
 
-def gpu_maximum(vfs: int, t: VgpuType, total_fb: int | None) -> int | None:
-    """Layouts B/C: at most one vGPU per VF and at most the type's maximum. A type with no maximum is bounded by
-    the framebuffer `total_fb` when known, else None. A known maximum is not cut by framebuffer arithmetic: MIG
-    profile sizes are rounded (H200X-3-71C: 2 on 141 GB)."""
-    if t.max_instances is not None:
-        return min(vfs or 1, t.max_instances)
-    if total_fb and t.framebuffer_mib:
-        return min(vfs or 1, total_fb // t.framebuffer_mib)
-    return None
-
-
 def mig_only(t: VgpuType, usage: GpuUsage) -> bool:
     """MIG-backed `t` on a GPU whose vGPUs are all MIG-backed: profiles mix there (see _mig_only)."""
     return size_key(t)[1] and all(describe_nvidia_name(n).slices is not None for n in usage.types.values())
@@ -188,13 +212,19 @@ def why_not(
         if node != numa:
             return f"on NUMA node {node}, wanted {numa}"
     if t.layout.one_vgpu_per_vf:
+        if t.parent in usage.reserved_vfs:
+            return f"VF {reserved_for([usage.reserved_vfs[t.parent]])}"
         if t.parent in usage.busy_vfs:
             return f"VF already hosts a vGPU ({usage.busy_vfs[t.parent]}); one vGPU per VF"
         other = [] if mig_only(t, usage) else conflicting_sizes(usage.sizes, t.framebuffer_mib)
         if other and not heterogeneous(snapshot, snapshot.physical_gpu(t.parent)):
+            if not conflicting_sizes(usage.live_sizes, t.framebuffer_mib):  # only what awaits restore holds it
+                return f"GPU {reserved_for(usage.reserved)}"
             return f"GPU runs {other[0]} MiB vGPUs; one framebuffer size per GPU"
     elif t.layout.sharing == "one-type" and is_nvidia(t.type_id):
         other_types = conflicting_types(usage.types, t.type_id)
+        if other_types and not conflicting_types(usage.live_types, t.type_id):  # only what awaits restore holds it
+            return f"GPU {reserved_for(usage.reserved)}"
         if other_types:
             tid = other_types[0]
             return f"GPU runs {tid} ({usage.types[tid]}); one vGPU type per GPU"
@@ -420,17 +450,6 @@ def _after(p: MdevParent, mdevs: Mapping[str, Mdev], type_id: str, sign: int) ->
     return _pool_after(p.types, type_id, sign)
 
 
-def size_key(t: VgpuType) -> tuple[int, bool]:
-    """Equal-size mode groups types by framebuffer size and MIG-backed-ness (reference §3.4)."""
-    return t.framebuffer_mib or 0, describe_nvidia_name(t.name).slices is not None
-
-
-def _mig_only(t: VgpuType, keys: set[tuple[int, bool] | None]) -> bool:
-    """MIG-backed `t` on a GPU running only MIG-backed vGPUs: profiles mix there (each vGPU has its own GPU
-    instance), so where it fits is the GPU-instance placement rule's (place_gpu_instances), not one size per GPU."""
-    return size_key(t)[1] and None not in keys and all(k is not None and k[1] for k in keys)
-
-
 def _fits(t: VgpuType, running: int, keys: set[tuple[int, bool] | None]) -> bool:
     """Whether a free VF of a GPU running `running` vGPUs of size `keys` (None: unknown) offers `t`."""
     if not running or _mig_only(t, keys):
@@ -488,128 +507,6 @@ def _one_size(
             creatable = tuple((t.numeric_id or 0, t.name) for t in offered)
             vfs[vf.address] = dataclasses.replace(vf, offered=offered, creatable=creatable)
     return dataclasses.replace(snap, mdevs=mdevs, vendor_vfs=vfs, mdev_parents=parents)
-
-
-# -- room per type on one physical GPU: what the inventory reports ---------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Running:
-    """One vGPU that exists on a physical GPU: the function it sits on, its type, size and display name."""
-
-    parent: str
-    type_id: str
-    framebuffer_mib: int | None = None
-    name: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Room:
-    """One type on one physical GPU: vGPUs of it running, the GPU's maximum of it, how many more fit, why none
-    fits (when free is 0), and how many the free framebuffer would hold but a lock forbids (stranded)."""
-
-    used: int
-    max: int | None
-    free: int
-    reason: str = ""
-    stranded: int = 0
-    locked: bool = False  # free is 0 because the GPU runs another type / size / MIG-ness
-
-
-def _running_key(r: Running) -> tuple[int, bool] | None:
-    if not r.framebuffer_mib:
-        return None
-    return r.framebuffer_mib, r.name is not None and describe_nvidia_name(r.name).slices is not None
-
-
-def _full(used: int, mx: int | None) -> str:
-    return f"full ({used} of {mx})" if mx is not None else "the kernel reports 0 available"
-
-
-def type_room(
-    rule: str,
-    vfs: int,
-    entries: Sequence[VgpuType],
-    running: Sequence[Running],
-    total_fb: int | None,
-    free_fb: int | None,
-) -> Room:
-    """Room for the type of `entries` (one entry per parent of the GPU offering it) on a GPU of sharing `rule` with
-    `vfs` enabled VFs, running `running`, of `total_fb` MiB framebuffer (`free_fb` free; None: unknown)."""
-    room = _room(rule, vfs, entries, running, total_fb)
-    t = entries[0]
-    if room.locked and free_fb and t.framebuffer_mib:
-        n = free_fb // t.framebuffer_mib
-        return dataclasses.replace(room, stranded=min(n, room.max) if room.max is not None else n)
-    return room
-
-
-def _room(rule: str, vfs: int, entries: Sequence[VgpuType], running: Sequence[Running], total_fb: int | None) -> Room:
-    t = entries[0]
-    type_id = t.type_id
-    counts: dict[str, int] = {}
-    for r in running:
-        counts[r.type_id] = counts.get(r.type_id, 0) + 1
-    used = counts.get(type_id, 0)
-    available = sum(e.available_instances for e in entries)
-    if rule == "one-type":
-        mx = t.max_instances
-        others = conflicting_types(counts, type_id)
-        if others:
-            return Room(used, mx, 0, f"runs {', '.join(others)} (one type per GPU)", locked=True)
-        free = min(available, mx - used) if mx is not None else available
-        if free > 0:
-            return Room(used, mx, free)
-        # some drivers read 0 for every type in some states (reference §2.4): believe the kernel, say so
-        return Room(used, mx, 0, _full(used, mx) if mx is not None and used >= mx else "the kernel reports 0 available")
-    if rule == "one-size":
-        mx = gpu_maximum(vfs, t, None if t.max_instances is not None else total_fb)
-        sizes = sorted({r.framebuffer_mib for r in running if r.framebuffer_mib is not None})
-        keys = {k for k in map(_running_key, running) if k is not None}
-        if sizes and _mig_only(t, set(map(_running_key, running))):  # placed by GPU instances, not by size
-            busy = {r.parent for r in running}
-            free = sum(1 for e in entries if e.parent not in busy and e.available_instances > 0)
-            if mx is not None:
-                free = min(free, mx - used)
-            return Room(used, mx, free) if free > 0 else Room(used, mx, 0, _full(used, mx) if mx is not None
-                                                              and used >= mx else "no free VF")  # fmt: skip
-        if sizes and (t.framebuffer_mib not in sizes or (t.framebuffer_mib and keys - {size_key(t)})):
-            size = "/".join(f"{s} MiB" for s in sizes)
-            if t.framebuffer_mib in sizes:  # same size, the other kind: MIG-backed vs time-sliced (reference §3.4)
-                size += " MIG-backed" if any(mig for _, mig in keys) else " time-sliced"
-            return Room(
-                used, mx, 0, f"runs {', '.join(sorted(counts))} ({size}; one framebuffer size per GPU)", locked=True
-            )
-        busy = {r.parent for r in running}
-        free = sum(1 for e in entries if e.parent not in busy and e.available_instances > 0)
-        if mx is not None:  # every running vGPU has this size, so each one uses a slot of this type's maximum
-            free = min(free, mx - len(running))
-        if free > 0:
-            return Room(used, mx, free)
-        return Room(used, mx, 0, _full(len(running), mx) if mx is not None and len(running) >= mx else "no free VF")
-    if rule == "mixed-size":  # the driver lists a type on a free VF while one of its placements is free
-        busy = {r.parent for r in running}
-        free = sum(1 for e in entries if e.parent not in busy and e.available_instances > 0)
-        return Room(used, None, free, "" if free else "no free placement (see the mixed-size table)")
-    return Room(
-        used, t.max_instances, available, "" if available > 0 else "the kernel reports 0 available (shared budget)"
-    )
-
-
-def stranded_framebuffer(rooms: Iterable[tuple[VgpuType, Room]], free_fb: int | None, busy: bool) -> int | None:
-    """Free framebuffer MiB of a GPU that no type it can still take can fill: what is left once the type that fills
-    most has taken every instance that still fits. 0 on an idle GPU (its largest type spans it); None if unknown."""
-    if free_fb is None:
-        return None
-    if not busy or free_fb <= 0:
-        return 0
-    fill = max((r.free * (t.framebuffer_mib or 0) for t, r in rooms if r.free > 0), default=0)
-    return free_fb - min(free_fb, fill)
-
-
-def whole_gpu_room(devices: int) -> int:
-    """Passthrough: a GPU is given whole or not at all — 1 while none of its functions is taken, else 0."""
-    return 0 if devices else 1
 
 
 # --- MIG GPU instances ------------------------------------------------------------------------------------------

@@ -26,6 +26,8 @@ def _report(
     if as_json:
         console.json(result.to_json())
         return
+    for w in getattr(result, "warnings", ()):
+        console.warn(w)
     if result.dry_run:
         console.line(f"would {result.plan.summary}:" if not result.plan.empty else result.message)
         for line in result.plan.describe():

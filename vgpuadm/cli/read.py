@@ -87,7 +87,7 @@ def types(
         return
     console.table(
         "vGPU types",
-        ["parent", "model", "layout", "type", "name", "available", "max", "framebuffer MiB"],
+        ["parent", "model", "layout", "type", "name", "available", "driver max", "framebuffer MiB"],
         [
             (r["parent"], snap.models.get(r["parent"]) or snap.models.get(snap.physical_gpu(r["parent"])),
              r["layout"], r["type_id"], r["name"], r["available_instances"], r["max_instances"],
@@ -102,21 +102,18 @@ def types(
 
 def _type_summary(console: Console, snap: HostSnapshot, rows: list[dict[str, Any]], empty: str) -> None:
     """One row per GPU and type: a GPU's VFs (layouts B, C, VF pools) all list the same types, so per VF an H200
-    is 144 identical rows. `available` adds up what its VFs can take now (one each), bounded by the GPU's max."""
-    summary: dict[tuple[str, str], tuple[dict[str, Any], int, int]] = {}
+    is 144 identical rows. `fits now` is the capacity model's count for the GPU (fits_on_gpu: what `inventory`
+    and `create` give), `max per GPU` the most the GPU holds (the driver's max bounded by its VFs)."""
+    summary: dict[tuple[str, str], tuple[dict[str, Any], int]] = {}
     for r in rows:
         gpu = snap.physical_gpu(r["parent"])
-        first, free, vfs = summary.get((gpu, r["type_id"]), (r, 0, 0))
-        summary[(gpu, r["type_id"])] = (first, free + (r["available_instances"] or 0), vfs + (r["parent"] != gpu))
-    table = []
-    for (gpu, _), (r, free, vfs) in summary.items():
-        if isinstance(r["max_instances"], int):
-            free = min(free, r["max_instances"])
-        table.append((gpu, snap.models.get(gpu), r["layout"], r["type_id"], r["name"], free, r["max_instances"],
-                      r["framebuffer_mib"], vfs or None))  # fmt: skip
+        first, vfs = summary.get((gpu, r["type_id"]), (r, 0))
+        summary[(gpu, r["type_id"])] = (first, vfs + (r["parent"] != gpu))
+    table = [(gpu, snap.models.get(gpu), r["layout"], r["type_id"], r["name"], r["fits_on_gpu"], r["max_on_gpu"],
+              r["framebuffer_mib"], vfs or None) for (gpu, _), (r, vfs) in summary.items()]  # fmt: skip
     console.table(
         "vGPU types per GPU (--per-vf: one row per VF)",
-        ["GPU", "model", "layout", "type", "name", "available", "max", "framebuffer MiB", "on VFs"],
+        ["GPU", "model", "layout", "type", "name", "fits now", "max per GPU", "framebuffer MiB", "on VFs"],
         table,
         optional=("model", "on VFs"),
         empty=empty,

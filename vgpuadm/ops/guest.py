@@ -36,6 +36,7 @@ class GuestResult:
     removed: list[Allocation] = field(default_factory=list)
     hostdevs: list[str] = field(default_factory=list)  # the hostdev XML of added/removed devices
     message: str = ""
+    warnings: list[str] = field(default_factory=list)  # accepted, but the operator should know (printed to stderr)
 
     @property
     def changed(self) -> bool:
@@ -53,6 +54,7 @@ class GuestResult:
             "removed": [allocation_json(a) for a in self.removed],
             "devices": [allocation_json(a) for a in self.devices],
             "hostdevs": self.hostdevs,
+            "warnings": self.warnings,
         }
 
 
@@ -127,7 +129,8 @@ def create_many(
                 done.append(p.name)
         return [
             GuestResult(p.name, s.uri, p.plan, dry_run, p.after, p.added, p.removed,
-                        hostdevs=[modes.hostdev_xml(a) for a in p.added], message=p.plan.summary)
+                        hostdevs=[modes.hostdev_xml(a) for a in p.added], message=p.plan.summary,
+                        warnings=p.warnings)
             for p in plans
         ]  # fmt: skip
 

@@ -8,6 +8,7 @@ for the devices its bare `<hostdev>` elements reference: placement never hands t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
@@ -138,7 +139,10 @@ def with_recorded(snap: HostSnapshot, domains: Domains, *, besides: Collection[A
     out (allocations a plan removes). On-demand requests are not counted: they take room only while their domain
     runs (the hook makes them then, and the kernel shows them)."""
     missing = [a for a in missing_recorded(snap, domains) if a not in besides]
-    return consume(snap, missing) if missing else snap
+    if not missing:
+        return snap
+    held = {key: a.domain for a in missing if (key := a.uuid or a.address)}
+    return dataclasses.replace(consume(snap, missing), reserved={**snap.reserved, **held})
 
 
 def missing_recorded(snap: HostSnapshot, domains: Domains) -> list[Allocation]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from vgpuadm import modes
 from vgpuadm.catalog import capacity
-from vgpuadm.errors import ConflictError, NotFoundError, UsageError
+from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
 from vgpuadm.model import PCI_KEY, Allocation, DeviceMode, HostSnapshot, device_key, mdev_key, pci_address, pci_key
 from vgpuadm.modes import passthrough as passthrough_mode
 from vgpuadm.modes import virtio_gpu
@@ -24,7 +24,7 @@ from vgpuadm.modes.base import join_params, normalise_params
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.domains import Domains
 from vgpuadm.plan.ids import device_uuid
-from vgpuadm.plan.placement import check_count, check_host_count, resolve_on_host
+from vgpuadm.plan.placement import check_count, check_host_count, place, resolve_on_host
 from vgpuadm.steps import Plan, Step
 from vgpuadm.virt import xml
 from vgpuadm.virt.steps import DefineDomain
@@ -132,6 +132,7 @@ class DomainPlan:
     added: list[Allocation]
     after: list[Allocation]
     removed: list[Allocation] = field(default_factory=list)  # --total below what it owns: the newest of the type
+    warnings: list[str] = field(default_factory=list)  # accepted, but worth saying (an on-demand that cannot start)
 
 
 @dataclass
@@ -327,8 +328,10 @@ def _plan_on_demand(
                                                       f"{sum(1 for a in w.owned if a.type_id == type_id)} × {type_id}"),
                                   [], w.owned))  # fmt: skip
             continue
+        before = dict(taken)
         w.added += on_demand_allocations(idle, w.name, w.duuid, type_id, w.slots, w.uuids, hints, params, display,
                                          taken)  # fmt: skip
+        warnings = _cannot_start_now(snap, w.name, type_id, len(w.slots), hints, before)
         check_display(domain_xml, w.added, turn_off="use --display off")
         after = sorted([*w.owned, *w.added], key=lambda a: a.slot)
         steps: list[Step] = [
@@ -337,8 +340,22 @@ def _plan_on_demand(
             )
         ]
         out.append(DomainPlan(w.name, Plan.of(steps, f"record {len(w.added)} × {type_id} on demand for domain "
-                                                     f"{w.name}"), w.added, after))  # fmt: skip
+                                                     f"{w.name}"), w.added, after, warnings=warnings))  # fmt: skip
     return out
+
+
+def _cannot_start_now(
+    snap: HostSnapshot, vm: str, type_id: str, count: int, hints: dict[str, Any], taken: dict[str, str]
+) -> list[str]:
+    """An on-demand request fits the idle host (else it is refused); whether it fits now, as `create` would place
+    it: when not, why (the domain would fail to start until the devices in its way are gone)."""
+    try:
+        place(snap, type_id, count, gpu=hints.get("gpu"), policy=hints.get("policy") or "pack",
+              numa=hints.get("numa"), taken=taken)  # fmt: skip
+    except CapacityError as exc:
+        return [f"recorded {count} × {type_id} on demand for domain {vm}, but it cannot start now (fits now: 0): "
+                f"{exc.message}"]  # fmt: skip
+    return []
 
 
 def virtio_gl_allocation(

@@ -29,15 +29,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuadm import modes
-from vgpuadm.catalog.boards import board_framebuffer_mib
 from vgpuadm.catalog.capacity import (
-    Room,
-    Running,
+    GpuRoom,
     fragmentation,
-    heterogeneous,
-    sharing_rule,
+    gpu_rooms,
+    gpu_rule,
     stranded_framebuffer,
-    type_room,
+    vf_type_name,
     whole_gpu_room,
 )
 from vgpuadm.catalog.naming import describe_nvidia_name
@@ -96,8 +94,11 @@ def inventory(
     missing = [m for m in missing if not m["on_demand"]]
     for m in missing:
         del m["on_demand"]
-    type_rows = _type_rows(gpus)
-    gpu_rows = [_gpu_row(snap, g, owners) for g in gpus.values()]
+    # the capacity model's one answer; what domains record but the host lacks now is reserved for them
+    awaiting = [a for a in allocations or [] if not a.on_demand and modes.of(a).missing(snap, a)]
+    rooms = gpu_rooms(snap, awaiting, mig_off=[a for a, m in (mig or {}).items() if m.get("mode") == "Disabled"])
+    type_rows = _type_rows(gpus, rooms)
+    gpu_rows = [_gpu_row(snap, g, owners, rooms[g.address]) for g in gpus.values()]
     for row in gpu_rows:
         if mig and row["address"] in mig:
             row["mig"] = mig[row["address"]]
@@ -181,7 +182,7 @@ def _physical_gpus(snap: HostSnapshot) -> dict[str, _Gpu]:
 
 
 def _rule(layout: Layout, gpu: str, snap: HostSnapshot) -> str:
-    return "mixed-size" if heterogeneous(snap, gpu) else sharing_rule(layout, snap.mdev_parents.get(gpu))
+    return gpu_rule(snap, layout, gpu)
 
 
 def _devices(snap: HostSnapshot, gpus: dict[str, _Gpu], passed_through: set[str]) -> list[_Device]:
@@ -211,7 +212,7 @@ def _devices(snap: HostSnapshot, gpus: dict[str, _Gpu], passed_through: set[str]
         if not vf.in_use:
             continue
         g = snap.physical_gpu(vf.address)
-        name = _vf_type_name(snap, vf.physfn, vf.address, vf.current_type)
+        name = vf_type_name(snap, vf.physfn, vf.address, vf.current_type)
         fb = describe_nvidia_name(name).framebuffer_mib if name else None
         fn = snap.functions.get(vf.address)
         out.append(
@@ -258,17 +259,6 @@ def _devices(snap: HostSnapshot, gpus: dict[str, _Gpu], passed_through: set[str]
 def _offered(gpu: _Gpu | None, type_id: str) -> VgpuType | None:
     entries = gpu.types.get(type_id) if gpu else None
     return entries[0] if entries else None
-
-
-def _vf_type_name(snap: HostSnapshot, physfn: str | None, address: str, type_num: int) -> str | None:
-    """A running VF's own creatable list no longer shows its type; its siblings' lists, or the driver's list of
-    supported types (discovery puts it in `offered` when no list shows them), do."""
-    for vf in sorted(snap.vendor_vfs.values(), key=lambda v: (v.address != address, v.address)):
-        if vf.physfn == physfn:
-            for t in vf.offered:
-                if t.numeric_id == type_num:
-                    return t.name
-    return None
 
 
 def _passed_through(domains: Domains | None) -> set[str]:
@@ -319,43 +309,8 @@ def _owners(
 # -- capacity -------------------------------------------------------------------------------------------------
 
 
-def _running(g: _Gpu) -> list[Running]:
-    return [Running(d.parent, d.type_id, d.framebuffer_mib, d.name) for d in g.devices if d.type_id]
-
-
-def _rooms(g: _Gpu) -> dict[str, tuple[VgpuType, Room]]:
-    """The capacity model's answer for every type a GPU offers: used, max, free, reason, stranded."""
-    total_fb, used_fb = _framebuffer(g)
-    free_fb = (total_fb - used_fb) if total_fb is not None else None
-    running = _running(g)
-    return {
-        type_id: (entries[0], type_room(g.rule, g.vfs, entries, running, total_fb, free_fb))
-        for type_id, entries in g.types.items()
-    }
-
-
-def _stranded_fb(g: _Gpu) -> int | None:
-    total_fb, used_fb = _framebuffer(g)
-    free_fb = (total_fb - used_fb) if total_fb is not None else None
-    return stranded_framebuffer(_rooms(g).values(), free_fb, bool(g.devices))
-
-
-def _framebuffer(g: _Gpu) -> tuple[int | None, int]:
-    """(total, used) framebuffer MiB of a GPU: the largest max×size any of its time-sliced types spans (MIG sizes
-    are rounded), and what runs. A layout C driver shrinks every VF's creatable list once a vGPU runs, so its GPU's
-    memory comes from NVIDIA's table for its board; for a board not in the table only an idle GPU tells it (its
-    largest type spans it), a busy one's total is unknown (None)."""
-    used = sum(d.framebuffer_mib or 0 for d in g.devices)
-    if Layout(g.layout).types_by_number:
-        names = [e[0].name for e in g.types.values()] + [d.name for d in g.devices if d.name]
-        boards = [board_framebuffer_mib(describe_nvidia_name(n).board) for n in names]
-        total = next((fb for fb in boards if fb), None)
-        if total is not None or g.devices:
-            return total, used
-    sized = [e[0] for e in g.types.values() if e[0].framebuffer_mib]
-    time_sliced = [t for t in sized if "mig_slices" not in t.attributes] or sized  # a GPU offering MIG types only
-    spans = [(t.max_instances or 1) * (t.framebuffer_mib or 0) for t in time_sliced]
-    return (max(spans) if spans else None), used
+def _stranded_fb(g: GpuRoom) -> int | None:
+    return stranded_framebuffer(g.rooms.values(), g.free_fb, bool(g.running))
 
 
 def _locked_to(g: _Gpu) -> list[str]:
@@ -368,15 +323,16 @@ def _locked_to(g: _Gpu) -> list[str]:
     return []
 
 
-def _type_rows(gpus: dict[str, _Gpu]) -> list[dict[str, Any]]:
+def _type_rows(gpus: dict[str, _Gpu], rooms: dict[str, GpuRoom]) -> list[dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
     for g in gpus.values():
-        for type_id, (t, room) in _rooms(g).items():
+        for type_id, (t, room) in rooms[g.address].rooms.items():
             used, mx, free, reason, stranded = room.used, room.max, room.free, room.reason, room.stranded
             row = rows.setdefault(type_id, _type_row(type_id, t.name, t.profile, t.layout.value, t.framebuffer_mib))
             row["used"] += used
             row["free"] += free
             row["stranded"] += stranded
+            row["reserved"] += room.reserved
             row["max"] = None if mx is None or row["max"] is None else row["max"] + mx
             row["gpus"].append(
                 {
@@ -385,6 +341,7 @@ def _type_rows(gpus: dict[str, _Gpu]) -> list[dict[str, Any]]:
                     "free": free,
                     "max": mx,
                     "stranded": stranded,
+                    "reserved": room.reserved,
                     "reason": reason or None,
                 }
             )
@@ -397,7 +354,7 @@ def _type_rows(gpus: dict[str, _Gpu]) -> list[dict[str, Any]]:
             row = rows.setdefault(type_id, _type_row(type_id, name, name, d.layout, d.framebuffer_mib))
             row["used"] += count
             row["max"] = None
-            row["gpus"].append({"gpu": g.address, "used": count, "free": 0, "max": None, "stranded": 0,
+            row["gpus"].append({"gpu": g.address, "used": count, "free": 0, "max": None, "stranded": 0, "reserved": 0,
                                 "reason": "the driver offers no more"})  # fmt: skip
     for row in rows.values():
         fb = row["framebuffer_mib"]
@@ -410,7 +367,7 @@ def _type_rows(gpus: dict[str, _Gpu]) -> list[dict[str, Any]]:
 def _type_row(type_id: str, name: str, profile: str, layout: str, fb: int | None) -> dict[str, Any]:
     return {
         "type_id": type_id, "name": name, "profile": profile, "layout": layout, "framebuffer_mib": fb,
-        "used": 0, "free": 0, "max": 0, "stranded": 0, "framebuffer_used_mib": None, "framebuffer_free_mib": None,
+        "used": 0, "free": 0, "max": 0, "stranded": 0, "reserved": 0, "framebuffer_used_mib": None, "framebuffer_free_mib": None,
         "gpus": [],
     }  # fmt: skip
 
@@ -423,9 +380,9 @@ def type_order(row: dict[str, Any]) -> tuple[str, int, str]:
 # -- rows -----------------------------------------------------------------------------------------------------
 
 
-def _gpu_row(snap: HostSnapshot, g: _Gpu, owners: dict[str, str]) -> dict[str, Any]:
+def _gpu_row(snap: HostSnapshot, g: _Gpu, owners: dict[str, str], room: GpuRoom) -> dict[str, Any]:
     fn = snap.functions.get(g.address)
-    total_fb, used_fb = _framebuffer(g)
+    total_fb, used_fb = room.total_fb, room.used_fb
     domains = sorted({owners[d.id] for d in g.devices if d.id in owners})
     vfs = [snap.functions[v] for v in (fn.virtfns if fn else ()) if v in snap.functions]
     return {
@@ -446,8 +403,9 @@ def _gpu_row(snap: HostSnapshot, g: _Gpu, owners: dict[str, str]) -> dict[str, A
         "locked_to": _locked_to(g),
         "framebuffer_total_mib": total_fb,
         "framebuffer_used_mib": used_fb if total_fb is not None else None,
-        "framebuffer_free_mib": (total_fb - used_fb) if total_fb is not None else None,
-        "framebuffer_stranded_mib": _stranded_fb(g),
+        "framebuffer_free_mib": room.free_fb,
+        "framebuffer_reserved_mib": room.reserved_fb if total_fb is not None else None,
+        "framebuffer_stranded_mib": _stranded_fb(room),
         "whole_gpu_free": whole_gpu_room(len(g.devices)) if g.rule == "whole" else None,
         "domains": domains,
         **_mixed_size(snap, g.address),
@@ -526,7 +484,8 @@ def _summary(
         "types_offered": len(types),
         "framebuffer_total_mib": total,
         "framebuffer_used_mib": used,
-        "framebuffer_free_mib": total - used,
+        "framebuffer_free_mib": sum(g["framebuffer_free_mib"] or 0 for g in gpus),
+        "framebuffer_reserved_mib": sum(g["framebuffer_reserved_mib"] or 0 for g in gpus),
         "framebuffer_locked_free_mib": locked_free,
         "framebuffer_stranded_mib": sum(g["framebuffer_stranded_mib"] or 0 for g in gpus),
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from vgpuadm.catalog.naming import mig_profile_name
+from vgpuadm.catalog.rooms import gpu_rooms
 from vgpuadm.errors import NotFoundError
 from vgpuadm.model import Allocation, HostSnapshot, Layout, VgpuType, device_key, mdev_key, pci_address, pci_key
 
@@ -42,7 +43,11 @@ def gpu_rows(snap: HostSnapshot) -> list[dict[str, Any]]:
     return rows
 
 
-def type_row(t: VgpuType) -> dict[str, Any]:
+def type_row(t: VgpuType, fits_on_gpu: int, max_on_gpu: int | None) -> dict[str, Any]:
+    """One parent's type: the kernel's own count for this parent (`available_instances`, what real hosts are
+    checked against) and the capacity model's for the parent's physical GPU (`fits_on_gpu`: what `inventory` and
+    `create` count, with the GPU's rules — one type or size per GPU, its maximum — and what runs on it), and the
+    GPU's maximum of it (`max_on_gpu`: the driver's `max_instances` bounded by one vGPU per VF)."""
     return {
         "parent": t.parent,
         "layout": t.layout._value_,  # as .value, without enum's Python-level property (2,560 rows on big hosts)
@@ -50,7 +55,9 @@ def type_row(t: VgpuType) -> dict[str, Any]:
         "name": t.name,
         "profile": t.profile,
         "available_instances": t.available_instances,
+        "fits_on_gpu": fits_on_gpu,
         "max_instances": t.max_instances,
+        "max_on_gpu": max_on_gpu,
         "framebuffer_mib": t.framebuffer_mib,
         "device_api": t.device_api,
         "description": t.description,
@@ -63,7 +70,7 @@ def type_row(t: VgpuType) -> dict[str, Any]:
 def type_rows(
     snap: HostSnapshot, gpu: str | None = None, available: bool = False, type_: str | None = None
 ) -> list[dict[str, Any]]:
-    types = snap.types()
+    types = all_types = snap.types()
     if gpu is not None:
         gpu = normalize_address(gpu)
         known = {t.parent for t in types} | set(snap.functions)
@@ -73,12 +80,20 @@ def type_rows(
             )
         # A PF also stands for its VFs: `--gpu <PF>` lists the types of every VF on it.
         types = [t for t in types if t.parent == gpu or snap.physical_gpu(t.parent) == gpu]
-    if available:
-        types = [t for t in types if t.available_instances > 0]
+    rooms = gpu_rooms(snap, types=all_types)
+    fits = {(g, tid): (room.free, room.max) for g, r in rooms.items() for tid, (_, room) in r.rooms.items()}
+    gpu_of = {t.parent: snap.physical_gpu(t.parent) for t in types}
+
+    def fits_on(t: VgpuType) -> tuple[int, int | None]:
+        """(how many more fit on the parent's GPU, the GPU's maximum of the type)."""
+        return fits.get((gpu_of[t.parent], t.type_id), (0, t.max_instances))
+
+    if available:  # what fits now: the parent takes one and its GPU's rules let one more of the type in
+        types = [t for t in types if t.available_instances > 0 and fits_on(t)[0] > 0]
     if type_ is not None:
         wanted = type_.strip().lower()
         types = [t for t in types if wanted in _type_names(t.type_id, t.name, t.profile)]
-    return [type_row(t) for t in types]
+    return [type_row(t, *fits_on(t)) for t in types]
 
 
 def _type_names(type_id: str, name: str | None, profile: str | None = None) -> set[str]:

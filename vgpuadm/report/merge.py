@@ -90,9 +90,11 @@ def _text_or_none(v: Any) -> bool:
 # The values merge and the fleet renderers compute with, per part of a host document: a report edited by hand
 # (or by a tool) must fail here with the file's name, not halfway through the sums.
 _SUMMARY_KINDS = {**dict.fromkeys(_SUMMARY, _count), "owned": _count_or_none, "unowned": _count_or_none,
-                  "not_recorded": _count_or_none, "framebuffer_stranded_mib": _count_or_none}  # fmt: skip
+                  "not_recorded": _count_or_none, "framebuffer_stranded_mib": _count_or_none,
+                  "framebuffer_reserved_mib": _count}  # fmt: skip
 _TYPE_KINDS = {"type_id": lambda v: isinstance(v, str), "name": _text_or_none, "framebuffer_mib": _count_or_none,
-               "used": _count, "free": _count, "stranded": _count, "max": _count_or_none}  # fmt: skip
+               "used": _count, "free": _count, "stranded": _count, "max": _count_or_none,
+               "reserved": _count}  # fmt: skip
 _LEAK_KINDS = {"id": lambda v: isinstance(v, str), "kind": lambda v: isinstance(v, str), "type_id": _text_or_none,
                "physical_gpu": _text_or_none, "parent": _text_or_none}  # fmt: skip
 
@@ -109,6 +111,7 @@ def _type_row_ok(row: dict[str, Any]) -> bool:
         and isinstance(free, int) and not isinstance(free, bool)
         and isinstance(stranded, int) and not isinstance(stranded, bool)
         and (most is None or (isinstance(most, int) and not isinstance(most, bool)))
+        and _count(row.get("reserved", 0))  # since reports count capacity awaiting restore; older ones lack it
     )  # fmt: skip
 
 
@@ -124,7 +127,7 @@ def _check_values(doc: dict[str, Any], path: str) -> None:
     for i, row in enumerate(doc["types"]):
         if not _type_row_ok(row):  # the fast check of the whole row; the loop names the first wrong value
             for key, ok in _TYPE_KINDS.items():
-                if not ok(row[key]):
+                if key in row and not ok(row[key]):
                     raise bad(f"types[{i}].{key}")
     for part in ("gpus", "devices", "missing"):
         for i, row in enumerate(doc[part]):
@@ -173,6 +176,7 @@ def merge(reports: Iterable[tuple[str, dict[str, Any]]], *, generated_at: str) -
                 "framebuffer_total_mib": s["framebuffer_total_mib"],
                 "framebuffer_used_mib": s["framebuffer_used_mib"],
                 "framebuffer_free_mib": s["framebuffer_free_mib"],
+                "framebuffer_reserved_mib": s.get("framebuffer_reserved_mib", 0),  # awaiting `vgpuadm restore`
                 "framebuffer_locked_free_mib": s["framebuffer_locked_free_mib"],
                 # what the capacity model says no type can fill; a report older than the field: its locked free
                 "framebuffer_stranded_mib": s.get("framebuffer_stranded_mib", s["framebuffer_locked_free_mib"]),
@@ -193,6 +197,7 @@ def merge(reports: Iterable[tuple[str, dict[str, Any]]], *, generated_at: str) -
                     "used": 0,
                     "free": 0,
                     "stranded": 0,
+                    "reserved": 0,
                     "max": 0,
                     "hosts_with_room": 0,
                     "hosts": [],
@@ -200,6 +205,7 @@ def merge(reports: Iterable[tuple[str, dict[str, Any]]], *, generated_at: str) -
             row["used"] += t["used"]
             row["free"] += t["free"]
             row["stranded"] += t["stranded"]
+            row["reserved"] += t.get("reserved", 0)
             row["max"] = None if t["max"] is None or row["max"] is None else row["max"] + t["max"]
             if t["free"]:
                 row["hosts_with_room"] += 1

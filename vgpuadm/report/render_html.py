@@ -14,27 +14,30 @@ BAR_WIDTH = 420  # px of a full bar; labels and numbers sit left and right of it
 MAX_BARS = 60  # a fleet of 1,000 hosts charts its 60 fullest hosts; the table still lists every host
 
 
-Item = tuple[str, int, int, int, "int | str | None"]  # label, used, free, stranded, capacity the label names
+# label, used, free, stranded, capacity the label names, reserved (for devices awaiting `vgpuadm restore`)
+Item = tuple[str, int, int, int, "int | str | None", int]
 
 
 def _chart(title: str, unit: str, items: list[Item], note: str = "") -> dict[str, Any]:
-    """A horizontal stacked bar chart: (label, used, free, stranded, capacity) per bar, scaled to the largest bar.
-    Every number comes from the inventory's rows, so the label beside a bar — used / capacity — says what the
-    table says (a type's max, a GPU's framebuffer total)."""
+    """A horizontal stacked bar chart: (label, used, free, stranded, capacity, reserved) per bar, scaled to the
+    largest bar. Every number comes from the inventory's rows, so the label beside a bar — used / capacity — says
+    what the table says (a type's max, a GPU's framebuffer total); reserved sits between used and free."""
     if len(items) > MAX_BARS:
         items = sorted(items, key=lambda i: -i[1])[:MAX_BARS]
         note = note or f"the {MAX_BARS} with the most in use"
-    scale = max((u + f + s for _, u, f, s, _ in items), default=0) or 1
+    scale = max((u + f + s + r for _, u, f, s, _, r in items), default=0) or 1
     bars = []
-    for label, used, free, stranded, capacity in items:
+    for label, used, free, stranded, capacity, reserved in items:
+        extra = [f"{reserved} reserved"] if reserved else []
+        extra += [f"{stranded} stranded"] if stranded else []
         bars.append({
-            "label": label, "used": used, "free": free, "stranded": stranded,
-            "text": f"{used} / {'-' if capacity is None else capacity}" + (f" ({stranded} stranded)" if stranded else ""),
+            "label": label, "used": used, "free": free, "stranded": stranded, "reserved": reserved,
+            "text": f"{used} / {'-' if capacity is None else capacity}" + (f" ({', '.join(extra)})" if extra else ""),
             "w_used": round(BAR_WIDTH * used / scale, 1), "w_free": round(BAR_WIDTH * free / scale, 1),
-            "w_stranded": round(BAR_WIDTH * stranded / scale, 1),
+            "w_stranded": round(BAR_WIDTH * stranded / scale, 1), "w_reserved": round(BAR_WIDTH * reserved / scale, 1),
         })  # fmt: skip
     return {"title": title, "unit": unit, "bars": bars, "note": note, "height": 26 * len(bars) + 8,
-            "bar_width": BAR_WIDTH}  # fmt: skip
+            "bar_width": BAR_WIDTH, "reserved": any(b["reserved"] for b in bars)}  # fmt: skip
 
 
 def _framebuffer_items(rows: list[dict[str, Any]], key: str) -> list[Item]:
@@ -47,22 +50,23 @@ def _framebuffer_items(rows: list[dict[str, Any]], key: str) -> list[Item]:
             continue
         stranded = r.get("framebuffer_stranded_mib") or 0
         free = (r["framebuffer_free_mib"] or 0) - stranded
-        items.append((r[key], r["framebuffer_used_mib"] or 0, free, stranded, r["framebuffer_total_mib"]))
+        items.append((r[key], r["framebuffer_used_mib"] or 0, free, stranded, r["framebuffer_total_mib"],
+                      r.get("framebuffer_reserved_mib") or 0))  # fmt: skip
     return items
 
 
 def _type_items(rows: list[dict[str, Any]]) -> list[Item]:
     return [
-        (f"{t['type_id']} {t['name']}", t["used"], t["free"], t["stranded"], t["max"])
+        (f"{t['type_id']} {t['name']}", t["used"], t["free"], t["stranded"], t["max"], t.get("reserved") or 0)
         for t in rows
-        if t["used"] or t["free"] or t["stranded"]
+        if t["used"] or t["free"] or t["stranded"] or t.get("reserved")
     ]
 
 
 def host_view(doc: dict[str, Any]) -> dict[str, Any]:
     s = doc["summary"]
     whole = [g for g in doc["gpus"] if g.get("whole_gpu_free") is not None]
-    whole_items: list[Item] = [(g["address"], 1 - g["whole_gpu_free"], g["whole_gpu_free"], 0, 1) for g in whole]
+    whole_items: list[Item] = [(g["address"], 1 - g["whole_gpu_free"], g["whole_gpu_free"], 0, 1, 0) for g in whole]
     cards = [
         ("GPUs", s["gpus"]),
         ("devices", s["devices"]),
@@ -100,7 +104,10 @@ def fleet_view(doc: dict[str, Any]) -> dict[str, Any]:
         ("devices", t["devices"]),
         ("leaks", t["unowned"]),
         ("missing", t["missing"]),
-        ("free framebuffer on locked GPUs", f"{round(100 * f['locked_share'])} %"),
+        (
+            "of the free framebuffer, the share on GPUs locked to one type or size",
+            f"{round(100 * f['locked_share'])} %",
+        ),
     ]
     return {
         "title": f"vGPU fleet report: {t['hosts']} host{'' if t['hosts'] == 1 else 's'}",

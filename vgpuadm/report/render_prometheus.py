@@ -160,10 +160,15 @@ def _type_families(m: _Families, types: list[dict[str, Any]], base: dict[str, An
         ("used", "vgpuadm_type_used_instances", "Existing vGPUs of the type."),
         ("free", "vgpuadm_type_free_instances", "How many more vGPUs of the type fit now."),
         ("stranded", "vgpuadm_type_stranded_instances", "Instances of the type blocked by GPUs locked to another."),
+        (
+            "reserved",
+            "vgpuadm_type_reserved_instances",
+            "Instances of the type held for devices domains record that await vgpuadm restore (neither used nor free).",
+        ),
         ("max", "vgpuadm_type_max_instances", "Most vGPUs of the type the GPUs could hold if empty."),
     ):
         for t in types:
-            m.add(name, help_text, {**base, "type": t["type_id"], "name": t["name"]}, t[key])
+            m.add(name, help_text, {**base, "type": t["type_id"], "name": t["name"]}, t.get(key, 0))
 
 
 MIG_STATES = ("used", "free", "by-hand")  # an instance's `state` in the inventory JSON (report/mig.instance_rows)

@@ -112,23 +112,7 @@ def host_tables(doc: dict[str, Any]) -> list[Table]:
                 for f in doc["functions"]
             ],
         ),
-        Table(
-            "vGPU types: used / free / max, and where more fit",
-            ["type", "name", "used", "free", "max", "FB used MiB", "FB free MiB", "room per GPU"],
-            [
-                [
-                    t["type_id"],
-                    t["name"],
-                    t["used"],
-                    t["free"],
-                    t["max"],
-                    _mib(t["framebuffer_used_mib"]),
-                    _mib(t["framebuffer_free_mib"]),
-                    _where(t["gpus"]),
-                ]
-                for t in doc["types"]
-            ],
-        ),
+        _types_table(doc["types"]),
         Table(
             "Devices",
             ["device", "kind", "type", "name", "gpu", "IOMMU group", "domain"],
@@ -204,11 +188,27 @@ def host_tables(doc: dict[str, Any]) -> list[Table]:
         tables.append(
             Table(
                 "Capacity the on-demand requests need if all their domains run",
-                ["type", "devices", "host max"],
-                [[n["type_id"], n["devices"], n["host_max"]] for n in demand["needed"]],
+                ["type", "devices", "fits now", "host max"],
+                [[n["type_id"], n["devices"], n["free"], n["host_max"]] for n in demand["needed"]],
             )
         )
     return tables
+
+
+def _types_table(types: list[dict[str, Any]]) -> Table:
+    """Per type: used, free and the host's maximum (the sum of its GPUs' maxima: the driver's bounded by their
+    VFs); a `reserved` column only while domains' recorded devices await `vgpuadm restore` (neither used nor free)."""
+    reserved = any(t.get("reserved") for t in types)
+    return Table(
+        "vGPU types: used / free / host max, and where more fit",
+        ["type", "name", "used", *(["reserved"] if reserved else []), "free", "host max", "FB used MiB", "FB free MiB",
+         "room per GPU"],
+        [
+            [t["type_id"], t["name"], t["used"], *([t.get("reserved", 0)] if reserved else []), t["free"], t["max"],
+             _mib(t["framebuffer_used_mib"]), _mib(t["framebuffer_free_mib"]), _where(t["gpus"])]
+            for t in types
+        ],
+    )  # fmt: skip
 
 
 def _where(gpus: list[dict[str, Any]]) -> str:
