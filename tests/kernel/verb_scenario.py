@@ -148,7 +148,8 @@ class Normaliser:
         s = _TIME.sub("<time>", s)
         s = _UUID.sub(self._uuid, s)
         s = _META_HOST.sub('host="<host>"', s)
-        return re.sub(rf"\b{re.escape(self.host)}\b", "<host>", s) if self.host else s
+        # the host name as a word of its own: a host called `vm` must not turn `--vm` into `--<host>`
+        return re.sub(rf"(?<![\w-]){re.escape(self.host)}(?![\w-])", "<host>", s) if self.host else s
 
     def _uuid(self, m: re.Match[str]) -> str:
         u = m.group(0)
