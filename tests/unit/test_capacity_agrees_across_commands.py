@@ -11,7 +11,7 @@ import json
 import pytest
 
 from tests.unit.inventory_setup import P4_UUIDS as U
-from tests.unit.inventory_setup import create_mdev, domain_xml, set_vf_type
+from tests.unit.inventory_setup import create_mdev, domain_xml, recorded, set_vf_type
 from vgpuadm import api
 from vgpuadm.catalog.capacity import gpu_rooms
 from vgpuadm.errors import CapacityError
@@ -25,11 +25,13 @@ from vgpuadm.report.render_prometheus import host_metrics
 from vgpuadm.report.render_table import host_tables
 from vgpuadm.schemas import validate
 
+pytestmark = pytest.mark.process  # the layout C hosts answer through the simulated nvidia-smi, a process
+
 WHEN = "2026-11-29T12:00:00Z"
 
 
 def _inventory(root, allocations):
-    doc = inventory(api.discover(str(root)), allocations, host="h1", generated_at=WHEN)
+    doc = inventory(api.discover(str(root)), recorded(allocations), host="h1", generated_at=WHEN)
     validate("inventory-v1", doc)
     return doc
 
