@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from vgpuadm.cli import ids
+from vgpuadm.cli import fast, ids
 from vgpuadm.cli.console import Console, OutputClosed
 from vgpuadm.errors import EXIT_CODES, Interrupted, NeedsRootError, UsageError, VgpuadmError
 
@@ -47,6 +47,12 @@ GLOBAL_VALUE_OPTIONS = ("--root", "--connect", "-c", "--wait")  # the root callb
 GLOBAL_FLAGS = ("--no-wait", "--plain", "--no-headers")  # and its flags
 
 
+def completing() -> bool:
+    """Whether the shell asks for completions (typer's `_VGPUADM_COMPLETE*` variables): only then are the
+    completers attached, and the whole tree is built."""
+    return any(k.startswith("_VGPUADM_COMPLETE") for k in os.environ)
+
+
 def command_word(argv: Sequence[str]) -> str | None:
     """The top-level command argv invokes (the first word after the global options), or None (bare `vgpuadm`,
     `--help`, `--version`, `--install-completion`, …)."""
@@ -70,7 +76,7 @@ def modules_for(argv: Sequence[str]) -> "tuple[str, ...] | None":
     word, an unknown one (click's own error names the near misses), a command reading the whole tree, and shell
     completion (typer completes from the whole tree)."""
     word = command_word(argv)
-    if word is None or word in WHOLE_TREE or any(k.startswith("_VGPUADM_COMPLETE") for k in os.environ):
+    if word is None or word in WHOLE_TREE or completing():
         return None
     if word in READ_COMMANDS:
         return ()
@@ -288,20 +294,19 @@ def _run(argv: Sequence[str], console: Console) -> int:
             if not arg.isascii() and any("\udc80" <= c <= "\udcff" for c in arg):
                 raise UsageError(f"argument {arg.encode('utf-8', 'surrogateescape')!r} is not UTF-8 text",
                                  "give names, paths and values as UTF-8")  # fmt: skip
-        from vgpuadm.cli import fast
-
-        code = fast.try_run(argv, console)
+        code = fast.try_run(argv, console) if command_word(argv) in fast.WORDS else None
         if code is not None:
             return code
         import typer.main
         from typer import Abort, Exit
 
-        from vgpuadm.cli import completion
-
         click_exception = click_error_class()
 
         command = finish_tree(typer.main.get_command(build_app(modules_for(argv))))
-        completion.attach(command)
+        if completing():
+            from vgpuadm.cli import completion
+
+            completion.attach(command)
         try:
             result = command.main(args=list(argv), prog_name="vgpuadm", standalone_mode=False,
                                   obj={"console": console, "argv": tuple(argv)})  # fmt: skip

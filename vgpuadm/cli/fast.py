@@ -17,6 +17,7 @@ from vgpuadm.cli.console import Console
 _RESTORE_OPTIONS = ("--domain-xml-dir", "--timeout")
 
 _COMMANDS = {"gpus": set(), "types": {"--available", "--gpu"}, "devices": set()}
+WORDS = frozenset({*_COMMANDS, "restore", "hook"})  # the command words this path may take (cli/app asks first)
 
 
 def try_run(argv: Sequence[str], console: Console) -> int | None:
