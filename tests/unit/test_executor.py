@@ -126,6 +126,20 @@ def test_journal_directory_fsyncs_per_plan_and_per_batch(tmp_path: Path, monkeyp
     assert ctx.extras["log"] == ["+a", "+b", "+c", "+d", "+e"]
 
 
+def test_a_nested_hold_does_not_check_the_root_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A verb holds the lock and executes its plans under that hold: the root's checks (it exists, this process
+    can write it) and the lock directory's set-up ran when the verb took the lock, not again per plan."""
+    checked: list[str] = []
+    real = executor_mod.check_writable
+    monkeypatch.setattr(executor_mod, "check_writable", lambda root: (checked.append(root), real(root))[1])
+    ctx = _ctx(tmp_path)
+    with host_lock(str(tmp_path)):
+        for name in ("a", "b"):
+            execute(Plan.of([Note(name)], ""), ctx)
+    assert checked == [str(tmp_path)]
+    assert ctx.extras["log"] == ["+a", "+b"]
+
+
 def test_runtime_only_plans_are_journaled_without_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A plan of runtime kernel steps only (no Step.durable) loses nothing to a power cut that its journal could
     bring back, so neither the journal nor its directory is fsynced per plan: a batch of such plans (restore runs

@@ -152,10 +152,18 @@ def host_lock(root: str, timeout: float | None = None) -> Iterator[None]:
     The root must exist (nothing is created on a mistyped --root) and be writable (NeedsRootError, not a
     PermissionError on the lock). A busy lock is reported at once through LOCK_POLICY.on_wait ("waiting for pid
     N (vgpuadm apply …)"), then waited for up to `timeout` (default LOCK_POLICY.timeout) seconds."""
+    path = os.path.join(root, LOCK_PATH)
+    held = _LOCKS.get((os.getpid(), path))
+    if held is not None and held.is_locked:  # a nested hold (plan and execute under one): it only counts
+        held.acquire()
+        try:
+            yield
+        finally:
+            held.release()
+        return
     check_exists(root)
     check_writable(root)
     wait = LOCK_POLICY.timeout if timeout is None else timeout
-    path = os.path.join(root, LOCK_PATH)
     private_dirs(os.path.dirname(path), root)
     _private_dir(root, os.path.dirname(path))
     _refuse_link(root, path)
