@@ -29,7 +29,7 @@ from playwright.sync_api import Page as BrowserPage
 
 from vgpuadm.executor import CRASH_HOOK
 from vgpuadm.host.root import HostRoot
-from vgpuadm.plan.ids import device_uuid
+from vgpuadm.model import device_uuid
 from vgpuadm.virt import xml
 
 pytestmark = pytest.mark.libvirt

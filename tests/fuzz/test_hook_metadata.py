@@ -27,10 +27,9 @@ from vgpuadm import api, modes
 from vgpuadm.cli.app import run
 from vgpuadm.cli.console import Console
 from vgpuadm.errors import VgpuadmError
-from vgpuadm.model import Allocation, DeviceMode
+from vgpuadm.model import Allocation, DeviceMode, device_uuid
 from vgpuadm.ops import hook
 from vgpuadm.plan import guest
-from vgpuadm.plan.ids import device_uuid
 from vgpuadm.sim.profiles import build
 from vgpuadm.virt import xml
 

@@ -28,7 +28,7 @@ import pytest
 from embedded_host import REPO, Result, define, domain_xml, hostdev_keys, mdevs, vgpuadm
 
 from vgpuadm.host.root import HostRoot
-from vgpuadm.plan.ids import device_uuid
+from vgpuadm.model import device_uuid
 from vgpuadm.schemas import validate
 from vgpuadm.sim.treestate import tree_state
 

@@ -11,7 +11,7 @@ import pytest
 from embedded_host import allocations, attr, define, domain_xml, hostdev_keys, mdevs, vgpuadm
 
 from vgpuadm.host.root import HostRoot
-from vgpuadm.plan.ids import device_uuid
+from vgpuadm.model import device_uuid
 from vgpuadm.sim.treestate import tree_state
 
 pytestmark = pytest.mark.libvirt

@@ -18,7 +18,7 @@ import pytest
 from lxml import etree
 
 from vgpuadm.host.root import HostRoot
-from vgpuadm.plan.ids import device_uuid
+from vgpuadm.model import device_uuid
 from vgpuadm.virt import xml
 
 pytestmark = pytest.mark.libvirt

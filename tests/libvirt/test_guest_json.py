@@ -14,7 +14,7 @@ from embedded_host import define, mdevs, vgpuadm
 
 from vgpuadm import api
 from vgpuadm.host.root import HostRoot
-from vgpuadm.plan.ids import device_uuid
+from vgpuadm.model import device_uuid
 from vgpuadm.schemas import validate
 
 pytestmark = pytest.mark.libvirt

@@ -26,7 +26,7 @@ import pytest
 
 from vgpuadm import api
 from vgpuadm.host.root import HostRoot
-from vgpuadm.plan.ids import device_uuid
+from vgpuadm.model import device_uuid
 from vgpuadm.sim.treestate import diff, tree_state
 from vgpuadm.virt import xml
 

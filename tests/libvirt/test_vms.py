@@ -11,7 +11,7 @@ import pytest
 from embedded_host import define, vgpuadm
 
 from vgpuadm.host.root import HostRoot
-from vgpuadm.plan.ids import device_uuid
+from vgpuadm.model import device_uuid
 from vgpuadm.schemas import validate
 
 pytestmark = pytest.mark.libvirt

@@ -11,9 +11,8 @@ import pytest
 from vgpuadm import api, modes
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
 from vgpuadm.host.root import HostRoot
-from vgpuadm.model import Allocation
+from vgpuadm.model import Allocation, device_uuid
 from vgpuadm.plan import guest
-from vgpuadm.plan.ids import device_uuid
 from vgpuadm.virt import xml
 from vgpuadm.virt.steps import DefineDomain
 

@@ -18,10 +18,9 @@ import pytest
 from vgpuadm import api, modes
 from vgpuadm.host import mig as host_mig
 from vgpuadm.host.root import HostRoot
-from vgpuadm.model import Allocation
+from vgpuadm.model import Allocation, device_uuid
 from vgpuadm.plan import guest
 from vgpuadm.plan import mig as plan_mig
-from vgpuadm.plan.ids import device_uuid
 from vgpuadm.sim.treestate import diff, tree_state
 from vgpuadm.virt import xml
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "libvirt"))
 from embedded_host import allocations, define, hostdev_keys, mdevs, vgpuadm
 
 from vgpuadm.host.root import HostRoot
-from vgpuadm.plan.ids import device_uuid
+from vgpuadm.model import device_uuid
 from vgpuadm.sim.treestate import tree_state
 
 pytestmark = pytest.mark.libvirt

@@ -19,7 +19,7 @@ from vgpuadm.catalog import capacity
 from vgpuadm.catalog.capacity import consume, release
 from vgpuadm.catalog.mig import MigHost
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError, VgpuadmError
-from vgpuadm.model import PCI_KEY, Allocation, HostSnapshot
+from vgpuadm.model import PCI_KEY, Allocation, HostSnapshot, device_uuid
 from vgpuadm.modes import passthrough as passthrough_mode
 from vgpuadm.modes import virtio_gpu
 from vgpuadm.plan import devices as device_plans
@@ -37,7 +37,6 @@ from vgpuadm.plan.guest import (
     remove_steps,
     virtio_gl_allocation,
 )
-from vgpuadm.plan.ids import device_uuid
 from vgpuadm.plan.placement import resolve_on_host
 from vgpuadm.steps import Plan, Step
 from vgpuadm.virt.steps import DefineDomain

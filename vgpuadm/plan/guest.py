@@ -17,13 +17,22 @@ from typing import Any
 from vgpuadm import modes
 from vgpuadm.catalog import capacity
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
-from vgpuadm.model import PCI_KEY, Allocation, DeviceMode, HostSnapshot, device_key, mdev_key, pci_address, pci_key
+from vgpuadm.model import (
+    PCI_KEY,
+    Allocation,
+    DeviceMode,
+    HostSnapshot,
+    device_key,
+    device_uuid,
+    mdev_key,
+    pci_address,
+    pci_key,
+)
 from vgpuadm.modes import passthrough as passthrough_mode
 from vgpuadm.modes import virtio_gpu
 from vgpuadm.modes.base import join_params, normalise_params
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.domains import Domains
-from vgpuadm.plan.ids import device_uuid
 from vgpuadm.plan.placement import check_count, check_host_count, place, resolve_on_host
 from vgpuadm.steps import Plan, Step
 from vgpuadm.virt import xml
