@@ -549,6 +549,12 @@ class HostSnapshot(_Record):
         """GPU functions (class 0x03xx, or 0x12xx accelerators), PFs and VFs, sorted by address."""
         return [f for _, f in sorted(self.functions.items()) if f.is_display]
 
+    @property
+    def has_placement_ids(self) -> bool:
+        """Whether the host's driver has placement IDs (some layout C VF carries nvidia/placement_id): only then are
+        the GPUs' heterogeneous mode and placements read from nvidia-smi (host/hetero.py)."""
+        return any(vf.placement_id is not None for vf in self.vendor_vfs.values())
+
     def types(self) -> list[VgpuType]:
         """Every vGPU type of every parent: mdev types (A/B) and layout C creatable types."""
         out = [t for p in self.mdev_parents.values() for t in p.types]

@@ -1,5 +1,5 @@
 """Reading NVIDIA host policies through nvidia-smi (`-q`, `vgpu -s -v`, `vgpu -ss`) into one GpuPolicy per GPU.
-Read-only; only asked when the host's layout C VFs carry `nvidia/placement_id` (a driver with placement IDs)."""
+Read-only; only asked when the host has placement IDs (HostSnapshot.has_placement_ids)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,8 @@ from vgpuadm.catalog.hetero import GpuPolicy, TypePlacement
 from vgpuadm.host import nvidia_smi
 from vgpuadm.host.nvidia_smi_vgpu import parse_query_text, parse_scheduler_state, parse_type_blocks
 from vgpuadm.host.root import HostRoot
-from vgpuadm.model import HostSnapshot
 
 WHY = "read the vGPU heterogeneous mode and scheduler"
-
-
-def wanted(snap: HostSnapshot) -> bool:
-    """Whether the host's driver has placement IDs (some layout C VF carries nvidia/placement_id)."""
-    return any(vf.placement_id is not None for vf in snap.vendor_vfs.values())
 
 
 def read(root: HostRoot, *, scheduler: bool = False, placements: bool = False) -> dict[str, GpuPolicy]:

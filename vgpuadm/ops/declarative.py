@@ -321,7 +321,7 @@ def rebuild(
             snap = wait_until(s.refresh, functools.partial(restore_plan.all_present, allocs), timeout)
         mig = host_mig.read_host(s.root) if spec.reads_mig and restore_plan.needs_mig(allocs, snap) else None
         state = None
-        if spec.reads_policies and host_hetero.wanted(snap):
+        if spec.reads_policies and snap.has_placement_ids:
             state = read_policy(s.root.path, "state")
             snap = dataclasses.replace(snap, policies=host_hetero.read(s.root, scheduler=True, placements=True))
         pp = spec.plan(allocs, snap, restore_plan.HostReads(sriov_manage, mig, state))

@@ -141,7 +141,7 @@ class Session:
         """sysfs, plus the GPUs' heterogeneous mode and placements from nvidia-smi where the driver has placement
         IDs (the planner needs them to place mixed sizes)."""
         snap = snapshot(self.sysfs, names=True)
-        if host_hetero.wanted(snap):
+        if snap.has_placement_ids:
             snap = dataclasses.replace(snap, policies=host_hetero.read(self.root))
         return snap
 
