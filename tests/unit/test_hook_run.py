@@ -231,6 +231,18 @@ def test_a_domain_without_on_demand_requests_is_not_even_locked(sim_host, cli, m
     assert r.code != 0 and len(r.err.splitlines()) == 1 and "interrupted" in r.err
 
 
+def test_a_domain_without_on_demand_requests_has_its_xml_parsed_once(sim_host, cli, monkeypatch):
+    """The hook's common case (no on-demand device): libvirt's stdin XML is parsed once, and that one document
+    answers the name check and the on-demand question (it was parsed three times)."""
+    root = sim_host("p4")
+    parsed: list[int] = []
+    real = xml.parse_domain
+    monkeypatch.setattr(xml, "parse_domain", lambda text: (parsed.append(len(text)), real(text))[1])
+    r = hook(cli, monkeypatch, root, "web01", "prepare", "begin", bare("web01", UUIDS[0]))
+    assert (r.code, r.out, r.err) == (0, "", "")
+    assert len(parsed) == 1
+
+
 def test_layout_b_places_each_mdev_on_its_own_vf_at_start(sim_host, cli, monkeypatch):
     root = sim_host("a100-mdev-vf")
     before = tree_state(root)

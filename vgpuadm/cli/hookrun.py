@@ -19,8 +19,8 @@ def run_hook(console: Console, root: str | None, args: list[str], stdin: Any, ar
         phase = api.hookcall.phase_of(operation, sub_operation)
         if not phase:
             return 0
-        text = api.hookcall.read_domain_xml(stdin.read(api.hookcall.MAX_DOMAIN_XML + 1), domain)
-        if not api.hookcall.has_on_demand(text):
+        text, doc = api.hookcall.read_domain_xml(stdin.read(api.hookcall.MAX_DOMAIN_XML + 1), domain)
+        if not api.hookcall.has_on_demand(doc):
             return 0
         if argv:  # as the typer app's global options do: the default wait, told on stderr, argv as the holder
             api.set_lock_policy(None, console.warn, argv)

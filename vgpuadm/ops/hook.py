@@ -50,8 +50,8 @@ def run(root: str | None, domain: str, operation: str, sub_operation: str, domai
     phase = hookcall.phase_of(operation, sub_operation)
     if not phase:
         return HookRunResult(domain, "", Plan.of([], f"{operation}/{sub_operation}: nothing to do"), ())
-    text = hookcall.read_domain_xml(domain_xml, domain)
-    if not hookcall.has_on_demand(text):
+    text, doc = hookcall.read_domain_xml(domain_xml, domain)
+    if not hookcall.has_on_demand(doc):
         # most domains: no lock, no discovery, and a pending journal never blocks their start
         return HookRunResult(domain, phase, Plan.of([], f"domain {domain} has no on-demand devices"), ())
     return run_on_demand(root, domain, phase, text)

@@ -5,6 +5,8 @@ devices at all. Most domains do not: their start and stop must not wait for the 
 
 from __future__ import annotations
 
+from typing import Any
+
 from vgpuadm.errors import UsageError
 from vgpuadm.virt import xml
 
@@ -22,8 +24,9 @@ def phase_of(operation: str, sub_operation: str) -> str:
     return ""
 
 
-def read_domain_xml(data: bytes, domain: str) -> str:
-    """The domain XML from the hook's stdin: at most MAX_DOMAIN_XML bytes of UTF-8, well-formed, for `domain`."""
+def read_domain_xml(data: bytes, domain: str) -> tuple[str, Any]:
+    """The domain XML from the hook's stdin: at most MAX_DOMAIN_XML bytes of UTF-8, well-formed, for `domain`; as
+    text and as the document parsed once (the readers after this take either)."""
     hint = "libvirt passes the domain XML on standard input; run the hook as libvirt does"
     if len(data) > MAX_DOMAIN_XML:
         raise UsageError(f"the domain XML on standard input is over {MAX_DOMAIN_XML} bytes", hint)
@@ -33,14 +36,14 @@ def read_domain_xml(data: bytes, domain: str) -> str:
         raise UsageError("the domain XML on standard input is not UTF-8", hint) from None
     if not text.strip():
         raise UsageError("no domain XML on standard input", hint)
-    xml.parse_domain(text)
-    name, _ = xml.domain_identity(text)
+    doc = xml.parse_domain(text)
+    name, _ = xml.domain_identity(doc)
     if name != domain:
         raise UsageError(f"the domain XML on standard input is for {name!r}, not {domain!r}",
                          "libvirt passes the domain's name as the first argument and its XML on stdin")  # fmt: skip
-    return text
+    return text, doc
 
 
-def has_on_demand(domain_xml: str) -> bool:
+def has_on_demand(domain_xml: str | Any) -> bool:
     """Whether the domain's vgpuadm metadata records any on-demand device."""
     return any(a.on_demand for a in xml.parse_allocations(domain_xml))

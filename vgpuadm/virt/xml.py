@@ -453,8 +453,9 @@ def status_domain(status_xml: str) -> str:
     return to_string(inner)
 
 
-def domain_identity(domain_xml: str) -> tuple[str, str]:
-    doc = parse_domain(domain_xml)
+def domain_identity(domain_xml: str | Any) -> tuple[str, str]:
+    """The domain's name and UUID, from its XML text or the element parse_domain made of it."""
+    doc = _document(domain_xml)
     return doc.findtext("name") or "", doc.findtext("uuid") or ""
 
 
