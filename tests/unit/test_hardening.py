@@ -209,6 +209,22 @@ def test_root_without_sys_of_a_changing_command_creates_no_lock(cli, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_changing_verb_checks_its_root_once(cli, sim_host, monkeypatch):
+    """Preflight runs once per verb: `mdev create` checks that it can write the root when it takes the lock, not
+    again when it executes its plan under that hold (it checked three times: the session, the lock, the lock again)."""
+    import vgpuadm.executor as executor_mod
+    import vgpuadm.ops.session as session_mod
+
+    checked: list[str] = []
+    real = executor_mod.check_writable
+    for module in (executor_mod, session_mod):
+        monkeypatch.setattr(module, "check_writable", lambda r: (checked.append(r), real(r))[1], raising=False)
+    root = sim_host("p4")
+    r = cli("--root", str(root), "mdev", "create", "--type", "nvidia-63")
+    assert r.code == 0, r.err
+    assert checked == [str(root)]
+
+
 @pytest.mark.parametrize("command", [("mdev", "create", "--type", "P4-1Q"), ("recover",), ("gpus",)])
 def test_root_is_a_file(cli, tmp_path, command):
     (tmp_path / "file").write_text("")

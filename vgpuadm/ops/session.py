@@ -28,7 +28,7 @@ from vgpuadm.executor import (
 )
 from vgpuadm.host import hetero as host_hetero
 from vgpuadm.host.discover import snapshot
-from vgpuadm.host.root import EMBED_LIBVIRT, HostRoot, check_exists, check_writable
+from vgpuadm.host.root import EMBED_LIBVIRT, HostRoot, check_exists
 from vgpuadm.host.sysfs import Sysfs, Writer, check_root
 from vgpuadm.io.domainxml import read_libvirt_domains
 from vgpuadm.model import HostSnapshot
@@ -79,10 +79,9 @@ class Session:
         """Hold the host lock for the whole verb; refuse while a journal is pending (unless `allow_pending`, for
         the verbs that deal with it: recover, reconcile, restore). The root is checked before the lock is taken
         (a mistyped --root gets no run/ or lock created under it): it exists, has a sys/ tree (unless not
-        `needs_sys`: `unit install` writes only under etc/) and this process can write its state directories."""
+        `needs_sys`: `unit install` writes only under etc/); host_lock checks that this process can write it."""
         s = cls(root, connect)
         (check_root if needs_sys else check_exists)(s.root.path)
-        check_writable(s.root.path)
         with host_lock(s.root.path, timeout), s._stack, s._owners_named():
             if not allow_pending and read_journal(s.root.path) is not None:
                 raise pending_error()

@@ -211,8 +211,8 @@ def _define(s: DefineDomain, ctx: Any, *, stamp: bool = True) -> None:
             elements.append(to_string(el))
         attach = "".join(elements)
     try:
-        current = virt.xml(s.domain, secure=True)
-        if not _has_effect(parse_domain(current), s):
+        current = parse_domain(virt.xml(s.domain, secure=True))
+        if not _has_effect(current, s):
             virt.define(redefine(current, add=attach, remove=s.detach, element=element))
         if virt.is_active(s.domain, fresh=False):
             virt.set_metadata(s.domain, PREFIX, NS, for_libvirt_metadata(element) if element else None,

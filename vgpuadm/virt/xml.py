@@ -11,6 +11,7 @@ import copy
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from lxml import etree
@@ -482,11 +483,15 @@ def domain_definition(
     )
 
 
-def _canonical(element: str | None) -> list[tuple[Any, ...]] | None:
+@lru_cache(maxsize=64)  # a step's element is compared before and after it is applied: parsed once
+def _canonical(element: str | None) -> tuple[tuple[Any, ...], ...] | None:
     if not element or not element.strip():
         return None
     allocs = parse_allocations(element, domain="")
-    return [(a.slot, a.mode, a.type_id, a.parent, a.uuid, a.address, a.params, sorted(a.extra.items())) for a in allocs]
+    return tuple(
+        (a.slot, a.mode, a.type_id, a.parent, a.uuid, a.address, a.params, tuple(sorted(a.extra.items())))
+        for a in allocs
+    )
 
 
 def same_metadata(a: str | None, b: str | None) -> bool:
@@ -544,11 +549,12 @@ def _namespaced(element_xml: str) -> Any:
     return copy(etree.fromstring(element_xml.encode(), _PARSER), None)
 
 
-def redefine(domain_xml: str, *, add: str = "", remove: str = "", element: str | None = None) -> str:
+def redefine(domain_xml: str | Any, *, add: str = "", remove: str = "", element: str | None = None) -> str:
     """The domain's persistent XML with the hostdevs of `remove` taken out, those of `add` appended (unless
     present) and the vgpuadm metadata element replaced by `element` ("" removes it, None leaves it): the one
-    definition a DefineDomain step writes. Everything else in the document is kept as it is."""
-    doc = parse_domain(domain_xml)
+    definition a DefineDomain step writes. Everything else in the document is kept as it is. Given parse_domain's
+    element, it edits that element."""
+    doc = _document(domain_xml)
     devices = doc.find("devices")
     if devices is None:
         devices = etree.SubElement(doc, "devices")
