@@ -54,9 +54,9 @@ def project(snap: HostSnapshot, mig: MigHost, type_names: Iterable[str]) -> Host
     """`snap` as the driver will list it once the MIG-backed vGPUs' prerequisites exist (modes/mig.py project).
     A type no GPU can take then: a GPU whose MIG mode cannot go on now (a vGPU runs, a reset is pending) says why
     (ConflictError); else the snapshot with those GPUs too, so that planning names what is in the way."""
-    names = [n for n in type_names if may_need(snap, [n])]
     gpus = [g for g in mig.gpus if g.mig_capable]
-    if not names or not gpus:
+    names = [n for n in type_names if may_need(snap, [n])] if gpus else []
+    if not names:
         return snap
     supported = mig.supported()
     projected = mig_mode.MODE.project(snap, gpus, supported)
