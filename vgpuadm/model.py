@@ -354,8 +354,7 @@ class VgpuType(_Record):
     @property
     def numeric_id(self) -> int | None:
         """NVIDIA's vGPU type id (63 for nvidia-63), None for other vendors."""
-        prefix, _, number = self.type_id.rpartition("-")
-        return int(number) if prefix == "nvidia" and number.isdigit() else None
+        return nvidia_type_number(self.type_id)
 
 
 @_record
@@ -427,6 +426,11 @@ class VendorVf(_Record):
     @property
     def in_use(self) -> bool:
         return self.current_type != 0
+
+    @property
+    def current_type_id(self) -> str:
+        """The type id of the vGPU type the VF is set to (nvidia-<current_type>)."""
+        return nvidia_type_id(self.current_type)
 
 
 @_record
@@ -683,6 +687,25 @@ def mdev_key(uuid: str) -> DeviceKey:
 
 def pci_key(address: str) -> DeviceKey:
     return (PCI_KEY, address)
+
+
+NVIDIA_TYPE_PREFIX = "nvidia-"  # NVIDIA's vGPU type ids: nvidia-63 (an mdev type dir), nvidia-1414 (layout C)
+
+
+def nvidia_type_id(number: int) -> str:
+    """The type id vgpuadm writes for NVIDIA's vGPU type `number` (the driver's numeric id): nvidia-<number>."""
+    return f"{NVIDIA_TYPE_PREFIX}{number}"
+
+
+def is_nvidia_type(type_id: str) -> bool:
+    """Whether `type_id` names an NVIDIA vGPU type (nvidia-63; nvidia-<number> on layout C)."""
+    return type_id.startswith(NVIDIA_TYPE_PREFIX)
+
+
+def nvidia_type_number(type_id: str) -> int | None:
+    """NVIDIA's numeric id of a type id (63 for nvidia-63), None for other vendors' ids."""
+    prefix, _, number = type_id.rpartition("-")
+    return int(number) if prefix == "nvidia" and number.isdigit() else None
 
 
 # A fixed namespace for vgpuadm's uuid5 derivations (never change it: stored domain XML depends on it).

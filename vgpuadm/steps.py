@@ -24,6 +24,7 @@ from typing import Any, ClassVar, TypeVar
 
 from vgpuadm.errors import UsageError
 from vgpuadm.host.paths import SRIOV_MANAGE
+from vgpuadm.model import nvidia_type_id
 
 STEP_KINDS: dict[str, type[Step]] = {}
 
@@ -227,7 +228,7 @@ class SetVfVgpuType(Step):
     type_num: int
 
     def describe(self) -> str:
-        return f"set vGPU type {self.type_num} (nvidia-{self.type_num}) on VF {self.vf}"
+        return f"set vGPU type {self.type_num} ({nvidia_type_id(self.type_num)}) on VF {self.vf}"
 
 
 @step_kind("set-vf-placement")
@@ -257,7 +258,7 @@ class ClearVfVgpuType(Step):
     previous_type: int
 
     def describe(self) -> str:
-        return f"clear vGPU type {self.previous_type} (nvidia-{self.previous_type}) from VF {self.vf}"
+        return f"clear vGPU type {self.previous_type} ({nvidia_type_id(self.previous_type)}) from VF {self.vf}"
 
 
 # --- SR-IOV -----------------------------------------------------------------------------------------------------

@@ -37,7 +37,6 @@ from vgpuadm.catalog.rooms import (  # the per-GPU room model, re-exported: one 
     gpu_maximum,
     gpu_rooms,
     gpu_rule,
-    is_nvidia,
     reserved_for,
     sharing_rule,
     size_key,
@@ -57,6 +56,8 @@ from vgpuadm.model import (
     VendorVf,
     VgpuType,
     holding,
+    is_nvidia_type,
+    nvidia_type_id,
 )
 
 __all__ = [
@@ -68,7 +69,6 @@ __all__ = [
     "gpu_maximum",
     "gpu_rooms",
     "gpu_rule",
-    "is_nvidia",
     "reserved_for",
     "sharing_rule",
     "size_key",
@@ -137,7 +137,7 @@ def gpu_usage(snapshot: HostSnapshot) -> dict[str, GpuUsage]:
         add(phys, m.type_id, t.name if t else m.type_id, m.parent if phys != m.parent else None, held.get(m.uuid))
     for vf in snapshot.vendor_vfs.values():
         if vf.in_use:
-            tid = f"nvidia-{vf.current_type}"
+            tid = vf.current_type_id
             add(snapshot.physical_gpu(vf.address), tid, name_by_id.get(tid, tid), vf.address, held.get(vf.address))
     for pool in snapshot.vf_pools.values():  # a VF pool's VFs in use: on vfio-pci (or a variant driver)
         for t in pool.offered:
@@ -221,7 +221,7 @@ def why_not(
             if not conflicting_sizes(usage.live_sizes, t.framebuffer_mib):  # only what awaits restore holds it
                 return f"GPU {reserved_for(usage.reserved)}"
             return f"GPU runs {other[0]} MiB vGPUs; one framebuffer size per GPU"
-    elif t.layout.sharing == "one-type" and is_nvidia(t.type_id):
+    elif t.layout.sharing == "one-type" and is_nvidia_type(t.type_id):
         other_types = conflicting_types(usage.types, t.type_id)
         if other_types and not conflicting_types(usage.live_types, t.type_id):  # only what awaits restore holds it
             return f"GPU {reserved_for(usage.reserved)}"
@@ -434,7 +434,7 @@ def idle(snap: HostSnapshot) -> HostSnapshot:
     """The snapshot as it would be with no vGPU running: every mdev removed and every layout C VF cleared. What an
     on-demand request is checked against when it is recorded (it can start once enough others stop)."""
     running = [Allocation("", DeviceMode.MDEV, m.type_id, m.parent, uuid=m.uuid) for m in snap.mdevs.values()]
-    running += [Allocation("", DeviceMode.VF, f"nvidia-{vf.current_type}", vf.address, address=vf.address)
+    running += [Allocation("", DeviceMode.VF, vf.current_type_id, vf.address, address=vf.address)
                 for vf in snap.vendor_vfs.values() if vf.current_type]  # fmt: skip
     return release(snap, running) if running else snap
 
@@ -480,7 +480,7 @@ def _one_size(
         running: list[VgpuType | None] = [
             known.get(m.type_id) for m in mdevs.values() if any(q.name == m.parent for q in b_parents)
         ]
-        running += [known.get(f"nvidia-{vf.current_type}") for vf in c_vfs if vf.in_use]
+        running += [known.get(vf.current_type_id) for vf in c_vfs if vf.in_use]
         keys = {size_key(t) if t is not None else None for t in running}
         busy = {m.parent for m in mdevs.values()}
         for q in b_parents:
@@ -675,7 +675,7 @@ def why_no_placement(snap: HostSnapshot, gpu: str, type_num: int, also: Iterable
     p = policy_of(snap, gpu)
     tp = p.placement(type_num) if p is not None else None
     if p is None or tp is None:
-        return f"nvidia-{type_num} has no placement in heterogeneous mode (MIG-backed or not time-sliced)"
+        return f"{nvidia_type_id(type_num)} has no placement in heterogeneous mode (MIG-backed or not time-sliced)"
     held = placed(snap, gpu)
     taken = ", ".join(f"{vf} at {start}–{start + size - 1}" for vf, (start, size) in held.items())
     planned = ", ".join(f"{start}–{start + size - 1}" for start, size in also)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vgpuadm.catalog.naming import mig_profile_name
+from vgpuadm.model import nvidia_type_id
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ class MigHost:
         g = self.gpu(pf)
         if g is None:
             return None
-        info = next((t for t in self.types.get(pf, ()) if f"nvidia-{t.type_id}" == type_id), None)
+        info = next((t for t in self.types.get(pf, ()) if nvidia_type_id(t.type_id) == type_id), None)
         p = g.profile(str(info.profile_id)) if info is not None and info.profile_id is not None else None
         if p is None:
             word = mig_profile_name(name)

@@ -14,7 +14,18 @@ from collections import Counter
 
 from vgpuadm.catalog.boards import board_framebuffer_mib
 from vgpuadm.catalog.naming import describe_nvidia_name
-from vgpuadm.model import Allocation, Holding, HostSnapshot, Layout, MdevParent, VgpuType, _Record, _record, holding
+from vgpuadm.model import (
+    Allocation,
+    Holding,
+    HostSnapshot,
+    Layout,
+    MdevParent,
+    VgpuType,
+    _Record,
+    _record,
+    holding,
+    is_nvidia_type,
+)
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
@@ -22,15 +33,11 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def is_nvidia(type_id: str) -> bool:
-    return type_id.startswith("nvidia-")
-
-
 def sharing_rule(layout: Layout, parent: MdevParent | None) -> str:
     """one-type | one-size | kernel | whole, for a physical GPU of `layout` (its mdev parent, if any): the layout's
     declared rule (Layout.sharing), where one type per GPU is NVIDIA's and other drivers share the kernel's budget."""
     rule = layout.sharing
-    if rule == "one-type" and not (parent is not None and any(is_nvidia(t.type_id) for t in parent.types)):
+    if rule == "one-type" and not (parent is not None and any(is_nvidia_type(t.type_id) for t in parent.types)):
         return "kernel"
     return rule
 
@@ -322,9 +329,7 @@ def running_on(snap: HostSnapshot, offered: Offered) -> dict[str, list[Running]]
         if vf.in_use:
             name = vf_type_name(snap, vf.physfn, vf.address, vf.current_type)
             fb = describe_nvidia_name(name).framebuffer_mib if name else None
-            out.setdefault(snap.physical_gpu(vf.address), []).append(
-                Running(vf.address, f"nvidia-{vf.current_type}", fb, name)
-            )
+            out.setdefault(snap.physical_gpu(vf.address), []).append(Running(vf.address, vf.current_type_id, fb, name))
     for pool in snap.vf_pools.values():
         t = pool.offered[0] if pool.offered else None
         for addr in pool.vfs[: pool.num_vfs]:

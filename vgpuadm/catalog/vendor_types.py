@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from vgpuadm.catalog.boards import equal_size_max
 from vgpuadm.catalog.naming import describe_nvidia_name
-from vgpuadm.model import Layout, VgpuType
+from vgpuadm.model import Layout, VgpuType, nvidia_type_id
 
 
 def vendor_vf_types(address: str, creatable: Iterable[tuple[int, str]]) -> tuple[VgpuType, ...]:
@@ -19,7 +19,7 @@ def vendor_vf_types(address: str, creatable: Iterable[tuple[int, str]]) -> tuple
             VgpuType(
                 parent=address,
                 layout=Layout.VENDOR_VFIO,
-                type_id=f"nvidia-{type_num}",
+                type_id=nvidia_type_id(type_num),
                 name=name,
                 profile=info.profile,
                 available_instances=1,

@@ -27,6 +27,7 @@ from vgpuadm.model import (
     VendorVf,
     VfPool,
     VgpuType,
+    is_nvidia_type,
     is_pci_address,
 )
 
@@ -307,7 +308,7 @@ def _describe(
     name = (raw_name or "").strip() or type_id
     description = (raw_description or "").strip()
     attrs = parse_description(description)
-    nvidia = type_id.startswith("nvidia-")
+    nvidia = is_nvidia_type(type_id)
     info = describe_nvidia_name(name) if nvidia else None
     if info is not None:
         attrs = {**info.attributes(), **attrs}

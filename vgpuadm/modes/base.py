@@ -15,7 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from vgpuadm.errors import UsageError
-from vgpuadm.model import Allocation, DeviceKey, Holding, HostSnapshot, Layout, VgpuType, mdev_uuid, pci_key
+from vgpuadm.model import (
+    Allocation,
+    DeviceKey,
+    Holding,
+    HostSnapshot,
+    Layout,
+    VgpuType,
+    is_nvidia_type,
+    mdev_uuid,
+    pci_key,
+)
 from vgpuadm.steps import Plan, Step
 from vgpuadm.virt import xml
 
@@ -279,6 +289,6 @@ def check_params(params: str, type_id: str) -> str:
     take them."""
     if not split_params(params):
         return ""
-    if not type_id.startswith("nvidia-"):
+    if not is_nvidia_type(type_id):
         raise UsageError(f"{type_id} takes no vgpu_params", "vgpu_params exist only for NVIDIA vGPU types")
     return normalise_params(params)

@@ -18,7 +18,7 @@ from vgpuadm.catalog.mig import MigGpu, MigInstance, recorded_instance
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.catalog.vendor_types import vendor_vf_types
 from vgpuadm.errors import FREE, ConflictError, NotFoundError, UsageError
-from vgpuadm.model import Allocation, HostSnapshot, Layout
+from vgpuadm.model import Allocation, HostSnapshot, Layout, nvidia_type_id
 from vgpuadm.modes.base import HostdevSpec, Mode
 from vgpuadm.steps import CreateGpuInstance, DestroyGpuInstance, SetMigMode, Step
 
@@ -212,7 +212,7 @@ class MigMode(Mode):
                 if vf is not None and not vf.in_use and mig_types:
                     new = {t.type_id: t for t in vendor_vf_types(addr, mig_types)}
                     offered = tuple(t for t in vf.offered if t.type_id not in new) + tuple(new.values())
-                    creatable = tuple(c for c in vf.creatable if f"nvidia-{c[0]}" not in new) + tuple(mig_types)
+                    creatable = tuple(c for c in vf.creatable if nvidia_type_id(c[0]) not in new) + tuple(mig_types)
                     vfs[addr] = replace(vf, offered=offered, creatable=creatable)
                 q = parents.get(addr)
                 if q is not None and q.layout == Layout.MDEV_VF and addr not in busy:

@@ -55,7 +55,7 @@ class VfVgpuMode(Mode):
             if vf.current_type == number:
                 return []
             raise ConflictError(
-                f"VF {vf.address} already runs nvidia-{vf.current_type}",
+                f"VF {vf.address} already runs {vf.current_type_id}",
                 f"{FREE}or pick another VF",
                 blockers=[(vf.address, "vf clear")],
             )
@@ -91,7 +91,7 @@ class VfVgpuMode(Mode):
 
     def missing(self, snapshot: HostSnapshot, a: Allocation) -> bool:
         vf = snapshot.vendor_vfs.get(a.address or "")
-        return vf is None or f"nvidia-{vf.current_type}" != a.type_id
+        return vf is None or vf.current_type_id != a.type_id
 
     def describe(self, a: Allocation) -> str:
         return f"VF {a.address} ({a.type_id})"
@@ -111,7 +111,7 @@ class VfVgpuMode(Mode):
         vf = snapshot.vendor_vfs.get(ref.key) if ref.kind == PCI_KEY else None
         if vf is None or not vf.in_use:
             return None
-        return Allocation(domain, self.name, f"nvidia-{vf.current_type}", vf.address, address=vf.address,
+        return Allocation(domain, self.name, vf.current_type_id, vf.address, address=vf.address,
                           params=params_now(vf.vgpu_params), domain_uuid=domain_uuid, slot=slot)  # fmt: skip
 
     # -- restore after a reboot ---------------------------------------------------------------------------------
@@ -142,7 +142,7 @@ class VfVgpuMode(Mode):
             else:
                 steps += self.plan_create(snapshot, t, placement=_recorded_placement(a, snapshot, vf_addr))
         elif vf.current_type != want:
-            problems.append(f"{a.domain}: VF {vf_addr} runs nvidia-{vf.current_type}, the domain wants {a.type_id}")
+            problems.append(f"{a.domain}: VF {vf_addr} runs {vf.current_type_id}, the domain wants {a.type_id}")
         return [Plan((s,), RECREATE_VGPUS) for s in steps], problems
 
     def restore_params(self, snapshot: HostSnapshot, a: Allocation) -> Step | None:
@@ -161,7 +161,7 @@ class VfVgpuMode(Mode):
 
     def present(self, snapshot: HostSnapshot, a: Allocation) -> bool:
         vf = snapshot.vendor_vfs.get(a.address or "")
-        return vf is not None and vf.in_use and f"nvidia-{vf.current_type}" == a.type_id
+        return vf is not None and vf.in_use and vf.current_type_id == a.type_id
 
     def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> Made:
         steps = tuple(self.plan_create(snapshot, t, ask.params, ask.placement()))

@@ -12,7 +12,7 @@ from vgpuadm import modes
 from vgpuadm.catalog import capacity
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import FREE, CapacityError, ConflictError, NotFoundError, UsageError
-from vgpuadm.model import HostSnapshot, VgpuType, device_key, pci_address
+from vgpuadm.model import HostSnapshot, VgpuType, device_key, nvidia_type_number, pci_address
 from vgpuadm.modes import mdev, passthrough, sriov, vf_vgpu
 from vgpuadm.modes.base import Instance, Made, check_uuid
 from vgpuadm.plan.placement import place
@@ -142,9 +142,9 @@ def plan_vf_type(
         if found.in_use:
             # A typed VF lists nothing creatable: compare with the number the name stands for instead.
             if _type_number(snap, type_name) == found.current_type:
-                return Plan.of([], f"VF {vf} already runs nvidia-{found.current_type}"), vf
+                return Plan.of([], f"VF {vf} already runs {found.current_type_id}"), vf
             raise ConflictError(
-                f"VF {vf} already runs nvidia-{found.current_type}",
+                f"VF {vf} already runs {found.current_type_id}",
                 f"{FREE}or pick another VF",
                 blockers=[(vf, "vf clear")],
             )
@@ -160,8 +160,8 @@ def _type_number(snap: HostSnapshot, type_name: str) -> int | None:
     try:
         return resolve_type(snap.types(), type_name)[0].numeric_id
     except NotFoundError:
-        digits = type_name.strip().lower().removeprefix("nvidia-")
-        return int(digits) if digits.isdigit() else None
+        name = type_name.strip().lower()
+        return int(name) if name.isdigit() else nvidia_type_number(name)
 
 
 def plan_vf_clear(snap: HostSnapshot, vf: str) -> Plan:

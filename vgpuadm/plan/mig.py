@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from vgpuadm.catalog.mig import MigGpu, MigHost, MigInstance
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import NotFoundError
-from vgpuadm.model import Allocation, HostSnapshot
+from vgpuadm.model import Allocation, HostSnapshot, nvidia_type_id
 from vgpuadm.modes import mig as mig_mode
 from vgpuadm.plan.guest import DomainPlan
 from vgpuadm.steps import CreateGpuInstance, CreateMdev, DestroyGpuInstance, Plan, SetMigMode, SetVfVgpuType, Step
@@ -90,7 +90,7 @@ def for_vgpus(
     needs: list[tuple[tuple[str, str, int], str]] = []  # ((PF, profile, vGPUs per instance), the vGPU's key)
     for st in steps:
         if isinstance(st, SetVfVgpuType):
-            dev, type_id, key = st.vf, f"nvidia-{st.type_num}", st.vf
+            dev, type_id, key = st.vf, nvidia_type_id(st.type_num), st.vf
         elif isinstance(st, CreateMdev):
             dev, type_id, key = st.parent, st.type_id, st.uuid
         else:

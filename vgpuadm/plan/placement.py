@@ -32,7 +32,7 @@ from vgpuadm.catalog.capacity import (
 )
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import FREE, CapacityError, NotFoundError, UsageError
-from vgpuadm.model import HostSnapshot, VgpuType, pci_address
+from vgpuadm.model import HostSnapshot, VgpuType, nvidia_type_id, pci_address
 
 POLICIES = ("pack", "spread")
 
@@ -139,7 +139,7 @@ def place(
     for addr, vf in sorted(snapshot.vendor_vfs.items()):
         listed = any(p == addr for p, _ in rejected)
         if addr not in by_parent and vf.in_use and snapshot.physical_gpu(addr) in phys_seen and not listed:
-            rejected.append((addr, f"VF already hosts a vGPU (nvidia-{vf.current_type}); one vGPU per VF"))
+            rejected.append((addr, f"VF already hosts a vGPU ({vf.current_type_id}); one vGPU per VF"))
     used = Counter({phys: st.count for phys, st in usage.items()})
     # Per physical GPU cap on SR-IOV layouts: max_instance counts vGPUs of this size across all VFs.
     gpu_left: dict[str, int] = {}
@@ -331,6 +331,6 @@ def _no_placement(snapshot: HostSnapshot, gpu: str, type_name: str) -> str:
     if policy is None or not policy.heterogeneous:
         return ""
     word = type_name.lower()
-    tp = next((t for t in policy.types if word in (f"nvidia-{t.type_num}", t.name.lower(),
+    tp = next((t for t in policy.types if word in (nvidia_type_id(t.type_num), t.name.lower(),
                                                    t.name.split()[-1].lower())), None)  # fmt: skip
     return f"; {why_no_placement(snapshot, gpu, tp.type_num)}" if tp is not None else ""

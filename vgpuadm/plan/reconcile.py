@@ -27,7 +27,7 @@ class Leak:
 def find_leaks(snap: HostSnapshot, owned: set[str], vfio_remembered: dict[str, str]) -> list[Leak]:
     """Devices that exist but no domain owns: mdevs, typed layout C VFs, and functions vgpuadm bound to vfio-pci."""
     leaks = [Leak("mdev", m.uuid, f"{m.type_id} on {m.parent}") for m in snap.mdevs.values() if m.uuid not in owned]
-    leaks += [Leak("vf", vf.address, f"nvidia-{vf.current_type}") for vf in snap.vendor_vfs.values()
+    leaks += [Leak("vf", vf.address, vf.current_type_id) for vf in snap.vendor_vfs.values()
               if vf.in_use and vf.address not in owned]  # fmt: skip
     for addr in sorted(vfio_remembered):
         fn = snap.functions.get(addr)

@@ -223,7 +223,7 @@ def _devices(snap: HostSnapshot, gpus: dict[str, _Gpu], passed_through: set[str]
                 vf.address,
                 g,
                 Layout.VENDOR_VFIO.value,
-                f"nvidia-{vf.current_type}",
+                vf.current_type_id,
                 name,
                 fb,
                 fn.iommu_group if fn else None,

@@ -171,7 +171,7 @@ def device_rows(snap: HostSnapshot) -> list[dict[str, Any]]:
                 "parent": vf.address,
                 "physical_gpu": snap.physical_gpu(vf.address),
                 "layout": Layout.VENDOR_VFIO.value,
-                "type_id": f"nvidia-{vf.current_type}",
+                "type_id": vf.current_type_id,
                 "name": _vf_type_name(snap, vf.physfn, vf.current_type),
                 "iommu_group": fn.iommu_group if fn else None,
                 "vgpu_params": vf.vgpu_params,
