@@ -161,7 +161,10 @@ ADDRESS_CASES: dict[str, tuple[str, list[list[str]], str, str]] = {
                                "0000:65:00.0", "65:00.0"),
 }  # fmt: skip
 ALIASES = {"give-back": "destroy", "remove": "destroy"}  # the same command under other names
-ADDRESS_CALLBACKS = {("vgpuadm.cli.ids", "bdf"), ("vgpuadm.cli.ids", "device")}  # cli/ids.py: addresses, device ids
+ADDRESS_CALLBACKS = {
+    ("vgpuadm.cli.params", "bdf"),
+    ("vgpuadm.cli.params", "device"),
+}  # cli/params.py: addresses, device ids
 PLANS = {
     "plan-gpu.yaml": 'version: 1\nvms:\n  vm1:\n    type: nvidia-63\n    gpu: "{A}"\n',
     "plan-pt.yaml": 'version: 1\nvms:\n  vm1:\n    passthrough: "{A}"\n',

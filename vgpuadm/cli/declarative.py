@@ -4,7 +4,7 @@ from typing import Any
 
 from vgpuadm import api
 from vgpuadm.cli.console import Console
-from vgpuadm.cli.host import plan_options
+from vgpuadm.cli.params import plan_options
 from vgpuadm.errors import NotFoundError
 
 
