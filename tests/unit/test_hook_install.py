@@ -47,7 +47,7 @@ def test_install_writes_qemu_d_once_0755_then_nothing_to_do(tmp_path: Path, cli)
         f"it runs: {command} hook run DOMAIN OPERATION SUB-OPERATION -",
         "next: systemctl reload libvirtd (or virtqemud): libvirt looks for hook scripts when it starts and on reload",
     ]
-    assert f'    exec {command} hook run "$1" "$2" "$3" -\n' in path.read_text()
+    assert f'        printf \'%s\\n\' "$xml" | {command} hook run "$1" "$2" "$3" -\n' in path.read_text()
     r = cli("--root", str(root), "hook", "install")
     assert r.out == f"nothing to do: {root}/etc/libvirt/hooks/qemu.d/vgpuadm is installed and current\n"
     r = cli("--root", str(root), "hook", "status", "--json")
@@ -121,6 +121,33 @@ def test_single_script_chains_the_existing_qemu_hook_and_uninstall_puts_it_back(
         f"and put back the script it chained ({root}/etc/libvirt/hooks/qemu.vgpuadm-chained) as {root}/etc/libvirt/hooks/qemu",
     ]
     assert sorted(os.listdir(hooks)) == ["qemu"] and (hooks / "qemu").read_text() == theirs
+
+
+CYCLE = (("prepare", "begin"), ("start", "begin"), ("started", "begin"), ("stopped", "end"), ("release", "end"))
+PLAIN = "<domain><name>web01</name><devices/></domain>"
+ON_DEMAND = ("<domain><name>web01</name><metadata><vgpuadm:vgpuadm xmlns:vgpuadm='x'><vgpuadm:device slot='0'>"
+             '<vgpuadm:option name="on_demand" value="yes"/></vgpuadm:device></vgpuadm:vgpuadm></metadata></domain>')
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("name", [hookfile.DIR_HOOK, hookfile.SCRIPT])
+def test_the_hook_runs_vgpuadm_only_for_a_domain_with_on_demand_devices(tmp_path: Path, name: str) -> None:
+    """A whole start and stop of a domain without on-demand devices costs the shell alone (vgpuadm, a Python
+    interpreter, is never started); a domain whose XML records one gets vgpuadm at prepare/begin and release/end,
+    with its arguments, the XML on stdin, and its exit code (a refused start stays refused)."""
+    log = tmp_path / "log"
+    fake = tmp_path / "vgpuadm"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {log}\ncat >> {log}\nexit 4\n')
+    fake.chmod(0o755)
+    script = tmp_path / "hook"
+    script.write_text(hookfile.render([str(fake)], name))
+    script.chmod(0o755)
+    for op, sub in CYCLE:
+        assert run_script(script, "web01", op, sub, "-", stdin=PLAIN).returncode == 0
+    assert not log.exists()
+    codes = [run_script(script, "web01", op, sub, "-", stdin=ON_DEMAND).returncode for op, sub in CYCLE]
+    assert codes == [4, 0, 0, 0, 4 if name == hookfile.DIR_HOOK else 0]  # the single script ignores a stop's failure
+    assert log.read_text() == f"hook run web01 prepare begin -\n{ON_DEMAND}\nhook run web01 release end -\n{ON_DEMAND}\n"
 
 
 def test_a_foreign_file_is_never_overwritten_or_removed(tmp_path: Path, cli) -> None:

@@ -4,9 +4,11 @@ canonical form the host and the metadata use (model.pci_address, model.device_ke
 and `0000:18:00.4 ` name the same VF for every check that follows (ownership, presence, locks). And the options every changing
 command takes (--dry-run, --json)."""
 
-from typing import Any
-
 from vgpuadm.model import device_key, mdev_uuid, pci_address
+
+TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def bdf(value: str | None) -> str | None:
@@ -24,7 +26,7 @@ def uuid(value: str | None) -> str | None:
     return None if value is None else mdev_uuid(value, "as `vgpuadm devices` lists them")
 
 
-def plan_options() -> tuple[Any, Any]:
+def plan_options() -> "tuple[Any, Any]":
     """The --dry-run and --json options every changing command takes."""
     import typer
 
