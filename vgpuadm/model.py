@@ -14,7 +14,6 @@ them dataclass-like (PEP 681), so it still checks construction, `dataclasses.rep
 from __future__ import annotations
 
 from enum import StrEnum
-from uuid import UUID, uuid5
 
 from vgpuadm.errors import UsageError
 
@@ -709,14 +708,16 @@ def nvidia_type_number(type_id: str) -> int | None:
 
 
 # A fixed namespace for vgpuadm's uuid5 derivations (never change it: stored domain XML depends on it).
-DEVICE_NAMESPACE = UUID("6f1c1f0e-3b1e-5a43-9d0c-766770756164")
+DEVICE_NAMESPACE = "6f1c1f0e-3b1e-5a43-9d0c-766770756164"
 
 
 def device_uuid(host_id: str, domain_uuid: str, slot: int) -> str:
     """The mdev UUID vgpuadm gives a domain's `slot`-th device on this host (lower-case, as the kernel prints it):
     the same host, domain and slot always give the same UUID, so devices re-made after a reboot have the UUIDs the
     domain XML already names."""
-    return str(uuid5(DEVICE_NAMESPACE, f"{host_id}/{domain_uuid.lower()}/{slot}"))
+    from uuid import UUID, uuid5  # uuid imports platform and re: kept off the read commands' fast path
+
+    return str(uuid5(UUID(DEVICE_NAMESPACE), f"{host_id}/{domain_uuid.lower()}/{slot}"))
 
 
 def mdev_uuid(text: str, hint: str = "or omit --uuid") -> str:
