@@ -5,6 +5,8 @@ record into a list instead of touching a host; the restore-level tests run on a 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -86,8 +88,7 @@ def test_a_pending_journal_fails_every_unit(tmp_path: Path) -> None:
 
 def test_journal_fsyncs_once_per_call_for_durable_units(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     synced: list[str] = []
-    monkeypatch.setattr(executor_mod, "fsync_dir", lambda d: synced.append("dir"))
-    monkeypatch.setattr(executor_mod.os, "fsync", lambda fd: synced.append("file"))
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file"))
     ctx = _ctx(tmp_path)
     assert execute_units(_units(("a", ""), ("b", ""), ("c", "")), ctx, "") == [None] * 3
     assert synced == ["file", "dir", "dir"]  # the journal's creation (file + directory), its removal

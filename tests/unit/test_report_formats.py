@@ -151,6 +151,7 @@ def test_output_file_is_written_whole(busy, cli, tmp_path):
     assert (r.code, r.out) == (0, f"wrote {target}\n")
     assert target.read_text().startswith("# HELP vgpuadm_inventory_generated_timestamp_seconds ")
     assert [p.name for p in target.parent.iterdir()] == ["vgpuadm.prom"]
+    assert target.stat().st_mode & 0o777 == 0o644
 
 
 def test_bad_format_and_table_to_file_are_usage_errors(busy, cli, tmp_path):
