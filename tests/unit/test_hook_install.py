@@ -149,18 +149,43 @@ def test_a_symlinked_hooks_directory_is_refused(tmp_path: Path, cli) -> None:
 
 
 def test_a_journal_naming_another_hook_file_is_refused(tmp_path: Path, cli, sim_host) -> None:
-    """The journal is untrusted: a write-hook-file step may only name vgpuadm's own three hook files."""
+    """The journal is untrusted: a libvirt-hook managed-file step may only name vgpuadm's own three hook files."""
     root = sim_host("p4")
     path = root / "var/lib/vgpuadm/journal.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    step = {"kind": "write-hook-file", "hook": "../../../etc/shadow", "text": "x", "previous": None}
+    step = {"kind": "write-managed-file", "file": "libvirt-hook", "path": "/etc/libvirt/hooks/../../../etc/shadow",
+            "text": "x", "previous": None}  # fmt: skip
     path.write_text(json.dumps({"version": 1, "pid": 1, "state": "applying", "current": 0, "done": 0,
                                 "plan": {"summary": "x", "steps": [step]}}))  # fmt: skip
     path.chmod(0o600)
     r = cli("--root", str(root), "recover")
     assert r.code == 6 and r.err.splitlines()[0] == (
-        "error: refusing the journal /var/lib/vgpuadm/journal.json: step write-hook-file field hook holds "
-        "'../../../etc/shadow', not a valid value")  # fmt: skip
+        "error: refusing the journal /var/lib/vgpuadm/journal.json: step write-managed-file field path holds "
+        "'/etc/libvirt/hooks/../../../etc/shadow', not a valid value")  # fmt: skip
+
+
+def test_an_install_an_older_vgpuadm_left_interrupted_is_rolled_back_by_recover(cli, sim_host) -> None:
+    """The journal the crash below leaves, as a vgpuadm before the one managed-file step wrote it (kinds
+    write-hook-file, remove-hook-file): after an upgrade, `recover` still reads it and puts the directory back."""
+    root = sim_host("p4")
+    hooks = root / HOOKS
+    hooks.mkdir(parents=True)
+    (hooks / "qemu").write_text("#!/bin/sh\nexit 0\n")
+    (hooks / "qemu.vgpuadm-chained").write_text("#!/bin/sh\nexit 0\n")
+    ours = hookfile.render(["/usr/bin/vgpuadm"], hookfile.SCRIPT)
+    steps = [{"kind": "write-hook-file", "hook": "qemu.vgpuadm-chained", "text": "#!/bin/sh\nexit 0\n", "previous": None},
+             {"kind": "write-hook-file", "hook": "qemu", "text": ours, "previous": "#!/bin/sh\nexit 0\n"}]  # fmt: skip
+    path = root / "var/lib/vgpuadm/journal.json"
+    path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+    path.write_text(json.dumps({"version": 1, "pid": 1, "state": "applying", "current": 1, "done": 1,
+                                "plan": {"summary": "install the vgpuadm qemu hook", "steps": steps}}))  # fmt: skip
+    path.chmod(0o600)
+    r = cli("--root", str(root), "recover")
+    assert (r.code, r.err) == (0, "")
+    assert r.out.splitlines()[-2:] == ["rolled back: write libvirt hook /etc/libvirt/hooks/qemu",
+                                       "rolled back: write libvirt hook /etc/libvirt/hooks/qemu.vgpuadm-chained"]  # fmt: skip
+    assert sorted(os.listdir(hooks)) == ["qemu"] and (hooks / "qemu").read_text() == "#!/bin/sh\nexit 0\n"
+    assert not path.exists()
 
 
 @pytest.mark.process

@@ -392,7 +392,7 @@ def test_a_fifo_where_the_lock_directory_goes_is_one_error(cli, sim_host) -> Non
 
 @pytest.mark.parametrize("link", ["etc", "etc/modprobe.d", "var/lib", "var/lib/vgpuadm"])
 def test_policy_files_are_never_written_through_a_link_above_them(tmp_path: Path, link: str) -> None:
-    """io/policyfile.py (the WritePolicyFile step's files) checked only their own directory."""
+    """io/policyfile.py (the host-policy managed files) checked only their own directory."""
     from vgpuadm.errors import HostIOError
     from vgpuadm.io.policyfile import host_path, write_file
 

@@ -21,7 +21,7 @@ State is private: every directory the executor creates under <root>/run and <roo
 every file it writes there (journal, drivers.json, lock, lock owner, temp files) 0600, whatever the umask; files
 are opened with O_NOFOLLOW (temp files also O_EXCL), so a planted symlink is refused, never followed.
 
-Handlers for the kernel steps live in executor/kernel.py, the mdevctl-definition steps in executor/files.py,
+Handlers for the kernel steps live in executor/kernel.py, the managed-file step in executor/files.py,
 the errno → likely-cause table in executor/hints.py.
 """
 
