@@ -425,8 +425,8 @@ class FileKind:
 FILE_KINDS: dict[str, FileKind] = {
     MDEVCTL_DEFINITION: FileKind("mdevctl definition ", matching(
         rf"{re.escape(MDEVCTL_DIR)}/(?:{PARENT_PATTERN})/{UUID_PATTERN}"), MDEVCTL_JSON, MDEVCTL_DIR),
-    SYSTEMD_UNIT: FileKind("systemd unit ", matching(rf"{re.escape(UNIT_DIR)}/[A-Za-z0-9_@:-][A-Za-z0-9_.@:-]{{0,254}}"),
-                           UNIT_TEXT, UNIT_DIR),
+    SYSTEMD_UNIT: FileKind("systemd unit ", matching(
+        rf"{re.escape(UNIT_DIR)}/[A-Za-z0-9_@:-][A-Za-z0-9_.@:-]{{0,254}}"), UNIT_TEXT, UNIT_DIR),
     LIBVIRT_HOOK: FileKind("libvirt hook ", matching(
         rf"{re.escape(LIBVIRT_HOOKS)}/(?:qemu\.d/vgpuadm|qemu|qemu\.vgpuadm-chained)"), UNIT_TEXT, LIBVIRT_HOOKS),
     HOST_POLICY: FileKind("", one_of(*POLICY_FILES.values()), UNIT_TEXT),

@@ -173,8 +173,9 @@ def test_an_install_an_older_vgpuadm_left_interrupted_is_rolled_back_by_recover(
     (hooks / "qemu").write_text("#!/bin/sh\nexit 0\n")
     (hooks / "qemu.vgpuadm-chained").write_text("#!/bin/sh\nexit 0\n")
     ours = hookfile.render(["/usr/bin/vgpuadm"], hookfile.SCRIPT)
-    steps = [{"kind": "write-hook-file", "hook": "qemu.vgpuadm-chained", "text": "#!/bin/sh\nexit 0\n", "previous": None},
-             {"kind": "write-hook-file", "hook": "qemu", "text": ours, "previous": "#!/bin/sh\nexit 0\n"}]  # fmt: skip
+    theirs = "#!/bin/sh\nexit 0\n"
+    steps = [{"kind": "write-hook-file", "hook": "qemu.vgpuadm-chained", "text": theirs, "previous": None},
+             {"kind": "write-hook-file", "hook": "qemu", "text": ours, "previous": theirs}]  # fmt: skip
     path = root / "var/lib/vgpuadm/journal.json"
     path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
     path.write_text(json.dumps({"version": 1, "pid": 1, "state": "applying", "current": 1, "done": 1,
@@ -182,8 +183,10 @@ def test_an_install_an_older_vgpuadm_left_interrupted_is_rolled_back_by_recover(
     path.chmod(0o600)
     r = cli("--root", str(root), "recover")
     assert (r.code, r.err) == (0, "")
-    assert r.out.splitlines()[-2:] == ["rolled back: write libvirt hook /etc/libvirt/hooks/qemu",
-                                       "rolled back: write libvirt hook /etc/libvirt/hooks/qemu.vgpuadm-chained"]  # fmt: skip
+    assert r.out.splitlines()[-2:] == [
+        "rolled back: write libvirt hook /etc/libvirt/hooks/qemu",
+        "rolled back: write libvirt hook /etc/libvirt/hooks/qemu.vgpuadm-chained",
+    ]
     assert sorted(os.listdir(hooks)) == ["qemu"] and (hooks / "qemu").read_text() == "#!/bin/sh\nexit 0\n"
     assert not path.exists()
 

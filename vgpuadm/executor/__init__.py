@@ -256,11 +256,11 @@ def _host(root: str, path: str) -> str:
     return "/" + rel if not rel.startswith("..") else path
 
 
+PLANTED = "someone planted it: remove it (and check who could write that directory)"
+
+
 def _unsafe(root: str, path: str) -> UnsafeError:
-    return UnsafeError(
-        f"refusing to follow the symlink at {_host(root, path)}",
-        "someone planted it: remove it (and check who could write that directory)",
-    )
+    return UnsafeError(f"refusing to follow the symlink at {_host(root, path)}", PLANTED)
 
 
 unsafe_path = _unsafe  # for the handlers that read state files (executor/kernel.py)
@@ -353,8 +353,7 @@ def open_private(root: str, path: str, flags: int) -> int:
 
 def _not_regular(root: str, path: str, kind: int) -> UnsafeError:
     what = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}.get(kind, "a device")
-    return UnsafeError(f"refusing {_host(root, path)}: it is {what}, not a regular file",
-                       "someone planted it: remove it (and check who could write that directory)")  # fmt: skip
+    return UnsafeError(f"refusing {_host(root, path)}: it is {what}, not a regular file", PLANTED)
 
 
 def _write_text(path: str, text: str, root: str) -> None:
@@ -374,11 +373,10 @@ def write_state(root: str, path: str, doc: Any, *, sync: bool = True) -> None:
         write_beneath(root, os.path.relpath(path, root), data, mode=PRIVATE_FILE, dir_mode=PRIVATE_DIR,
                       sync=sync, confine=root != "/")  # fmt: skip
     except BeneathError as exc:
-        if exc.errno == errno_mod.ELOOP:
-            raise UnsafeError(f"refusing to follow the symlink at {exc.shown}",
-                              "someone planted it: remove it (and check who could write that directory)") from None  # fmt: skip
-        raise UnsafeError(f"refusing {exc.shown}: it {exc.reason}",
-                          "someone planted it: remove it (and check who could write that directory)") from None  # fmt: skip
+        what = (
+            f"to follow the symlink at {exc.shown}" if exc.errno == errno_mod.ELOOP else f"{exc.shown}: it {exc.reason}"
+        )
+        raise UnsafeError(f"refusing {what}", PLANTED) from None
     if sync:
         _DEFERRED_DIR_SYNCS.discard(os.path.dirname(path))  # that fsync made an earlier deferred removal durable too
 

@@ -8,8 +8,8 @@ record of the MIG GPU instances the qemu hook made for on-demand vGPUs:
   /var/lib/vgpuadm/on-demand-mig.json  (0600) on-demand vGPU (mdev UUID or VF address) → the GPU instance the hook
                                        made for it (profile id:start), so that its stop destroys that one and no other
 
-They are written through managed-file steps (steps.WriteManagedFile: lock, journal, undo); reads never follow a symlink; the texts
-are catalog/hetero.py's (the state file is read back as untrusted input, its grammar checked there)."""
+They are written through managed-file steps (steps.WriteManagedFile: lock, journal, undo); reads never follow a
+symlink; the texts are catalog/hetero.py's (the state file is read back as untrusted input, its grammar checked there)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The systemd unit that runs `vgpuadm restore` at boot: its text (templates/systemd/, the one source, ExecStart
 filled in with the vgpuadm command that installs it) and its file under <root>/etc/systemd/system. Commands write
-and remove it through a managed-file step (steps.WriteManagedFile: lock, journal, undo); reads never follow a symlink."""
+and remove it through a managed-file step (steps.WriteManagedFile: lock, journal, undo); reads never follow a
+symlink."""
 
 from __future__ import annotations
 
