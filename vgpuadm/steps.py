@@ -480,19 +480,19 @@ LEGACY_KINDS: dict[str, tuple[str, tuple[str, ...], bool]] = {
 
 def upgrade_step(doc: dict[str, Any]) -> dict[str, Any]:
     """A journal step of a kind LEGACY_KINDS names, as the step it is now (its path None when the old fields were
-    not text: the journal check then refuses it); any other step as it is."""
+    not text, or the step has fields of the new kind: the journal check then refuses it); any other step as it is."""
     kind = doc.get("kind")
     if not isinstance(kind, str) or kind not in LEGACY_KINDS:
         return doc
     file, keys, removes = LEGACY_KINDS[kind]
     values = [doc.get(k) for k in keys]
     path: str | None = None
-    if all(isinstance(v, str) for v in values):
+    if all(isinstance(v, str) for v in values) and not {"file", "path"} & set(doc):
         names = [str(v) for v in values]
         directory = FILE_KINDS[file].directory
         path = "/".join((directory, *names)) if directory else POLICY_FILES.get(names[0])
-    new = {k: v for k, v in doc.items() if k not in (*keys, "kind")}
-    return {"kind": WriteManagedFile.kind, "file": file, "path": path, **new, **({"text": None} if removes else {})}
+    rest = {k: v for k, v in doc.items() if k not in (*keys, "kind")}
+    return {**rest, **({"text": None} if removes else {}), "kind": WriteManagedFile.kind, "file": file, "path": path}
 
 
 @dataclass(frozen=True)

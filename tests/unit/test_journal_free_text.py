@@ -212,6 +212,8 @@ def test_an_older_vgpuadms_file_steps_are_read_as_the_managed_file_step() -> Non
         ({"kind": "write-hook-file", "hook": "../../../etc/shadow", "text": "x"}, "path",
          "/etc/libvirt/hooks/../../../etc/shadow"),
         ({"kind": "write-policy-file", "name": "shadow", "text": "x"}, "path", None),
+        ({"kind": "write-unit-file", "name": "vgpuadm-restore.service", "text": UNIT, "path": "/etc/systemd/system/x"},
+         "path", None),
     ],
 )  # fmt: skip
 def test_an_older_vgpuadms_file_step_is_held_to_the_same_grammars(old: dict[str, Any], field: str, value: Any) -> None:
