@@ -101,10 +101,10 @@ def check_document(doc: Any) -> None:
     for key in ("current", "done", "pid"):
         if key in doc and (not isinstance(doc[key], int) or isinstance(doc[key], bool) or doc[key] < 0):
             raise _bad(f"{key} is not a non-negative integer")
-    for i, step in enumerate(plan["steps"]):
-        if not isinstance(step, dict):
+    for old in plan["steps"]:
+        if not isinstance(old, dict):
             raise _bad("a step is not an object")
-        step = plan["steps"][i] = upgrade_step(step)  # an older vgpuadm's kind, as the step it is now
+        step = upgrade_step(old)  # an older vgpuadm's kind, as the step it is now (steps.step_from_dict reads it so)
         cls = STEP_KINDS.get(str(step.get("kind")))
         if cls is None:
             raise _bad(f"unknown step kind {str(step.get('kind'))[:60]!r}")
