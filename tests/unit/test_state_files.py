@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from vgpuadm.errors import UnsafeError, VgpuadmError
-from vgpuadm.executor import JOURNAL, ExecContext, execute
+from vgpuadm.executor import JOURNAL, ExecContext, execute, write_state
 from vgpuadm.host import files
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.steps import Plan, RecordDrivers
@@ -117,3 +117,29 @@ def test_the_lock_lives_in_a_private_directory_others_cannot_reach(tmp_path: Pat
     os.chown(tmp_path / "run/vgpuadm", 1000, 1000)
     with pytest.raises(UnsafeError, match=r"^/run/vgpuadm is owned by uid 1000, not by this user$"):
         execute(PLAN, _ctx(tmp_path))
+
+
+def test_state_is_never_written_through_a_link_or_into_a_fifo_above_it(tmp_path: Path) -> None:
+    """write_state (the one writer, confined below any root but `/`): whatever the readers checked before, the
+    write itself follows no link at any directory component and creates nothing in place of a FIFO."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "var").symlink_to(outside)
+    with pytest.raises(UnsafeError, match=r"^refusing to follow the symlink at /var$"):
+        write_state(str(root), str(root / "var/lib/vgpuadm/drivers.json"), {})
+    (root / "var").unlink()
+    (root / "var").mkdir()
+    os.mkfifo(root / "var/lib")
+    with pytest.raises(UnsafeError, match=r"^refusing /var/lib: it is a FIFO, not a directory$"):
+        write_state(str(root), str(root / "var/lib/vgpuadm/drivers.json"), {})
+    assert list(outside.iterdir()) == []
+    os.unlink(root / "var/lib")
+    write_state(str(root), str(root / "var/lib/vgpuadm/drivers.json"), {"0000:65:00.0": "nvidia"})
+    assert (root / "var/lib/vgpuadm/drivers.json").read_text() == '{\n "0000:65:00.0": "nvidia"\n}\n'
+    assert [_mode(root / p) for p in ("var/lib", "var/lib/vgpuadm", "var/lib/vgpuadm/drivers.json")] == [
+        0o700,
+        0o700,
+        0o600,
+    ]
