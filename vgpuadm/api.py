@@ -72,7 +72,15 @@ if TYPE_CHECKING:
     from vgpuadm.ops.host import (
         run as run_host_verb,
     )
-    from vgpuadm.ops.inventory import device_users, domain_allocations, inventory, merge_inventories, show_vm, vms
+    from vgpuadm.ops.inventory import (
+        device_users,
+        domain_allocations,
+        inventory,
+        merge_inventories,
+        show_vm,
+        vms,
+        write_report,
+    )
     from vgpuadm.ops.mdevctl import export as mdevctl_export
     from vgpuadm.ops.mdevctl import import_ as mdevctl_import
     from vgpuadm.ops.snapshot import import_ as snapshot_import
@@ -179,6 +187,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "unit_status": ("vgpuadm.ops.unit", "status"),
     "unit_uninstall": ("vgpuadm.ops.unit", "uninstall"),
     "vms": ("vgpuadm.ops.inventory", "vms"),
+    "write_report": ("vgpuadm.ops.inventory", "write_report"),
 }
 
 __all__ = sorted(_HOMES)

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from vgpuadm.errors import UsageError
-from vgpuadm.host.paths import SRIOV_MANAGE
-from vgpuadm.model import nvidia_type_id
+from vgpuadm.host.paths import LIBVIRT_HOOKS, MDEVCTL_DIR, POLICY_FILES, SRIOV_MANAGE, UNIT_DIR
+from vgpuadm.model import PARENT_PATTERN, UUID_PATTERN, nvidia_type_id
 
 STEP_KINDS: dict[str, type[Step]] = {}
 
@@ -130,13 +130,20 @@ class Step:
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **dataclasses.asdict(self)}
 
+    @classmethod
+    def checks(cls, doc: dict[str, Any]) -> dict[str, Check]:
+        """The checks of this kind's free-text fields (each field's `check(…)`) for journal step `doc`; a kind whose
+        grammars depend on another of its fields (WriteManagedFile: on the file's kind) narrows them here."""
+        return {f.name: f.metadata["check"] for f in dataclasses.fields(cls) if "check" in f.metadata}
+
 
 def _tupled(value: Any) -> Any:
     return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
 
 
 def step_from_dict(doc: dict[str, Any]) -> Step:
-    """Inverse of Step.to_dict (JSON lists become tuples again)."""
+    """Inverse of Step.to_dict (JSON lists become tuples again); an older vgpuadm's kinds are upgraded."""
+    doc = upgrade_step(doc)
     kind = doc.get("kind")
     cls = STEP_KINDS.get(str(kind))
     if cls is None:
@@ -396,94 +403,96 @@ class ForgetDrivers(Step):
         return f"forget original drivers of {', '.join(a for a, _ in self.drivers)}"
 
 
-# --- files: mdevctl definitions ---------------------------------------------------------------------------------
+# --- files vgpuadm manages: mdevctl definitions, its systemd unit, libvirt's qemu hook, host-policy files ----------
+
+MDEVCTL_DEFINITION = "mdevctl-definition"
+SYSTEMD_UNIT = "systemd-unit"
+LIBVIRT_HOOK = "libvirt-hook"
+HOST_POLICY = "host-policy"
 
 
-@step_kind("write-mdevctl-definition")
 @dataclass(frozen=True)
-class WriteMdevctlDefinition(Step):
-    """Write `text` to <root>/etc/mdevctl.d/<parent>/<uuid> (atomically). `previous` is the file's text before
-    (None: there was none). Undo: write previous back, or remove the file."""
+class FileKind:
+    """A kind of file vgpuadm manages: how a plan line names one (`what`, before its host path), and the grammars
+    of its host paths and of its text that a journal read back must hold (its mode is its io module's)."""
 
-    parent: str
-    uuid: str
-    text: str = field(metadata=check(MDEVCTL_JSON))
-    previous: str | None = field(default=None, metadata=check(MDEVCTL_JSON))
-
-    def describe(self) -> str:
-        return f"write mdevctl definition /etc/mdevctl.d/{self.parent}/{self.uuid}"
+    what: str
+    path: Check
+    text: Check
+    directory: str = ""  # the directory its io module names files below ("": a policy file, named by POLICY_FILES)
 
 
-@step_kind("remove-mdevctl-definition")
+FILE_KINDS: dict[str, FileKind] = {
+    MDEVCTL_DEFINITION: FileKind("mdevctl definition ", matching(
+        rf"{re.escape(MDEVCTL_DIR)}/(?:{PARENT_PATTERN})/{UUID_PATTERN}"), MDEVCTL_JSON, MDEVCTL_DIR),
+    SYSTEMD_UNIT: FileKind("systemd unit ", matching(
+        rf"{re.escape(UNIT_DIR)}/[A-Za-z0-9_@:-][A-Za-z0-9_.@:-]{{0,254}}"), UNIT_TEXT, UNIT_DIR),
+    LIBVIRT_HOOK: FileKind("libvirt hook ", matching(
+        rf"{re.escape(LIBVIRT_HOOKS)}/(?:qemu\.d/vgpuadm|qemu|qemu\.vgpuadm-chained)"), UNIT_TEXT, LIBVIRT_HOOKS),
+    HOST_POLICY: FileKind("", one_of(*POLICY_FILES.values()), UNIT_TEXT),
+}  # fmt: skip
+
+
+def _managed_path(v: str) -> bool:
+    return any(k.path(v) for k in FILE_KINDS.values())
+
+
+@step_kind("write-managed-file")
 @dataclass(frozen=True)
-class RemoveMdevctlDefinition(Step):
-    """Remove <root>/etc/mdevctl.d/<parent>/<uuid>. `previous` is its text (for undo: written back)."""
+class WriteManagedFile(Step):
+    """Write `text` to the file at host path `path`, of kind `file` (FILE_KINDS), atomically with the mode its kind
+    has (io/mdevctl.py, unitfile.py, hookfile.py, policyfile.py); text None removes it. `previous` is its text
+    before (None: there was none). Undo: previous back (None: the file removed)."""
 
-    parent: str
-    uuid: str
-    previous: str = field(default="", metadata=check(MDEVCTL_JSON))
-
-    def describe(self) -> str:
-        return f"remove mdevctl definition /etc/mdevctl.d/{self.parent}/{self.uuid}"
-
-
-# --- files: systemd units ----------------------------------------------------------------------------------------
-
-
-@step_kind("write-unit-file")
-@dataclass(frozen=True)
-class WriteUnitFile(Step):
-    """Write `text` to <root>/etc/systemd/system/<name> (atomically, 0644). `previous` is the file's text before
-    (None: there was none). Undo: write previous back, or remove the file."""
-
-    name: str
-    text: str = field(metadata=check(UNIT_TEXT))
+    file: str = field(metadata=check(one_of(*FILE_KINDS)))
+    path: str = field(metadata=check(_managed_path))
+    text: str | None = field(metadata=check(UNIT_TEXT))
     previous: str | None = field(default=None, metadata=check(UNIT_TEXT))
 
     def describe(self) -> str:
-        return f"write systemd unit /etc/systemd/system/{self.name}"
+        return f"{'write' if self.text is not None else 'remove'} {FILE_KINDS[self.file].what}{self.path}"
+
+    @classmethod
+    def checks(cls, doc: dict[str, Any]) -> dict[str, Check]:
+        kind = FILE_KINDS.get(doc["file"]) if isinstance(doc.get("file"), str) else None
+        if kind is None:
+            return super().checks(doc)
+        return {**super().checks(doc), "path": kind.path, "text": kind.text, "previous": kind.text}
 
 
-@step_kind("remove-unit-file")
-@dataclass(frozen=True)
-class RemoveUnitFile(Step):
-    """Remove <root>/etc/systemd/system/<name>. `previous` is its text (for undo: written back)."""
-
-    name: str
-    previous: str = field(default="", metadata=check(UNIT_TEXT))
-
-    def describe(self) -> str:
-        return f"remove systemd unit /etc/systemd/system/{self.name}"
+def WritePolicyFile(name: str, text: str | None, previous: str | None = None) -> WriteManagedFile:
+    """The step writing host-policy file `name` (POLICY_FILES; None removes it): plan/policies.py's name for it."""
+    return WriteManagedFile(HOST_POLICY, POLICY_FILES[name], text, previous)
 
 
-# --- files: libvirt's qemu hook ----------------------------------------------------------------------------------
+# Journals an older vgpuadm wrote (a change interrupted across an upgrade) name one step kind per managed file:
+# each is read as the WriteManagedFile it was. old kind → (file kind, the fields that named the file, removes).
+LEGACY_KINDS: dict[str, tuple[str, tuple[str, ...], bool]] = {
+    "write-mdevctl-definition": (MDEVCTL_DEFINITION, ("parent", "uuid"), False),
+    "remove-mdevctl-definition": (MDEVCTL_DEFINITION, ("parent", "uuid"), True),
+    "write-unit-file": (SYSTEMD_UNIT, ("name",), False),
+    "remove-unit-file": (SYSTEMD_UNIT, ("name",), True),
+    "write-hook-file": (LIBVIRT_HOOK, ("hook",), False),
+    "remove-hook-file": (LIBVIRT_HOOK, ("hook",), True),
+    "write-policy-file": (HOST_POLICY, ("name",), False),
+}
 
 
-@step_kind("write-hook-file")
-@dataclass(frozen=True)
-class WriteHookFile(Step):
-    """Write `text` to <root>/etc/libvirt/hooks/<hook> (atomically, 0755); `hook` is qemu.d/vgpuadm, qemu or
-    qemu.vgpuadm-chained. `previous` is the file's text before (None: there was none). Undo: write it back, or
-    remove the file."""
-
-    hook: str
-    text: str = field(metadata=check(UNIT_TEXT))
-    previous: str | None = field(default=None, metadata=check(UNIT_TEXT))
-
-    def describe(self) -> str:
-        return f"write libvirt hook /etc/libvirt/hooks/{self.hook}"
-
-
-@step_kind("remove-hook-file")
-@dataclass(frozen=True)
-class RemoveHookFile(Step):
-    """Remove <root>/etc/libvirt/hooks/<hook>. `previous` is its text (for undo: written back)."""
-
-    hook: str
-    previous: str = field(default="", metadata=check(UNIT_TEXT))
-
-    def describe(self) -> str:
-        return f"remove libvirt hook /etc/libvirt/hooks/{self.hook}"
+def upgrade_step(doc: dict[str, Any]) -> dict[str, Any]:
+    """A journal step of a kind LEGACY_KINDS names, as the step it is now (its path None when the old fields were
+    not text, or the step has fields of the new kind: the journal check then refuses it); any other step as it is."""
+    kind = doc.get("kind")
+    if not isinstance(kind, str) or kind not in LEGACY_KINDS:
+        return doc
+    file, keys, removes = LEGACY_KINDS[kind]
+    values = [doc.get(k) for k in keys]
+    path: str | None = None
+    if all(isinstance(v, str) for v in values) and not {"file", "path"} & set(doc):
+        names = [str(v) for v in values]
+        directory = FILE_KINDS[file].directory
+        path = "/".join((directory, *names)) if directory else POLICY_FILES.get(names[0])
+    rest = {k: v for k, v in doc.items() if k not in (*keys, "kind")}
+    return {**rest, **({"text": None} if removes else {}), "kind": WriteManagedFile.kind, "file": file, "path": path}
 
 
 @dataclass(frozen=True)
@@ -554,22 +563,6 @@ class SetVgpuScheduler(Step):
     def describe(self) -> str:
         ts = f", time slice {self.timeslice_ms} ms" if self.timeslice_ms else ""
         return f"set the vGPU scheduler of GPU {self.address} to {self.policy}{ts} (nvidia-smi -i {self.gpu_index})"
-
-
-@step_kind("write-policy-file")
-@dataclass(frozen=True)
-class WritePolicyFile(Step):
-    """Write `text` to a host-policy file (`name`: modprobe or state, io/policyfile.py; None removes it). Undo:
-    `previous` back (None: no file)."""
-
-    name: str
-    text: str | None = field(metadata=check(UNIT_TEXT))
-    previous: str | None = field(default=None, metadata=check(UNIT_TEXT))
-
-    def describe(self) -> str:
-        paths = {"modprobe": "/etc/modprobe.d/vgpuadm-nvidia.conf", "state": "/var/lib/vgpuadm/gpus.json",
-                 "on-demand-mig": "/var/lib/vgpuadm/on-demand-mig.json"}  # fmt: skip
-        return f"{'write' if self.text is not None else 'remove'} {paths.get(self.name, self.name)}"
 
 
 # --- MIG (nvidia-smi) -------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.domains import domain, libvirt_file, vgpuadm
 from tests.fuzz.conftest import Tally, examples
 from tests.fuzz.props import clean_error
 from vgpuadm import api, modes
@@ -36,20 +37,6 @@ from vgpuadm.virt import xml
 WEB01, WEB02, WEB03, DB01 = (f"6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a0{i}" for i in range(4))
 GPU1, GPU2 = "0000:01:00.0", "0000:02:00.0"
 U3 = "11111111-2222-3333-4444-555555555555"  # web03's mdev, made by hand and recorded for good
-NS = xml.NS
-
-
-def _domain(name: str, uuid: str, metadata: str = "", devices: str = "") -> str:
-    return (f"<domain type='kvm'><name>{name}</name><uuid>{uuid}</uuid><metadata>{metadata}</metadata>"
-            f"<devices>{devices}</devices></domain>")  # fmt: skip
-
-
-def _libvirt_file(root: Path, domain_xml: str, *, running: bool) -> None:
-    name, _ = xml.domain_identity(domain_xml)
-    where = root / ("run/libvirt/qemu" if running else "etc/libvirt/qemu")
-    where.mkdir(parents=True, exist_ok=True)
-    text = f"<domstatus state='running' pid='1'>{domain_xml}</domstatus>" if running else domain_xml
-    (where / f"{name}.xml").write_text(text)
 
 
 @pytest.fixture(scope="module")
@@ -58,21 +45,24 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, s
     root = tmp_path_factory.mktemp("hook-fuzz") / "host"
     build("p4", str(root))
     snap = api.discover(str(root))
-    _plan, _added, after = guest.plan_create(snap, _domain("web01", WEB01), "nvidia-63", on_demand=True)
-    web01 = _domain(
-        "web01", WEB01, xml.metadata_xml(after, snap.host_key), "".join(modes.hostdev_xml(a) for a in after)
+    _plan, _added, after = guest.plan_create(
+        snap, domain("web01", WEB01, metadata="", devices=""), "nvidia-63", on_demand=True
     )
+    web01 = domain("web01", WEB01, metadata=xml.metadata_xml(after, snap.host_key),
+                   devices="".join(modes.hostdev_xml(a) for a in after))  # fmt: skip
     hook.run(str(root), "web01", "prepare", "begin", web01.encode())
-    _libvirt_file(root, web01, running=True)
+    libvirt_file(root, web01, running=True)
     [u1] = [a.uuid for a in after]
     assert u1 is not None and os.path.isdir(root / "sys/bus/mdev/devices" / u1)
     made = run(["--root", str(root), "mdev", "create", "--type", "nvidia-63", "--uuid", U3, "--gpu", GPU1],
                Console(io.StringIO(), io.StringIO()))  # fmt: skip
     assert made == 0
     owned3 = Allocation("web03", DeviceMode.MDEV, "nvidia-63", GPU1, uuid=U3, domain_uuid=WEB03, slot=0)
-    _libvirt_file(root, _domain("web03", WEB03, xml.metadata_xml([owned3], snap.host_key), modes.hostdev_xml(owned3)),
-                  running=False)  # fmt: skip
-    _libvirt_file(root, _domain("db01", DB01, devices=xml.pci_hostdev(GPU2)), running=False)
+    web03 = domain(
+        "web03", WEB03, metadata=xml.metadata_xml([owned3], snap.host_key), devices=modes.hostdev_xml(owned3)
+    )
+    libvirt_file(root, web03, running=False)
+    libvirt_file(root, domain("db01", DB01, metadata="", devices=xml.pci_hostdev(GPU2)), running=False)
     yield root, u1
 
 
@@ -122,7 +112,7 @@ def web02_metadata(draw: st.DrawFn, u1: str) -> str:
             options["policy"] = draw(st.sampled_from(["pack", "spread"]))
         opts = "".join(f'<vgpuadm:option name="{k}" value="{v}"/>' for k, v in options.items())
         devices.append(f"<vgpuadm:device {' '.join(f'{k}={v!r}' for k, v in attrs.items())}>{opts}</vgpuadm:device>")
-    return f'<vgpuadm:vgpuadm xmlns:vgpuadm="{NS}" version="1">{"".join(devices)}</vgpuadm:vgpuadm>'
+    return vgpuadm(*devices)
 
 
 @examples(40)
@@ -136,8 +126,8 @@ def test_hook_metadata_never_touches_another_domains_device(
     for saved in [*root.glob("etc/libvirt/qemu/*.xml"), *root.glob("run/libvirt/qemu/*.xml")]:
         saved.write_text(saved.read_text().replace(f"sim:{base}", f"sim:{root}"))  # the copy's host key
     meta = data.draw(web02_metadata(u1))
-    web02 = _domain("web02", WEB02, meta)
-    _libvirt_file(root, web02, running=False)
+    web02 = domain("web02", WEB02, metadata=meta, devices="")
+    libvirt_file(root, web02, running=False)
     before = owned_state(root, u1)
     for op, sub in (("prepare", "begin"), ("release", "end")):
         try:

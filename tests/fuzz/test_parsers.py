@@ -34,7 +34,7 @@ from vgpuadm.host.umockdev import load as load_umockdev
 from vgpuadm.io.planfile import parse_plan
 from vgpuadm.model import Allocation
 from vgpuadm.report import merge as merge_mod
-from vgpuadm.steps import STEP_KINDS
+from vgpuadm.steps import LEGACY_KINDS, STEP_KINDS
 from vgpuadm.virt.xml import NS, metadata_xml, parse_allocations
 
 # The grammars a value read back must match, written out here (not imported) so the product cannot agree with
@@ -225,12 +225,15 @@ _FIELD_VALUES = st.one_of(S.pci, S.uuid, S.type_name, S.vm_name, st.integers(-3,
 def journal_doc(draw: st.DrawFn) -> Any:
     steps = []
     for _ in range(draw(st.integers(0, 3))):
-        kind = draw(st.sampled_from([*STEP_KINDS, "rm-rf", ""]))
+        kind = draw(st.sampled_from([*STEP_KINDS, *LEGACY_KINDS, "rm-rf", ""]))
         cls = STEP_KINDS.get(kind)
         step: dict[str, Any] = {"kind": kind}
-        for f in __import__("dataclasses").fields(cls) if cls else []:
+        names = [f.name for f in __import__("dataclasses").fields(cls)] if cls else []
+        if kind in LEGACY_KINDS:  # an older vgpuadm's managed-file step: the fields that named the file, its texts
+            names = [*LEGACY_KINDS[kind][1], "text", "previous"]
+        for name in names:
             if draw(st.integers(0, 9)):
-                step[f.name] = draw(_FIELD_VALUES)
+                step[name] = draw(_FIELD_VALUES)
         if not draw(st.integers(0, 5)):
             step[draw(st.sampled_from(["extra", "kind", "path"]))] = draw(_FIELD_VALUES)
         steps.append(step)

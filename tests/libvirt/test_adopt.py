@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from embedded_host import allocations, define_xml, hostdev_keys, mdevs, vgpuadm
 
+from tests.domains import QEMU_MACHINE, VNC, domain
 from vgpuadm.model import Allocation
 
 pytestmark = pytest.mark.libvirt
@@ -34,9 +35,8 @@ def _pci_hostdev(bus: int, slot: int, function: int) -> str:
 
 def _define_by_hand(root: Path, name: str, *hostdevs: str, graphics: bool = False) -> None:
     """A domain given devices by hand (as `virsh attach-device --config` leaves it): hostdevs, no vgpuadm metadata."""
-    vnc = "<graphics type='vnc'/>" if graphics else ""
-    define_xml(root, f"<domain type='qemu'><name>{name}</name><memory>65536</memory><os><type arch='x86_64'>hvm"
-                     f"</type></os><devices>{vnc}{''.join(hostdevs)}</devices></domain>")  # fmt: skip
+    vnc = VNC if graphics else ""
+    define_xml(root, domain(name, hypervisor="qemu", machine=QEMU_MACHINE, devices=vnc + "".join(hostdevs)))
 
 
 def test_adopt_records_a_hand_attached_mdev_and_restore_and_destroy_then_manage_it(

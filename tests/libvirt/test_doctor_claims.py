@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from embedded_host import allocations, define, define_xml, domain_xml, hostdev_keys, mdevs, vgpuadm
 
+from tests.domains import QEMU_MACHINE, domain
+
 pytestmark = pytest.mark.libvirt
 
 
@@ -85,8 +87,7 @@ def test_forget_drops_a_copys_bare_hostdev_claim(sim_host: Callable[[str], Path]
         f"<hostdev mode='subsystem' type='mdev' model='vfio-pci'><source><address uuid='{dev}'/></source></hostdev>"
     )
     for name in ("handorig", "handcopy"):
-        define_xml(root, f"<domain type='qemu'><name>{name}</name><memory>65536</memory><os><type arch='x86_64'>hvm"
-                         f"</type></os><devices>{hostdev}</devices></domain>")  # fmt: skip
+        define_xml(root, domain(name, hypervisor="qemu", machine=QEMU_MACHINE, devices=hostdev))
     code, checks = _checks(root)
     assert (code, checks[f"claims {dev}"]["status"]) == (1, "fail")
     assert "`vgpuadm destroy --vm COPY --forget`" in checks[f"claims {dev}"]["hint"]

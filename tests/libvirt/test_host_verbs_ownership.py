@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from embedded_host import allocations, attr, define, define_xml, hostdev_keys, mdevs, vgpuadm
 
+from tests.domains import QEMU_MACHINE, VNC, domain
+
 pytestmark = pytest.mark.libvirt
 
 
@@ -202,9 +204,10 @@ def test_a_short_address_behaves_exactly_as_the_long_one(case: str, tmp_path: Pa
     for form, address in (("long", long), ("short", short)):
         root = tmp_path / form
         build(profile, str(root))
-        define_xml(root, "<domain type='qemu'><name>vm1</name><uuid>6c3e8a6e-0000-4000-8000-000000000001</uuid>"
-                         "<memory>65536</memory><os><type arch='x86_64'>hvm</type></os>"
-                         "<devices><graphics type='vnc'/></devices></domain>")  # fmt: skip
+        vm1 = domain(
+            "vm1", "6c3e8a6e-0000-4000-8000-000000000001", hypervisor="qemu", machine=QEMU_MACHINE, devices=VNC
+        )
+        define_xml(root, vm1)
         for name, text in PLANS.items():
             (root / name).write_text(text.replace("{A}", address))
         runs = []

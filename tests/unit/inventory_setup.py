@@ -7,6 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from tests.domains import KVM_MACHINE, domain
 from vgpuadm import api
 from vgpuadm.model import Allocation
 from vgpuadm.plan.domains import Domain, Domains
@@ -36,11 +37,8 @@ def mig_on(root: Path, index: int = 0) -> None:
 
 def domain_xml(name: str, allocations: list[Allocation]) -> str:
     """A saved domain definition (as `virsh dumpxml` prints it) carrying vgpuadm's metadata."""
-    return (
-        f"<domain type='kvm'><name>{name}</name><uuid>6c3e8a6e-0000-4000-8000-00000000000{len(name) % 10}</uuid>"
-        f"<memory unit='KiB'>1048576</memory><os><type arch='x86_64' machine='q35'>hvm</type></os>"
-        f"<metadata>{metadata_xml(allocations)}</metadata><devices/></domain>\n"
-    )
+    uuid = f"6c3e8a6e-0000-4000-8000-00000000000{len(name) % 10}"
+    return domain(name, uuid, machine=KVM_MACHINE, metadata=metadata_xml(allocations), devices="") + "\n"
 
 
 def recorded(allocations: list[Allocation] | None) -> Domains | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Result
+from tests.domains import domain, save
 from vgpuadm import api
 from vgpuadm.executor import JOURNAL
 from vgpuadm.model import Allocation
@@ -137,8 +138,7 @@ def test_restore_dry_run_after_a_reboot(sim_host: Callable[[str], Path], tmp_pat
     for n, parent in enumerate(parents):
         name, duuid, u = f"vm{n}", f"00000000-0000-4000-8000-{n:012d}", f"11111111-0000-4000-8000-{n:012d}"
         a = Allocation(name, "mdev", "nvidia-63", parent, u, domain_uuid=duuid, slot=0, extra={"display": "off"})
-        (saved / f"{name}.xml").write_text(f"<domain type='kvm'><name>{name}</name><uuid>{duuid}</uuid>"
-                                           f"<metadata>{metadata_xml([a], snap.host_key)}</metadata></domain>")  # fmt: skip
+        save(saved, domain(name, duuid, metadata=metadata_xml([a], snap.host_key)))
     before = tree_state(root)
     args = ("--root", str(root), "restore", "--domain-xml-dir", str(saved), "--dry-run")
     r = cli(*args, "--json")

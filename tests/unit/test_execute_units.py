@@ -5,6 +5,8 @@ record into a list instead of touching a host; the restore-level tests run on a 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,6 +17,7 @@ import pytest
 import vgpuadm.executor as executor_mod
 import vgpuadm.ops.session as session_mod
 from tests.conftest import Result
+from tests.domains import domain, save
 from tests.unit.test_executor import Note, RuntimeNote, _ctx
 from vgpuadm import api
 from vgpuadm.errors import HostIOError
@@ -86,8 +89,7 @@ def test_a_pending_journal_fails_every_unit(tmp_path: Path) -> None:
 
 def test_journal_fsyncs_once_per_call_for_durable_units(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     synced: list[str] = []
-    monkeypatch.setattr(executor_mod, "fsync_dir", lambda d: synced.append("dir"))
-    monkeypatch.setattr(executor_mod.os, "fsync", lambda fd: synced.append("file"))
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file"))
     ctx = _ctx(tmp_path)
     assert execute_units(_units(("a", ""), ("b", ""), ("c", "")), ctx, "") == [None] * 3
     assert synced == ["file", "dir", "dir"]  # the journal's creation (file + directory), its removal
@@ -138,8 +140,7 @@ def test_restore_journals_once_per_phase(
     for n, (parent, k) in enumerate((p, k) for p in parents for k in range(4)):
         name, duuid, u = f"vm{n}", f"00000000-0000-4000-8000-{n:012d}", f"11111111-0000-4000-8000-{n:012d}"
         a = Allocation(name, "mdev", "nvidia-63", parent, u, domain_uuid=duuid, slot=0, extra={"display": "off"})
-        (saved / f"{name}.xml").write_text(f"<domain type='kvm'><name>{name}</name><uuid>{duuid}</uuid>"
-                                           f"<metadata>{metadata_xml([a], snap.host_key)}</metadata></domain>")  # fmt: skip
+        save(saved, domain(name, duuid, metadata=metadata_xml([a], snap.host_key)))
         del k
     assert cli("sim", "reboot", root).code == 0
     begun: list[tuple[str, int]] = []

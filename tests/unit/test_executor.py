@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -106,13 +107,18 @@ def test_journal_holds_the_plan_once_then_one_progress_line_per_step(tmp_path: P
     assert seen[2] == seen[1] + '{"current": 2, "state": "applying"}\n'
 
 
+def _directory_of(fd: int) -> list[str]:
+    """[the directory's name] when `fd` is a directory (an fsync of it makes a rename or removal durable), else []."""
+    return [os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))] if stat.S_ISDIR(os.fstat(fd).st_mode) else []
+
+
 def test_journal_directory_fsyncs_per_plan_and_per_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Durability cannot be observed without pulling the plug, so the directory fsyncs are recorded (a stand-in
-    for fsync_dir) and their order checked: alone, a plan syncs the journal's creation and its removal; in a
+    """Durability cannot be observed without pulling the plug, so the directory fsyncs are recorded (os.fsync
+    wrapped) and their order checked: alone, a plan syncs the journal's creation and its removal; in a
     batch under an outer lock hold, each removal is made durable by the next plan's creation or by the release."""
     synced: list[str] = []
-    real = executor_mod.fsync_dir
-    monkeypatch.setattr(executor_mod, "fsync_dir", lambda d: (synced.append(os.path.basename(d)), real(d)))
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.extend(_directory_of(fd)), real(fd)))
     ctx = _ctx(tmp_path)
     execute(Plan.of([Note("a"), Note("b")], ""), ctx)
     assert synced == ["vgpuadm", "vgpuadm"]
@@ -146,8 +152,7 @@ def test_runtime_only_plans_are_journaled_without_fsync(tmp_path: Path, monkeypa
     one per device) costs one directory fsync, at the lock's release. A plan with a durable step still syncs."""
     synced: list[str] = []
     real_fsync = os.fsync
-    monkeypatch.setattr(executor_mod, "fsync_dir", lambda d: synced.append("dir"))  # recorded, not done
-    monkeypatch.setattr(executor_mod.os, "fsync", lambda fd: (synced.append("file"), real_fsync(fd)))
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append("dir" if _directory_of(fd) else "file"), real_fsync(fd)))
     ctx = _ctx(tmp_path)
     with host_lock(str(tmp_path)):
         for name in ("a", "b", "c"):

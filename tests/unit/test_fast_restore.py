@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Result
+from tests.domains import domain, save
 from vgpuadm import api
 from vgpuadm.cli import fast
 from vgpuadm.executor import LOCK_POLICY
@@ -33,8 +34,7 @@ def _host(sim_host: Callable[[str], Path], tmp_path: Path) -> tuple[str, Path]:
     for n, (parent, type_id) in enumerate(wanted):
         name, duuid, u = f"vm{n}", f"00000000-0000-4000-8000-{n:012d}", f"11111111-0000-4000-8000-{n:012d}"
         a = Allocation(name, "mdev", type_id, parent, u, domain_uuid=duuid, slot=0, extra={"display": "off"})
-        (saved / f"{name}.xml").write_text(f"<domain type='kvm'><name>{name}</name><uuid>{duuid}</uuid>"
-                                           f"<metadata>{metadata_xml([a], snap.host_key)}</metadata></domain>")  # fmt: skip
+        save(saved, domain(name, duuid, metadata=metadata_xml([a], snap.host_key)))
     return root, saved
 
 

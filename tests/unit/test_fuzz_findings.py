@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.domains import device, domain, vgpuadm
 from vgpuadm.cli.console import Console
 from vgpuadm.errors import ConflictError, UsageError
 from vgpuadm.host.umockdev import load as load_umockdev
 from vgpuadm.io.planfile import parse_plan
 from vgpuadm.io.unitfile import render as render_unit
 from vgpuadm.report.merge import check_report
-from vgpuadm.virt.xml import NS, mdev_hostdev, parse_allocations
+from vgpuadm.virt.xml import mdev_hostdev, parse_allocations
 
 
 def test_a_plan_with_a_control_character_is_one_error_line() -> None:
@@ -39,12 +40,6 @@ def test_a_plan_error_shows_a_key_with_a_newline_escaped() -> None:
     assert e.value.message == "plan.yaml:2: vms.'web01\\n'.type: must be a string, not 5"
 
 
-def _domain(**attrs: str) -> str:
-    attributes = " ".join(f'{k}="{v}"' for k, v in {"slot": "0", "mode": "mdev", **attrs}.items())
-    return (f'<domain type="kvm"><name>web01</name><metadata><vgpuadm:vgpuadm xmlns:vgpuadm="{NS}" version="1">'
-            f"<vgpuadm:device {attributes}/></vgpuadm:vgpuadm></metadata></domain>")  # fmt: skip
-
-
 @pytest.mark.parametrize(
     ("key", "xml_value", "shown"),
     [("type", "nvidia-63&#10;", "'nvidia-63\\n'"), ("uuid", "3f9a1c2e-5b7d-4e8f-9a0b-1c2d3e4f5a6b&#10;",
@@ -52,7 +47,7 @@ def _domain(**attrs: str) -> str:
 )  # fmt: skip
 def test_metadata_values_are_matched_whole(key: str, xml_value: str, shown: str) -> None:
     with pytest.raises(ConflictError) as e:
-        parse_allocations(_domain(**{key: xml_value}))
+        parse_allocations(domain(metadata=vgpuadm(device(slot=0, mode="mdev", **{key: xml_value}))))
     assert e.value.message == f"domain web01: vgpuadm metadata device #0 has a malformed {key} {shown}"
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from tests import domains
 from vgpuadm import api, modes
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
 from vgpuadm.host.root import HostRoot
@@ -16,16 +17,14 @@ from vgpuadm.plan import guest
 from vgpuadm.virt import xml
 from vgpuadm.virt.steps import DefineDomain
 
-DOM_UUID = "6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a01"
+DOM_UUID = domains.WEB01
 
 
 def domain(
     name: str = "web01", allocations: Sequence[Allocation] = (), hostdevs: Sequence[str] = (), graphics: bool = True
 ) -> str:
-    meta = f"<metadata>{xml.metadata_xml(allocations)}</metadata>" if allocations else ""
-    screen = "<graphics type='vnc'/>" if graphics else ""
-    return (f"<domain type='kvm'><name>{name}</name><uuid>{DOM_UUID}</uuid>{meta}<devices>{screen}"
-            f"{''.join(hostdevs)}</devices></domain>")  # fmt: skip
+    meta = xml.metadata_xml(allocations) if allocations else None
+    return domains.domain(name, DOM_UUID, metadata=meta, devices=(domains.VNC if graphics else "") + "".join(hostdevs))
 
 
 def test_create_plan_is_create_then_one_definition(sim_host):

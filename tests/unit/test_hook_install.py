@@ -125,8 +125,10 @@ def test_single_script_chains_the_existing_qemu_hook_and_uninstall_puts_it_back(
 
 CYCLE = (("prepare", "begin"), ("start", "begin"), ("started", "begin"), ("stopped", "end"), ("release", "end"))
 PLAIN = "<domain><name>web01</name><devices/></domain>"
-ON_DEMAND = ("<domain><name>web01</name><metadata><vgpuadm:vgpuadm xmlns:vgpuadm='x'><vgpuadm:device slot='0'>"
-             '<vgpuadm:option name="on_demand" value="yes"/></vgpuadm:device></vgpuadm:vgpuadm></metadata></domain>')
+ON_DEMAND = (
+    "<domain><name>web01</name><metadata><vgpuadm:vgpuadm xmlns:vgpuadm='x'><vgpuadm:device slot='0'>"
+    '<vgpuadm:option name="on_demand" value="yes"/></vgpuadm:device></vgpuadm:vgpuadm></metadata></domain>'
+)
 
 
 @pytest.mark.process
@@ -147,7 +149,9 @@ def test_the_hook_runs_vgpuadm_only_for_a_domain_with_on_demand_devices(tmp_path
     assert not log.exists()
     codes = [run_script(script, "web01", op, sub, "-", stdin=ON_DEMAND).returncode for op, sub in CYCLE]
     assert codes == [4, 0, 0, 0, 4 if name == hookfile.DIR_HOOK else 0]  # the single script ignores a stop's failure
-    assert log.read_text() == f"hook run web01 prepare begin -\n{ON_DEMAND}\nhook run web01 release end -\n{ON_DEMAND}\n"
+    assert (
+        log.read_text() == f"hook run web01 prepare begin -\n{ON_DEMAND}\nhook run web01 release end -\n{ON_DEMAND}\n"
+    )
 
 
 def test_a_foreign_file_is_never_overwritten_or_removed(tmp_path: Path, cli) -> None:
@@ -176,18 +180,46 @@ def test_a_symlinked_hooks_directory_is_refused(tmp_path: Path, cli) -> None:
 
 
 def test_a_journal_naming_another_hook_file_is_refused(tmp_path: Path, cli, sim_host) -> None:
-    """The journal is untrusted: a write-hook-file step may only name vgpuadm's own three hook files."""
+    """The journal is untrusted: a libvirt-hook managed-file step may only name vgpuadm's own three hook files."""
     root = sim_host("p4")
     path = root / "var/lib/vgpuadm/journal.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    step = {"kind": "write-hook-file", "hook": "../../../etc/shadow", "text": "x", "previous": None}
+    step = {"kind": "write-managed-file", "file": "libvirt-hook", "path": "/etc/libvirt/hooks/../../../etc/shadow",
+            "text": "x", "previous": None}  # fmt: skip
     path.write_text(json.dumps({"version": 1, "pid": 1, "state": "applying", "current": 0, "done": 0,
                                 "plan": {"summary": "x", "steps": [step]}}))  # fmt: skip
     path.chmod(0o600)
     r = cli("--root", str(root), "recover")
     assert r.code == 6 and r.err.splitlines()[0] == (
-        "error: refusing the journal /var/lib/vgpuadm/journal.json: step write-hook-file field hook holds "
-        "'../../../etc/shadow', not a valid value")  # fmt: skip
+        "error: refusing the journal /var/lib/vgpuadm/journal.json: step write-managed-file field path holds "
+        "'/etc/libvirt/hooks/../../../etc/shadow', not a valid value")  # fmt: skip
+
+
+def test_an_install_an_older_vgpuadm_left_interrupted_is_rolled_back_by_recover(cli, sim_host) -> None:
+    """The journal the crash below leaves, as a vgpuadm before the one managed-file step wrote it (kinds
+    write-hook-file, remove-hook-file): after an upgrade, `recover` still reads it and puts the directory back."""
+    root = sim_host("p4")
+    hooks = root / HOOKS
+    hooks.mkdir(parents=True)
+    (hooks / "qemu").write_text("#!/bin/sh\nexit 0\n")
+    (hooks / "qemu.vgpuadm-chained").write_text("#!/bin/sh\nexit 0\n")
+    ours = hookfile.render(["/usr/bin/vgpuadm"], hookfile.SCRIPT)
+    theirs = "#!/bin/sh\nexit 0\n"
+    steps = [{"kind": "write-hook-file", "hook": "qemu.vgpuadm-chained", "text": theirs, "previous": None},
+             {"kind": "write-hook-file", "hook": "qemu", "text": ours, "previous": theirs}]  # fmt: skip
+    path = root / "var/lib/vgpuadm/journal.json"
+    path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+    path.write_text(json.dumps({"version": 1, "pid": 1, "state": "applying", "current": 1, "done": 1,
+                                "plan": {"summary": "install the vgpuadm qemu hook", "steps": steps}}))  # fmt: skip
+    path.chmod(0o600)
+    r = cli("--root", str(root), "recover")
+    assert (r.code, r.err) == (0, "")
+    assert r.out.splitlines()[-2:] == [
+        "rolled back: write libvirt hook /etc/libvirt/hooks/qemu",
+        "rolled back: write libvirt hook /etc/libvirt/hooks/qemu.vgpuadm-chained",
+    ]
+    assert sorted(os.listdir(hooks)) == ["qemu"] and (hooks / "qemu").read_text() == "#!/bin/sh\nexit 0\n"
+    assert not path.exists()
 
 
 @pytest.mark.process

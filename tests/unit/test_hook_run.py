@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.domains import VNC, domain, libvirt_file
 from vgpuadm import api, modes
 from vgpuadm.host import mig as host_mig
 from vgpuadm.host.root import HostRoot
@@ -28,16 +29,14 @@ UUIDS = ["6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a0" + str(i) for i in range(10)]
 
 
 def bare(name: str, uuid: str) -> str:
-    return (f"<domain type='kvm'><name>{name}</name><uuid>{uuid}</uuid><devices><graphics type='vnc'/></devices>"
-            "</domain>")  # fmt: skip
+    return domain(name, uuid, devices=VNC)
 
 
 def defined(host_key: str, name: str, uuid: str, after: Sequence[Allocation]) -> str:
     """The persistent XML the create --on-demand plan leaves: its hostdevs and its metadata record."""
     meta = xml.metadata_xml(after, host_key)
     hostdevs = "".join(modes.hostdev_xml(a) for a in after)
-    return (f"<domain type='kvm'><name>{name}</name><uuid>{uuid}</uuid><metadata>{meta}</metadata><devices>"
-            f"<graphics type='vnc'/>{hostdevs}</devices></domain>")  # fmt: skip
+    return domain(name, uuid, metadata=meta, devices=VNC + hostdevs)
 
 
 def on_demand(root: Path, name: str, uuid: str, type_name: str, count: int = 1, **options: object) -> str:
@@ -258,15 +257,6 @@ def test_layout_b_places_each_mdev_on_its_own_vf_at_start(sim_host, cli, monkeyp
     assert diff(before, tree_state(root)) == {}
 
 
-def libvirt_file(root: Path, domain_xml: str, *, running: bool) -> None:
-    """Write a domain where libvirt keeps it: its persistent definition, or (running) its status file."""
-    name, _ = xml.domain_identity(domain_xml)
-    where = root / ("run/libvirt/qemu" if running else "etc/libvirt/qemu")
-    where.mkdir(parents=True, exist_ok=True)
-    text = f"<domstatus state='running' reason='booted' pid='4242'>{domain_xml}</domstatus>" if running else domain_xml
-    (where / f"{name}.xml").write_text(text)
-
-
 def test_an_on_demand_mdev_another_domain_owns_is_never_made_used_or_freed_for_this_one(sim_host, cli, monkeypatch):
     """web02's metadata names web01's on-demand mdev: web02's start is refused (one line, exit 5, nothing written)
     and its stop leaves the mdev to web01, which runs with it (libvirt's status file says so)."""
@@ -304,7 +294,7 @@ def test_a_gpu_another_domain_owns_is_never_rebound_for_an_on_demand_passthrough
                  running=False)  # fmt: skip
     gpu = "<hostdev mode='subsystem' type='pci' managed='yes'><source><address domain='0x0000' bus='0x65' " \
           "slot='0x00' function='0x0'/></source></hostdev>"  # fmt: skip
-    db01 = f"<domain type='kvm'><name>db01</name><uuid>{UUIDS[0]}</uuid><devices>{gpu}</devices></domain>"
+    db01 = domain("db01", UUIDS[0], devices=gpu)
     libvirt_file(root, db01, running=False)
     before = tree_state(root)
     r = hook(cli, monkeypatch, root, "db02", "prepare", "begin", db02)

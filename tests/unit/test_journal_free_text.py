@@ -16,7 +16,7 @@ import pytest
 import vgpuadm.api  # noqa: F401  (registers the libvirt step kinds)
 from vgpuadm.errors import UnsafeError
 from vgpuadm.executor.journalcheck import GRAMMAR, check_document
-from vgpuadm.steps import STEP_KINDS
+from vgpuadm.steps import STEP_KINDS, Plan, WriteManagedFile
 
 UUID = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"
 HOSTDEV = (
@@ -41,8 +41,9 @@ VALID: dict[str, dict[str, Any]] = {
     "set-heterogeneous-mode": {"address": "0000:18:00.0", "gpu_index": 0, "enable": True},
     "set-vgpu-scheduler": {"address": "0000:18:00.0", "gpu_index": 0, "policy": "equal-share", "timeslice_ms": 3,
                            "previous_policy": "best-effort", "previous_timeslice_ms": 0},
-    "write-policy-file": {"name": "modprobe", "text": "options nvidia\n", "previous": None},
     "remove-mdev": {"parent": "0000:01:00.0", "uuid": UUID, "type_id": "nvidia-63"},
+    "write-managed-file": {"file": "mdevctl-definition", "path": f"/etc/mdevctl.d/0000:01:00.0/{UUID}", "text": MDEVCTL,
+                           "previous": None},
     "set-vgpu-params": {"device_path_kind": "mdev", "id": UUID, "params": "frame_rate_limiter=0, disable_vnc=1",
                         "previous": ""},
     "set-vf-vgpu-type": {"vf": "0000:18:00.4", "type_num": 1420},
@@ -56,15 +57,9 @@ VALID: dict[str, dict[str, Any]] = {
     "drivers-probe": {"address": "0000:00:10.0", "expect": "vfio-pci"},
     "record-drivers": {"drivers": [["0000:00:10.0", ""]]},
     "forget-drivers": {"drivers": [["0000:00:10.0", "nouveau"]]},
-    "write-mdevctl-definition": {"parent": "0000:01:00.0", "uuid": UUID, "text": MDEVCTL, "previous": None},
-    "remove-mdevctl-definition": {"parent": "0000:01:00.0", "uuid": UUID, "previous": MDEVCTL},
-    "write-unit-file": {"name": "vgpuadm-restore.service", "text": UNIT, "previous": None},
-    "remove-unit-file": {"name": "vgpuadm-restore.service", "previous": UNIT},
     "attach-hostdev": {"domain": "web01", "device_xml": HOSTDEV, "what": f"mdev {UUID} (nvidia-63)"},
     "detach-hostdev": {"domain": "web01", "device_xml": HOSTDEV, "what": f"mdev {UUID} (nvidia-63)"},
     "set-metadata": {"domain": "web01", "element": METADATA, "previous": "", "devices": 1},
-    "write-hook-file": {"hook": "qemu.d/vgpuadm", "text": "#!/bin/sh\nexec vgpuadm hook \"$@\"\n", "previous": None},
-    "remove-hook-file": {"hook": "qemu.d/vgpuadm", "previous": "#!/bin/sh\nexec vgpuadm hook \"$@\"\n"},
     "define-domain": {"domain": "web01", "attach": HOSTDEV + HOSTDEV, "detach": "", "element": METADATA,
                       "previous": "", "devices": 2, "attached": f"mdev {UUID} (nvidia-63)", "detached": ""},
     "set-virtio-gl": {"domain": "web01", "rendernode": "/dev/dri/renderD128", "graphics": "egl-headless",
@@ -79,13 +74,14 @@ HOSTILE: list[tuple[str, str, Any]] = [
     ("set-vgpu-params", "previous", "a" * 1025),
     ("set-vgpu-params", "previous", "\x1b]0;owned\x07"),
     ("set-driver-override", "previous", "../../evil"),
-    ("write-mdevctl-definition", "text", "not json"),
-    ("write-mdevctl-definition", "text", "[1, 2]"),
-    ("write-mdevctl-definition", "previous", json.dumps({"x": "y" * 70000})),
-    ("remove-mdevctl-definition", "previous", "{"),
-    ("write-unit-file", "text", "[Service]\nExecStart=/bin/sh\x00"),
-    ("write-unit-file", "text", "x" * (64 * 1024 + 1)),
-    ("remove-unit-file", "previous", "\x1b[2J"),
+    ("write-managed-file", "text", "not json"),
+    ("write-managed-file", "text", "[1, 2]"),
+    ("write-managed-file", "previous", json.dumps({"x": "y" * 70000})),
+    ("write-managed-file", "previous", "{"),
+    ("write-managed-file", "file", "shadow"),
+    ("write-managed-file", "path", "/etc/shadow"),
+    ("write-managed-file", "path", f"/etc/mdevctl.d/../{UUID}"),
+    ("write-managed-file", "path", "/etc/systemd/system/vgpuadm-restore.service"),  # a unit's path, not a definition
     ("attach-hostdev", "device_xml", ENTITY + "<hostdev mode='subsystem' type='pci'>&x;</hostdev>"),
     ("attach-hostdev", "device_xml", "<disk type='file'><source file='/etc/shadow'/></disk>"),
     ("detach-hostdev", "device_xml", "<hostdev mode='subsystem'>" + "x" * 20000 + "</hostdev>"),
@@ -94,7 +90,6 @@ HOSTILE: list[tuple[str, str, Any]] = [
     ("set-metadata", "element", "<?xml version='1.0'?><vgpuadm:vgpuadm/>"),
     ("set-metadata", "element", "<domain><devices/></domain>"),
     ("set-metadata", "previous", "<vgpuadm:vgpuadm>&xxe;</vgpuadm:vgpuadm>"),
-    ("write-hook-file", "text", "#!/bin/sh\x00"),
     ("define-domain", "attach", ENTITY + "<hostdev mode='subsystem' type='pci'>&x;</hostdev>"),
     ("define-domain", "detach", "<interface type='bridge'/>"),
     ("define-domain", "element", "<domain/>"),
@@ -136,6 +131,97 @@ def test_free_text_that_vgpuadm_never_writes_is_refused(kind: str, field: str, v
     assert info.value.message == (
         f"refusing the journal /var/lib/vgpuadm/journal.json: step {kind} field {field} holds {str(value)[:60]!r}, "
         "not a valid value"
+    )
+
+
+HOOK = '#!/bin/sh\nexec vgpuadm hook "$@"\n'
+# The managed-file step of each kind of file, as vgpuadm writes it (its path and text grammars are the kind's).
+MANAGED: dict[str, dict[str, Any]] = {
+    "mdevctl-definition": VALID["write-managed-file"],
+    "systemd-unit": {"file": "systemd-unit", "path": "/etc/systemd/system/vgpuadm-restore.service", "text": UNIT,
+                     "previous": None},
+    "libvirt-hook": {"file": "libvirt-hook", "path": "/etc/libvirt/hooks/qemu.d/vgpuadm", "text": None,
+                     "previous": HOOK},
+    "host-policy": {"file": "host-policy", "path": "/etc/modprobe.d/vgpuadm-nvidia.conf", "text": "options nvidia\n",
+                    "previous": None},
+}  # fmt: skip
+MANAGED_HOSTILE: list[tuple[str, str, Any]] = [
+    ("systemd-unit", "text", "[Service]\nExecStart=/bin/sh\x00"),
+    ("systemd-unit", "text", "x" * (64 * 1024 + 1)),
+    ("systemd-unit", "previous", "\x1b[2J"),
+    ("systemd-unit", "path", "/etc/systemd/system/../../shadow"),
+    ("libvirt-hook", "previous", "#!/bin/sh\x00"),
+    ("libvirt-hook", "path", "/etc/libvirt/hooks/../../../etc/shadow"),
+    ("libvirt-hook", "path", "/etc/libvirt/hooks/qemu.d/other"),
+    ("host-policy", "path", "/var/lib/vgpuadm/journal.json"),
+]
+
+
+def test_the_managed_files_of_every_kind_pass() -> None:
+    check_document(journal(*({"kind": "write-managed-file", **v} for v in MANAGED.values())))
+
+
+@pytest.mark.parametrize(("file", "field", "value"), MANAGED_HOSTILE,
+                         ids=[f"{k}.{f}-{i}" for i, (k, f, _) in enumerate(MANAGED_HOSTILE)])  # fmt: skip
+def test_a_managed_file_is_held_to_its_kinds_grammars(file: str, field: str, value: Any) -> None:
+    with pytest.raises(UnsafeError) as info:
+        check_document(journal({"kind": "write-managed-file", **MANAGED[file], field: value}))
+    assert info.value.message == (
+        f"refusing the journal /var/lib/vgpuadm/journal.json: step write-managed-file field {field} holds "
+        f"{str(value)[:60]!r}, not a valid value"
+    )
+
+
+# The steps an older vgpuadm wrote, one kind per managed file, and what each is read as now.
+LEGACY: list[tuple[dict[str, Any], WriteManagedFile]] = [
+    ({"kind": "write-mdevctl-definition", "parent": "0000:01:00.0", "uuid": UUID, "text": MDEVCTL, "previous": None},
+     WriteManagedFile("mdevctl-definition", f"/etc/mdevctl.d/0000:01:00.0/{UUID}", MDEVCTL, None)),
+    ({"kind": "remove-mdevctl-definition", "parent": "0000:01:00.0", "uuid": UUID, "previous": MDEVCTL},
+     WriteManagedFile("mdevctl-definition", f"/etc/mdevctl.d/0000:01:00.0/{UUID}", None, MDEVCTL)),
+    ({"kind": "write-unit-file", "name": "vgpuadm-restore.service", "text": UNIT, "previous": None},
+     WriteManagedFile("systemd-unit", "/etc/systemd/system/vgpuadm-restore.service", UNIT, None)),
+    ({"kind": "remove-unit-file", "name": "vgpuadm-restore.service", "previous": UNIT},
+     WriteManagedFile("systemd-unit", "/etc/systemd/system/vgpuadm-restore.service", None, UNIT)),
+    ({"kind": "write-hook-file", "hook": "qemu.d/vgpuadm", "text": HOOK, "previous": None},
+     WriteManagedFile("libvirt-hook", "/etc/libvirt/hooks/qemu.d/vgpuadm", HOOK, None)),
+    ({"kind": "remove-hook-file", "hook": "qemu", "previous": HOOK},
+     WriteManagedFile("libvirt-hook", "/etc/libvirt/hooks/qemu", None, HOOK)),
+    ({"kind": "write-policy-file", "name": "state", "text": None, "previous": "{}"},
+     WriteManagedFile("host-policy", "/var/lib/vgpuadm/gpus.json", None, "{}")),
+]  # fmt: skip
+
+
+def test_an_older_vgpuadms_file_steps_are_read_as_the_managed_file_step() -> None:
+    """A change interrupted across an upgrade: its journal names the kinds before there was one managed-file step."""
+    doc = journal(*(dict(old) for old, _ in LEGACY))
+    check_document(doc)
+    assert Plan.from_dict(doc["plan"]).steps == tuple(new for _, new in LEGACY)
+    assert Plan.from_dict(journal(*(old for old, _ in LEGACY))["plan"]).steps == tuple(new for _, new in LEGACY)
+
+
+@pytest.mark.parametrize(
+    ("old", "field", "value"),
+    [
+        ({"kind": "write-mdevctl-definition", "parent": "0000:01:00.0", "uuid": UUID, "text": "not json"}, "text",
+         "not json"),
+        ({"kind": "remove-mdevctl-definition", "parent": "../..", "uuid": UUID, "previous": MDEVCTL}, "path",
+         f"/etc/mdevctl.d/../../{UUID}"),
+        ({"kind": "write-unit-file", "name": ["x"], "text": UNIT}, "path", None),
+        ({"kind": "remove-unit-file", "name": "vgpuadm-restore.service", "previous": "\x1b[2J"}, "previous",
+         "\x1b[2J"),
+        ({"kind": "write-hook-file", "hook": "../../../etc/shadow", "text": "x"}, "path",
+         "/etc/libvirt/hooks/../../../etc/shadow"),
+        ({"kind": "write-policy-file", "name": "shadow", "text": "x"}, "path", None),
+        ({"kind": "write-unit-file", "name": "vgpuadm-restore.service", "text": UNIT, "path": "/etc/systemd/system/x"},
+         "path", None),
+    ],
+)  # fmt: skip
+def test_an_older_vgpuadms_file_step_is_held_to_the_same_grammars(old: dict[str, Any], field: str, value: Any) -> None:
+    with pytest.raises(UnsafeError) as info:
+        check_document(journal(old))
+    assert info.value.message == (
+        f"refusing the journal /var/lib/vgpuadm/journal.json: step write-managed-file field {field} holds "
+        f"{str(value)[:60]!r}, not a valid value"
     )
 
 

@@ -82,6 +82,24 @@ def test_helper_writes_atomically_with_exact_modes_whatever_the_umask(tmp_path: 
     assert (tmp_path / "a/b/g").read_bytes() == b"new" and tree(tmp_path) == ["a", "a/b", "a/b/f", "a/b/g"]
 
 
+def test_the_one_writer_follows_directory_links_only_when_not_confined(tmp_path: Path) -> None:
+    """confine=False is the executor's state on `/` (root's own directory links; nothing lies outside `/`): the
+    directories above the file are followed, the file itself is still replaced, never written through."""
+    from vgpuadm.host.files import BeneathError, write_beneath
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "var").symlink_to("real")
+    (tmp_path / "victim").write_text("keep")
+    (tmp_path / "real/state.json").symlink_to(tmp_path / "victim")
+    with pytest.raises(BeneathError, match=r"^\[Errno 40\] /var is a symlink, not a directory$"):
+        write_beneath(str(tmp_path), "var/state.json", b"{}", mode=0o600)
+    write_beneath(str(tmp_path), "var/state.json", b"{}", mode=0o600, dir_mode=0o700, confine=False)
+    write_beneath(str(tmp_path), "var/lib/new.json", b"{}", mode=0o600, dir_mode=0o700, confine=False)
+    assert (tmp_path / "victim").read_text() == "keep" and not (tmp_path / "real/state.json").is_symlink()
+    modes = [stat.S_IMODE(os.lstat(tmp_path / p).st_mode) for p in ("real/state.json", "real/lib", "real/lib/new.json")]
+    assert modes == [0o600, 0o700, 0o600]
+
+
 # --- 1. a umockdev recording cannot write outside the imported root -----------------------------------------------
 
 
@@ -374,7 +392,7 @@ def test_a_fifo_where_the_lock_directory_goes_is_one_error(cli, sim_host) -> Non
 
 @pytest.mark.parametrize("link", ["etc", "etc/modprobe.d", "var/lib", "var/lib/vgpuadm"])
 def test_policy_files_are_never_written_through_a_link_above_them(tmp_path: Path, link: str) -> None:
-    """io/policyfile.py (the WritePolicyFile step's files) checked only their own directory."""
+    """io/policyfile.py (the host-policy managed files) checked only their own directory."""
     from vgpuadm.errors import HostIOError
     from vgpuadm.io.policyfile import host_path, write_file
 

@@ -1,4 +1,4 @@
-"""`mdevctl export` writes /etc/mdevctl.d through the executor (one Plan of WriteMdevctlDefinition steps: lock,
+"""`mdevctl export` writes /etc/mdevctl.d through the executor (one Plan of managed-file steps: lock,
 journal, undo), and a definition's parent and UUID are checked before any path is built; the path stays under
 <root>/etc/mdevctl.d."""
 
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-import vgpuadm.executor.files as files_mod
+import vgpuadm.io.mdevctl as mdevctl_io
 from tests.conftest import Result
 from vgpuadm.errors import HostIOError, UsageError, VgpuadmError
 from vgpuadm.executor import JOURNAL, read_journal
 from vgpuadm.io.mdevctl import Definition, definition, write_definition
-from vgpuadm.steps import Plan, WriteMdevctlDefinition
+from vgpuadm.steps import MDEVCTL_DEFINITION, Plan, WriteManagedFile
 
 U1 = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"
 U2 = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1002"
@@ -51,7 +51,7 @@ def test_export_is_one_journaled_plan_rolled_back_on_failure(
     _create(cli, root, U1)
     _create(cli, root, U2)
     journals: list[object] = []
-    real_write = files_mod.write_file
+    real_write = mdevctl_io.write_file
 
     def write(r: str, parent: str, uuid: str, text: str) -> None:
         journals.append(read_journal(r))
@@ -59,7 +59,7 @@ def test_export_is_one_journaled_plan_rolled_back_on_failure(
             raise HostIOError(f"writing /etc/mdevctl.d/{parent}/{uuid} failed: No space left on device")
         real_write(r, parent, uuid, text)
 
-    monkeypatch.setattr(files_mod, "write_file", write)
+    monkeypatch.setattr(mdevctl_io, "write_file", write)
     res = cli("--root", str(root), "mdevctl", "export", "--from-host")
     assert res.code != 0
     assert f"step 2/2 write mdevctl definition /etc/mdevctl.d/{PARENT}/{U2} failed" in res.err
@@ -69,7 +69,8 @@ def test_export_is_one_journaled_plan_rolled_back_on_failure(
 
 
 def test_step_round_trips_through_the_journal() -> None:
-    plan = Plan.of([WriteMdevctlDefinition(PARENT, U1, "{}", None), WriteMdevctlDefinition(PARENT, U2, "{}", "x")], "")
+    plan = Plan.of([WriteManagedFile(MDEVCTL_DEFINITION, f"/etc/mdevctl.d/{PARENT}/{U1}", "{}", None),
+                    WriteManagedFile(MDEVCTL_DEFINITION, f"/etc/mdevctl.d/{PARENT}/{U2}", "{}", "x")], "")  # fmt: skip
     assert Plan.from_dict(plan.to_dict()) == plan
 
 

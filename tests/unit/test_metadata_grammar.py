@@ -11,17 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.domains import WEB01, device, domain, save, vgpuadm
 from vgpuadm.host.sysfs import SIM_MARKER
 
 UUID = "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001"
-
-
-def _domain(device: str) -> str:
-    return (
-        "<domain type='kvm'><name>web01</name><uuid>6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a01</uuid><metadata>"
-        f"<vgpuadm:vgpuadm xmlns:vgpuadm='https://vgpuadm.dev/xmlns/vgpuadm/1' version='1'>{device}"
-        "</vgpuadm:vgpuadm></metadata></domain>"
-    )
 
 
 @pytest.fixture
@@ -32,25 +25,25 @@ def plain_root(sim_host: Callable[[str], Path]) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("key", "device", "shown"),
+    ("key", "record", "shown"),
     [
-        ("type", f"<vgpuadm:device slot='0' mode='mdev' type='../../../../../canary/t' parent='0000:01:00.0' "
-                 f"uuid='{UUID}'/>", "'../../../../../canary/t'"),
-        ("parent", f"<vgpuadm:device slot='0' mode='mdev' type='nvidia-63' parent='../../../../canary' "
-                   f"uuid='{UUID}'/>", "'../../../../canary'"),
-        ("uuid", "<vgpuadm:device slot='0' mode='mdev' type='nvidia-63' parent='0000:01:00.0' uuid='../x'/>", "'../x'"),
-        ("address", "<vgpuadm:device slot='0' mode='vf' type='nvidia-1420' address='../../canary'/>", "'../../canary'"),
+        ("type", device(slot=0, mode="mdev", type="../../../../../canary/t", parent="0000:01:00.0", uuid=UUID),
+         "'../../../../../canary/t'"),
+        ("parent", device(slot=0, mode="mdev", type="nvidia-63", parent="../../../../canary", uuid=UUID),
+         "'../../../../canary'"),
+        ("uuid", device(slot=0, mode="mdev", type="nvidia-63", parent="0000:01:00.0", uuid="../x"), "'../x'"),
+        ("address", device(slot=0, mode="vf", type="nvidia-1420", address="../../canary"), "'../../canary'"),
     ],
 )  # fmt: skip
 @pytest.mark.parametrize("verb", [("restore",), ("mdevctl", "export")])
 def test_a_climbing_metadata_value_is_refused_before_any_write(
-    plain_root: Path, tmp_path: Path, cli, key: str, device: str, shown: str, verb: tuple[str, ...]
+    plain_root: Path, tmp_path: Path, cli, key: str, record: str, shown: str, verb: tuple[str, ...]
 ) -> None:  # type: ignore[no-untyped-def]
     canary = plain_root.parent / "canary"
     (canary / "t").mkdir(parents=True)
     saved = tmp_path / "domains"
     saved.mkdir()
-    (saved / "web01.xml").write_text(_domain(device))
+    save(saved, domain(uuid=WEB01, metadata=vgpuadm(record)))
     before = sorted(str(p.relative_to(canary)) for p in canary.rglob("*"))
     res = cli("--root", str(plain_root), *verb, "--domain-xml-dir", str(saved))
     assert res.code != 0

@@ -15,7 +15,7 @@ from vgpuadm.host import hetero as host_hetero
 from vgpuadm.host.root import HostRoot
 from vgpuadm.plan.desired import GpuSpec
 from vgpuadm.plan.policies import plan_gpus
-from vgpuadm.steps import SetVgpuScheduler, WritePolicyFile
+from vgpuadm.steps import SetVgpuScheduler, WriteManagedFile
 
 GPU = "0000:81:00.0"
 
@@ -36,7 +36,7 @@ def test_scheduler_change_is_refused_while_a_vm_on_the_gpu_runs(sim_host):
     )
     pp = plan_gpus(snap, spec, {}, state_text=None, modprobe_text=None, source="plan.yaml")
     assert pp.steps[0] == SetVgpuScheduler(GPU, 0, "equal-share", 3, "best-effort", 0)
-    assert isinstance(pp.steps[-1], WritePolicyFile) and pp.steps[-1].text == (
+    assert isinstance(pp.steps[-1], WriteManagedFile) and pp.steps[-1].text == (
         "# written by vgpuadm (`gpus:` in a plan file): the vGPU scheduler per GPU, read when nvidia loads\n"
         'options nvidia NVreg_RegistryDwordsPerDevice="pci=0000:81:00.0;RmPVMRL=0x30001"\n'
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import shutil
 import subprocess
 
@@ -151,6 +152,22 @@ def test_output_file_is_written_whole(busy, cli, tmp_path):
     assert (r.code, r.out) == (0, f"wrote {target}\n")
     assert target.read_text().startswith("# HELP vgpuadm_inventory_generated_timestamp_seconds ")
     assert [p.name for p in target.parent.iterdir()] == ["vgpuadm.prom"]
+    assert target.stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize("fmt", ["prometheus", "json"])
+def test_output_file_is_0644_whatever_the_umask(busy, cli, tmp_path, fmt):
+    """The Prometheus textfile was written by prometheus_client (open(…, "wb")): 0666 under umask 0, writable by
+    every user of the host; every report file goes through the one writer now, 0644 exactly."""
+    target = tmp_path / "out" / f"vgpuadm.{fmt}"
+    target.parent.mkdir()
+    old = os.umask(0)
+    try:
+        r = cli(*busy, "--format", fmt, "-o", str(target))
+    finally:
+        os.umask(old)
+    assert (r.code, r.out) == (0, f"wrote {target}\n")
+    assert (target.stat().st_mode & 0o777, [p.name for p in target.parent.iterdir()]) == (0o644, [target.name])
 
 
 def test_bad_format_and_table_to_file_are_usage_errors(busy, cli, tmp_path):

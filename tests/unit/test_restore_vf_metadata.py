@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.domains import WEB01, device, domain, save, vgpuadm
+
 
 @pytest.mark.process
 def test_a_vf_type_that_is_not_a_number_is_a_named_restore_problem(
@@ -18,11 +20,7 @@ def test_a_vf_type_that_is_not_a_number_is_a_named_restore_problem(
 ) -> None:
     saved = tmp_path / "domains"
     saved.mkdir()
-    (saved / "web01.xml").write_text(
-        "<domain type='kvm'><name>web01</name><uuid>6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a01</uuid><metadata>"
-        "<vgpuadm:vgpuadm xmlns:vgpuadm='https://vgpuadm.dev/xmlns/vgpuadm/1' version='1'>"
-        "<vgpuadm:device slot='0' mode='vf' type='nvidia-x'/></vgpuadm:vgpuadm></metadata></domain>"
-    )
+    save(saved, domain(uuid=WEB01, metadata=vgpuadm(device(slot=0, mode="vf", type="nvidia-x"))))
     res = cli("--root", str(sim_host("h200-vendor-vfio")), "restore", "--domain-xml-dir", str(saved))
     assert res.code == 3
     assert res.out == "vgpu: cannot restore: web01: vf device #0: type 'nvidia-x' is not nvidia-<number>\n"
@@ -38,12 +36,8 @@ def test_a_record_restore_rejects_is_rejected_before_it_waits(
     for the VF to register and then reject the record for its type; the record is checked first, no wait."""
     saved = tmp_path / "domains"
     saved.mkdir()
-    (saved / "web01.xml").write_text(
-        "<domain type='kvm'><name>web01</name><uuid>6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a01</uuid><metadata>"
-        "<vgpuadm:vgpuadm xmlns:vgpuadm='https://vgpuadm.dev/xmlns/vgpuadm/1' version='1'>"
-        "<vgpuadm:device slot='0' mode='vf' type='nvidia-x' parent='0000:18:00.4' address='0000:18:00.4'/>"
-        "</vgpuadm:vgpuadm></metadata></domain>"
-    )
+    record = device(slot=0, mode="vf", type="nvidia-x", parent="0000:18:00.4", address="0000:18:00.4")
+    save(saved, domain(uuid=WEB01, metadata=vgpuadm(record)))
     started = time.monotonic()
     res = cli("--root", str(sim_host("p4")), "restore", "--domain-xml-dir", str(saved), "--timeout", "20")
     assert time.monotonic() - started < 10

@@ -15,6 +15,7 @@ import pytest
 from vgpuadm import api
 from vgpuadm.errors import VgpuadmError
 from vgpuadm.executor import JOURNAL, load_drivers
+from vgpuadm.host import files
 from vgpuadm.model import HostSnapshot
 from vgpuadm.sim.faults import clear_faults, inject_fault
 from vgpuadm.sim.treestate import diff, tree_state
@@ -256,13 +257,16 @@ def test_rollback_restores_vgpu_params(sim_host: Callable[[str], Path]) -> None:
     assert api.discover(str(root)).mdevs[uuid].vgpu_params == "frame_rate_limiter=0"
 
 
-def test_state_file_failure_rolls_back_the_restore(sim_host: Callable[[str], Path]) -> None:
+def test_state_file_failure_rolls_back_the_restore(
+    sim_host: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """ForgetDrivers writes <root>/var/lib/vgpuadm/drivers.json; a directory in the way of its temp file makes
-    that write fail like a full disk would."""
+    that write fail like a full disk would (the temp name, unguessable, is pinned so that it can be in the way)."""
     root = sim_host("passthrough")
     plan = _vfio_restore(root)
     before = kernel_state(root)
-    blocker = root / f"var/lib/vgpuadm/drivers.json.{os.getpid()}.tmp"
+    monkeypatch.setattr(files, "_temp_name", lambda name: f".{name}.pinned.tmp")
+    blocker = root / "var/lib/vgpuadm/.drivers.json.pinned.tmp"
     blocker.mkdir()
     with pytest.raises(VgpuadmError) as info:
         api.apply(plan, str(root))

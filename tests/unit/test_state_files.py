@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from vgpuadm.errors import UnsafeError, VgpuadmError
-from vgpuadm.executor import JOURNAL, ExecContext, execute
+from vgpuadm.executor import JOURNAL, ExecContext, execute, write_state
+from vgpuadm.host import files
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.steps import Plan, RecordDrivers
 
@@ -54,17 +55,23 @@ def test_existing_directories_are_left_alone(tmp_path: Path, umask0: None) -> No
     assert _mode(tmp_path / "run") == 0o755  # a real host's /run
 
 
-def test_planted_temp_symlink_is_refused(tmp_path: Path) -> None:
+def test_a_link_planted_where_the_temp_file_goes_is_never_written_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The temp name is unguessable (host/files._temp_name); pinned here so that a link can sit exactly there."""
     victim = tmp_path / "victim"
     victim.write_text("keep")
     state = tmp_path / "var/lib/vgpuadm"
     state.mkdir(parents=True)
-    (state / f"journal.json.{os.getpid()}.tmp").symlink_to(victim)
+    monkeypatch.setattr(files, "_temp_name", lambda name: f".{name}.planted.tmp")
+    (state / ".journal.json.planted.tmp").symlink_to(victim)
     with pytest.raises(VgpuadmError) as info:
         execute(PLAN, _ctx(tmp_path))
-    assert f"/var/lib/vgpuadm/journal.json.{os.getpid()}.tmp" in info.value.message
-    assert "\n" not in info.value.message
+    assert info.value.message == (
+        "step 1/1 remember original drivers (0000:65:00.0=nvidia) failed: File exists: .journal.json.planted.tmp"
+    )
     assert victim.read_text() == "keep"
+    assert (state / ".journal.json.planted.tmp").is_symlink()
     assert not (state / "drivers.json").exists()
 
 
@@ -79,13 +86,18 @@ def test_planted_lock_owner_symlink_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "var/lib/vgpuadm/drivers.json").exists()
 
 
-def test_stale_temp_file_is_replaced(tmp_path: Path, umask0: None) -> None:
+def test_temp_files_a_crashed_run_left_stop_nothing(tmp_path: Path, umask0: None) -> None:
     state = tmp_path / "var/lib/vgpuadm"
     state.mkdir(parents=True)
-    (state / f"drivers.json.{os.getpid()}.tmp").write_text("stale")
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (state / f"drivers.json.{os.getpid()}.tmp").write_text("stale")  # an older vgpuadm's temp name
+    (state / f"journal.json.{os.getpid()}.tmp").symlink_to(victim)
+    (state / ".drivers.json.vgpuadm.0123456789abcdef.tmp").write_text("stale")
     execute(PLAN, _ctx(tmp_path))
-    assert (state / "drivers.json").read_text().startswith("{")
+    assert (state / "drivers.json").read_text() == '{\n "0000:65:00.0": "nvidia"\n}\n'
     assert _mode(state / "drivers.json") == 0o600
+    assert victim.read_text() == "keep"
 
 
 def test_the_lock_lives_in_a_private_directory_others_cannot_reach(tmp_path: Path) -> None:
@@ -105,3 +117,29 @@ def test_the_lock_lives_in_a_private_directory_others_cannot_reach(tmp_path: Pat
     os.chown(tmp_path / "run/vgpuadm", 1000, 1000)
     with pytest.raises(UnsafeError, match=r"^/run/vgpuadm is owned by uid 1000, not by this user$"):
         execute(PLAN, _ctx(tmp_path))
+
+
+def test_state_is_never_written_through_a_link_or_into_a_fifo_above_it(tmp_path: Path) -> None:
+    """write_state (the one writer, confined below any root but `/`): whatever the readers checked before, the
+    write itself follows no link at any directory component and creates nothing in place of a FIFO."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "var").symlink_to(outside)
+    with pytest.raises(UnsafeError, match=r"^refusing to follow the symlink at /var$"):
+        write_state(str(root), str(root / "var/lib/vgpuadm/drivers.json"), {})
+    (root / "var").unlink()
+    (root / "var").mkdir()
+    os.mkfifo(root / "var/lib")
+    with pytest.raises(UnsafeError, match=r"^refusing /var/lib: it is a FIFO, not a directory$"):
+        write_state(str(root), str(root / "var/lib/vgpuadm/drivers.json"), {})
+    assert list(outside.iterdir()) == []
+    os.unlink(root / "var/lib")
+    write_state(str(root), str(root / "var/lib/vgpuadm/drivers.json"), {"0000:65:00.0": "nvidia"})
+    assert (root / "var/lib/vgpuadm/drivers.json").read_text() == '{\n "0000:65:00.0": "nvidia"\n}\n'
+    assert [_mode(root / p) for p in ("var/lib", "var/lib/vgpuadm", "var/lib/vgpuadm/drivers.json")] == [
+        0o700,
+        0o700,
+        0o600,
+    ]

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.domains import WEB01, device, domain, save, vgpuadm
 from vgpuadm.host.sysfs import SIM_MARKER
 
 CANARY_TEXT = "CANARY-OUTSIDE-THE-ROOT"
@@ -256,15 +257,6 @@ def test_no_verb_writes_through_a_link_out_of_the_root(
     assert tree(canary) == before
 
 
-def _domain() -> str:
-    return (
-        "<domain type='kvm'><name>web01</name><uuid>6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a01</uuid><metadata>"
-        "<vgpuadm:vgpuadm xmlns:vgpuadm='https://vgpuadm.dev/xmlns/vgpuadm/1' version='1'>"
-        f"<vgpuadm:device slot='0' mode='mdev' type='nvidia-63' parent='{P4}' uuid='{UUID}'/>"
-        "</vgpuadm:vgpuadm></metadata></domain>"
-    )
-
-
 @pytest.mark.parametrize("plain", [True, False], ids=["plain", "sim"])
 def test_restore_never_writes_through_a_link_out_of_the_root(
     host, canary: Path, tmp_path: Path, cli, plain: bool
@@ -274,7 +266,9 @@ def test_restore_never_writes_through_a_link_out_of_the_root(
     plant(device_dir(root, P4) / "mdev_supported_types/nvidia-63/create", canary / "create")
     saved = tmp_path / "domains"
     saved.mkdir()
-    (saved / "web01.xml").write_text(_domain())
+    save(
+        saved, domain(uuid=WEB01, metadata=vgpuadm(device(slot=0, mode="mdev", type="nvidia-63", parent=P4, uuid=UUID)))
+    )
     before = tree(canary)
     res = cli("--root", str(root), "restore", "--domain-xml-dir", str(saved))
     assert res.code != 0

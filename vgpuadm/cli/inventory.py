@@ -3,12 +3,10 @@
 (vgpuadm/schemas/inventory-v1 and fleet-v1), csv, prometheus (node_exporter textfile), html (one self-contained
 file)."""
 
-import os
-import tempfile
 from typing import Any
 
 from vgpuadm.cli.console import Console
-from vgpuadm.errors import HostIOError, UsageError
+from vgpuadm.errors import UsageError
 
 FORMATS = ("table", "json", "csv", "prometheus", "html")
 HOST_EPILOG = (
@@ -50,32 +48,6 @@ def render(doc: dict[str, Any], fmt: str, fleet: bool) -> str | None:
     return None
 
 
-def write_prometheus(path: str, doc: dict[str, Any], fleet: bool) -> None:
-    """prometheus_client's write_to_textfile: temp file beside the target + rename, like write_atomic."""
-    from vgpuadm.report import render_prometheus
-
-    families = render_prometheus.fleet_families(doc) if fleet else render_prometheus.host_families(doc)
-    try:
-        render_prometheus.write_textfile(path, families)
-    except OSError as exc:
-        raise HostIOError(f"cannot write {path}: {exc.strerror}", "check the directory exists and is writable",
-                          path=path, errno=exc.errno) from None  # fmt: skip
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Temp file + rename in the target directory: node_exporter and web servers never read half a file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".vgpuadm-", dir=directory)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise HostIOError(f"cannot write {path}: {exc.strerror}", "check the directory exists and is writable",
-                          path=path, errno=exc.errno) from None  # fmt: skip
-
-
 def emit(console: Console, doc: dict[str, Any], fmt: str, output: str | None, fleet: bool) -> None:
     from vgpuadm.report.render_table import fleet_tables, host_tables
 
@@ -83,17 +55,15 @@ def emit(console: Console, doc: dict[str, Any], fmt: str, output: str | None, fl
         raise UsageError("--format table only prints to the terminal", "use --format json|csv|html with -o")
     for w in doc["warnings"]:
         console.warn(w)
-    if fmt == "prometheus" and output:
-        write_prometheus(output, doc, fleet)
-        console.line(f"wrote {output}")
-        return
     text = render(doc, fmt, fleet)
     if text is None:
         for t in fleet_tables(doc) if fleet else host_tables(doc):
             console.table(t.title, t.columns, t.rows)
         return
     if output:
-        write_atomic(output, text)
+        from vgpuadm import api
+
+        api.write_report(output, text)
         console.line(f"wrote {output}")
     else:
         console.line(text.rstrip("\n"))

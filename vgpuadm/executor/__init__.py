@@ -21,7 +21,7 @@ State is private: every directory the executor creates under <root>/run and <roo
 every file it writes there (journal, drivers.json, lock, lock owner, temp files) 0600, whatever the umask; files
 are opened with O_NOFOLLOW (temp files also O_EXCL), so a planted symlink is refused, never followed.
 
-Handlers for the kernel steps live in executor/kernel.py, the mdevctl-definition steps in executor/files.py,
+Handlers for the kernel steps live in executor/kernel.py, the managed-file step in executor/files.py,
 the errno → likely-cause table in executor/hints.py.
 """
 
@@ -46,7 +46,7 @@ from vgpuadm.errors import ConflictError, HostIOError, Interrupted, UnsafeError,
 from vgpuadm.executor.hints import errno_hint
 from vgpuadm.executor.journalcheck import check_document, check_owner, check_progress_state
 from vgpuadm.host import root as host_root
-from vgpuadm.host.files import fsync_dir
+from vgpuadm.host.files import BeneathError, fsync_dir, write_beneath
 from vgpuadm.host.root import check_exists, check_writable
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.steps import Plan, Step
@@ -264,11 +264,11 @@ def _host(root: str, path: str) -> str:
     return "/" + rel if not rel.startswith("..") else path
 
 
+PLANTED = "someone planted it: remove it (and check who could write that directory)"
+
+
 def _unsafe(root: str, path: str) -> UnsafeError:
-    return UnsafeError(
-        f"refusing to follow the symlink at {_host(root, path)}",
-        "someone planted it: remove it (and check who could write that directory)",
-    )
+    return UnsafeError(f"refusing to follow the symlink at {_host(root, path)}", PLANTED)
 
 
 unsafe_path = _unsafe  # for the handlers that read state files (executor/kernel.py)
@@ -361,8 +361,7 @@ def open_private(root: str, path: str, flags: int) -> int:
 
 def _not_regular(root: str, path: str, kind: int) -> UnsafeError:
     what = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}.get(kind, "a device")
-    return UnsafeError(f"refusing {_host(root, path)}: it is {what}, not a regular file",
-                       "someone planted it: remove it (and check who could write that directory)")  # fmt: skip
+    return UnsafeError(f"refusing {_host(root, path)}: it is {what}, not a regular file", PLANTED)
 
 
 def _write_text(path: str, text: str, root: str) -> None:
@@ -371,36 +370,23 @@ def _write_text(path: str, text: str, root: str) -> None:
         f.write(text + "\n")
 
 
-def _create_temp(root: str, tmp: str) -> int:
-    """O_CREAT|O_EXCL|O_NOFOLLOW: a planted symlink is refused; a stale regular file (a crashed run of a process
-    with the same pid) is replaced."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+def write_state(root: str, path: str, doc: Any, *, sync: bool = True) -> None:
+    """Write a JSON state file under `root` with the one atomic writer (host/files.write_beneath): 0600, a
+    directory created for it 0700, whatever the umask; a crash leaves the old or the new file. sync=False skips
+    every fsync: only for a file whose loss in a power cut loses nothing (see _Journal). Under a root other than
+    `/` no link at any directory component is followed (UnsafeError); on `/` those directories are root's own, as
+    for the readers (refuse_linked_dirs), and no link can lead out of `/`."""
+    data = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("utf-8")
     try:
-        return open_private(root, tmp, flags)
-    except FileExistsError:
-        os.unlink(tmp)
-        return open_private(root, tmp, flags)
-
-
-def atomic_write_json(path: str, doc: Any, *, root: str, sync_dir: bool = True, sync: bool = True) -> None:
-    """Write JSON so that a crash leaves the old or the new file, never a torn one (temp + fsync + rename); the
-    file is 0600, a directory created for it 0700 (`root` is the host root, for messages).
-    sync_dir=False skips the directory fsync: the rename may then be lost in a crash, leaving the previous
-    version (the journal's per-step updates accept that, see `recover`). sync=False skips every fsync: only
-    for a file whose loss in a power cut loses nothing (see _Journal)."""
-    directory = os.path.dirname(path)
-    private_dirs(directory, root)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with os.fdopen(_create_temp(root, tmp), "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        if sync:
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
-    if sync and sync_dir:
-        fsync_dir(directory)
-        _DEFERRED_DIR_SYNCS.discard(directory)  # that fsync made an earlier deferred removal durable too
+        write_beneath(root, os.path.relpath(path, root), data, mode=PRIVATE_FILE, dir_mode=PRIVATE_DIR,
+                      sync=sync, confine=root != "/")  # fmt: skip
+    except BeneathError as exc:
+        what = (
+            f"to follow the symlink at {exc.shown}" if exc.errno == errno_mod.ELOOP else f"{exc.shown}: it {exc.reason}"
+        )
+        raise UnsafeError(f"refusing {what}", PLANTED) from None
+    if sync:
+        _DEFERRED_DIR_SYNCS.discard(os.path.dirname(path))  # that fsync made an earlier deferred removal durable too
 
 
 _DEFERRED_DIR_SYNCS: set[str] = set()  # directories whose journal removal is not durable yet (see _Journal.remove)
@@ -507,10 +493,10 @@ class _Journal:
 
     def begin(self, plan: Plan) -> None:
         self.durable = plan.durable
-        atomic_write_json(
+        write_state(
+            self.root,
             self.path,
             {"version": 1, "pid": os.getpid(), "state": "applying", "current": 0, "done": 0, "plan": plan.to_dict()},
-            root=self.root,
             sync=self.durable,
         )
 

@@ -1,108 +1,70 @@
-"""Apply / undo / is-applied handlers for the file steps (mdevctl definitions under <root>/etc/mdevctl.d, vgpuadm's
-systemd units under <root>/etc/systemd/system, libvirt's qemu hook under <root>/etc/libvirt/hooks),
-listed in HANDLERS like executor/kernel.py. Every path goes through io.mdevctl.definition_file, which
-checks the parent and UUID grammars and keeps the path under <root>/etc/mdevctl.d; every undo checks first."""
+"""Apply / undo / is-applied handler of the one managed-file step (steps.WriteManagedFile): mdevctl definitions under
+<root>/etc/mdevctl.d, vgpuadm's systemd unit under <root>/etc/systemd/system, libvirt's qemu hook under
+<root>/etc/libvirt/hooks and the host-policy files, listed in HANDLERS like executor/kernel.py. Each kind's file
+goes through its io module, which checks the name's grammar again, keeps the path under the root and holds the
+file's mode; every undo checks first."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 from vgpuadm.executor import ExecContext, HandlerRow
-from vgpuadm.io.hookfile import read_hook, remove_hook, write_hook
-from vgpuadm.io.mdevctl import read_file, remove_file, write_file
-from vgpuadm.io.unitfile import read_unit, remove_unit, write_unit
-from vgpuadm.steps import (
-    RemoveHookFile,
-    RemoveMdevctlDefinition,
-    RemoveUnitFile,
-    WriteHookFile,
-    WriteMdevctlDefinition,
-    WriteUnitFile,
-)
+from vgpuadm.host.paths import POLICY_FILES
+from vgpuadm.io import hookfile, mdevctl, policyfile, unitfile
+from vgpuadm.steps import FILE_KINDS, HOST_POLICY, LIBVIRT_HOOK, MDEVCTL_DEFINITION, SYSTEMD_UNIT, WriteManagedFile
 
 
-def _apply_write(s: WriteMdevctlDefinition, ctx: ExecContext) -> None:
-    write_file(ctx.root, s.parent, s.uuid, s.text)
+class _Io(NamedTuple):
+    """A kind's io functions, each given the root and the file's name (the path below the kind's directory)."""
+
+    read: Callable[[str, str], str | None]
+    write: Callable[[str, str, str], object]
+    remove: Callable[[str, str], object]
 
 
-def _undo_write(s: WriteMdevctlDefinition, ctx: ExecContext) -> None:
-    current = read_file(ctx.root, s.parent, s.uuid)
-    if current == s.previous:
-        return
-    if s.previous is None:
-        remove_file(ctx.root, s.parent, s.uuid)
+def _parent_uuid(name: str) -> tuple[str, str]:
+    parent, _, uuid = name.partition("/")
+    return parent, uuid
+
+
+_POLICY_NAMES = {path: name for name, path in POLICY_FILES.items()}
+_IO: dict[str, _Io] = {
+    MDEVCTL_DEFINITION: _Io(
+        lambda root, name: mdevctl.read_file(root, *_parent_uuid(name)),
+        lambda root, name, text: mdevctl.write_file(root, *_parent_uuid(name), text=text),
+        lambda root, name: mdevctl.remove_file(root, *_parent_uuid(name)),
+    ),
+    SYSTEMD_UNIT: _Io(unitfile.read_unit, unitfile.write_unit, unitfile.remove_unit),
+    LIBVIRT_HOOK: _Io(hookfile.read_hook, hookfile.write_hook, hookfile.remove_hook),
+    HOST_POLICY: _Io(
+        policyfile.read_file, policyfile.write_file, lambda root, name: policyfile.write_file(root, name, None)
+    ),
+}
+
+
+def _name(s: WriteManagedFile) -> str:
+    directory = FILE_KINDS[s.file].directory
+    return s.path.removeprefix(directory + "/") if directory else _POLICY_NAMES.get(s.path, s.path)
+
+
+def _put(s: WriteManagedFile, ctx: ExecContext, text: str | None) -> None:
+    io = _IO[s.file]
+    if text is None:
+        io.remove(ctx.root, _name(s))
     else:
-        write_file(ctx.root, s.parent, s.uuid, s.previous)
+        io.write(ctx.root, _name(s), text)
 
 
-def _written(s: WriteMdevctlDefinition, ctx: ExecContext) -> bool:
-    return read_file(ctx.root, s.parent, s.uuid) == s.text
+def _read(s: WriteManagedFile, ctx: ExecContext) -> str | None:
+    return _IO[s.file].read(ctx.root, _name(s))
 
 
-def _apply_remove(s: RemoveMdevctlDefinition, ctx: ExecContext) -> None:
-    remove_file(ctx.root, s.parent, s.uuid)
-
-
-def _undo_remove(s: RemoveMdevctlDefinition, ctx: ExecContext) -> None:
-    if read_file(ctx.root, s.parent, s.uuid) is None:
-        write_file(ctx.root, s.parent, s.uuid, s.previous)
-
-
-def _undo_write_unit(s: WriteUnitFile, ctx: ExecContext) -> None:
-    current = read_unit(ctx.root, s.name)
-    if current == s.previous:
-        return
-    if s.previous is None:
-        remove_unit(ctx.root, s.name)
-    else:
-        write_unit(ctx.root, s.name, s.previous)
-
-
-def _apply_remove_unit(s: RemoveUnitFile, ctx: ExecContext) -> None:
-    remove_unit(ctx.root, s.name)
-
-
-def _undo_remove_unit(s: RemoveUnitFile, ctx: ExecContext) -> None:
-    if read_unit(ctx.root, s.name) is None:
-        write_unit(ctx.root, s.name, s.previous)
-
-
-def _undo_write_hook(s: WriteHookFile, ctx: ExecContext) -> None:
-    if read_hook(ctx.root, s.hook) == s.previous:
-        return
-    if s.previous is None:
-        remove_hook(ctx.root, s.hook)
-    else:
-        write_hook(ctx.root, s.hook, s.previous)
-
-
-def _undo_remove_hook(s: RemoveHookFile, ctx: ExecContext) -> None:
-    if read_hook(ctx.root, s.hook) is None:
-        write_hook(ctx.root, s.hook, s.previous)
-
-
-def _apply_remove_hook(s: RemoveHookFile, ctx: ExecContext) -> None:
-    remove_hook(ctx.root, s.hook)
+def _undo(s: WriteManagedFile, ctx: ExecContext) -> None:
+    if _read(s, ctx) != s.previous:
+        _put(s, ctx, s.previous)
 
 
 HANDLERS: list[HandlerRow] = [
-    (WriteMdevctlDefinition, _apply_write, _undo_write, _written),
-    (
-        RemoveMdevctlDefinition,
-        _apply_remove,
-        _undo_remove,
-        lambda s, ctx: read_file(ctx.root, s.parent, s.uuid) is None,
-    ),
-    (
-        WriteUnitFile,
-        lambda s, ctx: write_unit(ctx.root, s.name, s.text),
-        _undo_write_unit,
-        lambda s, ctx: read_unit(ctx.root, s.name) == s.text,
-    ),
-    (RemoveUnitFile, _apply_remove_unit, _undo_remove_unit, lambda s, ctx: read_unit(ctx.root, s.name) is None),
-    (
-        WriteHookFile,
-        lambda s, ctx: write_hook(ctx.root, s.hook, s.text),
-        _undo_write_hook,
-        lambda s, ctx: read_hook(ctx.root, s.hook) == s.text,
-    ),
-    (RemoveHookFile, _apply_remove_hook, _undo_remove_hook, lambda s, ctx: read_hook(ctx.root, s.hook) is None),
+    (WriteManagedFile, lambda s, ctx: _put(s, ctx, s.text), _undo, lambda s, ctx: _read(s, ctx) == s.text),
 ]

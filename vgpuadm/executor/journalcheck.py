@@ -5,7 +5,8 @@ matching its grammar (PCI addresses, UUIDs, type ids, driver, domain and unit na
 bound too: vgpu_params in their `k=v` form, device XML a <hostdev> element, metadata an element, mdevctl definitions
 JSON objects, unit files and descriptions printable text, each with a length limit, and no XML declaration, DOCTYPE
 or entity anywhere. Anything else is one UnsafeError naming /var/lib/vgpuadm/journal.json. The checks of free-text
-fields are declared with each step's fields (steps.check); the identity grammars by field name are here."""
+fields are declared with each step's fields (steps.check, narrowed by Step.checks); the identity grammars by field
+name are here. A step kind an older vgpuadm wrote (steps.LEGACY_KINDS) is checked as the step it is now."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 
 from vgpuadm.errors import UnsafeError
 from vgpuadm.model import PARENT_PATTERN, PCI_PATTERN, UUID_PATTERN
-from vgpuadm.steps import DRIVER, STEP_KINDS, line
+from vgpuadm.steps import DRIVER, STEP_KINDS, line, upgrade_step
 
 JOURNAL_HOST = "/var/lib/vgpuadm/journal.json"
 HINT = f"inspect {JOURNAL_HOST} and remove it by hand if no vgpuadm change was interrupted"
@@ -100,9 +101,10 @@ def check_document(doc: Any) -> None:
     for key in ("current", "done", "pid"):
         if key in doc and (not isinstance(doc[key], int) or isinstance(doc[key], bool) or doc[key] < 0):
             raise _bad(f"{key} is not a non-negative integer")
-    for step in plan["steps"]:
-        if not isinstance(step, dict):
+    for old in plan["steps"]:
+        if not isinstance(old, dict):
             raise _bad("a step is not an object")
+        step = upgrade_step(old)  # an older vgpuadm's kind, as the step it is now (steps.step_from_dict reads it so)
         cls = STEP_KINDS.get(str(step.get("kind")))
         if cls is None:
             raise _bad(f"unknown step kind {str(step.get('kind'))[:60]!r}")
@@ -110,9 +112,10 @@ def check_document(doc: Any) -> None:
         extra = sorted(set(step) - set(fields) - {"kind"})
         if extra:
             raise _bad(f"step {cls.kind} has unknown fields {', '.join(extra)}")
+        checks = cls.checks(step)
         for name, f in fields.items():
             if name not in step:
                 if f.default is dataclasses.MISSING:
                     raise _bad(f"step {cls.kind} lacks field {name}")
                 continue
-            _value(cls.kind, name, str(f.type), step[name], f.metadata.get("check", _ONE_LINE))
+            _value(cls.kind, name, str(f.type), step[name], checks.get(name, _ONE_LINE))

@@ -14,7 +14,7 @@ import stat
 import subprocess
 
 from vgpuadm.errors import HostIOError, UnsafeError
-from vgpuadm.executor import DRIVERS, ExecContext, HandlerRow, atomic_write_json, refuse_linked_dirs, unsafe_path
+from vgpuadm.executor import DRIVERS, ExecContext, HandlerRow, refuse_linked_dirs, unsafe_path, write_state
 from vgpuadm.executor.journalcheck import PCI as PCI_GRAMMAR
 from vgpuadm.host.root import HostRoot
 from vgpuadm.modes.base import join_params, same_params, split_params
@@ -305,7 +305,7 @@ def _bad_drivers(problem: str) -> UnsafeError:
 
 
 def _save_drivers(root: str, drivers: dict[str, str]) -> None:
-    atomic_write_json(os.path.join(root, DRIVERS), dict(sorted(drivers.items())), root=root)
+    write_state(root, os.path.join(root, DRIVERS), dict(sorted(drivers.items())))
 
 
 def _apply_record(s: RecordDrivers, ctx: ExecContext) -> None:

@@ -1,5 +1,6 @@
 """Apply / undo / is-applied handlers for the NVIDIA host-policy steps (vgpuadm.steps): nvidia-smi runs through
-host/nvidia_smi.py and its effect is read back (`-q`, `vgpu -ss`); the files go through io/policyfile.py."""
+host/nvidia_smi.py and its effect is read back (`-q`, `vgpu -ss`); their files are managed-file steps
+(executor/files.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ from vgpuadm.executor import ExecContext, HandlerRow
 from vgpuadm.host import nvidia_smi
 from vgpuadm.host.nvidia_smi_vgpu import parse_query_text, parse_scheduler_state
 from vgpuadm.host.root import HostRoot
-from vgpuadm.io.policyfile import read_file, write_file
-from vgpuadm.steps import SetHeterogeneousMode, SetVgpuScheduler, WritePolicyFile
+from vgpuadm.steps import SetHeterogeneousMode, SetVgpuScheduler
 
 WHY = "change the vGPU heterogeneous mode or scheduler"
 HINT = "a GPU refuses these changes while vGPUs exist on it; see `nvidia-smi -q` and `nvidia-smi vgpu -ss`"
@@ -59,11 +59,5 @@ HANDLERS: list[HandlerRow] = [
         lambda s, ctx: _set_sched(ctx, s.gpu_index, s.policy, s.timeslice_ms),
         lambda s, ctx: _set_sched(ctx, s.gpu_index, s.previous_policy, s.previous_timeslice_ms),
         lambda s, ctx: _sched(ctx, s.address) == (s.policy, s.timeslice_ms),
-    ),
-    (
-        WritePolicyFile,
-        lambda s, ctx: write_file(ctx.root, s.name, s.text),
-        lambda s, ctx: write_file(ctx.root, s.name, s.previous) if read_file(ctx.root, s.name) != s.previous else None,
-        lambda s, ctx: read_file(ctx.root, s.name) == s.text,
     ),
 ]

@@ -6,8 +6,12 @@ component of `rel` with `dir_fd` + O_NOFOLLOW (+ O_DIRECTORY for directories), s
 component and nothing resolves outside `top` — whatever links a root, an archive or a recording holds (no text
 check of a path can see a chain of relative links). `rel` is a plain relative path: no `..`, `.` or empty part.
 Reads take regular files only (the type is checked first, and the open is O_NONBLOCK, so a FIFO never hangs) and
-are size-limited; writes are atomic (a temp file created O_EXCL|O_NOFOLLOW in the same directory, fsync, rename,
-directory fsync) with an exact mode whatever the umask; directories they create get an exact mode too.
+are size-limited. `write_beneath` is vgpuadm's one atomic writer — host configuration, the executor's state
+(journal, drivers.json), snapshot archives, report files: a temp file with an unguessable name created
+O_EXCL|O_NOFOLLOW in the same directory, fsync, rename, directory fsync (each fsync optional), an exact mode
+whatever the umask; directories it creates get an exact mode too. `confine=False` lets the kernel follow links
+among the directories above the file (the executor's state on `/`, where no link can lead out of the root); the
+file itself is always replaced, never written through.
 
 The low-level functions raise OSError (a `BeneathError` with a one-line reason naming the host path for a link,
 a non-regular file or a too-large file); read_config/write_config/remove_config turn OSError into a HostIOError
@@ -36,6 +40,7 @@ class BeneathError(OSError):
 
     def __init__(self, code: int, shown: str, reason: str) -> None:
         super().__init__(code, f"{shown} {reason}")
+        self.shown = shown
         self.reason = reason
 
 
@@ -60,22 +65,22 @@ def _shown(parts: list[str]) -> str:
     return "/" + "/".join(parts)
 
 
-def _open_dir(top: str, parts: list[str], create: int | None = None) -> int:
-    """A descriptor of directory top/parts…, each component opened without following a link; missing ones are
-    created with mode `create` (exact) when it is given, else FileNotFoundError."""
+def _open_dir(top: str, parts: list[str], create: int | None = None, confine: bool = True) -> int:
+    """A descriptor of directory top/parts…, each component opened without following a link (unless not
+    `confine`); missing ones are created with mode `create` (exact) when it is given, else FileNotFoundError."""
     fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for i, part in enumerate(parts):
             made = False
             try:
-                nfd = _open_child_dir(fd, part, parts[: i + 1])
+                nfd = _open_child_dir(fd, part, parts[: i + 1], confine)
             except FileNotFoundError:
                 if create is None:
                     raise
                 with contextlib.suppress(FileExistsError):  # made meanwhile: opened below, never followed
                     os.mkdir(part, 0o700, dir_fd=fd)
                     made = True
-                nfd = _open_child_dir(fd, part, parts[: i + 1])
+                nfd = _open_child_dir(fd, part, parts[: i + 1], confine)
             os.close(fd)
             fd = nfd
             if made and create is not None:
@@ -86,9 +91,9 @@ def _open_dir(top: str, parts: list[str], create: int | None = None) -> int:
     return fd
 
 
-def _open_child_dir(fd: int, part: str, shown: list[str]) -> int:
+def _open_child_dir(fd: int, part: str, shown: list[str], confine: bool = True) -> int:
     try:
-        return os.open(part, _DIR, dir_fd=fd)
+        return os.open(part, _DIR if confine else _DIR & ~os.O_NOFOLLOW, dir_fd=fd)
     except OSError as exc:
         if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
             raise
@@ -154,17 +159,21 @@ def read_beneath(top: str, rel: str, *, limit: int = MAX_CONFIG, truncate: bool 
         os.close(fd)
 
 
-def write_beneath(
-    top: str, rel: str, data: bytes, *, mode: int, dir_mode: int = 0o755, sync: bool = True, sync_dir: bool = True
-) -> None:
+def _temp_name(name: str) -> str:
+    return f".{name[:180]}.vgpuadm.{os.urandom(8).hex()}.tmp"  # unguessable, in the same directory
+
+
+def write_beneath(top: str, rel: str, data: bytes, *, mode: int, dir_mode: int = 0o755, sync: bool = True,
+                  sync_dir: bool = True, confine: bool = True) -> None:  # fmt: skip
     """Replace file `rel` under `top` with `data` atomically (a crash leaves the old or the new file), mode `mode`
     whatever the umask; missing directories are created with `dir_mode`. A link or FIFO at `rel` is replaced, never
-    written through. sync=False skips the fsyncs, sync_dir=False the directory's."""
+    written through. sync=False skips the fsyncs, sync_dir=False the directory's; confine=False follows links among
+    the directories below `top` (see the module's docstring)."""
     parts = parts_of(rel)
-    dfd = _open_dir(top, parts[:-1], dir_mode)
+    dfd = _open_dir(top, parts[:-1], dir_mode, confine)
     try:
         name = parts[-1]
-        tmp = f".{name[:180]}.vgpuadm.{os.urandom(8).hex()}.tmp"  # unguessable, in the same directory
+        tmp = _temp_name(name)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
         try:
             try:
@@ -328,16 +337,6 @@ def fsync_dir(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def write_atomic(path: str, text: str, *, mode: int = 0o644, dir_mode: int = 0o755) -> None:
-    """Replace `path` with `text` so that a crash leaves the old or the new file (write_beneath in its directory,
-    which is created with `dir_mode` when missing)."""
-    directory = os.path.dirname(path) or "."
-    if not os.path.isdir(directory):
-        os.makedirs(directory, exist_ok=True)
-        os.chmod(directory, dir_mode)
-    write_beneath(directory, os.path.basename(path), text.encode("utf-8"), mode=mode, dir_mode=dir_mode)
 
 
 # --- configuration files under a host root ------------------------------------------------------------------------

@@ -20,4 +20,11 @@ LIBVIRT_DOMAIN_DIRS = (
     ("/etc/libvirt/qemu", "/run/libvirt/qemu"),
     (f"{EMBED_LIBVIRT}/etc/qemu", f"{EMBED_LIBVIRT}/run/qemu"),
 )
+UNIT_DIR = "/etc/systemd/system"  # vgpuadm's systemd unit (io/unitfile.py)
+# The files that keep NVIDIA host policies across a reboot and the on-demand MIG record (io/policyfile.py), by name.
+POLICY_FILES = {
+    "modprobe": "/etc/modprobe.d/vgpuadm-nvidia.conf",
+    "state": f"{STATE_DIR}/gpus.json",
+    "on-demand-mig": f"{STATE_DIR}/on-demand-mig.json",
+}
 LIBVIRT_HOOKS = "/etc/libvirt/hooks"  # where libvirtd looks for its qemu hook (the file qemu, the directory qemu.d)

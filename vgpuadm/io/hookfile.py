@@ -1,8 +1,8 @@
 """libvirt's qemu hook as vgpuadm installs it under <root>/etc/libvirt/hooks: its text (templates/libvirt-hook/,
 the one source, with the vgpuadm command filled in) and its files. Either `qemu.d/vgpuadm` (libvirt ≥ 6.5 runs
 every executable in hooks/qemu.d/) or the single `qemu` script, which chains a script that was there before
-(kept beside it as `qemu.vgpuadm-chained`). Commands write and remove them through the WriteHookFile/RemoveHookFile
-steps (lock, journal, undo): atomically, 0755, never through a symlink."""
+(kept beside it as `qemu.vgpuadm-chained`). Commands write and remove them through managed-file steps
+(steps.WriteManagedFile: lock, journal, undo): atomically, 0755, never through a symlink."""
 
 from __future__ import annotations
 

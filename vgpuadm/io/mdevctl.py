@@ -171,7 +171,7 @@ def read_definitions(root: str) -> list[Definition]:
 
 def write_definition(root: str, d: Definition) -> bool:
     """Write one definition atomically (see write_file). False when the file already says the same. Commands go
-    through the WriteMdevctlDefinition step instead (lock, journal, undo)."""
+    through a managed-file step instead (steps.WriteManagedFile: lock, journal, undo)."""
     text = render(d)
     if read_file(root, d.parent, d.uuid) == text:
         return False

@@ -8,8 +8,8 @@ record of the MIG GPU instances the qemu hook made for on-demand vGPUs:
   /var/lib/vgpuadm/on-demand-mig.json  (0600) on-demand vGPU (mdev UUID or VF address) → the GPU instance the hook
                                        made for it (profile id:start), so that its stop destroys that one and no other
 
-Both are written through the WritePolicyFile step (lock, journal, undo); reads never follow a symlink; the texts
-are catalog/hetero.py's (the state file is read back as untrusted input, its grammar checked there)."""
+They are written through managed-file steps (steps.WriteManagedFile: lock, journal, undo); reads never follow a
+symlink; the texts are catalog/hetero.py's (the state file is read back as untrusted input, its grammar checked there)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ import re
 
 from vgpuadm.errors import UsageError
 from vgpuadm.host.files import file_error, read_beneath, remove_beneath, write_beneath
+from vgpuadm.host.paths import POLICY_FILES
 
-FILES = {  # name → (host path, mode, directory mode)
-    "modprobe": ("/etc/modprobe.d/vgpuadm-nvidia.conf", 0o644, 0o755),
-    "state": ("/var/lib/vgpuadm/gpus.json", 0o600, 0o700),
-    "on-demand-mig": ("/var/lib/vgpuadm/on-demand-mig.json", 0o600, 0o700),
-}
+MODES = {"modprobe": (0o644, 0o755), "state": (0o600, 0o700), "on-demand-mig": (0o600, 0o700)}  # file, directory
+FILES = {
+    name: (POLICY_FILES[name], mode, dir_mode) for name, (mode, dir_mode) in MODES.items()
+}  # name → (host path, …)
 MAX_MADE = 512  # on-demand vGPUs with a recorded GPU instance (the journal holds the text: 64 KiB)
 _DEVICE = re.compile(
     r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7])$"

@@ -37,34 +37,28 @@ HINT = "give an archive written by `vgpuadm snapshot OUT.tar.gz`"
 
 
 def write(path: str, members: Iterable[Member]) -> int:
-    """Write the archive atomically (0600: it describes the host); returns the member count. Deterministic:
-    sorted names, owner root, time 0."""
+    """Write the archive atomically (0600: it describes the host; host/files.write_beneath in its directory);
+    returns the member count. Deterministic: sorted names, owner root, time 0."""
     import io
 
-    tmp = f"{path}.tmp{os.getpid()}"
     count = 0
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT) as tf:
-            for m in sorted(members, key=lambda m: m.path):
-                info = tarfile.TarInfo(m.path.lstrip("/"))
-                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "root", "root"
-                info.mode = m.mode
-                if m.kind == "dir":
-                    info.type = tarfile.DIRTYPE
-                    tf.addfile(info)
-                elif m.kind == "link":
-                    info.type, info.linkname, info.mode = tarfile.SYMTYPE, m.target, 0o777
-                    tf.addfile(info)
-                else:
-                    info.size = len(m.data)
-                    tf.addfile(info, io.BytesIO(m.data))
-                count += 1
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tf:
+        for m in sorted(members, key=lambda m: m.path):
+            info = tarfile.TarInfo(m.path.lstrip("/"))
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "root", "root"
+            info.mode = m.mode
+            if m.kind == "dir":
+                info.type = tarfile.DIRTYPE
+                tf.addfile(info)
+            elif m.kind == "link":
+                info.type, info.linkname, info.mode = tarfile.SYMTYPE, m.target, 0o777
+                tf.addfile(info)
+            else:
+                info.size = len(m.data)
+                tf.addfile(info, io.BytesIO(m.data))
+            count += 1
+    write_beneath(os.path.dirname(os.path.abspath(path)), os.path.basename(path), buf.getvalue(), mode=0o600)
     return count
 
 

@@ -1,6 +1,7 @@
 """The systemd unit that runs `vgpuadm restore` at boot: its text (templates/systemd/, the one source, ExecStart
 filled in with the vgpuadm command that installs it) and its file under <root>/etc/systemd/system. Commands write
-and remove it through the WriteUnitFile/RemoveUnitFile steps (lock, journal, undo); reads never follow a symlink."""
+and remove it through a managed-file step (steps.WriteManagedFile: lock, journal, undo); reads never follow a
+symlink."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from collections.abc import Sequence
 
 from vgpuadm.errors import UsageError
 from vgpuadm.host.files import read_config, remove_config, write_config
+from vgpuadm.host.paths import UNIT_DIR
 from vgpuadm.virt.templating import readme_path, template_dir
 
-UNIT_DIR = "/etc/systemd/system"
 RESTORE_UNIT = "vgpuadm-restore.service"
 UNITS = (RESTORE_UNIT,)
 _MARK = "ExecStart=@VGPUADM@"

@@ -26,7 +26,7 @@ from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan import ondemand
 from vgpuadm.plan.domains import Domains, device_keys
 from vgpuadm.plan.guest import remove_steps
-from vgpuadm.steps import Plan, RemoveHookFile, Step, WriteHookFile, WritePolicyFile
+from vgpuadm.steps import LIBVIRT_HOOK, Plan, Step, WriteManagedFile, WritePolicyFile
 from vgpuadm.virt import hookcall
 from vgpuadm.virt.conn import library_version
 from vgpuadm.virt.xml import domain_identity
@@ -118,6 +118,11 @@ def _stop_plan(s: Session, domain_xml: str, wanted: Sequence[Allocation],
     release, _state = plan_mig.release(snap, host_mig.read_host(s.root), gone)
     rest = {k: v for k, v in made.items() if k not in {a.uuid or a.address for a in gone}}
     return Plan.of([*plan.steps, *release, WritePolicyFile(MADE, made_text(rest), text)], plan.summary), left
+
+
+def _hook(name: str, text: str | None, previous: str | None) -> WriteManagedFile:
+    """The step writing (text None: removing) vgpuadm's hook file `name` (io/hookfile.py NAMES)."""
+    return WriteManagedFile(LIBVIRT_HOOK, hookfile.host_path(name), text, previous)
 
 
 def _made_for(snap: HostSnapshot, a: Allocation, instance: str) -> Allocation:
@@ -233,9 +238,9 @@ def install(
                     f"{hookfile.host_path(hookfile.CHAINED)} exists already",
                     "merge them by hand, or use the hooks/qemu.d/ directory (vgpuadm hook install)",
                 )
-            steps.append(WriteHookFile(hookfile.CHAINED, previous, None))
+            steps.append(_hook(hookfile.CHAINED, previous, None))
         if previous != text or hookfile.mode_and_owner(r, name) != (hookfile.MODE, 0):
-            steps.append(WriteHookFile(name, text, previous))
+            steps.append(_hook(name, text, previous))
         if name == hookfile.SCRIPT and (steps or hookfile.read_hook(r, hookfile.CHAINED) is not None):
             chained = hookfile.host_path(hookfile.CHAINED)
         plan = Plan.of(steps, f"install the vgpuadm qemu hook {hookfile.host_path(name)}")
@@ -257,16 +262,16 @@ def uninstall(root: str | None, *, dry_run: bool = False) -> HookInstallResult:
         shown = hookfile.host_path(hookfile.DIR_HOOK)
         mine = hookfile.read_hook(r, hookfile.DIR_HOOK)
         if mine is not None and hookfile.is_ours(mine):
-            steps.append(RemoveHookFile(hookfile.DIR_HOOK, mine))
+            steps.append(_hook(hookfile.DIR_HOOK, None, mine))
         script = hookfile.read_hook(r, hookfile.SCRIPT)
         if script is not None and hookfile.is_ours(script):
             shown = hookfile.host_path(hookfile.SCRIPT)
             kept = hookfile.read_hook(r, hookfile.CHAINED)
             if kept is not None:
-                steps += [WriteHookFile(hookfile.SCRIPT, kept, script), RemoveHookFile(hookfile.CHAINED, kept)]
+                steps += [_hook(hookfile.SCRIPT, kept, script), _hook(hookfile.CHAINED, None, kept)]
                 chained = hookfile.host_path(hookfile.CHAINED)
             else:
-                steps.append(RemoveHookFile(hookfile.SCRIPT, script))
+                steps.append(_hook(hookfile.SCRIPT, None, script))
         plan = Plan.of(steps, "remove the vgpuadm qemu hook")
         applied = s.execute(plan, dry_run=dry_run).applied if steps else ()
         return HookInstallResult(shown, (), plan, tuple(applied), dry_run, False, False, chained)

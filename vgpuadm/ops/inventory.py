@@ -10,10 +10,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vgpuadm import modes
-from vgpuadm.errors import ConflictError, LibvirtError, LibvirtMissingError, VgpuadmError
+from vgpuadm.errors import ConflictError, HostIOError, LibvirtError, LibvirtMissingError, VgpuadmError
 from vgpuadm.executor import pending_error, read_journal
 from vgpuadm.host import mig as host_mig
 from vgpuadm.host import nvidia_smi
+from vgpuadm.host.files import write_beneath
 from vgpuadm.io.domainxml import read_domain_dir
 from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.ops.session import Session
@@ -22,6 +23,16 @@ from vgpuadm.report.inventory import inventory as build_inventory
 from vgpuadm.report.listing import vm_rows, vm_view
 from vgpuadm.report.merge import load_report, merge
 from vgpuadm.report.mig import gpu_occupancy, instance_rows, made_by
+
+
+def write_report(path: str, text: str) -> None:
+    """A report file (`inventory -o`), 0644, replaced atomically by the one writer (host/files.write_beneath, in the
+    file's directory, which must exist): node_exporter and web servers never read half a file."""
+    try:
+        write_beneath(os.path.dirname(os.path.abspath(path)), os.path.basename(path), text.encode("utf-8"), mode=0o644)
+    except OSError as exc:
+        raise HostIOError(f"cannot write {path}: {exc.strerror}", "check the directory exists and is writable",
+                          path=path, errno=exc.errno) from None  # fmt: skip
 
 
 def _now() -> str:

@@ -1,7 +1,7 @@
 """mdevctl interop: `mdevctl export` writes an mdevctl definition (start=auto) per mdev the domains own, so
 mdevctl's udev rule can bring them back at boot; `mdevctl import` creates the mdevs definitions describe. Both run in
 one Session under the host lock; the mdevs are planned by the mdev mode like every other create, the definition
-files written by WriteMdevctlDefinition steps through the same executor (journal, undo)."""
+files written by managed-file steps (WriteManagedFile) through the same executor (journal, undo)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from vgpuadm.io.domainxml import read_domain_dir
 from vgpuadm.model import Allocation
 from vgpuadm.modes.mdev import MODE as MDEV
 from vgpuadm.ops.session import Session
-from vgpuadm.steps import CreateMdev, Plan, Step, WriteMdevctlDefinition
+from vgpuadm.steps import MDEVCTL_DEFINITION, CreateMdev, Plan, Step, WriteManagedFile
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def export(
             previous = mdevctl.read_file(s.root.path, d.parent, d.uuid)  # also checks parent, UUID and path
             out.append((d, previous != text))
             if previous != text:
-                steps.append(WriteMdevctlDefinition(d.parent, d.uuid, text, previous))
+                steps.append(WriteManagedFile(MDEVCTL_DEFINITION, d.host_path, text, previous))
         plan = Plan.of(steps, "write mdevctl definitions")
         s.execute(plan, dry_run=dry_run)  # lock (held), journal, undo
         return ExportResult(out, plan, dry_run)

@@ -1,7 +1,7 @@
 """`vgpuadm unit install|uninstall|status`: the systemd unit that runs `vgpuadm restore` at boot, written to
 <root>/etc/systemd/system with ExecStart naming the vgpuadm being run (a pip/pipx install has no /usr/bin/vgpuadm).
-The file is written by a WriteUnitFile step through the executor (lock, journal, undo); systemctl is left to the
-user (daemon-reload, enable), as the next step the command prints."""
+The file is written by a managed-file step (WriteManagedFile) through the executor (lock, journal, undo); systemctl
+is left to the user (daemon-reload, enable), as the next step the command prints."""
 
 from __future__ import annotations
 
@@ -13,9 +13,15 @@ from typing import Any
 
 from vgpuadm.io import unitfile
 from vgpuadm.ops.session import Session
-from vgpuadm.steps import Plan, RemoveUnitFile, Step, WriteUnitFile
+from vgpuadm.steps import SYSTEMD_UNIT, Plan, Step, WriteManagedFile
 
 NEXT_STEP = f"systemctl daemon-reload && systemctl enable {unitfile.RESTORE_UNIT}"
+
+
+def _steps(text: str | None, previous: str | None) -> list[Step]:
+    """The step making the unit's file `text` (None: no file) where it is `previous`; none when it is that already."""
+    unit = unitfile.host_path(unitfile.RESTORE_UNIT)
+    return [] if previous == text else [WriteManagedFile(SYSTEMD_UNIT, unit, text, previous)]
 
 
 def vgpuadm_command(argv0: str | None = None) -> list[str]:
@@ -78,8 +84,7 @@ def install(root: str | None, *, dry_run: bool = False, command: list[str] | Non
     text = unitfile.render(cmd)
 
     def make(previous: str | None) -> tuple[Plan, list[str], str]:
-        steps: list[Step] = [] if previous == text else [WriteUnitFile(unitfile.RESTORE_UNIT, text, previous)]
-        return Plan.of(steps, f"install {unitfile.RESTORE_UNIT}"), cmd, text
+        return Plan.of(_steps(text, previous), f"install {unitfile.RESTORE_UNIT}"), cmd, text
 
     return _run(root, dry_run, make)
 
@@ -88,8 +93,7 @@ def uninstall(root: str | None, *, dry_run: bool = False) -> UnitResult:
     """Remove the restore unit's file (systemctl disable is the user's, before)."""
 
     def make(previous: str | None) -> tuple[Plan, list[str], str | None]:
-        steps: list[Step] = [] if previous is None else [RemoveUnitFile(unitfile.RESTORE_UNIT, previous)]
-        return Plan.of(steps, f"remove {unitfile.RESTORE_UNIT}"), [], None
+        return Plan.of(_steps(None, previous), f"remove {unitfile.RESTORE_UNIT}"), [], None
 
     return _run(root, dry_run, make)
 

@@ -49,13 +49,6 @@ def text(families: _Families) -> str:
     return generate_latest(families.registry()).decode("utf-8")
 
 
-def write_textfile(path: str, families: _Families) -> None:
-    """The textfile for node_exporter, written to a temporary file beside it and renamed over it (OSError as is)."""
-    from prometheus_client import write_to_textfile
-
-    write_to_textfile(path, families.registry())
-
-
 def _bytes(mib: int | None) -> int | None:
     return None if mib is None else mib * MIB
 
