@@ -100,6 +100,37 @@ def build_app() -> Any:
             f" ({'every time' if times == 0 else f'{times} time(s)'}, after {after} success(es))"
         )
 
+    @app.command(
+        "usage",
+        epilog="Examples: vgpuadm sim usage /tmp/h 3b1c… --vm-uuid $(virsh domuuid web01) --gpu 31 --fb-used 3174 · "
+        "vgpuadm sim usage /tmp/h 0000:01:00.0 --gpu 40 (a GPU's own figures) · vgpuadm sim usage /tmp/h 3b1c… --stop",
+    )
+    def usage_cmd(
+        ctx: typer.Context,
+        directory: str = typer.Argument(..., help="A simulated host root."),
+        device: str = typer.Argument(..., help="An mdev UUID or layout C VF (a guest runs on it), or a GPU's address."),
+        vm_uuid: str = typer.Option(None, "--vm-uuid", help="The VM's UUID (libvirt's domain UUID)."),
+        vm_name: str = typer.Option("", "--vm-name", help="The VM's name as QEMU's -name shows it."),
+        fb_used: int = typer.Option(0, "--fb-used", metavar="MIB", help="Frame buffer used, MiB."),
+        gpu: int = typer.Option(0, "--gpu", metavar="PERCENT", help="GPU utilization."),
+        memory: int = typer.Option(0, "--memory", metavar="PERCENT", help="Memory utilization."),
+        encoder: int = typer.Option(0, "--encoder", metavar="PERCENT", help="Encoder utilization (vGPU)."),
+        decoder: int = typer.Option(0, "--decoder", metavar="PERCENT", help="Decoder utilization (vGPU)."),
+        license_: str = typer.Option("Licensed", "--license", help="Licensed, 'Unlicensed (Restricted)', …"),
+        stop: bool = typer.Option(False, "--stop", help="The guest stopped: the vGPU is no longer active."),
+    ) -> None:  # fmt: skip
+        """Set the usage the simulated driver reports (nvidia-smi vgpu -q, --query-gpu) for a vGPU or a GPU."""
+        console = ctx.obj["console"]
+        if vm_uuid is None and not stop:
+            api.sim_gpu_usage(directory, device, {"gpu": gpu, "memory": memory, "fb_used_mib": fb_used})
+            console.line(f"GPU {device} on {directory} reports {gpu} % GPU, {memory} % memory, {fb_used} MiB used")
+            return
+        figures = None if stop else {"vm_uuid": vm_uuid.lower(), "vm_name": vm_name, "fb_used_mib": fb_used,
+                                     "gpu": gpu, "memory": memory, "encoder": encoder, "decoder": decoder,
+                                     "license": license_}  # fmt: skip
+        api.sim_vgpu_usage(directory, device, figures)
+        console.line(f"{device} on {directory}: " + ("no guest runs on it" if stop else f"VM {vm_uuid} runs on it"))
+
     @app.command("list", epilog="Example: vgpuadm sim list --json")
     def list_cmd(
         ctx: typer.Context,

@@ -28,10 +28,13 @@ MIG_GI_PLACEMENTS = ("mig", "-lgipp")
 MIG_GPU_INSTANCES = ("mig", "-lgi")
 READS = (VGPU_SUPPORTED, QUERY, QUERY_XML, VGPU_QUERY, VGPU_SCHEDULER, MIG_GI_PROFILES, MIG_GI_PLACEMENTS,
          MIG_GPU_INSTANCES)  # fmt: skip
+# Live figures (the exporter's): read like the others, never captured (a snapshot's would be stale at once).
+GPU_USAGE = ("--query-gpu=pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total", "--format=csv")
+LIVE_READS = (GPU_USAGE,)
 
 
 def _check_read(args: tuple[str, ...]) -> None:
-    if args not in READS:
+    if args not in READS and args not in LIVE_READS:
         raise ValueError(f"nvidia-smi {' '.join(args)} is not in host/nvidia_smi.READS (a snapshot would miss it)")
 
 

@@ -22,6 +22,7 @@ from vgpuadm.modes.base import (
     split_params,
 )
 from vgpuadm.steps import CreateMdev, Plan, RemoveMdev, SetVgpuParams, Step
+from vgpuadm.usage import DriverUsage, VgpuUsage
 from vgpuadm.virt import xml
 
 
@@ -88,6 +89,10 @@ class MdevMode(Mode):
 
     def host_device(self, a: Allocation) -> str | None:
         return a.parent
+
+    def usage(self, snapshot: HostSnapshot, a: Allocation, driver: DriverUsage) -> VgpuUsage | None:
+        """An mdev's record names it: its MDEV UUID (on a MIG-backed type too: the record says its GPU instance)."""
+        return next((v for v in driver.vgpus if a.uuid and v.mdev_uuid == a.uuid), None)
 
     def current_params(self, snapshot: HostSnapshot, a: Allocation) -> str | None:
         m = snapshot.mdevs.get(a.uuid or "")

@@ -18,6 +18,11 @@ from vgpuadm.steps import Plan, RemoveUnitFile, Step, WriteUnitFile
 NEXT_STEP = f"systemctl daemon-reload && systemctl enable {unitfile.RESTORE_UNIT}"
 
 
+def next_step(name: str) -> str:
+    """What the user runs after `name` is installed."""
+    return f"systemctl daemon-reload && systemctl enable {'--now ' if name != unitfile.RESTORE_UNIT else ''}{name}"
+
+
 def vgpuadm_command(argv0: str | None = None) -> list[str]:
     """The absolute command that runs this vgpuadm: the console script it was started as (sys.argv[0], looked up
     on PATH when bare), else this interpreter with `-m vgpuadm`."""
@@ -54,44 +59,45 @@ class UnitResult:
             "installed": self.installed,
             "current": self.current,
             "steps": self.plan.describe(),
-            "next": NEXT_STEP if self.installed else "",
+            "next": next_step(self.unit) if self.installed else "",
         }
 
 
-def _run(root: str | None, dry_run: bool, make: Any) -> UnitResult:
+def _run(root: str | None, dry_run: bool, make: Any, name: str = unitfile.RESTORE_UNIT) -> UnitResult:
     with Session.changing(root, dry_run=dry_run, needs_sys=False) as s:
-        previous = unitfile.read_unit(s.root.path, unitfile.RESTORE_UNIT)
+        previous = unitfile.read_unit(s.root.path, name)
         plan, command, text = make(previous)
         result = s.execute(plan, dry_run=dry_run) if not plan.empty else None
         applied = result.applied if result else ()
-        after = previous if dry_run or plan.empty else unitfile.read_unit(s.root.path, unitfile.RESTORE_UNIT)
+        after = previous if dry_run or plan.empty else unitfile.read_unit(s.root.path, name)
         if dry_run and not plan.empty:
             after = text
-        return UnitResult(unitfile.RESTORE_UNIT, unitfile.host_path(unitfile.RESTORE_UNIT), tuple(command), plan,
+        return UnitResult(name, unitfile.host_path(name), tuple(command), plan,
                           applied, dry_run, after is not None, after is not None and after == text)  # fmt: skip
 
 
-def install(root: str | None, *, dry_run: bool = False, command: list[str] | None = None) -> UnitResult:
-    """Write the restore unit with ExecStart running `command` (default: this vgpuadm); nothing to do when the
-    file already says exactly that."""
+def install(root: str | None, *, dry_run: bool = False, command: list[str] | None = None,
+            name: str = unitfile.RESTORE_UNIT) -> UnitResult:  # fmt: skip
+    """Write unit `name` (the restore unit by default) with ExecStart running `command` (default: this vgpuadm);
+    nothing to do when the file already says exactly that."""
     cmd = command or vgpuadm_command()
-    text = unitfile.render(cmd)
+    text = unitfile.render(cmd, name)
 
     def make(previous: str | None) -> tuple[Plan, list[str], str]:
-        steps: list[Step] = [] if previous == text else [WriteUnitFile(unitfile.RESTORE_UNIT, text, previous)]
-        return Plan.of(steps, f"install {unitfile.RESTORE_UNIT}"), cmd, text
+        steps: list[Step] = [] if previous == text else [WriteUnitFile(name, text, previous)]
+        return Plan.of(steps, f"install {name}"), cmd, text
 
-    return _run(root, dry_run, make)
+    return _run(root, dry_run, make, name)
 
 
-def uninstall(root: str | None, *, dry_run: bool = False) -> UnitResult:
-    """Remove the restore unit's file (systemctl disable is the user's, before)."""
+def uninstall(root: str | None, *, dry_run: bool = False, name: str = unitfile.RESTORE_UNIT) -> UnitResult:
+    """Remove unit `name`'s file (systemctl disable is the user's, before)."""
 
     def make(previous: str | None) -> tuple[Plan, list[str], str | None]:
-        steps: list[Step] = [] if previous is None else [RemoveUnitFile(unitfile.RESTORE_UNIT, previous)]
-        return Plan.of(steps, f"remove {unitfile.RESTORE_UNIT}"), [], None
+        steps: list[Step] = [] if previous is None else [RemoveUnitFile(name, previous)]
+        return Plan.of(steps, f"remove {name}"), [], None
 
-    return _run(root, dry_run, make)
+    return _run(root, dry_run, make, name)
 
 
 def status(root: str | None, *, command: list[str] | None = None) -> UnitResult:
