@@ -5,7 +5,8 @@ One sample = the driver's usage (`nvidia-smi vgpu -q` and `--query-gpu`, parsed 
 host snapshot and the one domain scan, joined by report/usage.py. A scrape never waits on the driver longer than
 `timeout`: the sample is taken in a worker thread (one at a time); when it has not finished in time, or failed, the
 scrape serves the last good sample with `vgpuadm_driver_up 0`, and `vgpuadm_exporter_sample_age_seconds` says how
-old it is. A read still running when the next scrape comes is waited for, never started twice.
+old it is. A read still running when the next scrape comes is waited for, never started twice. A host without
+nvidia-smi (no NVIDIA driver) has its devices listed, with no usage and `vgpuadm_driver_up 0`.
 
 Domains come from libvirt (one connection per sample, closed after it), except on a simulated root's own embedded
 driver, which a process may start only once and whose pid-file lock would keep every other vgpuadm out of the root
@@ -58,8 +59,11 @@ def check_timeout(seconds: float) -> float:
     return seconds
 
 
-def read_driver(s: Session) -> DriverUsage:
-    """The driver's usage now; HostIOError when nvidia-smi is missing or fails."""
+def read_driver(s: Session) -> DriverUsage | None:
+    """The driver's usage now; None on a host without nvidia-smi (no NVIDIA driver to ask: the devices are listed,
+    with no usage); HostIOError when it fails."""
+    if nvidia_smi.locate(s.root) is None:
+        return None
     out = []
     for args in (nvidia_smi.VGPU_QUERY, nvidia_smi.GPU_USAGE):
         result = nvidia_smi.read(s.root, args, WHY)
@@ -76,6 +80,7 @@ class Sample:
     driver: DriverUsage
     taken: float  # time.time() when it finished
     duration: float  # seconds it took
+    driver_read: bool = True  # False: no nvidia-smi on this host
 
 
 def take_sample(root: str | None, connect: str | None = None) -> Sample:
@@ -84,8 +89,8 @@ def take_sample(root: str | None, connect: str | None = None) -> Sample:
     with Session.read(root, connect) as s:
         driver = read_driver(s)
         domains = s.domains_on_disk() if s.uri == embed_uri(s.root.path) else s.domains()
-        rows = join(s.snap, domains, driver)
-    return Sample(rows, driver, time.time(), time.monotonic() - start)
+        rows = join(s.snap, domains, driver or DriverUsage())
+    return Sample(rows, driver or DriverUsage(), time.time(), time.monotonic() - start, driver is not None)
 
 
 class Exporter:
@@ -120,8 +125,8 @@ class Exporter:
                 return False
             self._worker, fresh = None, self._fresh
             if isinstance(fresh, Sample):
-                self.last, self.error = fresh, None
-                return True
+                self.last, self.error = fresh, None if fresh.driver_read else "no nvidia-smi on this host"
+                return fresh.driver_read
             self.error = fresh.message if isinstance(fresh, VgpuadmError) else "no sample"
             return False
 

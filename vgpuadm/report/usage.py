@@ -21,6 +21,8 @@ from vgpuadm.usage import DriverUsage, GpuUsage, VgpuUsage
 LABELS = ("domain", "domain_uuid", "device", "gpu", "type", "mode", "mig_instance")
 ENGINES = ("gpu", "memory", "encoder", "decoder")
 MIG_NOTE = "no sample on a GPU with MIG on: NVML does not support utilization there"
+DEVICE_UTIL_HELP = f"Utilization of the device by engine (0-1); {MIG_NOTE}."
+GPU_UTIL_HELP = f"Utilization of the physical GPU by engine (0-1); {MIG_NOTE}."
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,9 @@ def _record_figures(record: VgpuUsage | GpuUsage) -> Iterator[tuple[str, int | N
 def families(rows: list[DeviceRow], driver: DriverUsage, m: _Families | None = None) -> _Families:
     """The usage families of one sample (added to `m` when given)."""
     m = m or _Families()
+    # declared first, so that their HELP says why a GPU with MIG on has no sample
+    m.declare("vgpuadm_device_utilization_ratio", DEVICE_UTIL_HELP, [*LABELS, "engine"])
+    m.declare("vgpuadm_gpu_utilization_ratio", GPU_UTIL_HELP, ["gpu", "engine"])
     for row in rows:
         labels = dict(zip(LABELS, row.labels, strict=True))
         m.add("vgpuadm_device_info", "One series per GPU device (vGPU, VF, passed-through GPU) with the domain that "
@@ -103,7 +108,7 @@ def families(rows: list[DeviceRow], driver: DriverUsage, m: _Families | None = N
               labels, _bytes(r.fb_used_mib))  # fmt: skip
         m.add("vgpuadm_device_fb_total_bytes", "Frame buffer of the device.", labels, _bytes(r.fb_total_mib))
         for engine, percent in _record_figures(r):
-            m.add("vgpuadm_device_utilization_ratio", f"Utilization of the device by engine (0-1); {MIG_NOTE}.",
+            m.add("vgpuadm_device_utilization_ratio", DEVICE_UTIL_HELP,
                   {**labels, "engine": engine}, _ratio(percent))  # fmt: skip
         if isinstance(r, VgpuUsage):
             m.add("vgpuadm_device_licensed", "1 when the vGPU's guest holds a license (driver's License Status).",
@@ -111,7 +116,7 @@ def families(rows: list[DeviceRow], driver: DriverUsage, m: _Families | None = N
     for address in sorted(driver.gpus):
         g = driver.gpus[address]
         for engine, percent in _record_figures(g):
-            m.add("vgpuadm_gpu_utilization_ratio", f"Utilization of the physical GPU by engine (0-1); {MIG_NOTE}.",
+            m.add("vgpuadm_gpu_utilization_ratio", GPU_UTIL_HELP,
                   {"gpu": address, "engine": engine}, _ratio(percent))  # fmt: skip
         m.add("vgpuadm_gpu_fb_used_bytes", "Frame buffer used on the physical GPU.", {"gpu": address},
               _bytes(g.fb_used_mib))  # fmt: skip
