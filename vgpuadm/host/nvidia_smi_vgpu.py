@@ -157,7 +157,8 @@ def _number(value: str | None, unit: str = "", most: int = 1 << 40) -> int | Non
 
 
 def _match(pattern: re.Pattern[str], value: str | None) -> str | None:
-    return value if value is not None and pattern.fullmatch(value) else None
+    """`value` when it is in `pattern`'s grammar (N/A is no value)."""
+    return value if value is not None and value != "N/A" and pattern.fullmatch(value) else None
 
 
 def _usage(address: str, vid: int, f: dict[str, str]) -> VgpuUsage:
