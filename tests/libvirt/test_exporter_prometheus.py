@@ -167,9 +167,9 @@ def test_prometheus_reads_back_each_vms_vgpu_usage_on_a_p4_host(tmp_path: Path, 
     db1_l = {**base, "domain": "db02", "domain_uuid": uuids["db02"], "device": db[1]}
     stray_l = {"domain": "", "domain_uuid": other_vm, "device": stray, "gpu": "0000:02:00.0", "type": "nvidia-63",
                "mode": "", "mig_instance": ""}  # fmt: skip
-    r.wait_for("vgpuadm_device_running", {_labels(**web_l): 1, _labels(**db0_l): 1, _labels(**db1_l): 0,
+    r.wait_for("vgpuadm_usage_device_running", {_labels(**web_l): 1, _labels(**db0_l): 1, _labels(**db1_l): 0,
                                           _labels(**stray_l): 1})  # fmt: skip
-    util = r.query("vgpuadm_device_utilization_ratio")
+    util = r.query("vgpuadm_usage_device_utilization_ratio")
     assert util == {
         **{_labels(**web_l, engine=e): v for e, v in (("gpu", 0.31), ("memory", 0.12), ("encoder", 0.03),
                                                       ("decoder", 0.04))},
@@ -178,19 +178,19 @@ def test_prometheus_reads_back_each_vms_vgpu_usage_on_a_p4_host(tmp_path: Path, 
                                                         ("decoder", 0))},
     }  # fmt: skip
     mib = 1 << 20
-    assert r.query("vgpuadm_device_fb_used_bytes") == {_labels(**web_l): 700 * mib, _labels(**db0_l): 1000 * mib,
+    assert r.query("vgpuadm_usage_device_fb_used_bytes") == {_labels(**web_l): 700 * mib, _labels(**db0_l): 1000 * mib,
                                                         _labels(**stray_l): 10 * mib}  # fmt: skip
-    assert r.query("vgpuadm_device_fb_total_bytes") == {_labels(**x): 1024 * mib for x in (web_l, db0_l, stray_l)}
-    assert r.query("vgpuadm_device_licensed") == {_labels(**web_l): 1, _labels(**db0_l): 0, _labels(**stray_l): 1}
-    assert r.query("vgpuadm_unowned_devices") == {(): 1}
+    assert r.query("vgpuadm_usage_device_fb_total_bytes") == {_labels(**x): 1024 * mib for x in (web_l, db0_l, stray_l)}
+    assert r.query("vgpuadm_usage_device_licensed") == {_labels(**web_l): 1, _labels(**db0_l): 0, _labels(**stray_l): 1}
+    assert r.query("vgpuadm_usage_unowned_devices") == {(): 1}
     assert r.query("vgpuadm_driver_up") == {(): 1}
-    assert r.query("vgpuadm_gpu_utilization_ratio") == {
+    assert r.query("vgpuadm_usage_gpu_utilization_ratio") == {
         _labels(gpu="0000:01:00.0", engine="gpu"): 0.45, _labels(gpu="0000:01:00.0", engine="memory"): 0.2,
         _labels(gpu="0000:02:00.0", engine="gpu"): 0, _labels(gpu="0000:02:00.0", engine="memory"): 0,
     }  # fmt: skip
-    assert r.query("vgpuadm_gpu_fb_used_bytes") == {_labels(gpu="0000:01:00.0"): 2048 * mib,
+    assert r.query("vgpuadm_usage_gpu_fb_used_bytes") == {_labels(gpu="0000:01:00.0"): 2048 * mib,
                                                      _labels(gpu="0000:02:00.0"): 0}  # fmt: skip
-    assert r.query("vgpuadm_gpu_active_vgpus") == {_labels(gpu="0000:01:00.0"): 2, _labels(gpu="0000:02:00.0"): 1}
+    assert r.query("vgpuadm_usage_gpu_active_vgpus") == {_labels(gpu="0000:01:00.0"): 2, _labels(gpu="0000:02:00.0"): 1}
 
 
 def test_prometheus_reads_back_vendor_vfio_and_mig_backed_vgpus(tmp_path: Path, running: list[Running]) -> None:
@@ -212,18 +212,18 @@ def test_prometheus_reads_back_vendor_vfio_and_mig_backed_vgpus(tmp_path: Path, 
     _check_metrics(r2.metrics())
     l1 = _labels(domain="train01", domain_uuid=u1, device=vf1, gpu="0000:18:00.0", type="nvidia-1420", mode="vf",
                  mig_instance="")  # fmt: skip
-    r1.wait_for("vgpuadm_device_running", {l1: 1})
+    r1.wait_for("vgpuadm_usage_device_running", {l1: 1})
     util = {tuple(sorted((*l1, ("engine", e)))): v for e, v in (("gpu", 0.64), ("memory", 0.3), ("encoder", 0),
                                                                  ("decoder", 0))}  # fmt: skip
-    assert r1.query("vgpuadm_device_utilization_ratio") == util
-    assert r1.query("vgpuadm_device_fb_used_bytes") == {l1: 3000 << 20}
-    assert r1.query("vgpuadm_device_fb_total_bytes") == {l1: 4096 << 20}
+    assert r1.query("vgpuadm_usage_device_utilization_ratio") == util
+    assert r1.query("vgpuadm_usage_device_fb_used_bytes") == {l1: 3000 << 20}
+    assert r1.query("vgpuadm_usage_device_fb_total_bytes") == {l1: 4096 << 20}
     l2 = _labels(domain="infer01", domain_uuid=u2, device=vf2, gpu="0000:18:00.0", type="nvidia-1414", mode="vf",
                  mig_instance="1")  # fmt: skip
-    r2.wait_for("vgpuadm_device_running", {l2: 1})
-    assert r2.query("vgpuadm_device_fb_used_bytes") == {l2: 9000 << 20}
-    assert r2.query("vgpuadm_device_utilization_ratio") == {}
-    assert r2.query("vgpuadm_gpu_utilization_ratio") == {}
+    r2.wait_for("vgpuadm_usage_device_running", {l2: 1})
+    assert r2.query("vgpuadm_usage_device_fb_used_bytes") == {l2: 9000 << 20}
+    assert r2.query("vgpuadm_usage_device_utilization_ratio") == {}
+    assert r2.query("vgpuadm_usage_gpu_utilization_ratio") == {}
     assert "no sample on a GPU with MIG on: NVML does not support utilization there" in r2.metrics()
 
 
@@ -240,7 +240,7 @@ def test_a_hanging_driver_gives_a_bounded_scrape_with_the_last_sample_and_driver
     _sim(root, web, "--vm-uuid", uuid, "--gpu", "31")
     r = Running(root, tmp_path, timeout=1.0)
     running.append(r)
-    r.wait_for("vgpuadm_device_running", {_labels(domain="web01", domain_uuid=uuid, device=web, gpu="0000:01:00.0",
+    r.wait_for("vgpuadm_usage_device_running", {_labels(domain="web01", domain_uuid=uuid, device=web, gpu="0000:01:00.0",
                                                   type="nvidia-63", mode="mdev", mig_instance=""): 1})  # fmt: skip
     inject_stall(str(root), "/usr/bin/nvidia-smi vgpu -q", 10.0, times=0)
     for _ in range(2):
@@ -267,12 +267,12 @@ def test_a_removed_domain_disappears_from_the_series(tmp_path: Path, running: li
     (db,) = _create(root, "db02", "--type", "nvidia-63")
     r = Running(root, tmp_path)
     running.append(r)
-    r.wait_for("count by (domain) (vgpuadm_device_info)", {_labels(domain="web01"): 1, _labels(domain="db02"): 1})
+    r.wait_for("count by (domain) (vgpuadm_usage_device_info)", {_labels(domain="web01"): 1, _labels(domain="db02"): 1})
     _helper(_UNDEFINE, str(root), "db02")
-    r.wait_for("count by (domain) (vgpuadm_device_info)", {_labels(domain="web01"): 1, _labels(domain=""): 1})
-    assert r.query("vgpuadm_device_info{domain=''}") == {
+    r.wait_for("count by (domain) (vgpuadm_usage_device_info)", {_labels(domain="web01"): 1, _labels(domain=""): 1})
+    assert r.query("vgpuadm_usage_device_info{domain=''}") == {
         _labels(domain="", domain_uuid="", device=db, gpu="0000:01:00.0", type="nvidia-63", mode="", mig_instance=""
                 ): 1}  # fmt: skip
-    assert r.query(f"vgpuadm_device_info{{domain_uuid='{uuids['db02']}'}}") == {}
-    assert r.query("vgpuadm_unowned_devices") == {(): 1}
+    assert r.query(f"vgpuadm_usage_device_info{{domain_uuid='{uuids['db02']}'}}") == {}
+    assert r.query("vgpuadm_usage_unowned_devices") == {(): 1}
     assert os.path.isdir(root / "sys/bus/mdev/devices" / web)

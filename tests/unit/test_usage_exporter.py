@@ -209,7 +209,7 @@ def test_a_sample_that_does_not_finish_in_time_leaves_the_last_one_served_with_d
 
     e = Exporter(None, timeout=0.2, sample=sample)
     first = e.exposition()
-    assert "vgpuadm_driver_up 1.0" in first and 'vgpuadm_device_running{device="aaaaaaaa-' in first
+    assert "vgpuadm_driver_up 1.0" in first and 'vgpuadm_usage_device_running{device="aaaaaaaa-' in first
     for _ in range(2):  # the hanging read is waited for again, never started twice
         start = time.monotonic()
         body = e.exposition()
@@ -236,20 +236,20 @@ def test_the_families_have_stable_names_and_labels() -> None:
                'mig_instance="",mode="",type="nvidia-63"')  # fmt: skip
     engine = labels.replace('gpu="0000:01:00.0"', 'engine="{}",gpu="0000:01:00.0"')
     assert samples == [
-        *(f"vgpuadm_device_utilization_ratio{{{engine.format(e)}}} {v}"
+        *(f"vgpuadm_usage_device_utilization_ratio{{{engine.format(e)}}} {v}"
           for e, v in (("gpu", 0.31), ("memory", 0.12), ("encoder", 0.03), ("decoder", 0.04))),
-        f"vgpuadm_device_info{{{labels}}} 1.0", f"vgpuadm_device_info{{{unowned}}} 1.0",
-        f"vgpuadm_device_running{{{labels}}} 1.0", f"vgpuadm_device_running{{{unowned}}} 0.0",
-        f"vgpuadm_device_fb_used_bytes{{{labels}}} 7.340032e+08",
-        f"vgpuadm_device_fb_total_bytes{{{labels}}} 1.073741824e+09",
-        f"vgpuadm_device_licensed{{{labels}}} 1.0",
-        "vgpuadm_unowned_devices 1.0",
+        f"vgpuadm_usage_device_info{{{labels}}} 1.0", f"vgpuadm_usage_device_info{{{unowned}}} 1.0",
+        f"vgpuadm_usage_device_running{{{labels}}} 1.0", f"vgpuadm_usage_device_running{{{unowned}}} 0.0",
+        f"vgpuadm_usage_device_fb_used_bytes{{{labels}}} 7.340032e+08",
+        f"vgpuadm_usage_device_fb_total_bytes{{{labels}}} 1.073741824e+09",
+        f"vgpuadm_usage_device_licensed{{{labels}}} 1.0",
+        "vgpuadm_usage_unowned_devices 1.0",
     ]  # fmt: skip
     assert [x for x in body.splitlines() if x.startswith("# TYPE")] == [
-        f"# TYPE {n} gauge" for n in ("vgpuadm_device_utilization_ratio", "vgpuadm_gpu_utilization_ratio",
-                                      "vgpuadm_device_info", "vgpuadm_device_running", "vgpuadm_device_fb_used_bytes",
-                                      "vgpuadm_device_fb_total_bytes", "vgpuadm_device_licensed",
-                                      "vgpuadm_unowned_devices")
+        f"# TYPE {n} gauge" for n in ("vgpuadm_usage_device_utilization_ratio", "vgpuadm_usage_gpu_utilization_ratio",
+                                      "vgpuadm_usage_device_info", "vgpuadm_usage_device_running", "vgpuadm_usage_device_fb_used_bytes",
+                                      "vgpuadm_usage_device_fb_total_bytes", "vgpuadm_usage_device_licensed",
+                                      "vgpuadm_usage_unowned_devices")
     ]  # fmt: skip
 
 

@@ -4,7 +4,7 @@ the Prometheus families the exporter serves (ops/exporter.py). Pure.
 The join: every device a domain's vgpuadm metadata records asks its mode for its record (Mode.usage: an mdev by its
 MDEV UUID, a layout C VF by its GPU, type and the owning VM's UUID, a passed-through GPU by the GPU's own figures),
 so nothing here branches on a mode. A record no recorded device claims, and a device on the host that no domain
-references, is a series with `domain=""`; `vgpuadm_unowned_devices` counts them (leaks, or a VM another libvirt
+references, is a series with `domain=""`; `vgpuadm_usage_unowned_devices` counts them (leaks, or a VM another libvirt
 runs). Every per-device series carries the same labels (LABELS), so that a dashboard can join them."""
 
 from __future__ import annotations
@@ -93,38 +93,41 @@ def families(rows: list[DeviceRow], driver: DriverUsage, m: _Families | None = N
     """The usage families of one sample (added to `m` when given)."""
     m = m or _Families()
     # declared first, so that their HELP says why a GPU with MIG on has no sample
-    m.declare("vgpuadm_device_utilization_ratio", DEVICE_UTIL_HELP, [*LABELS, "engine"])
-    m.declare("vgpuadm_gpu_utilization_ratio", GPU_UTIL_HELP, ["gpu", "engine"])
+    m.declare("vgpuadm_usage_device_utilization_ratio", DEVICE_UTIL_HELP, [*LABELS, "engine"])
+    m.declare("vgpuadm_usage_gpu_utilization_ratio", GPU_UTIL_HELP, ["gpu", "engine"])
     for row in rows:
         labels = dict(zip(LABELS, row.labels, strict=True))
-        m.add("vgpuadm_device_info", "One series per GPU device (vGPU, VF, passed-through GPU) with the domain that "
+        m.add("vgpuadm_usage_device_info", "One series per GPU device (vGPU, VF, passed-through GPU) with the domain that "
               "owns it (domain=\"\": none does).", labels, 1)  # fmt: skip
-        m.add("vgpuadm_device_running", "1 when the driver reports the device in use by a running guest.", labels,
+        m.add("vgpuadm_usage_device_running", "1 when the driver reports the device in use by a running guest.", labels,
               int(row.record is not None))  # fmt: skip
         r = row.record
         if r is None:
             continue
-        m.add("vgpuadm_device_fb_used_bytes", "Frame buffer the device's guest uses (driver's FB Memory Usage).",
+        m.add("vgpuadm_usage_device_fb_used_bytes", "Frame buffer the device's guest uses (driver's FB Memory Usage).",
               labels, _bytes(r.fb_used_mib))  # fmt: skip
-        m.add("vgpuadm_device_fb_total_bytes", "Frame buffer of the device.", labels, _bytes(r.fb_total_mib))
+        m.add("vgpuadm_usage_device_fb_total_bytes", "Frame buffer of the device.", labels, _bytes(r.fb_total_mib))
         for engine, percent in _record_figures(r):
-            m.add("vgpuadm_device_utilization_ratio", DEVICE_UTIL_HELP,
+            m.add("vgpuadm_usage_device_utilization_ratio", DEVICE_UTIL_HELP,
                   {**labels, "engine": engine}, _ratio(percent))  # fmt: skip
         if isinstance(r, VgpuUsage):
-            m.add("vgpuadm_device_licensed", "1 when the vGPU's guest holds a license (driver's License Status).",
+            m.add("vgpuadm_usage_device_licensed", "1 when the vGPU's guest holds a license (driver's License Status).",
                   labels, None if r.licensed is None else int(r.licensed))  # fmt: skip
     for address in sorted(driver.gpus):
         g = driver.gpus[address]
         for engine, percent in _record_figures(g):
-            m.add("vgpuadm_gpu_utilization_ratio", GPU_UTIL_HELP,
+            m.add("vgpuadm_usage_gpu_utilization_ratio", GPU_UTIL_HELP,
                   {"gpu": address, "engine": engine}, _ratio(percent))  # fmt: skip
-        m.add("vgpuadm_gpu_fb_used_bytes", "Frame buffer used on the physical GPU.", {"gpu": address},
+        m.add("vgpuadm_usage_gpu_fb_used_bytes", "Frame buffer used on the physical GPU.", {"gpu": address},
               _bytes(g.fb_used_mib))  # fmt: skip
         m.add(
-            "vgpuadm_gpu_fb_total_bytes", "Frame buffer of the physical GPU.", {"gpu": address}, _bytes(g.fb_total_mib)
+            "vgpuadm_usage_gpu_fb_total_bytes",
+            "Frame buffer of the physical GPU.",
+            {"gpu": address},
+            _bytes(g.fb_total_mib),
         )
-        m.add("vgpuadm_gpu_active_vgpus", "vGPUs the driver reports running on the GPU.", {"gpu": address},
+        m.add("vgpuadm_usage_gpu_active_vgpus", "vGPUs the driver reports running on the GPU.", {"gpu": address},
               sum(1 for v in driver.vgpus if v.gpu == address))  # fmt: skip
-    m.add("vgpuadm_unowned_devices", "Devices and running vGPUs no domain of this host owns (leaks, or a VM another "
+    m.add("vgpuadm_usage_unowned_devices", "Devices and running vGPUs no domain of this host owns (leaks, or a VM another "
           "libvirt runs): the series with domain=\"\".", {}, sum(1 for r in rows if not r.owned))  # fmt: skip
     return m
