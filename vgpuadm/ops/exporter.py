@@ -71,7 +71,8 @@ def read_driver(s: Session) -> DriverUsage | None:
             raise HostIOError(f"nvidia-smi {' '.join(args)} failed: {result.message()}",
                               "check the driver with `nvidia-smi`")  # fmt: skip
         out.append(result.stdout)
-    return DriverUsage(parse_vgpu_usage(out[0]), parse_gpu_usage(out[1]))
+    # a block without a VM is no guest's (the simulated driver lists a vGPU on a GPU instance that way)
+    return DriverUsage(tuple(v for v in parse_vgpu_usage(out[0]) if v.vm_uuid), parse_gpu_usage(out[1]))
 
 
 @dataclass(frozen=True)

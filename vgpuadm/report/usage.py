@@ -73,6 +73,13 @@ def join(snap: HostSnapshot, domains: Domains, driver: DriverUsage) -> list[Devi
     return rows
 
 
+def usage_now(record: VgpuUsage | GpuUsage) -> dict[str, int | bool | None]:
+    """A device's figures as `show --vm` gives them (schemas/show.schema.json `now`)."""
+    return {"gpu_percent": record.gpu_percent, "memory_percent": record.memory_percent,
+            "fb_used_mib": record.fb_used_mib, "fb_total_mib": record.fb_total_mib,
+            "licensed": record.licensed if isinstance(record, VgpuUsage) else None}  # fmt: skip
+
+
 def _ratio(percent: int | None) -> float | None:
     return None if percent is None else percent / 100
 
