@@ -172,12 +172,17 @@ def leading_int(value: str, base: int = 10) -> int | None:
         return None
 
 
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
 def pci_address(text: str) -> str | None:
     """`00000000:18:00.0` (nvidia-smi's 8-digit domain) → `0000:18:00.0`, else None."""
     parts = text.strip().split(":")
     if len(parts) != 3 or "." not in parts[2]:
         return None
     bus_slot, function = parts[2].split(".", 1)
+    if not all(p and set(p) <= _HEX for p in (parts[0], parts[1], bus_slot)) or not function.isdigit():
+        return None  # int() would take a sign, `_` or spaces: -100000000:01:00.0 was "-100000000:01:00.0"
     try:
         domain, bus, slot, fn = int(parts[0], 16), int(parts[1], 16), int(bus_slot, 16), int(function)
     except ValueError:

@@ -114,13 +114,18 @@ class Exporter:
             self._fresh = exc
 
     def refresh(self) -> bool:
-        """Take a sample, waiting at most `timeout`; True when a fresh good one came."""
-        with self._lock:
+        """Take a sample, waiting at most `timeout` in all (for a scrape ahead of this one too); True when a fresh
+        good one came."""
+        deadline = time.monotonic() + self.timeout
+        if not self._lock.acquire(timeout=self.timeout):
+            self.error = f"the driver did not answer in {self.timeout:g} s"
+            return False
+        try:
             if self._worker is None:
                 self._fresh = None
                 self._worker = threading.Thread(target=self._run, name="vgpuadm-sample", daemon=True)
                 self._worker.start()
-            self._worker.join(self.timeout)
+            self._worker.join(max(deadline - time.monotonic(), 0.0))
             if self._worker.is_alive():
                 self.error = f"the driver did not answer in {self.timeout:g} s"
                 return False
@@ -130,6 +135,8 @@ class Exporter:
                 return fresh.driver_read
             self.error = fresh.message if isinstance(fresh, VgpuadmError) else "no sample"
             return False
+        finally:
+            self._lock.release()
 
     def families(self, up: bool) -> _Families:
         last = self.last
