@@ -84,13 +84,23 @@ def build_app() -> Any:
         times: int = typer.Option(1, "--times", help="How many matching writes fail (0: all, forever)."),
         after: int = typer.Option(0, "--after", help="Let this many matching writes succeed first."),
         clear: bool = typer.Option(False, "--clear", help="Remove every injected fault instead."),
-    ) -> None:
-        """Make chosen writes on a simulated host fail with a chosen errno (fault injection for tests)."""
+        stall: float = typer.Option(None, "--stall", metavar="SECONDS",
+                                    help="Make them slow instead of failing (no ERRNO): the write takes effect, or "
+                                    "nvidia-smi answers, after SECONDS."),
+    ) -> None:  # fmt: skip
+        """Make chosen writes (or nvidia-smi reads: '/usr/bin/nvidia-smi vgpu*') on a simulated host fail with a
+        chosen errno, or stall (fault injection for tests)."""
         from vgpuadm.errors import UsageError
 
         if clear:
             api.clear_faults(directory)
             ctx.obj["console"].line(f"cleared injected faults on {directory}")
+            return
+        if path_glob is not None and stall is not None and errno_name is None:
+            api.inject_stall(directory, path_glob, stall, times=times, after=after)
+            ctx.obj["console"].line(f"writes and reads matching {path_glob} on {directory} will stall {stall:g} s"
+                                    f" ({'every time' if times == 0 else f'{times} time(s)'}, after {after} "
+                                    "success(es))")  # fmt: skip
             return
         if path_glob is None or errno_name is None:
             raise UsageError("sim fail needs PATH_GLOB and ERRNO", "e.g. vgpuadm sim fail DIR '*/create' EIO")
