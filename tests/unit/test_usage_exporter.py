@@ -265,3 +265,23 @@ def test_listen_refuses_anything_else_in_one_line(bad: str) -> None:
         parse_listen(bad)
     assert (e.value.message, e.value.hint) == (f'--listen "{bad}" is not ADDR:PORT',
                                                "e.g. --listen 127.0.0.1:9847 (an IP address)")  # fmt: skip
+
+
+def test_textfile_is_written_whole_and_says_the_driver_was_not_read(sim_host: Callable[[str], Path], cli) -> None:  # type: ignore[no-untyped-def]
+    """`--textfile PATH` writes the exposition for node_exporter's textfile collector (a temporary file renamed over
+    PATH: no reader sees half of it). A host without nvidia-smi lists its devices with no usage and driver_up 0."""
+    root = sim_host("p4")
+    SimKernel(str(root)).write("/sys/bus/pci/devices/0000:01:00.0/mdev_supported_types/nvidia-63/create",
+                               b"aaaaaaaa-0000-4000-8000-000000000009")  # fmt: skip
+    path = root.parent / "usage.prom"
+    r = cli("--root", str(root), "exporter", "--textfile", str(path))
+    assert (r.code, r.out, r.err) == (0, f"wrote {path} (driver not read: no nvidia-smi on this host)\n", "")
+    body = path.read_text()
+    assert [x for x in body.splitlines() if x.startswith(("vgpuadm_usage_device_info", "vgpuadm_driver_up"))] == [
+        'vgpuadm_usage_device_info{device="aaaaaaaa-0000-4000-8000-000000000009",domain="",domain_uuid="",'
+        'gpu="0000:01:00.0",mig_instance="",mode="",type="nvidia-63"} 1.0',
+        "vgpuadm_driver_up 0.0",
+    ]
+    assert [p.name for p in root.parent.iterdir() if p.name.startswith("usage.prom")] == ["usage.prom"]
+    r = cli("--root", str(root), "exporter", "--interval", "5")
+    assert (r.code, r.err) == (2, "error: --interval 5.0\nhint: --interval goes with --textfile: 1 to 86400 seconds\n")
