@@ -163,6 +163,24 @@ def test_each_mode_joins_its_device_to_the_drivers_record(sim_host: Callable[[st
     ]  # fmt: skip
 
 
+def test_a_copied_domain_does_not_take_the_usage_of_the_vm_running_the_mdev(sim_host: Callable[[str], Path]) -> None:
+    """Two domains reference one mdev (a VM copied with `virsh dumpxml | virsh define`): the driver's record is the
+    one whose VM UUID it names; the copy's row is not running."""
+    root = sim_host("p4")
+    SimKernel(str(root)).write("/sys/bus/pci/devices/0000:01:00.0/mdev_supported_types/nvidia-63/create",
+                               b"aaaaaaaa-0000-4000-8000-000000000001")  # fmt: skip
+    snap = api.discover(str(root))
+    uuid = "aaaaaaaa-0000-4000-8000-000000000001"
+    copy = Allocation("web01-copy", "mdev", "nvidia-63", "0000:01:00.0", uuid=uuid,
+                      domain_uuid="6c3e8a6e-0000-4000-8000-0000000000cc")  # fmt: skip
+    web = Allocation("web01", "mdev", "nvidia-63", "0000:01:00.0", uuid=uuid,
+                     domain_uuid="6c3e8a6e-0000-4000-8000-000000000001")  # fmt: skip
+    rows = join(snap, _domains(("web01", "6c3e8a6e-0000-4000-8000-000000000001", [web]),
+                               ("web01-copy", "6c3e8a6e-0000-4000-8000-0000000000cc", [copy])),
+                DriverUsage((WEB,)))  # fmt: skip
+    assert [(r.labels[0], r.record) for r in rows] == [("web01", WEB), ("web01-copy", None)]
+
+
 @pytest.mark.process  # discovering a layout C host runs its (simulated) nvidia-smi
 def test_a_vf_is_joined_by_its_gpu_type_and_owning_vm(sim_host: Callable[[str], Path]) -> None:
     """A layout C vGPU's record names no VF: the VF's is the record of its type, on its GPU, of the VM that owns
