@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from vgpuadm.catalog.capacity import why_no_types
     from vgpuadm.executor import set_lock_policy
     from vgpuadm.host.discover import snapshot as read_host
+    from vgpuadm.host.files import write_report
     from vgpuadm.host.pciids import model_names
     from vgpuadm.host.root import EMBED_LIBVIRT, HostRoot, resolve_root
     from vgpuadm.host.umockdev import load as load_umockdev
@@ -34,6 +35,13 @@ if TYPE_CHECKING:
     from vgpuadm.ops.demo import DemoResult
     from vgpuadm.ops.demo import run as demo
     from vgpuadm.ops.doctor import doctor
+    from vgpuadm.ops.exporter import DEFAULT_LISTEN as EXPORTER_LISTEN
+    from vgpuadm.ops.exporter import DEFAULT_TIMEOUT as EXPORTER_TIMEOUT
+    from vgpuadm.ops.exporter import Exporter
+    from vgpuadm.ops.exporter import install as exporter_install
+    from vgpuadm.ops.exporter import serve as exporter_serve
+    from vgpuadm.ops.exporter import uninstall as exporter_uninstall
+    from vgpuadm.ops.exporter import write_loop as exporter_write
     from vgpuadm.ops.guest import (
         GuestResult,
     )
@@ -79,7 +87,6 @@ if TYPE_CHECKING:
         merge_inventories,
         show_vm,
         vms,
-        write_report,
     )
     from vgpuadm.ops.mdevctl import export as mdevctl_export
     from vgpuadm.ops.mdevctl import import_ as mdevctl_import
@@ -100,10 +107,12 @@ if TYPE_CHECKING:
     from vgpuadm.plan.guest import passthrough_functions
     from vgpuadm.plan.placement import check_count
     from vgpuadm.report.doctor import to_json as doctor_json
-    from vgpuadm.sim.faults import clear_faults, inject_fault
+    from vgpuadm.sim.faults import clear_faults, inject_fault, inject_stall
     from vgpuadm.sim.profiles import PROFILES as SIM_PROFILES
     from vgpuadm.sim.profiles import build as sim_build
     from vgpuadm.sim.reboot import reboot as sim_reboot
+    from vgpuadm.sim.usage import set_gpu_usage as sim_gpu_usage
+    from vgpuadm.sim.usage import set_vgpu_usage as sim_vgpu_usage
     from vgpuadm.steps import Plan
     from vgpuadm.virt import hookcall
     from vgpuadm.virt.conn import EMBED_SUBDIR, embed_uri, prepare_embedded
@@ -127,6 +136,16 @@ _HOMES: dict[str, tuple[str, str]] = {
     "sim_reboot": ("vgpuadm.sim.reboot", "reboot"),
     "clear_faults": ("vgpuadm.sim.faults", "clear_faults"),
     "inject_fault": ("vgpuadm.sim.faults", "inject_fault"),
+    "inject_stall": ("vgpuadm.sim.faults", "inject_stall"),
+    "sim_gpu_usage": ("vgpuadm.sim.usage", "set_gpu_usage"),
+    "sim_vgpu_usage": ("vgpuadm.sim.usage", "set_vgpu_usage"),
+    "EXPORTER_LISTEN": ("vgpuadm.ops.exporter", "DEFAULT_LISTEN"),
+    "EXPORTER_TIMEOUT": ("vgpuadm.ops.exporter", "DEFAULT_TIMEOUT"),
+    "Exporter": ("vgpuadm.ops.exporter", "Exporter"),
+    "exporter_install": ("vgpuadm.ops.exporter", "install"),
+    "exporter_serve": ("vgpuadm.ops.exporter", "serve"),
+    "exporter_uninstall": ("vgpuadm.ops.exporter", "uninstall"),
+    "exporter_write": ("vgpuadm.ops.exporter", "write_loop"),
     "ApplyResult": ("vgpuadm.ops.declarative", "ApplyResult"),
     "DemoResult": ("vgpuadm.ops.demo", "DemoResult"),
     "GuestResult": ("vgpuadm.ops.guest", "GuestResult"),
@@ -187,7 +206,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "unit_status": ("vgpuadm.ops.unit", "status"),
     "unit_uninstall": ("vgpuadm.ops.unit", "uninstall"),
     "vms": ("vgpuadm.ops.inventory", "vms"),
-    "write_report": ("vgpuadm.ops.inventory", "write_report"),
+    "write_report": ("vgpuadm.host.files", "write_report"),
 }
 
 __all__ = sorted(_HOMES)

@@ -30,6 +30,7 @@ from vgpuadm import modes
 from vgpuadm.errors import VgpuadmError
 from vgpuadm.executor import read_journal
 from vgpuadm.executor.journalcheck import check_document
+from vgpuadm.host.nvidia_smi_vgpu import parse_gpu_usage, parse_vgpu_usage
 from vgpuadm.host.umockdev import load as load_umockdev
 from vgpuadm.io.planfile import parse_plan
 from vgpuadm.model import Allocation
@@ -452,3 +453,39 @@ def _check_import(tally: Tally, import_area: Path, text: str) -> None:
             tally.ok()
     finally:
         shutil.rmtree(import_area / "work")
+
+
+# -- the driver's usage reports (`nvidia-smi vgpu -q`, `--query-gpu`: what the exporter and `show --vm` read) --------
+
+_VGPU_Q_SEED = (Path(__file__).resolve().parents[1] / "unit" / "test_usage_exporter.py").read_text().split(
+    'VGPU_Q = """', 1)[1].split('"""', 1)[0]  # fmt: skip
+_GPU_CSV_SEED = ("pci.bus_id, utilization.gpu [%], utilization.memory [%], memory.used [MiB], memory.total [MiB]\n"
+                 "00000000:01:00.0, 45 %, 20 %, 2048 MiB, 8192 MiB\n00000000:18:00.0, [N/A], [N/A], 9000 MiB, 1 MiB\n")  # fmt: skip
+USAGE_TOKENS = [" : ", ":", "\n", "    ", "        ", "            ", "GPU ", "vGPU ID", "VM UUID", "MDEV UUID",
+                "Utilization", "FB Memory Usage", "Used", "Gpu", " %", " MiB", "N/A", "[N/A]", "-1", "99999999999999",
+                "1e9", "\x1b[31m", "\x00", ",", "00000000:ff:1f.7", "ffffffff:01:00.0", "Licensed", "\ufeff"]  # fmt: skip
+
+
+@examples(120)
+@given(rng=st.randoms(use_true_random=False))
+def test_usage_reports(tally: Tally, rng: Any) -> None:
+    """The usage parsers on mutants of a real-layout `vgpu -q` and `--query-gpu` text: never an exception, and every
+    value they return in its grammar (a UUID, a PCI address, a name without control characters, 0-100 %)."""
+    for text in [_VGPU_Q_SEED, *text_mutants(rng, _VGPU_Q_SEED, USAGE_TOKENS, 11)]:
+        ok, records = _attempt(tally, parse_vgpu_usage, text)
+        for v in records if ok else ():
+            names = [x for x in (v.vm_name, v.type_name, v.driver_version) if x is not None]
+            percents = [
+                x for x in (v.gpu_percent, v.memory_percent, v.encoder_percent, v.decoder_percent) if x is not None
+            ]
+            if (not PCI.fullmatch(v.gpu) or any(u is not None and not UUID.fullmatch(u) for u in (v.vm_uuid, v.mdev_uuid))
+                    or any(not NO_CONTROL.fullmatch(n) for n in names) or any(not 0 <= p <= 100 for p in percents)):  # fmt: skip
+                raise tally.violation(f"vgpu -q {text!r} gave {v!r}")
+        tally.ok()
+    for text in [_GPU_CSV_SEED, *text_mutants(rng, _GPU_CSV_SEED, USAGE_TOKENS, 11)]:
+        ok, gpus = _attempt(tally, parse_gpu_usage, text)
+        for address, g in (gpus or {}).items():
+            if not PCI.fullmatch(address) or any(p is not None and not 0 <= p <= 100 for p in (g.gpu_percent,
+                                                                                               g.memory_percent)):  # fmt: skip
+                raise tally.violation(f"--query-gpu {text!r} gave {g!r}")
+        tally.ok()

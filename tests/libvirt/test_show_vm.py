@@ -82,3 +82,35 @@ def test_a_change_rolled_back_keeps_the_time_of_the_last_one(tmp_path: Path) -> 
     assert failed.code != 0 and "rolled back" in failed.err, failed.err
     after = json.loads(vgpuadm(root, "show", "--vm", "sh-web02", "--json").out)
     assert after == before and before["changed"] is not None
+
+
+def test_show_vm_says_what_the_driver_reports_each_running_device_uses_now(tmp_path: Path) -> None:
+    """The exporter's join (each mode finds its device's record) feeds `show`: a `now` line (JSON `now`) for each
+    device a guest runs on, as the simulated driver was told; nothing for a device nobody runs on; and on a GPU with
+    MIG on, no utilization (NVML has none there) but the frame buffer."""
+    root = tmp_path / "p4"
+    build("p4", str(root))
+    uuids = define(root, "now-web01")
+    assert vgpuadm(root, "create", "--type", "nvidia-63", "--vm", "now-web01", "--total", "2").code == 0
+    _u0, u1 = (d["id"] for d in json.loads(vgpuadm(root, "show", "--vm", "now-web01", "--json").out)["devices"])
+    r = vgpuadm(root, "sim", "usage", str(root), u1, "--vm-uuid", uuids["now-web01"], "--gpu", "31", "--fb-used",
+                "700", "--license", "Unlicensed (Restricted)")  # fmt: skip
+    assert r.code == 0, r.err
+    r = vgpuadm(root, "show", "--vm", "now-web01")
+    assert (r.code, r.err) == (0, "")
+    assert [line for line in r.out.splitlines() if line.startswith("now ")] == ["now slot 1: 31 % GPU, 0.7 of 1 GiB"]
+    doc = json.loads(vgpuadm(root, "show", "--vm", "now-web01", "--json").out)
+    validate("show", doc)
+    assert [d.get("now") for d in doc["devices"]] == [
+        None,
+        {"gpu_percent": 31, "memory_percent": 0, "fb_used_mib": 700, "fb_total_mib": 1024, "licensed": False},
+    ]
+
+    mig = tmp_path / "h200"
+    build("h200-vendor-vfio", str(mig))
+    uuid = define(mig, "now-infer01")["now-infer01"]
+    assert vgpuadm(mig, "create", "--type", "nvidia-1414", "--vm", "now-infer01").code == 0
+    assert vgpuadm(mig, "sim", "usage", str(mig), "0000:18:00.4", "--vm-uuid", uuid, "--gpu", "50", "--fb-used",
+                   "9000").code == 0  # fmt: skip
+    r = vgpuadm(mig, "show", "--vm", "now-infer01")
+    assert [line for line in r.out.splitlines() if line.startswith("now ")] == ["now slot 0: GPU n/a, 8.8 of 18 GiB"]

@@ -25,6 +25,7 @@ CASES = {
     "bench_restore.py": (["--runs", "1", "--gpus", "1", "--per-gpu", "1"], "ratio vgpuadm / mdevctl:"),
     "bench_provision.py": (["--vms", "2", "--repeat", "1"], "ratio vgpuadm / loop:"),
     "bench_executor.py": (["--runs", "1", "--count", "1"], ""),
+    "bench_exporter.py": (["--vms", "2", "--runs", "1"], "scrape median"),
     "trace_create.py": ([], "product modules:"),
 }
 

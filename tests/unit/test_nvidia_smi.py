@@ -241,3 +241,12 @@ def test_missing_binary_is_one_line_error(tmp_path, monkeypatch):
         nvidia_smi.require(HostRoot(str(tmp_path)), "create MIG GPU instances")
     assert exc.value.message == "nvidia-smi not found; it is needed to create MIG GPU instances"
     assert "VGPUADM_NVIDIA_SMI" in exc.value.hint
+
+
+@pytest.mark.parametrize("text", ["-100000000:01:00.0", "0000:-1:00.0", "0000:01:+0.0", "0_0:01:00.0", "0000: 1:00.0",
+                                  "0000:01:00.+1", ":01:00.0"])  # fmt: skip
+def test_a_gpu_address_is_hex_digits_only(text: str) -> None:
+    """nvidia-smi's `00000000:18:00.0`: int() alone took a sign, `_` or a space, and `-100000000:01:00.0` came out
+    as the "address" -100000000:01:00.0 (found by the usage fuzz target)."""
+    assert nvidia_smi.pci_address(text) is None
+    assert nvidia_smi.pci_address("00000000:18:1F.7") == "0000:18:1f.7"

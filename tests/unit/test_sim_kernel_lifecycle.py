@@ -86,6 +86,21 @@ def test_fault_cli_rejects_bad_input(sim_host, cli, tmp_path):
     assert cli("sim", "fail", str(root), "--clear").code == 0
 
 
+def test_sim_fail_stall_makes_writes_or_driver_reads_slow(sim_host, cli):
+    """`sim fail DIR GLOB --stall S` (no errno): the matching writes, or nvidia-smi reads named as
+    `/usr/bin/nvidia-smi ARGS`, take S seconds (sim/faults.py, sim/nvidia_smi.py)."""
+    root = sim_host("p4")
+    r = cli("sim", "fail", str(root), "/usr/bin/nvidia-smi vgpu*", "--stall", "2.5", "--times", "0")
+    assert (r.code, r.out, r.err) == (0, f"writes and reads matching /usr/bin/nvidia-smi vgpu* on {root} will stall "
+                                         "2.5 s (every time, after 0 success(es))\n", "")  # fmt: skip
+    assert list_faults(str(root)) == [{"path_glob": "/usr/bin/nvidia-smi vgpu*", "stall": 2.5, "after": 0, "times": 0}]
+    r = cli("sim", "fail", str(root), "*/create", "--stall", "900")
+    assert (r.code, r.err) == (
+        2,
+        "error: stall=900.0 times=1 after=0\nhint: stall is 0-600 seconds; times, after ≥ 0\n",
+    )
+
+
 def _used_p4(root) -> None:
     k = SimKernel(str(root))
     k.write(CREATE, uuid(1))

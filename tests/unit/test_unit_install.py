@@ -113,3 +113,41 @@ def test_the_old_fixed_usr_bin_unit_fails_verify_without_usr_bin_vgpuadm(tmp_pat
     r = verify(path)
     assert r.returncode != 0
     assert "Command /usr/bin/vgpuadm is not executable" in r.stderr
+
+
+EXPORTER_UNIT = "etc/systemd/system/vgpuadm-exporter.service"
+
+
+def test_exporter_install_writes_its_unit_with_the_listen_address_then_nothing_to_do(tmp_path: Path) -> None:
+    """`vgpuadm exporter install` writes vgpuadm-exporter.service the way `unit install` writes the restore unit
+    (the same step, executor and template machinery), ExecStart running this vgpuadm's exporter on --listen."""
+    root = tmp_path / "root"
+    root.mkdir()
+    code, out, err = cli("--root", str(root), "exporter", "install", "--listen", "127.0.0.1:9100")
+    assert (code, err) == (0, "")
+    line = f"ExecStart={' '.join(vgpuadm_command())} exporter --listen 127.0.0.1:9100"
+    assert out.splitlines() == [
+        f"wrote {root}/{EXPORTER_UNIT}",
+        f"the unit runs: {line}",
+        "next: systemctl daemon-reload && systemctl enable --now vgpuadm-exporter.service",
+    ]
+    path = root / EXPORTER_UNIT
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert [x for x in path.read_text().splitlines() if x.startswith("ExecStart=")] == [line]
+    assert not (root / UNIT).exists()  # the restore unit is another file
+    code, out, _ = cli("--root", str(root), "exporter", "install", "--listen", "127.0.0.1:9100")
+    assert (code, out.splitlines()[0]) == (0, f"nothing to do: {root}/{EXPORTER_UNIT} is installed and current")
+    code, out, err = cli("--root", str(root), "exporter", "install", "--listen", "localhost:9100")
+    assert (code, out) == (2, "")
+    assert err == ('error: --listen "localhost:9100" is not ADDR:PORT\n'
+                   "hint: e.g. --listen 127.0.0.1:9847 (an IP address)\n")  # fmt: skip
+    assert cli("--root", str(root), "exporter", "uninstall")[0] == 0
+    assert not path.exists()
+
+
+@pytest.mark.process
+@needs_analyze
+def test_installed_exporter_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+    assert cli("--root", str(tmp_path), "exporter", "install")[0] == 0
+    r = verify(tmp_path / EXPORTER_UNIT)
+    assert r.returncode == 0, r.stdout + r.stderr

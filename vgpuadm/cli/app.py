@@ -40,6 +40,7 @@ MODULES = (
     ("hook", ("hook",)),
     ("mig", ("mig",)),
     ("inventory", ("inventory",)),
+    ("exporter", ("exporter",)),
 )
 SUB_APPS = ("sim", "inventory")  # modules with build_app() (a typer sub-app), not register(app)
 WHOLE_TREE = ("man",)  # commands that read the whole command tree (the man page renders every command)

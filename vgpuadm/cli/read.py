@@ -14,6 +14,7 @@ from vgpuadm.report.listing import (
     filter_device_rows,
     gpu_rows,
     normalize_address,
+    now_line,
     type_rows,
 )
 
@@ -214,6 +215,9 @@ def show(console: Console, root: str | None, vm: str, as_json: bool, connect: st
                for d in devices if d["options"]]  # fmt: skip
     for line in options:
         console.line(f"options {line}")
+    for d in devices:
+        if "now" in d:  # the driver reports a guest running on it
+            console.line(f"now slot {d['slot']}: {now_line(d['now'])}")
 
 
 def _presence(device: dict[str, object]) -> str:

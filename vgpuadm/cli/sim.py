@@ -84,13 +84,23 @@ def build_app() -> Any:
         times: int = typer.Option(1, "--times", help="How many matching writes fail (0: all, forever)."),
         after: int = typer.Option(0, "--after", help="Let this many matching writes succeed first."),
         clear: bool = typer.Option(False, "--clear", help="Remove every injected fault instead."),
-    ) -> None:
-        """Make chosen writes on a simulated host fail with a chosen errno (fault injection for tests)."""
+        stall: float = typer.Option(None, "--stall", metavar="SECONDS",
+                                    help="Make them slow instead of failing (no ERRNO): the write takes effect, or "
+                                    "nvidia-smi answers, after SECONDS."),
+    ) -> None:  # fmt: skip
+        """Make chosen writes (or nvidia-smi reads: '/usr/bin/nvidia-smi vgpu*') on a simulated host fail with a
+        chosen errno, or stall (fault injection for tests)."""
         from vgpuadm.errors import UsageError
 
         if clear:
             api.clear_faults(directory)
             ctx.obj["console"].line(f"cleared injected faults on {directory}")
+            return
+        if path_glob is not None and stall is not None and errno_name is None:
+            api.inject_stall(directory, path_glob, stall, times=times, after=after)
+            ctx.obj["console"].line(f"writes and reads matching {path_glob} on {directory} will stall {stall:g} s"
+                                    f" ({'every time' if times == 0 else f'{times} time(s)'}, after {after} "
+                                    "success(es))")  # fmt: skip
             return
         if path_glob is None or errno_name is None:
             raise UsageError("sim fail needs PATH_GLOB and ERRNO", "e.g. vgpuadm sim fail DIR '*/create' EIO")
@@ -99,6 +109,37 @@ def build_app() -> Any:
             f"writes matching {path_glob} on {directory} will fail with {errno_name.upper()}"
             f" ({'every time' if times == 0 else f'{times} time(s)'}, after {after} success(es))"
         )
+
+    @app.command(
+        "usage",
+        epilog="Examples: vgpuadm sim usage /tmp/h 3b1c… --vm-uuid $(virsh domuuid web01) --gpu 31 --fb-used 3174 · "
+        "vgpuadm sim usage /tmp/h 0000:01:00.0 --gpu 40 (a GPU's own figures) · vgpuadm sim usage /tmp/h 3b1c… --stop",
+    )
+    def usage_cmd(
+        ctx: typer.Context,
+        directory: str = typer.Argument(..., help="A simulated host root."),
+        device: str = typer.Argument(..., help="An mdev UUID or layout C VF (a guest runs on it), or a GPU's address."),
+        vm_uuid: str = typer.Option(None, "--vm-uuid", help="The VM's UUID (libvirt's domain UUID)."),
+        vm_name: str = typer.Option("", "--vm-name", help="The VM's name as QEMU's -name shows it."),
+        fb_used: int = typer.Option(0, "--fb-used", metavar="MIB", help="Frame buffer used, MiB."),
+        gpu: int = typer.Option(0, "--gpu", metavar="PERCENT", help="GPU utilization."),
+        memory: int = typer.Option(0, "--memory", metavar="PERCENT", help="Memory utilization."),
+        encoder: int = typer.Option(0, "--encoder", metavar="PERCENT", help="Encoder utilization (vGPU)."),
+        decoder: int = typer.Option(0, "--decoder", metavar="PERCENT", help="Decoder utilization (vGPU)."),
+        license_: str = typer.Option("Licensed", "--license", help="Licensed, 'Unlicensed (Restricted)', …"),
+        stop: bool = typer.Option(False, "--stop", help="The guest stopped: the vGPU is no longer active."),
+    ) -> None:  # fmt: skip
+        """Set the usage the simulated driver reports (nvidia-smi vgpu -q, --query-gpu) for a vGPU or a GPU."""
+        console = ctx.obj["console"]
+        if vm_uuid is None and not stop:
+            api.sim_gpu_usage(directory, device, {"gpu": gpu, "memory": memory, "fb_used_mib": fb_used})
+            console.line(f"GPU {device} on {directory} reports {gpu} % GPU, {memory} % memory, {fb_used} MiB used")
+            return
+        figures = None if stop else {"vm_uuid": vm_uuid.lower(), "vm_name": vm_name, "fb_used_mib": fb_used,
+                                     "gpu": gpu, "memory": memory, "encoder": encoder, "decoder": decoder,
+                                     "license": license_}  # fmt: skip
+        api.sim_vgpu_usage(directory, device, figures)
+        console.line(f"{device} on {directory}: " + ("no guest runs on it" if stop else f"VM {vm_uuid} runs on it"))
 
     @app.command("list", epilog="Example: vgpuadm sim list --json")
     def list_cmd(

@@ -339,6 +339,16 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+def write_report(path: str, text: str) -> None:
+    """A report file (`inventory -o`, the exporter's `--textfile`), 0644, replaced atomically by write_beneath in the
+    file's directory, which must exist: node_exporter and web servers never read half a file."""
+    try:
+        write_beneath(os.path.dirname(os.path.abspath(path)), os.path.basename(path), text.encode("utf-8"), mode=0o644)
+    except OSError as exc:
+        raise HostIOError(f"cannot write {path}: {exc.strerror}", "check the directory exists and is writable",
+                          path=path, errno=exc.errno) from None  # fmt: skip
+
+
 # --- configuration files under a host root ------------------------------------------------------------------------
 
 

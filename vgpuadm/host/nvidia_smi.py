@@ -28,10 +28,13 @@ MIG_GI_PLACEMENTS = ("mig", "-lgipp")
 MIG_GPU_INSTANCES = ("mig", "-lgi")
 READS = (VGPU_SUPPORTED, QUERY, QUERY_XML, VGPU_QUERY, VGPU_SCHEDULER, MIG_GI_PROFILES, MIG_GI_PLACEMENTS,
          MIG_GPU_INSTANCES)  # fmt: skip
+# Live figures (the exporter's): read like the others, never captured (a snapshot's would be stale at once).
+GPU_USAGE = ("--query-gpu=pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total", "--format=csv")
+LIVE_READS = (GPU_USAGE,)
 
 
 def _check_read(args: tuple[str, ...]) -> None:
-    if args not in READS:
+    if args not in READS and args not in LIVE_READS:
         raise ValueError(f"nvidia-smi {' '.join(args)} is not in host/nvidia_smi.READS (a snapshot would miss it)")
 
 
@@ -169,12 +172,17 @@ def leading_int(value: str, base: int = 10) -> int | None:
         return None
 
 
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
 def pci_address(text: str) -> str | None:
     """`00000000:18:00.0` (nvidia-smi's 8-digit domain) → `0000:18:00.0`, else None."""
     parts = text.strip().split(":")
     if len(parts) != 3 or "." not in parts[2]:
         return None
     bus_slot, function = parts[2].split(".", 1)
+    if not all(p and set(p) <= _HEX for p in (parts[0], parts[1], bus_slot)) or not function.isdigit():
+        return None  # int() would take a sign, `_` or spaces: -100000000:01:00.0 was "-100000000:01:00.0"
     try:
         domain, bus, slot, fn = int(parts[0], 16), int(parts[1], 16), int(bus_slot, 16), int(function)
     except ValueError:

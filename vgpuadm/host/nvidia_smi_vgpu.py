@@ -1,5 +1,5 @@
 """Parsers for nvidia-smi's GPU and vGPU reports: `vgpu -s`/`-c` (with and without `-v`; placement size and IDs),
-`vgpu -q`, `-q -x` (MIG mode current/pending, virtualization mode, host vGPU mode), `-q` (vGPU heterogeneous mode
+`vgpu -q` (with the running vGPUs' VM and usage figures), `--query-gpu` (a GPU's usage), `-q -x` (MIG mode current/pending, virtualization mode, host vGPU mode), `-q` (vGPU heterogeneous mode
 and the Heterogeneous Time-Slice Sizes capability), `vgpu -ss` (scheduler state) and `--query-gpu … --format=csv`.
 Pure.
 
@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 
 from vgpuadm.host.nvidia_smi import leading_int, pci_address, type_blocks
+from vgpuadm.model import UUID_PATTERN
+from vgpuadm.usage import GpuUsage, VgpuUsage
 
 TYPE_CHECKING = False  # lxml stays off the fast path of the read commands (tests/unit/test_read_commands.py)
 if TYPE_CHECKING:
@@ -133,6 +135,98 @@ def parse_vgpu_query(text: str) -> dict[str, VgpuQuery]:
         elif vgpus:
             vgpus[-1].fields.setdefault(key, value)
     flush()
+    return out
+
+
+MAX_VGPUS = 4096  # active vGPU blocks believed from one `vgpu -q` (a host has at most a few hundred)
+_UUID = re.compile(UUID_PATTERN)
+_TYPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._+-]{0,63}")
+_VERSION = re.compile(r"[0-9][0-9.]{0,31}")
+_VM_NAME = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
+
+
+def _number(value: str | None, unit: str = "", most: int = 1 << 40) -> int | None:
+    """`700 MiB` (unit "MiB"), `31 %`, `63` → the whole number; N/A, another unit or an out-of-range one → None."""
+    if value is None:
+        return None
+    word, _, rest = value.partition(" ")
+    if rest.strip() != unit or not word.isdecimal() or len(word) > 12:
+        return None
+    n = int(word)
+    return n if n <= most else None
+
+
+def _match(pattern: re.Pattern[str], value: str | None) -> str | None:
+    """`value` when it is in `pattern`'s grammar (N/A is no value)."""
+    return value if value is not None and value != "N/A" and pattern.fullmatch(value) else None
+
+
+def _usage(address: str, vid: int, f: dict[str, str]) -> VgpuUsage:
+    """One `vGPU ID` block's fields (`Section/Key` below a section line) as canonical values."""
+    uuid, mdev = (f.get(k, "").lower() for k in ("VM UUID", "MDEV UUID"))
+    lic = f.get("License Status", "")
+    return VgpuUsage(
+        gpu=address, vgpu_id=vid, vm_uuid=uuid if _UUID.fullmatch(uuid) else None,
+        vm_name=_match(_VM_NAME, f.get("VM Name")), type_name=_match(_TYPE_NAME, f.get("vGPU Name")),
+        type_num=_number(f.get("vGPU Type"), most=1 << 20), mdev_uuid=mdev if _UUID.fullmatch(mdev) else None,
+        gpu_instance_id=_number(f.get("GPU Instance ID"), most=1 << 16),
+        placement_id=_number(f.get("Placement ID"), most=1 << 16),
+        licensed=True if lic.startswith("Licensed") else False if lic.startswith("Unlicensed") else None,
+        driver_version=_match(_VERSION, f.get("Guest Driver Version")),
+        fb_total_mib=_number(f.get("FB Memory Usage/Total"), "MiB"),
+        fb_used_mib=_number(f.get("FB Memory Usage/Used"), "MiB"),
+        gpu_percent=_number(f.get("Utilization/Gpu"), "%", 100),
+        memory_percent=_number(f.get("Utilization/Memory"), "%", 100),
+        encoder_percent=_number(f.get("Utilization/Encoder"), "%", 100),
+        decoder_percent=_number(f.get("Utilization/Decoder"), "%", 100),
+    )  # fmt: skip
+
+
+def parse_vgpu_usage(text: str) -> tuple[VgpuUsage, ...]:
+    """`nvidia-smi vgpu -q`: every active vGPU with its VM and usage figures, each value checked once here (a value
+    that does not fit its grammar is None: not believed). At most MAX_VGPUS blocks."""
+    out: list[VgpuUsage] = []
+    address: str | None = None
+    block: tuple[int, dict[str, str]] | None = None
+    section = ""
+
+    def flush() -> None:
+        if address is not None and block is not None and len(out) < MAX_VGPUS:
+            out.append(_usage(address, block[0], block[1]))
+
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            flush()
+            address, block = pci_address(line[4:]), None
+            continue
+        key, colon, value = line.partition(":")
+        indent = len(key) - len(key.lstrip())
+        key, value = key.strip(), value.strip()
+        if not colon:
+            section = key if key else section
+            continue
+        if key == "vGPU ID":
+            flush()
+            vid = leading_int(value)
+            block, section = ((vid, {}) if vid is not None and 0 <= vid < 1 << 32 else None), ""
+        elif block is not None:
+            block[1].setdefault(f"{section}/{key}" if indent > 8 and section else key, value)
+    flush()
+    return tuple(out)
+
+
+GPU_USAGE_FIELDS = ("pci.bus_id", "utilization.gpu", "utilization.memory", "memory.used", "memory.total")
+
+
+def parse_gpu_usage(text: str) -> dict[str, GpuUsage]:
+    """`nvidia-smi --query-gpu=<GPU_USAGE_FIELDS> --format=csv`: PCI address → the GPU's figures (`[N/A]` → None)."""
+    out: dict[str, GpuUsage] = {}
+    for row in parse_query_gpu(text)[:MAX_VGPUS]:
+        address = pci_address(row.get("pci.bus_id", ""))
+        if address is not None:
+            out[address] = GpuUsage(address, _number(row.get("utilization.gpu"), "%", 100),
+                                    _number(row.get("utilization.memory"), "%", 100),
+                                    _number(row.get("memory.used"), "MiB"), _number(row.get("memory.total"), "MiB"))  # fmt: skip
     return out
 
 

@@ -16,7 +16,8 @@ from vgpuadm.host.paths import UNIT_DIR
 from vgpuadm.virt.templating import readme_path, template_dir
 
 RESTORE_UNIT = "vgpuadm-restore.service"
-UNITS = (RESTORE_UNIT,)
+EXPORTER_UNIT = "vgpuadm-exporter.service"  # `vgpuadm exporter` (ops/exporter.py); its command carries its options
+UNITS = (RESTORE_UNIT, EXPORTER_UNIT)
 _MARK = "ExecStart=@VGPUADM@"
 _DOCS = "@README@"
 _PLAIN = re.compile(r"^[A-Za-z0-9/._+:@=,-]+$")

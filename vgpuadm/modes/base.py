@@ -27,6 +27,7 @@ from vgpuadm.model import (
     pci_key,
 )
 from vgpuadm.steps import Plan, Step
+from vgpuadm.usage import DriverUsage, GpuUsage, VgpuUsage
 from vgpuadm.virt import xml
 
 HostdevSpec = dict[str, Any]
@@ -191,6 +192,14 @@ class Mode(ABC):
         """The allocation that records a device a domain's <hostdev> `ref` already gives it (attached by hand, or
         for mdevctl) as this mode would have recorded it, read from the host now; None: not a device of this mode
         here (`vgpuadm adopt` asks every mode)."""
+        return None
+
+    # -- metrics (report/usage.py): how the device maps to the driver's usage records ----------------------------
+
+    def usage(self, snapshot: HostSnapshot, a: Allocation, driver: DriverUsage) -> VgpuUsage | GpuUsage | None:
+        """The driver's usage record of `a`'s device: its running vGPU's (VgpuUsage), or, for a device that is a
+        whole GPU, the GPU's own figures (GpuUsage); None when the driver reports none (no guest runs on it, or
+        the driver does not see the device, like a GPU bound to vfio-pci)."""
         return None
 
     def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> Made:

@@ -22,6 +22,7 @@ from vgpuadm.modes.base import (
     split_params,
 )
 from vgpuadm.steps import CreateMdev, Plan, RemoveMdev, SetVgpuParams, Step
+from vgpuadm.usage import DriverUsage, VgpuUsage
 from vgpuadm.virt import xml
 
 
@@ -88,6 +89,14 @@ class MdevMode(Mode):
 
     def host_device(self, a: Allocation) -> str | None:
         return a.parent
+
+    def usage(self, snapshot: HostSnapshot, a: Allocation, driver: DriverUsage) -> VgpuUsage | None:
+        """An mdev's record names it: its MDEV UUID (on a MIG-backed type too: the record says its GPU instance),
+        run by the VM of `a`'s domain (a domain copied with its <hostdev> claims the mdev too, but only the one
+        running it is the record's)."""
+        vm = (a.domain_uuid or "").lower()
+        return next((v for v in driver.vgpus if a.uuid and v.mdev_uuid == a.uuid and (not vm or v.vm_uuid == vm)),
+                    None)  # fmt: skip
 
     def current_params(self, snapshot: HostSnapshot, a: Allocation) -> str | None:
         m = snapshot.mdevs.get(a.uuid or "")

@@ -25,6 +25,7 @@ from vgpuadm.steps import (
     Step,
     Unbind,
 )
+from vgpuadm.usage import DriverUsage, GpuUsage
 from vgpuadm.virt import xml
 
 VFIO = "vfio-pci"
@@ -47,6 +48,11 @@ class PassthroughMode(Mode):
     def endpoints(self, snapshot: HostSnapshot, gpu: str) -> list[PciFunction]:
         """The group's non-bridge members, the GPU first."""
         return iommu.endpoints(snapshot, self.find(snapshot, gpu))
+
+    def usage(self, snapshot: HostSnapshot, a: Allocation, driver: DriverUsage) -> GpuUsage | None:
+        """A whole GPU has no vGPU record: its GPU's own figures, when the host driver still sees it (bound to
+        vfio-pci for a guest it does not: then there are none)."""
+        return driver.gpus.get(a.address or "")
 
     def validate(self, snapshot: HostSnapshot, device_id: str, force: bool = False) -> None:
         fn = self.find(snapshot, device_id)

@@ -23,6 +23,7 @@ from vgpuadm.modes.base import (
     split_params,
 )
 from vgpuadm.steps import ClearVfVgpuType, Plan, SetVfPlacement, SetVfVgpuType, SetVgpuParams, Step
+from vgpuadm.usage import DriverUsage, VgpuUsage
 from vgpuadm.virt import xml
 
 
@@ -95,6 +96,17 @@ class VfVgpuMode(Mode):
 
     def describe(self, a: Allocation) -> str:
         return f"VF {a.address} ({a.type_id})"
+
+    def usage(self, snapshot: HostSnapshot, a: Allocation, driver: DriverUsage) -> VgpuUsage | None:
+        """A layout C VF's record does not name the VF (no MDEV UUID): it is the vGPU of the VF's type on the VF's
+        GPU that the VM owning the VF runs (VM UUID = the domain's), at the VF's placement where it has one (a
+        VM with two vGPUs of one type on one GPU is told apart by placement only)."""
+        vf = snapshot.vendor_vfs.get(a.address or "")
+        if vf is None or not vf.current_type or not a.domain_uuid:
+            return None
+        placed = vf.placement_id if vf.placement_id is not None and vf.placement_id >= 0 else None
+        return next((v for v in driver.vgpus if v.gpu == vf.physfn and v.vm_uuid == a.domain_uuid.lower()
+                     and v.type_num == vf.current_type and placed in (None, v.placement_id)), None)  # fmt: skip
 
     def current_params(self, snapshot: HostSnapshot, a: Allocation) -> str | None:
         vf = snapshot.vendor_vfs.get(a.address or "")

@@ -10,29 +10,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vgpuadm import modes
-from vgpuadm.errors import ConflictError, HostIOError, LibvirtError, LibvirtMissingError, VgpuadmError
+from vgpuadm.errors import ConflictError, LibvirtError, LibvirtMissingError, VgpuadmError
 from vgpuadm.executor import pending_error, read_journal
 from vgpuadm.host import mig as host_mig
 from vgpuadm.host import nvidia_smi
-from vgpuadm.host.files import write_beneath
 from vgpuadm.io.domainxml import read_domain_dir
 from vgpuadm.model import Allocation, HostSnapshot
+from vgpuadm.ops.exporter import read_driver
 from vgpuadm.ops.session import Session
 from vgpuadm.plan.domains import Domains
 from vgpuadm.report.inventory import inventory as build_inventory
 from vgpuadm.report.listing import vm_rows, vm_view
 from vgpuadm.report.merge import load_report, merge
 from vgpuadm.report.mig import gpu_occupancy, instance_rows, made_by
-
-
-def write_report(path: str, text: str) -> None:
-    """A report file (`inventory -o`), 0644, replaced atomically by the one writer (host/files.write_beneath, in the
-    file's directory, which must exist): node_exporter and web servers never read half a file."""
-    try:
-        write_beneath(os.path.dirname(os.path.abspath(path)), os.path.basename(path), text.encode("utf-8"), mode=0o644)
-    except OSError as exc:
-        raise HostIOError(f"cannot write {path}: {exc.strerror}", "check the directory exists and is writable",
-                          path=path, errno=exc.errno) from None  # fmt: skip
+from vgpuadm.report.usage import usage_now
 
 
 def _now() -> str:
@@ -153,7 +144,27 @@ def show_vm(root: str | None, vm: str, *, connect: str | None = None) -> dict[st
         if d is None:
             s.virt.xml(vm)  # raises NotFoundError naming the domain
             return vm_view(s.snap, vm, None, None, (), None, modes.of)
-        return vm_view(s.snap, d.name, d.uuid, d.running, d.allocations, d.changed, modes.of)
+        view = vm_view(s.snap, d.name, d.uuid, d.running, d.allocations, d.changed, modes.of)
+        _add_usage(s, d.allocations, view)
+        return view
+
+
+def _add_usage(s: Session, allocations: Sequence[Allocation], view: dict[str, Any]) -> None:
+    """Each device the driver reports a running guest on gets `now`, its figures (the exporter's join:
+    Mode.usage). Nothing is added where the host has no nvidia-smi or it fails: `show` answers without them."""
+    if not view["devices"] or nvidia_smi.locate(s.root) is None:
+        return
+    try:
+        driver = read_driver(s)
+    except VgpuadmError:
+        return
+    if driver is None:
+        return
+    by_slot = {a.slot: modes.of(a).usage(s.snap, a, driver) for a in allocations}
+    for device in view["devices"]:
+        record = by_slot.get(device["slot"])
+        if record is not None:
+            device["now"] = usage_now(record)
 
 
 def merge_inventories(paths: list[str]) -> dict[str, Any]:

@@ -18,10 +18,14 @@ from vgpuadm.steps import SYSTEMD_UNIT, Plan, Step, WriteManagedFile
 NEXT_STEP = f"systemctl daemon-reload && systemctl enable {unitfile.RESTORE_UNIT}"
 
 
-def _steps(text: str | None, previous: str | None) -> list[Step]:
-    """The step making the unit's file `text` (None: no file) where it is `previous`; none when it is that already."""
-    unit = unitfile.host_path(unitfile.RESTORE_UNIT)
-    return [] if previous == text else [WriteManagedFile(SYSTEMD_UNIT, unit, text, previous)]
+def _steps(name: str, text: str | None, previous: str | None) -> list[Step]:
+    """The step making unit `name`'s file `text` (None: no file) where it is `previous`; none when it is that already."""
+    return [] if previous == text else [WriteManagedFile(SYSTEMD_UNIT, unitfile.host_path(name), text, previous)]
+
+
+def next_step(name: str) -> str:
+    """What the user runs after `name` is installed."""
+    return f"systemctl daemon-reload && systemctl enable {'--now ' if name != unitfile.RESTORE_UNIT else ''}{name}"
 
 
 def vgpuadm_command(argv0: str | None = None) -> list[str]:
@@ -60,42 +64,43 @@ class UnitResult:
             "installed": self.installed,
             "current": self.current,
             "steps": self.plan.describe(),
-            "next": NEXT_STEP if self.installed else "",
+            "next": next_step(self.unit) if self.installed else "",
         }
 
 
-def _run(root: str | None, dry_run: bool, make: Any) -> UnitResult:
+def _run(root: str | None, dry_run: bool, make: Any, name: str = unitfile.RESTORE_UNIT) -> UnitResult:
     with Session.changing(root, dry_run=dry_run, needs_sys=False) as s:
-        previous = unitfile.read_unit(s.root.path, unitfile.RESTORE_UNIT)
+        previous = unitfile.read_unit(s.root.path, name)
         plan, command, text = make(previous)
         result = s.execute(plan, dry_run=dry_run) if not plan.empty else None
         applied = result.applied if result else ()
-        after = previous if dry_run or plan.empty else unitfile.read_unit(s.root.path, unitfile.RESTORE_UNIT)
+        after = previous if dry_run or plan.empty else unitfile.read_unit(s.root.path, name)
         if dry_run and not plan.empty:
             after = text
-        return UnitResult(unitfile.RESTORE_UNIT, unitfile.host_path(unitfile.RESTORE_UNIT), tuple(command), plan,
+        return UnitResult(name, unitfile.host_path(name), tuple(command), plan,
                           applied, dry_run, after is not None, after is not None and after == text)  # fmt: skip
 
 
-def install(root: str | None, *, dry_run: bool = False, command: list[str] | None = None) -> UnitResult:
-    """Write the restore unit with ExecStart running `command` (default: this vgpuadm); nothing to do when the
-    file already says exactly that."""
+def install(root: str | None, *, dry_run: bool = False, command: list[str] | None = None,
+            name: str = unitfile.RESTORE_UNIT) -> UnitResult:  # fmt: skip
+    """Write unit `name` (the restore unit by default) with ExecStart running `command` (default: this vgpuadm);
+    nothing to do when the file already says exactly that."""
     cmd = command or vgpuadm_command()
-    text = unitfile.render(cmd)
+    text = unitfile.render(cmd, name)
 
     def make(previous: str | None) -> tuple[Plan, list[str], str]:
-        return Plan.of(_steps(text, previous), f"install {unitfile.RESTORE_UNIT}"), cmd, text
+        return Plan.of(_steps(name, text, previous), f"install {name}"), cmd, text
 
-    return _run(root, dry_run, make)
+    return _run(root, dry_run, make, name)
 
 
-def uninstall(root: str | None, *, dry_run: bool = False) -> UnitResult:
-    """Remove the restore unit's file (systemctl disable is the user's, before)."""
+def uninstall(root: str | None, *, dry_run: bool = False, name: str = unitfile.RESTORE_UNIT) -> UnitResult:
+    """Remove unit `name`'s file (systemctl disable is the user's, before)."""
 
     def make(previous: str | None) -> tuple[Plan, list[str], str | None]:
-        return Plan.of(_steps(None, previous), f"remove {unitfile.RESTORE_UNIT}"), [], None
+        return Plan.of(_steps(name, None, previous), f"remove {name}"), [], None
 
-    return _run(root, dry_run, make)
+    return _run(root, dry_run, make, name)
 
 
 def status(root: str | None, *, command: list[str] | None = None) -> UnitResult:

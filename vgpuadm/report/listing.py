@@ -258,6 +258,16 @@ def vm_view(
     return {"domain": name, "uuid": uuid, "running": running, "changed": changed, "devices": devices}
 
 
+def now_line(now: dict[str, Any]) -> str:
+    """A device's `now` (show --vm: the driver's figures, report/usage.py) as `31 % GPU, 3.1 of 4 GiB` (`GPU n/a`:
+    no utilization, as on a GPU with MIG on)."""
+    gpu = "GPU n/a" if now["gpu_percent"] is None else f"{now['gpu_percent']} % GPU"
+    used, total = now["fb_used_mib"], now["fb_total_mib"]
+    if used is None or total is None:
+        return gpu
+    return f"{gpu}, {round(used / 1024, 1):g} of {round(total / 1024, 1):g} GiB"
+
+
 def _allocation_type_name(snap: HostSnapshot, a: Allocation) -> str | None:
     if not a.type_id:
         return None

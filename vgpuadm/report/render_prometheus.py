@@ -26,10 +26,16 @@ class _Families:
     def add(self, name: str, help_text: str, labels: dict[str, Any], value: float | int | None) -> None:
         if value is None:
             return
+        family = self.declare(name, help_text, list(labels))
+        family.add_metric(["" if v is None else str(v) for v in labels.values()], value)
+
+    def declare(self, name: str, help_text: str, labels: list[str]) -> Any:
+        """The family `name`, added (HELP and TYPE, no sample yet) when it is new: a family whose HELP explains why
+        it may have no samples is shown even then."""
         family = self._families.get(name)
         if family is None:
-            family = self._families[name] = self._gauge(name, help_text, labels=list(labels))
-        family.add_metric(["" if v is None else str(v) for v in labels.values()], value)
+            family = self._families[name] = self._gauge(name, help_text, labels=labels)
+        return family
 
     def collect(self) -> Iterator[Any]:
         yield from self._families.values()

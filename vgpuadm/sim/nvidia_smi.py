@@ -7,6 +7,8 @@ layouts (the real H200's `mig -lgip`/`-lgipp`, the published `-lgi`/`-lci`; test
   vgpu -c -v                  the types creatable now, with Placement Size and Creatable Placement IDs
   vgpu -i N -shm 1|0          heterogeneous (mixed-size) time-sliced mode (sim/hetero.py)
   vgpu -ss                    the vGPU scheduler state of each GPU
+  vgpu -q                     the active vGPUs with their VM and usage figures (sim/usage.py: `vgpuadm sim usage`)
+  --query-gpu=pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total --format=csv   GPU figures
   vgpu -i N --set-vgpu-scheduler-state POLICY [--timeslice MS]   set it (POLICY bestEffort|equalShare|fixedShare)
   -i N -mig 1|0, -r -i N      MIG mode (sim/mig.py: refused while busy, pending where the board needs a reset)
   mig -lgip|-lgipp|-lgi|-lci  profiles, placements, GPU and compute instances (`-i N` filters)
@@ -15,19 +17,24 @@ layouts (the real H200's `mig -lgip`/`-lgipp`, the published `-lgi`/`-lci`; test
 
 `vgpuadm sim build` installs it as <root>/usr/bin/nvidia-smi (a wrapper running `python -m vgpuadm.sim.nvidia_smi
 ROOT ARGS…`), as the real driver package installs nvidia-smi. Other invocations say what the real one says to an
-unknown combination and exit 2. Changing commands hold the simulated kernel's root lock.
+unknown combination and exit 2. Changing commands hold the simulated kernel's root lock. A read meets the faults
+injected for `/usr/bin/nvidia-smi ARGS…` (sim/faults.py): a stall (a slow driver) or a failure (_driver_fault).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
+import time
+import uuid
 import zlib
 from collections.abc import Sequence
 from typing import Any
 from xml.sax.saxutils import escape
 
-from vgpuadm.sim import hetero, heteromodel, mdevs, mig, migmodel, vendor_vfio
+from vgpuadm.model import UUID_PATTERN
+from vgpuadm.sim import faults, hetero, heteromodel, mdevs, mig, migmodel, usage, vendor_vfio
 from vgpuadm.sim.state import SimHost, load_model, root_lock
 from vgpuadm.sim.tools import install_tool
 
@@ -60,6 +67,7 @@ _CI_HEAD = (
     "|====================================================================|\n"
 )
 NO_MIG = "No MIG-enabled devices found.\n"
+_UUID = re.compile(UUID_PATTERN)
 
 
 def supported_types(model: dict[str, Any], verbose: bool = True) -> str:
@@ -252,22 +260,134 @@ def gpu_instances(model: dict[str, Any], index: int | None) -> str:
     return _GI_HEAD + "".join(rows) if rows else "No GPU instances found: Not Found\n"
 
 
-def vgpu_query(model: dict[str, Any]) -> str:
-    """`nvidia-smi vgpu -q`, in the layout of the published block (tests/data/nvidia-smi-published/
-    vgpu-q-fragment.txt): per GPU its active vGPUs with `MDEV UUID` (N/A for a layout C VF's) and `GPU Instance ID`.
-    [I] Only the vGPUs on GPU instances are listed (the MIG state is what the simulated driver tracks per vGPU);
-    the vGPU IDs are made up from the device's name."""
+def smi_gpus(host: SimHost) -> list[str]:
+    """The GPUs the usage reads list: those the MIG and vGPU reads list, and every PF bound to nvidia (a layout A
+    GPU's driver answers for it too)."""
+    bound = {pf for pf, drv in host.model["drivers"].items()
+             if drv == "nvidia" and host.link_name(f"/sys/bus/pci/devices/{pf}/driver") == "nvidia"
+             and host.link_name(f"/sys/bus/pci/devices/{pf}/physfn") is None}  # fmt: skip
+    return sorted(set(migmodel.gpu_order(host.model)) | bound)
+
+
+def _vgpu_id(device_dir: str) -> int:
+    """A made-up vGPU ID, stable for the device (the driver's are opaque 32-bit numbers)."""
+    return 3251634176 + zlib.crc32(device_dir.rsplit("/", 1)[-1].encode()) % 65536
+
+
+def _mdev_vgpu(host: SimHost, dev: str) -> tuple[str, int | None, str, int | None, str]:
+    """An mdev's (GPU, type number, type name, FB MiB, MDEV UUID)."""
+    parent_dir = os.path.dirname(dev)
+    parent = os.path.basename(parent_dir)
+    type_id = host.link_name(f"{dev}/mdev_type") or ""
+    info = host.parent_info(parent) or {}
+    t = (info.get("types") or {}).get(type_id) or {}
+    gpu = info.get("physical_gpu") or host.link_name(f"{parent_dir}/physfn") or parent
+    num = type_id.rsplit("-", 1)[-1]
+    name = host.read(f"{parent_dir}/mdev_supported_types/{type_id}/name") or t.get("name") or type_id
+    return gpu, int(num) if num.isdecimal() else None, name, t.get("fb_mib"), os.path.basename(dev)
+
+
+def _vf_vgpu(host: SimHost, dev: str) -> tuple[str, int | None, str, int | None, str]:
+    """A layout C VF's (GPU, type number, type name, FB MiB, "N/A": no MDEV UUID)."""
+    pf = host.link_name(f"{dev}/physfn") or ""
+    text = host.read(f"{dev}/nvidia/current_vgpu_type") or "0"
+    num = int(text) if text.isdecimal() else 0
+    types = (host.model["vendor_vfio"].get(pf) or {}).get("types") or []
+    name, fb = next(((n, fb) for t, n, fb, _mx in types if t == num), (str(num), None))
+    return pf, num, name, fb, "N/A"
+
+
+def _line(indent: int, key: str, value: object) -> str:
+    return f"{' ' * indent}{key:<{38 - indent}}: {value}\n"
+
+
+def _usage_block(host: SimHost, dev: str, f: dict[str, Any], gi: int | None) -> tuple[str, str]:
+    """(GPU, the `vGPU ID` block) of a vGPU a guest runs on, in the layout of NVIDIA's vGPU user guide ("Getting
+    Details About vGPUs": `nvidia-smi vgpu -q`) [I: the simulated fields and values; utilization reads N/A on a GPU
+    with MIG on, as NVML documents it unsupported there]."""
+    is_mdev = _UUID.fullmatch(os.path.basename(dev)) is not None
+    gpu, num, name, fb, mdev = (_mdev_vgpu if is_mdev else _vf_vgpu)(host, dev)
+    if gi is None and not is_mdev:
+        text = host.read(f"{dev}/nvidia/gpu_instance_id")
+        gi = int(text) if text and text.isdecimal() else None
+    placement = host.read(f"{dev}/nvidia/placement_id") if not is_mdev else None
+    vid = _vgpu_id(dev)
+    fb = fb or 0
+    mig_on = gi is not None
+    util = {k: "N/A" if mig_on else f"{f[k]} %" for k in ("gpu", "memory", "encoder", "decoder")}
+    out = [_line(4, "vGPU ID", vid), _line(8, "VM UUID", f["vm_uuid"]), _line(8, "VM Name", f["vm_name"] or "N/A"),
+           _line(8, "vGPU Name", name), _line(8, "vGPU Type", num if num is not None else "N/A"),
+           _line(8, "vGPU UUID", uuid.uuid5(uuid.NAMESPACE_URL, dev)),
+           _line(8, "MDEV UUID", mdev), _line(8, "Guest Driver Version", f["driver"]),
+           _line(8, "License Status", f["license"]), _line(8, "GPU Instance ID", gi if gi is not None else "N/A"),
+           _line(8, "Placement ID", placement if placement not in (None, "-1") else "N/A"),
+           _line(8, "Accounting Mode", "Disabled"), _line(8, "ECC Mode", "N/A"),
+           _line(8, "Accounting Buffer Size", 4000), _line(8, "Frame Rate Limit", "N/A"), "        PCI\n",
+           _line(12, "Bus Id", "00000000:00:00.0"), "        FB Memory Usage\n", _line(12, "Total", f"{fb} MiB"),
+           _line(12, "Used", f"{f['fb_used_mib']} MiB"), _line(12, "Free", f"{max(fb - f['fb_used_mib'], 0)} MiB"),
+           "        Utilization\n", _line(12, "Gpu", util["gpu"]), _line(12, "Memory", util["memory"]),
+           _line(12, "Encoder", util["encoder"]), _line(12, "Decoder", util["decoder"])]  # fmt: skip
+    for section in ("Encoder Stats", "FBC Stats"):
+        out += [f"        {section}\n", _line(12, "Active Sessions", 0), _line(12, "Average FPS", 0),
+                _line(12, "Average Latency", 0)]  # fmt: skip
+    return gpu, "".join(out)
+
+
+def vgpu_query(host: SimHost) -> str:
+    """`nvidia-smi vgpu -q`: per GPU its active vGPUs. A vGPU a guest runs on (sim/usage.py: `vgpuadm sim usage`)
+    has the full block (_usage_block); a vGPU on a GPU instance without a guest keeps the short block of the
+    published fragment (tests/data/nvidia-smi-published/vgpu-q-fragment.txt: `MDEV UUID`, N/A for a layout C VF's,
+    and `GPU Instance ID`) [I: the simulated driver tracks GPU-instance users per vGPU, not guests]."""
+    model = host.model
+    figures: dict[str, dict[str, Any]] = model.get(usage.FIGURES) or {}
+    on_gi = {u: gi["id"] for st in (model.get("mig") or {}).values() for gi in st.get("instances", [])
+             for u in gi["users"]}  # fmt: skip
+    blocks: dict[str, list[tuple[str, str]]] = {}
+    for dev, f in figures.items():
+        if host.exists(dev):
+            gpu, text = _usage_block(host, dev, f, on_gi.get(dev))
+            blocks.setdefault(gpu, []).append((dev.rsplit("/", 1)[-1], text))
+    for pf, st in (model.get("mig") or {}).items():
+        for gi in st.get("instances", []):
+            for device in gi["users"]:
+                if device in figures and host.exists(device):
+                    continue
+                name = device.rsplit("/", 1)[-1]
+                mdev = name if _UUID.fullmatch(name) else "N/A"
+                blocks.setdefault(pf, []).append((name, _line(4, "vGPU ID", _vgpu_id(device)) + _line(8, "MDEV UUID", mdev)
+                                                  + _line(8, "GPU Instance ID", gi["id"])))  # fmt: skip
     out = []
-    for pf in migmodel.gpu_order(model):
-        st = (model.get("mig") or {}).get(pf)
-        users = sorted((u, gi["id"]) for gi in (st or {}).get("instances", []) for u in gi["users"])
-        out.append(f"GPU {mig.nv_address(pf)}\n    {'Active vGPUs':<34}: {len(users)}\n")
-        for device, gi_id in users:
-            name = device.rsplit("/", 1)[-1]
-            mdev = name if len(name) == 36 and name.count("-") == 4 else "N/A"
-            out.append(f"    {'vGPU ID':<34}: {3251634176 + zlib.crc32(name.encode()) % 65536}\n"
-                       f"        {'MDEV UUID':<30}: {mdev}\n        {'GPU Instance ID':<30}: {gi_id}\n")  # fmt: skip
+    for pf in sorted(set(smi_gpus(host)) | set(blocks)):
+        mine = sorted(blocks.get(pf, []))
+        out.append(f"GPU {mig.nv_address(pf)}\n{_line(4, 'Active vGPUs', len(mine))}" + "".join(t for _, t in mine))
     return "".join(out)
+
+
+GPU_USAGE_FIELDS = "pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total"
+
+
+def _fb_total(host: SimHost, pf: str) -> int:
+    """The board's memory [I]: the largest FB one type's instances cover."""
+    sizes = [fb * (mx or 1) for _n, _name, fb, mx in (host.model["vendor_vfio"].get(pf) or {}).get("types") or []]
+    for info in host.model["mdev_parents"].values():
+        if info.get("physical_gpu") == pf:
+            sizes += [(t.get("fb_mib") or 0) * (t.get("max") or 1) for t in info["types"].values()]
+    return max(sizes, default=0)
+
+
+def gpu_usage(host: SimHost) -> str:
+    """`--query-gpu=pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total --format=csv`, in the real
+    H200's CSV layout (tests/data/h200-passthrough-guest/nvidia-host.txt: units after each value); utilization
+    `[N/A]` on a GPU with MIG on (NVML: not supported on MIG-enabled GPUs)."""
+    figures = host.model.get(usage.GPU_FIGURES) or {}
+    states = host.model.get("mig") or {}
+    rows = ["pci.bus_id, utilization.gpu [%], utilization.memory [%], memory.used [MiB], memory.total [MiB]"]
+    for pf in smi_gpus(host):
+        f = {**usage.GPU_DEFAULTS, **(figures.get(pf) or {})}
+        mig_on = migmodel.enabled(states[pf]) if pf in states else False
+        gpu, mem = ("[N/A]", "[N/A]") if mig_on else (f"{f['gpu']} %", f"{f['memory']} %")
+        rows.append(f"{mig.nv_address(pf)}, {gpu}, {mem}, {f['fb_used_mib']} MiB, {_fb_total(host, pf)} MiB")
+    return "\n".join(rows) + "\n"
 
 
 def compute_instances(model: dict[str, Any], index: int | None) -> str:
@@ -363,6 +483,21 @@ def _policy_change(host: SimHost, pf: str, args: list[str]) -> str:
         raise mig.MigError(exc.message, exc.code) from exc
 
 
+DRIVER_FAILED = "Failed to initialize NVML: Unknown Error\n"
+
+
+def _driver_fault(root: str, args: list[str]) -> bool:
+    """Injected faults (sim/faults.py) for a read, matched against `/usr/bin/nvidia-smi ARGS…` (e.g.
+    `vgpuadm sim fail DIR '/usr/bin/nvidia-smi vgpu*' EIO`): a stall makes the driver slow to answer (the read
+    waits, then answers); an errno makes it fail as a driver that lost its GPU does [I: the message and exit status
+    255]. True when the read fails."""
+    with root_lock(root):
+        code, stall = faults.check(root, load_model(root)["faults"], (" ".join([WRAPPER, *args]),))
+    if stall:
+        time.sleep(stall)
+    return code is not None
+
+
 def main(argv: Sequence[str]) -> int:
     root, args = argv[0], list(argv[1:])
     index_text = _opt(args, "-i")
@@ -370,14 +505,19 @@ def main(argv: Sequence[str]) -> int:
     reads = {
         ("vgpu", "-s", "-v"): lambda m: supported_types(m), ("vgpu", "-v", "-s"): lambda m: supported_types(m),
         ("vgpu", "-s"): lambda m: supported_types(m, verbose=False), ("-q", "-x"): query_xml, ("-q",): query_text,
-        ("vgpu", "-ss"): scheduler_state, ("vgpu", "-q"): vgpu_query,
+        ("vgpu", "-ss"): scheduler_state, ("vgpu", "-q"): lambda m: vgpu_query(SimHost(root, m)),
+        (f"--query-gpu={GPU_USAGE_FIELDS}", "--format=csv"): lambda m: gpu_usage(SimHost(root, m)),
         ("mig", "-lgip"): lambda m: gi_profiles(m, index), ("mig", "-lgipp"): lambda m: gi_placements(m, index),
         ("mig", "-lgi"): lambda m: gpu_instances(m, index), ("mig", "-lci"): lambda m: compute_instances(m, index),
     }  # fmt: skip
     plain = tuple(a for a in args if a not in ("-i", index_text))
     try:
         if plain in reads:
-            sys.stdout.write(reads[plain](load_model(root)))
+            model = load_model(root)
+            if model["faults"] and _driver_fault(root, args):
+                sys.stderr.write(DRIVER_FAILED)
+                return 255
+            sys.stdout.write(reads[plain](model))
             return 0
         if plain in (("vgpu", "-c", "-v"), ("vgpu", "-v", "-c")):
             sys.stdout.write(creatable_types(SimHost(root, load_model(root))))
