@@ -12,13 +12,12 @@ from vgpuadm import modes
 from vgpuadm.errors import ConflictError, NotFoundError, VgpuadmError
 from vgpuadm.executor import load_drivers
 from vgpuadm.host import mig as host_mig
-from vgpuadm.model import Allocation
+from vgpuadm.model import Allocation, pci_address
 from vgpuadm.ops.session import Session
 from vgpuadm.plan import guest as planner
 from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan.domains import with_recorded
 from vgpuadm.steps import Plan
-from vgpuadm.virt import xml
 
 Progress = Callable[[int, int, str], None]
 
@@ -199,8 +198,9 @@ def release(
     progress: Progress | None = None,
 ) -> GuestResult:
     """Take a passed-through GPU back from whichever domain has it (per vgpuadm metadata) and give it back to its
-    host drivers. With no domain holding it, only the drivers are restored."""
-    gpu = str(xml.PciAddress.parse(gpu))
+    host drivers. With no domain holding it, only the drivers are restored. `gpu` is checked here, once (the CLI
+    hands it over canonical already; a Python caller may not)."""
+    gpu = pci_address(gpu)
     with Session.changing(root, connect, dry_run=dry_run) as s:
         if gpu not in s.snap.functions:
             raise NotFoundError(

@@ -632,7 +632,7 @@ def plan_release(snap: HostSnapshot, domains: Domains, gpu: str, drivers: dict[s
         steps.append(redefine_step(name, owned, [a for a in owned if a not in mine], snap.host_key, d.xml,
                                    detach=detach))  # fmt: skip
         gone += mine
-    steps += device_plans.plan_vfio_restore(snap, gpu, drivers).steps
+    steps += passthrough_mode.MODE.plan_restore(snap, gpu, drivers)  # `gpu` is canonical (ops/guest.release)
     return Plan.of(steps, f"release {gpu} from {', '.join(holders) or 'no domain'}"), holders, gone
 
 
