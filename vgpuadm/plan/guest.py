@@ -291,13 +291,9 @@ def on_demand_allocations(
     options = request_options(hints)
     out = []
     for slot, dev in zip(slots, made, strict=True):
-        if dev.uuid is not None:  # an mdev: placed at start, so it records no parent now
-            out.append(Allocation(vm, dev.mode, type_id, None, uuid=dev.uuid, params=params or None,
-                                  domain_uuid=domain_uuid, slot=slot, extra={**display, **options}))  # fmt: skip
-        else:  # layout C: the VF the hostdev names is chosen now, typed at start
+        out.append(dev.request(vm, slot=slot, domain_uuid=domain_uuid, params=params, display=display, options=options))
+        if not dev.placed_at_start:
             taken[dev.device] = vm
-            out.append(Allocation(vm, dev.mode, type_id, dev.device, address=dev.device, params=params or None,
-                                  domain_uuid=domain_uuid, slot=slot, extra={"on_demand": "yes"}))  # fmt: skip
     return out
 
 
