@@ -111,8 +111,7 @@ def create_many(
         planning = with_recorded(snap, s.domains())  # what restore will bring back is taken
         mig = host_mig.read_host(s.root) if plan_mig.may_need(planning, [type_name]) else plan_mig.NONE
         planning = plan_mig.project(planning, mig, [type_name])
-        plans = planner.plan_create_many(planning, xmls, type_name, taken=s.domains().users(), **options)
-        plans = plan_mig.with_gpu_instances(planning, mig, plans)
+        plans = planner.plan_create_many(planning, xmls, type_name, taken=s.domains().users(), mig=mig, **options)
         done: list[str] = []
         for p in plans:
             try:
@@ -181,7 +180,7 @@ def passthrough(
 ) -> GuestResult:
     with Session.changing(root, connect, dry_run=dry_run) as s:
         dom = s.domain_xml(vm)
-        plan, added, after = planner.plan_passthrough(s.snap, dom, gpu, s.domains().users(besides=vm), force=force,
+        plan, added, after = planner.plan_passthrough(s.snap, dom, gpu, s.domains().users(), force=force,
                                                       rom_file=rom_file, on_demand=on_demand,
                                                       running=vm in s.domains().running)  # fmt: skip
         s.execute(plan, dry_run=dry_run, progress=progress)

@@ -5,23 +5,33 @@ creates them) — so it succeeds or rolls back whole.
 
 What a domain owns is read from its vgpuadm <metadata> (vgpuadm.virt.xml.parse_allocations): the same create twice
 makes nothing new, and mdev UUIDs derive from (host, domain UUID, slot) so they are stable across re-creation.
+
+This is the one guest planner: `create`, `passthrough` and `apply -f` (so the Ansible module) give a domain (Target)
+devices through the same paths — give_vgpus, give_passthrough, give_virtio_gl, each returning per device what it
+adds (Given) with the same conflict input (pci_taken), MIG path (plan/mig.for_vgpus) and display check — and every
+definition is ONE DefineDomain built by define_step (grow for a verb's domain; plan/apply.py orders a plan file's).
+`destroy`, `release` and a `create --total` below what a domain owns take devices back through take_steps.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuadm import modes
 from vgpuadm.catalog import capacity
+from vgpuadm.catalog.mig import MigHost
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
-from vgpuadm.model import PCI_KEY, Allocation, DeviceMode, HostSnapshot, device_key, mdev_key, pci_address, pci_key
+from vgpuadm.model import PCI_KEY, Allocation, DeviceMode, HostSnapshot, device_key, mdev_key, pci_address
 from vgpuadm.modes import passthrough as passthrough_mode
 from vgpuadm.modes import virtio_gpu
 from vgpuadm.modes.base import join_params, normalise_params
 from vgpuadm.plan import devices as device_plans
+from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan.domains import Domains
 from vgpuadm.plan.ids import device_uuid
 from vgpuadm.plan.placement import check_count, check_host_count, place, resolve_on_host
@@ -135,18 +145,136 @@ class DomainPlan:
     warnings: list[str] = field(default_factory=list)  # accepted, but worth saying (an on-demand that cannot start)
 
 
-@dataclass
-class _Want:
-    """One domain's share of a create plan."""
+@dataclass(frozen=True)
+class Target:
+    """A domain the guest planner gives devices to: its name, UUID, persistent XML, what its metadata records, and
+    the host and change time that metadata names (what an undo of its definition puts back)."""
 
     name: str
-    duuid: str
+    uuid: str
+    xml: str
     owned: list[Allocation]
-    slots: list[int]
-    uuids: list[str]
-    prev_host: str | None
-    prev_changed: str | None
+    host: str | None = None
+    changed: str | None = None
+
+    @classmethod
+    def read(cls, domain_xml: str) -> Target:
+        doc = xml.parse_domain(domain_xml)  # once, for the readings
+        name = doc.findtext("name") or ""
+        return cls(name, doc.findtext("uuid") or "", domain_xml, xml.parse_allocations(doc), xml.metadata_host(doc),
+                   xml.metadata_changed(doc, domain=name))  # fmt: skip
+
+
+@dataclass
+class Given:
+    """What the guest planner gives one domain, per device: each device's allocation (in its own metadata slot),
+    the kernel steps that make the devices (MIG's prerequisites first), the definition edits of a device that is
+    no <hostdev> (virtio-gl's <video>), and what is worth saying."""
+
     added: list[Allocation] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    edits: list[Step] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def hostdevs(self) -> list[Allocation]:
+        """The devices the domain's definition gets a <hostdev> for."""
+        return [a for a in self.added if modes.of(a).hostdev]
+
+
+def grow(snap: HostSnapshot, t: Target, g: Given, summary: str) -> DomainPlan:
+    """The one plan that gives domain `t` what a give_* planner chose: the kernel steps, the definition edits, then
+    ONE DefineDomain that attaches the hostdevs and records everything the domain owns afterwards."""
+    after = sorted([*t.owned, *g.added], key=lambda a: a.slot)
+    define = define_step(t.name, t.owned, after, snap.host_key, t.host, previous_changed=t.changed,
+                         attach=g.hostdevs)  # fmt: skip
+    return DomainPlan(t.name, Plan.of([*g.steps, *g.edits, define], summary), g.added, after, warnings=g.warnings)
+
+
+def pci_taken(users: Users | None, gone: Collection[Allocation] = ()) -> dict[str, str]:
+    """PCI address → the domain that references it, less the devices the plan takes away: the one conflict input of
+    every verb that gives a domain devices (`create`, `passthrough`, `apply -f`). The domains being planned count
+    too: a VF a domain's on-demand request names, or a function it holds, is never handed out again."""
+    gone_keys = {k for a in gone for k in [modes.key(a)] if k is not None}
+    return {
+        key: name for (kind, key), name in (users or {}).items() if kind == PCI_KEY and (kind, key) not in gone_keys
+    }
+
+
+def _located(at: Callable[[str], AbstractContextManager[None]] | None, phase: str) -> AbstractContextManager[None]:
+    return at(phase) if at is not None else contextlib.nullcontext()
+
+
+def give_vgpus(
+    snap: HostSnapshot, targets: Sequence[tuple[Target, int]], type_id: str, *, hints: dict[str, Any], params: str,
+    display: Mapping[str, str], taken: dict[str, str], have: Sequence[str], on_demand: bool, idle: HostSnapshot,
+    mig: MigHost, turn_off: str, gone: Collection[Allocation] = (),
+    at: Callable[[str], AbstractContextManager[None]] | None = None,
+) -> tuple[list[Given], MigHost]:  # fmt: skip
+    """`count` more devices of `type_id` for each target domain, in its free metadata slots: the one vGPU path of
+    `create` and `apply -f`. The mdev UUIDs derive from (host, domain UUID, slot) and must be free; every device is
+    placed together (they count against each other); each domain's devices get what their MIG-backed vGPUs need
+    (plan/mig.for_vgpus, the MIG state carried from one domain to the next) and are checked against its display.
+    `on_demand`: nothing is made; each request is placed on the `idle` host (it must fit once enough others stop),
+    and a VF chosen now is added to `taken`. `gone`: the devices the same plan takes away first (their UUIDs are
+    free). `at(phase)` ("placement", "mig", "display") wraps each phase's errors."""
+    wants: list[tuple[Target, list[int], list[str]]] = []
+    with _located(at, "placement"):
+        for t, count in targets:
+            slots = free_slots({a.slot for a in t.owned}, max(count, 0))
+            uuids = [device_uuid(snap.machine_id, t.uuid, slot) for slot in slots]
+            _check_free_uuids(snap, t, uuids, {a.uuid for a in gone if a.uuid})
+            wants.append((t, slots, uuids))
+    out = [Given() for _ in wants]
+    if not any(slots for _, slots, _ in wants):
+        return out, mig
+    if on_demand:
+        for (t, slots, uuids), given in zip(wants, out, strict=True):
+            if not slots:
+                continue
+            before = dict(taken)
+            with _located(at, "placement"):
+                given.added = on_demand_allocations(idle, t.name, t.uuid, type_id, slots, uuids, hints, params,
+                                                    dict(display), taken)  # fmt: skip
+            given.warnings = _cannot_start_now(snap, t.name, type_id, len(slots), hints, before)
+            with _located(at, "display"):
+                check_display(t.xml, given.added, turn_off=turn_off)
+        return out, mig
+    with _located(at, "placement"):
+        made = iter(device_plans.plan_devices(snap, type_id, sum(len(s) for _, s, _ in wants), gpu=hints.get("gpu"),
+                                              policy=hints.get("policy") or "pack", numa=hints.get("numa"),
+                                              params=params, uuids=[u for _, _, us in wants for u in us], taken=taken,
+                                              have=have)[0])  # fmt: skip
+    for (t, slots, _uuids), given in zip(wants, out, strict=True):
+        kernel: list[Step] = []
+        for slot in slots:
+            dev = next(made)
+            kernel += dev.steps
+            given.added.append(dev.allocation(t.name, slot=slot, domain_uuid=t.uuid, params=params, display=display))
+        if not given.added:
+            continue
+        with _located(at, "mig"):
+            given.steps, given.added, mig = plan_mig.for_vgpus(snap, mig, kernel, given.added)
+        with _located(at, "display"):
+            check_display(t.xml, given.added, turn_off=turn_off)
+    return out, mig
+
+
+def _check_free_uuids(snap: HostSnapshot, t: Target, uuids: Sequence[str], freed: Collection[str]) -> None:
+    """The UUIDs of a domain's next devices are its own: no hostdev of it names one its metadata does not record,
+    and no mdev of the host has one (a leak) — but for those the plan frees first (`freed`)."""
+    if not uuids:
+        return
+    present = {(r.kind, r.key) for r in xml.parse_hostdevs(t.xml)}
+    for u in (u for u in uuids if u not in freed):
+        if mdev_key(u) in present:
+            raise ConflictError(
+                f"domain {t.name} already has a hostdev for mdev {u} that its vgpuadm metadata does not record",
+                f"remove it (virsh edit {t.name}) or record it with `vgpuadm restore`",
+            )
+        if u in snap.mdevs:  # the slot's UUID is taken by a device no metadata records (a leak)
+            raise ConflictError(f"mdev {u}, the UUID of domain {t.name}'s next device, exists and no vgpuadm "
+                                "metadata records it", "`vgpuadm reconcile --fix` removes it; then run this again")  # fmt: skip
 
 
 def plan_create_many(
@@ -162,10 +290,12 @@ def plan_create_many(
     params: Sequence[str] = (),
     taken: Users | None = None,
     on_demand: bool = False,
+    mig: MigHost = plan_mig.NONE,
 ) -> list[DomainPlan]:
-    """Give each domain (its XML, the total count of `type_name` it should own) what it lacks. Every device is
-    placed together (so the instances count against each other); each domain gets its own plan — create, attach,
-    record — so that it succeeds or rolls back as a unit. Pure.
+    """Give each domain (its XML, the total count of `type_name` it should own) what it lacks, through the one vGPU
+    path (give_vgpus): every device placed together, each domain its own plan — create, attach, record — so that it
+    succeeds or rolls back as a unit. `taken`: every domain's references (Domains.users). `mig`: the MIG state, read
+    when the type may need it. Pure.
 
     `on_demand`: nothing is made now; each domain's request is recorded (type, count, hints, params) with the
     hostdev it will use — the deterministic mdev UUID, or a layout C VF chosen now — and `vgpuadm hook run` makes
@@ -176,87 +306,41 @@ def plan_create_many(
     if type_name.strip().lower() == virtio_gpu.TYPE:  # no host device: a virtio <video> on a render node
         return [_plan_virtio_gl(snap, domain_xml, count, gpu) for domain_xml, count in requests]
     type_id = resolve_on_host(snap, snap.types(), type_name)[0].type_id
-    host_id = snap.machine_id
-    wants: list[_Want] = []
+    targets: list[tuple[Target, int]] = []
     shrink: dict[str, DomainPlan] = {}
-    seen: set[str] = set()
     check_host_count(snap, sum(count for _, count in requests), "devices")
     for domain_xml, count in requests:
         check_count(count, "devices")
-        name, duuid = xml.domain_identity(domain_xml)
-        if name in seen:
-            raise UsageError(f"domain {name} is named twice", "give each domain once, with the total it should own")
-        seen.add(name)
-        doc = xml.parse_domain(domain_xml)  # once, for the four readings
-        owned = xml.parse_allocations(doc)
-        need = count - sum(1 for a in owned if a.type_id == type_id)
+        t = Target.read(domain_xml)
+        if any(t.name == u.name for u, _ in targets):
+            raise UsageError(f"domain {t.name} is named twice", "give each domain once, with the total it should own")
+        need = count - sum(1 for a in t.owned if a.type_id == type_id)
         if need < 0:  # --total is what the domain owns afterwards: the newest devices of the type go back
-            newest = sorted((a for a in owned if a.type_id == type_id), key=lambda a: a.slot)[need:]
-            others = {k: n for k, n in (taken or {}).items() if n != name}
-            steps, after = take_steps(snap, domain_xml, owned, newest, others, {})
-            shrink[name] = DomainPlan(name, Plan.of(steps, f"take {len(newest)} × {type_id} from domain {name} "
-                                                           f"(it keeps {count})"), [], after, newest)  # fmt: skip
-        slots = free_slots({a.slot for a in owned}, max(need, 0))
-        w = _Want(name, duuid, owned, slots, [device_uuid(host_id, duuid, slot) for slot in slots],
-                  xml.metadata_host(doc), xml.metadata_changed(doc, domain=name))  # fmt: skip
-        present = {(r.kind, r.key) for r in xml.parse_hostdevs(doc)}
-        for u in w.uuids:
-            if mdev_key(u) in present:
-                raise ConflictError(
-                    f"domain {name} already has a hostdev for mdev {u} that its vgpuadm metadata does not record",
-                    f"remove it (virsh edit {name}) or record it with `vgpuadm restore`",
-                )
-            if u in snap.mdevs:  # the slot's UUID is taken by a device no metadata records (a leak)
-                raise ConflictError(f"mdev {u}, the UUID of domain {name}'s next device, exists and no vgpuadm "
-                                    "metadata records it", "`vgpuadm reconcile --fix` removes it; then run this again")  # fmt: skip
-        wants.append(w)
-    plans = _plan_growth(snap, wants, requests, type_id, taken, seen, gpu=gpu, policy=policy, numa=numa,
-                         display=display, ramfb=ramfb, params=params, on_demand=on_demand)  # fmt: skip
-    return [shrink.get(p.name, p) for p in plans]
-
-
-def _plan_growth(
-    snap: HostSnapshot, wants: list[_Want], requests: Sequence[tuple[str, int]], type_id: str, taken: Users | None,
-    seen: set[str], *, gpu: str | None, policy: str, numa: int | None, display: bool, ramfb: bool,
-    params: Sequence[str], on_demand: bool,
-) -> list[DomainPlan]:  # fmt: skip
-    """The devices each domain of a create lacks, placed together."""
-    total = sum(len(w.slots) for w in wants)
-    if total == 0:
-        return [
-            DomainPlan(w.name, Plan.of([], f"domain {w.name} already has "
-                                           f"{sum(1 for a in w.owned if a.type_id == type_id)} × {type_id}"),
-                       [], w.owned)
-            for w in wants
-        ]  # fmt: skip
-    joined = _params(params)
-    if on_demand:
-        hints = {"gpu": pci_address(gpu) if gpu else None, "policy": policy, "numa": numa}
-        return _plan_on_demand(snap, wants, requests, type_id, joined, hints, _pci_users(taken, seen),
-                               {"display": "on" if display else "off", **({"ramfb": "on"} if ramfb else {})})  # fmt: skip
-    made = iter(device_plans.plan_devices(snap, type_id, total, gpu=gpu, policy=policy, numa=numa, params=joined,
-                                          uuids=[u for w in wants for u in w.uuids], taken=_pci_users(taken, seen),
-                                          have=_kept(wants, requests, type_id))[0])  # fmt: skip
+            newest = sorted((a for a in t.owned if a.type_id == type_id), key=lambda a: a.slot)[need:]
+            others = {k: n for k, n in (taken or {}).items() if n != t.name}
+            steps, after = take_steps(snap, domain_xml, t.owned, newest, others, {})
+            shrink[t.name] = DomainPlan(t.name, Plan.of(steps, f"take {len(newest)} × {type_id} from domain "
+                                                               f"{t.name} (it keeps {count})"), [], after, newest)  # fmt: skip
+        targets.append((t, need))
+    growing = any(n > 0 for _, n in targets)
+    joined = _params(params) if growing else ""
+    kept = [a.uuid or a.address or "" for (t, _), (_, count) in zip(targets, requests, strict=True)
+            for a in sorted((a for a in t.owned if a.type_id == type_id), key=lambda a: a.slot)[:count]]  # fmt: skip
     extra = {"display": "on" if display else "off", **({"ramfb": "on"} if ramfb else {})}
+    hints = {"gpu": pci_address(gpu) if gpu and growing else None, "policy": policy, "numa": numa}
+    given, _mig = give_vgpus(snap, targets, type_id, hints=hints, params=joined, display=extra,
+                             taken=pci_taken(taken), have=kept, on_demand=on_demand, idle=capacity.idle(snap)
+                             if on_demand else snap, mig=mig, turn_off="use --display off")  # fmt: skip
     out = []
-    for w, (domain_xml, _count) in zip(wants, requests, strict=True):
-        kernel_steps: list[Step] = []
-        for slot in w.slots:
-            dev = next(made)
-            kernel_steps += dev.steps
-            w.added.append(dev.allocation(w.name, slot=slot, domain_uuid=w.duuid, params=joined, display=extra))
-        check_display(domain_xml, w.added, turn_off="use --display off")
-        after = sorted([*w.owned, *w.added], key=lambda a: a.slot)
-        define = define_step(
-            w.name, w.owned, after, snap.host_key, w.prev_host, previous_changed=w.prev_changed, attach=w.added
-        )
-        steps = [*kernel_steps, define] if w.added else []
-        summary = (
-            f"give domain {w.name} {len(w.added)} × {type_id}"
-            if w.added
-            else f"domain {w.name} already has {sum(1 for a in w.owned if a.type_id == type_id)} × {type_id}"
-        )
-        out.append(DomainPlan(w.name, Plan.of(steps, summary), w.added, after))  # fmt: skip
+    for (t, _need), g in zip(targets, given, strict=True):
+        if t.name in shrink:
+            out.append(shrink[t.name])
+        elif not g.added:
+            has = f"domain {t.name} already has {sum(1 for a in t.owned if a.type_id == type_id)} × {type_id}"
+            out.append(DomainPlan(t.name, Plan.of([], has), [], t.owned))
+        else:
+            out.append(grow(snap, t, g, f"record {len(g.added)} × {type_id} on demand for domain {t.name}" if on_demand
+                            else f"give domain {t.name} {len(g.added)} × {type_id}"))  # fmt: skip
     return out
 
 
@@ -303,43 +387,6 @@ def on_demand_passthrough(added: Sequence[Allocation], force: bool) -> list[Allo
     return [dataclasses.replace(a, extra={**a.extra, **wanted}) for a in added]
 
 
-def _plan_on_demand(
-    snap: HostSnapshot,
-    wants: Sequence[_Want],
-    requests: Sequence[tuple[str, int]],
-    type_id: str,
-    params: str,
-    hints: dict[str, Any],
-    taken: dict[str, str],
-    display: dict[str, str],
-) -> list[DomainPlan]:
-    """create --on-demand: attach and record, make nothing. Each domain is checked on its own against the idle host
-    (they need not all run at once); a layout C VF is a fixed resource, so the VFs chosen count as taken."""
-    idle = capacity.idle(snap)
-    taken = dict(taken)
-    out = []
-    for w, (domain_xml, _count) in zip(wants, requests, strict=True):
-        if not w.slots:
-            out.append(DomainPlan(w.name, Plan.of([], f"domain {w.name} already has "
-                                                      f"{sum(1 for a in w.owned if a.type_id == type_id)} × {type_id}"),
-                                  [], w.owned))  # fmt: skip
-            continue
-        before = dict(taken)
-        w.added += on_demand_allocations(idle, w.name, w.duuid, type_id, w.slots, w.uuids, hints, params, display,
-                                         taken)  # fmt: skip
-        warnings = _cannot_start_now(snap, w.name, type_id, len(w.slots), hints, before)
-        check_display(domain_xml, w.added, turn_off="use --display off")
-        after = sorted([*w.owned, *w.added], key=lambda a: a.slot)
-        steps: list[Step] = [
-            define_step(
-                w.name, w.owned, after, snap.host_key, w.prev_host, previous_changed=w.prev_changed, attach=w.added
-            )
-        ]
-        out.append(DomainPlan(w.name, Plan.of(steps, f"record {len(w.added)} × {type_id} on demand for domain "
-                                                     f"{w.name}"), w.added, after, warnings=warnings))  # fmt: skip
-    return out
-
-
 def _cannot_start_now(
     snap: HostSnapshot, vm: str, type_id: str, count: int, hints: dict[str, Any], taken: dict[str, str]
 ) -> list[str]:
@@ -367,33 +414,23 @@ def virtio_gl_allocation(
                       extra={"rendernode": path, "graphics": "egl-headless", "previous_video": previous})  # fmt: skip
 
 
+def give_virtio_gl(snap: HostSnapshot, t: Target, gpu: str | None) -> Given:
+    """A virtio-gl device for domain `t`: the render node of `gpu` (canonical; else the lowest), the edit of the
+    domain's <video>/<graphics> (SetVirtioGl), its record. The one virtio-gl path of `create` and `apply -f`."""
+    a = virtio_gl_allocation(snap, t.xml, t.name, t.uuid, t.owned, gpu)
+    return Given([a], edits=[step] if (step := virtio_gpu.MODE.definition_step(a, True)) is not None else [])
+
+
 def _plan_virtio_gl(snap: HostSnapshot, domain_xml: str, count: int, gpu: str | None) -> DomainPlan:
-    """One domain's virtio-gl device: the render node of `gpu` (else the lowest), the domain's definition edited
-    (SetVirtioGl), the metadata record. Pure."""
+    """create --type virtio-gl: one domain's virtio-gpu (give_virtio_gl). Pure."""
     check_count(count, "devices")
     if count != 1:
         raise UsageError(f"--count {count}: a domain has one virtio-gpu", "omit --count for --type virtio-gl")
-    name, duuid = xml.domain_identity(domain_xml)
-    owned = xml.parse_allocations(domain_xml)
-    if any(modes.of(a) is virtio_gpu.MODE for a in owned):
-        return DomainPlan(name, Plan.of([], f"domain {name} already has a virtio-gpu"), [], owned)
-    a = virtio_gl_allocation(snap, domain_xml, name, duuid, owned, pci_address(gpu) if gpu else None)
-    path = a.extra["rendernode"]
-    after = sorted([*owned, a], key=lambda x: x.slot)
-    steps: list[Step] = [virtio_gpu.MODE.definition_step(a, True),
-                         redefine_step(name, owned, after, snap.host_key, domain_xml)]  # fmt: skip
-    return DomainPlan(name, Plan.of(steps, f"give domain {name} a virtio-gpu on {path}"), [a], after)
-
-
-def _kept(wants: Sequence[_Want], requests: Sequence[tuple[str, int]], type_id: str) -> list[str]:
-    """The devices of `type_id` the domains keep (each its oldest, up to the total it asks for)."""
-    return [a.uuid or a.address or "" for w, (_, count) in zip(wants, requests, strict=True)
-            for a in sorted((a for a in w.owned if a.type_id == type_id), key=lambda a: a.slot)[:count]]  # fmt: skip
-
-
-def _pci_users(users: Users | None, besides: Collection[str]) -> dict[str, str]:
-    """PCI address → the domain that references it, leaving out the domains being planned."""
-    return {key: name for (kind, key), name in (users or {}).items() if kind == PCI_KEY and name not in besides}
+    t = Target.read(domain_xml)
+    if any(modes.of(a) is virtio_gpu.MODE for a in t.owned):
+        return DomainPlan(t.name, Plan.of([], f"domain {t.name} already has a virtio-gpu"), [], t.owned)
+    g = give_virtio_gl(snap, t, pci_address(gpu) if gpu else None)
+    return grow(snap, t, g, f"give domain {t.name} a virtio-gpu on {g.added[0].extra['rendernode']}")
 
 
 def plan_create(
@@ -567,11 +604,36 @@ def passthrough_allocations(
     return out
 
 
+def give_passthrough(
+    snap: HostSnapshot, t: Target, gpu: str, taken: Mapping[str, str], *, force: bool = False,
+    rom_file: str | None = None, on_demand: bool = False, running: bool = False,
+) -> Given:  # fmt: skip
+    """`gpu` (canonical) and the rest of its IOMMU group for domain `t`: the one passthrough path of `passthrough`
+    and `apply -f`. Refused when a function is in `taken` (pci_taken); the vfio-pci bind steps and one allocation
+    per function (passthrough_allocations). `on_demand`: bind nothing now; the hostdevs are managed='no' and
+    `vgpuadm hook run` binds the group when the domain starts and gives it back when it stops."""
+    functions = passthrough_functions(snap, gpu)
+    for f in functions:
+        if f in taken:
+            raise ConflictError(
+                f"{f} is already given to domain {taken[f]}",
+                f"take it back first: `vgpuadm destroy --vm {taken[f]} --uuid {gpu}` or `vgpuadm release --gpu {gpu}`",
+            )
+    if on_demand:
+        passthrough_mode.MODE.validate(snap, gpu, force)
+        steps: list[Step] = []
+    else:
+        steps = list(passthrough_mode.MODE.plan_bind(snap, gpu, force))
+    added = passthrough_allocations(snap, t.name, t.uuid, t.xml, gpu, functions, t.owned, rom_file=rom_file,
+                                    running=running and not on_demand)  # fmt: skip
+    return Given(on_demand_passthrough(added, force) if on_demand else added, steps)
+
+
 def plan_passthrough(
     snap: HostSnapshot,
     domain_xml: str,
     gpu: str,
-    others: dict[tuple[str, str], str],
+    users: Users,
     *,
     force: bool = False,
     rom_file: str | None = None,
@@ -579,35 +641,16 @@ def plan_passthrough(
     running: bool = False,
 ) -> tuple[Plan, list[Allocation], list[Allocation]]:
     """Bind the GPU's whole IOMMU group to vfio-pci and attach its functions as one guest slot (hot-plugged when the
-    domain is `running`). Pure. `on_demand`: bind nothing now; the hostdevs are managed='no' and `vgpuadm hook run`
-    binds the group when the domain starts and gives it back when it stops."""
+    domain is `running`), through give_passthrough; `users`: every domain's references (Domains.users). Pure."""
 
-    gpu = str(xml.PciAddress.parse(gpu))
-    name, duuid = xml.domain_identity(domain_xml)
-    owned = xml.parse_allocations(domain_xml)
-    functions = passthrough_functions(snap, gpu)
-    mine = {a.address for a in owned if modes.of(a).whole_gpu}
-    if set(functions) <= mine:
-        return Plan.of([], f"domain {name} already has {gpu}"), [], owned
-    for f in functions:
-        if pci_key(f) in others:
-            raise ConflictError(
-                f"{f} is already given to domain {others[pci_key(f)]}",
-                f"take it back first: `vgpuadm destroy --vm {others[pci_key(f)]} --uuid {gpu}` or `vgpuadm release "
-                f"--gpu {gpu}`",
-            )
-    if on_demand:
-        passthrough_mode.MODE.validate(snap, gpu, force)
-        steps: list[Step] = []
-    else:
-        steps = list(device_plans.plan_vfio_bind(snap, gpu, force).steps)
-    added = passthrough_allocations(snap, name, duuid, domain_xml, gpu, functions, owned, rom_file=rom_file,
-                                    running=running and not on_demand)  # fmt: skip
-    if on_demand:
-        added = on_demand_passthrough(added, force)
-    after = sorted([*owned, *added], key=lambda a: a.slot)
-    steps.append(redefine_step(name, owned, after, snap.host_key, domain_xml, attach=added))
-    return Plan.of(steps, f"pass {gpu} ({len(functions)} function(s)) through to domain {name}"), added, after
+    gpu = pci_address(gpu)
+    t = Target.read(domain_xml)
+    if set(passthrough_functions(snap, gpu)) <= {a.address for a in t.owned if modes.of(a).whole_gpu}:
+        return Plan.of([], f"domain {t.name} already has {gpu}"), [], t.owned
+    g = give_passthrough(snap, t, gpu, pci_taken(users), force=force, rom_file=rom_file, on_demand=on_demand,
+                         running=running)  # fmt: skip
+    p = grow(snap, t, g, f"pass {gpu} ({len(g.added)} function(s)) through to domain {t.name}")
+    return p.plan, p.added, p.after
 
 
 def plan_release(snap: HostSnapshot, domains: Domains, gpu: str, drivers: dict[str, str]) -> tuple[Plan, list[str],
@@ -618,16 +661,11 @@ def plan_release(snap: HostSnapshot, domains: Domains, gpu: str, drivers: dict[s
     holders: list[str] = []
     gone: list[Allocation] = []
     for name, d in sorted(domains.by_name.items()):
-        owned = list(d.allocations)
-        mine = [a for a in owned if modes.of(a).whole_gpu and modes.handle(a) == gpu]
-        if not mine:
-            continue
-        holders.append(name)
-        present = {(r.kind, r.key) for r in d.hostdevs}
-        detach = [(a, modes.hostdev_as_attached(a, d.xml)) for a in mine if modes.key(a) in present]
-        steps.append(redefine_step(name, owned, [a for a in owned if a not in mine], snap.host_key, d.xml,
-                                   detach=detach))  # fmt: skip
-        gone += mine
+        mine = [a for a in d.allocations if modes.of(a).whole_gpu and modes.handle(a) == gpu]
+        if mine:
+            holders.append(name)
+            steps += take_steps(snap, d.xml, d.allocations, mine, {}, {}, free=False)[0]
+            gone += mine
     steps += passthrough_mode.MODE.plan_restore(snap, gpu, drivers)  # `gpu` is canonical (ops/guest.release)
     return Plan.of(steps, f"release {gpu} from {', '.join(holders) or 'no domain'}"), holders, gone
 
