@@ -233,9 +233,15 @@ def give_vgpus(
             if not slots:
                 continue
             before = dict(taken)
-            with _located(at, "placement"):
-                given.added = on_demand_allocations(idle, t.name, t.uuid, type_id, slots, uuids, hints, params,
-                                                    dict(display), taken)  # fmt: skip
+            with _located(at, "placement"):  # placed on the idle host: it fits once enough others stop
+                placed, _ = device_plans.plan_devices(idle, type_id, len(slots), gpu=hints.get("gpu"),
+                                                      policy=hints.get("policy") or "pack", numa=hints.get("numa"),
+                                                      params=params, uuids=uuids, taken=taken)  # fmt: skip
+            for slot, dev in zip(slots, placed, strict=True):  # each as its mode records a request (Made.request)
+                given.added.append(dev.request(t.name, slot=slot, domain_uuid=t.uuid, params=params, display=display,
+                                               options=request_options(hints)))  # fmt: skip
+                if not dev.placed_at_start:  # the device the hostdev names is chosen now: taken from here on
+                    taken[dev.device] = t.name
             given.warnings = _cannot_start_now(snap, t.name, type_id, len(slots), hints, before)
             with _located(at, "display"):
                 check_display(t.xml, given.added, turn_off=turn_off)
@@ -354,39 +360,6 @@ def request_options(hints: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def on_demand_allocations(
-    idle: HostSnapshot,
-    vm: str,
-    domain_uuid: str,
-    type_id: str,
-    slots: Sequence[int],
-    uuids: Sequence[str],
-    hints: dict[str, Any],
-    params: str,
-    display: dict[str, str],
-    taken: dict[str, str],
-) -> list[Allocation]:
-    """The allocations an on-demand request of one domain records: placed on the idle host (so that the request is
-    known to fit once enough others stop) by the same planner as `create`; an mdev keeps no parent (placed at
-    start), a layout C VF is chosen now and added to `taken`."""
-    made, _summary = device_plans.plan_devices(idle, type_id, len(slots), gpu=hints.get("gpu"),
-                                               policy=hints.get("policy") or "pack", numa=hints.get("numa"),
-                                               params=params, uuids=uuids, taken=taken)  # fmt: skip
-    options = request_options(hints)
-    out = []
-    for slot, dev in zip(slots, made, strict=True):
-        out.append(dev.request(vm, slot=slot, domain_uuid=domain_uuid, params=params, display=display, options=options))
-        if not dev.placed_at_start:
-            taken[dev.device] = vm
-    return out
-
-
-def on_demand_passthrough(added: Sequence[Allocation], force: bool) -> list[Allocation]:
-    """Passthrough allocations as an on-demand request records them: managed='no' (the hook binds the group)."""
-    wanted = {"managed": "no", "on_demand": "yes", **({"force": "yes"} if force else {})}
-    return [dataclasses.replace(a, extra={**a.extra, **wanted}) for a in added]
-
-
 def _cannot_start_now(
     snap: HostSnapshot, vm: str, type_id: str, count: int, hints: dict[str, Any], taken: dict[str, str]
 ) -> list[str]:
@@ -401,23 +374,16 @@ def _cannot_start_now(
     return []
 
 
-def virtio_gl_allocation(
-    snap: HostSnapshot, domain_xml: str, name: str, duuid: str, owned: Sequence[Allocation], gpu: str | None
-) -> Allocation:
-    """The record of a new virtio-gl device for domain `name`: the render node of `gpu` (else the lowest), the
-    first free slot, and the video model its <video> had (put back when it goes). Pure."""
-    node, gpu_address = virtio_gpu.MODE.pick(snap, gpu)
-    path = virtio_gpu.render_path(node)
-    previous = xml.with_virtio_gl(domain_xml, path)[1]
-    [slot] = free_slots({a.slot for a in owned}, 1)
-    return Allocation(name, DeviceMode.VIRTIO_GL, virtio_gpu.TYPE, gpu_address or None, domain_uuid=duuid, slot=slot,
-                      extra={"rendernode": path, "graphics": "egl-headless", "previous_video": previous})  # fmt: skip
-
-
 def give_virtio_gl(snap: HostSnapshot, t: Target, gpu: str | None) -> Given:
     """A virtio-gl device for domain `t`: the render node of `gpu` (canonical; else the lowest), the edit of the
-    domain's <video>/<graphics> (SetVirtioGl), its record. The one virtio-gl path of `create` and `apply -f`."""
-    a = virtio_gl_allocation(snap, t.xml, t.name, t.uuid, t.owned, gpu)
+    domain's <video>/<graphics> (SetVirtioGl), its record in the first free slot with the video model its <video>
+    had (put back when it goes). The one virtio-gl path of `create` and `apply -f`."""
+    node, gpu_address = virtio_gpu.MODE.pick(snap, gpu)
+    path = virtio_gpu.render_path(node)
+    previous = xml.with_virtio_gl(t.xml, path)[1]
+    [slot] = free_slots({a.slot for a in t.owned}, 1)
+    a = Allocation(t.name, DeviceMode.VIRTIO_GL, virtio_gpu.TYPE, gpu_address or None, domain_uuid=t.uuid, slot=slot,
+                   extra={"rendernode": path, "graphics": "egl-headless", "previous_video": previous})  # fmt: skip
     return Given([a], edits=[step] if (step := virtio_gpu.MODE.definition_step(a, True)) is not None else [])
 
 
@@ -626,7 +592,10 @@ def give_passthrough(
         steps = list(passthrough_mode.MODE.plan_bind(snap, gpu, force))
     added = passthrough_allocations(snap, t.name, t.uuid, t.xml, gpu, functions, t.owned, rom_file=rom_file,
                                     running=running and not on_demand)  # fmt: skip
-    return Given(on_demand_passthrough(added, force) if on_demand else added, steps)
+    if on_demand:  # recorded as a request: managed='no' (the hook binds the group)
+        wanted = {"managed": "no", "on_demand": "yes", **({"force": "yes"} if force else {})}
+        added = [dataclasses.replace(a, extra={**a.extra, **wanted}) for a in added]
+    return Given(added, steps)
 
 
 def plan_passthrough(
