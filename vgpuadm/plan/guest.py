@@ -10,7 +10,8 @@ This is the one guest planner: `create`, `passthrough` and `apply -f` (so the An
 devices through the same paths — give_vgpus, give_passthrough, give_virtio_gl, each returning per device what it
 adds (Given) with the same conflict input (pci_taken), MIG path (plan/mig.for_vgpus) and display check — and every
 definition is ONE DefineDomain built by define_step (grow for a verb's domain; plan/apply.py orders a plan file's).
-`destroy`, `release` and a `create --total` below what a domain owns take devices back through take_steps.
+Each verb's change of one domain — given devices, or devices taken back by `destroy`, `release` and a
+`create --total` below what it owns — is one plan_domain.
 """
 
 from __future__ import annotations
@@ -182,15 +183,6 @@ class Given:
         return [a for a in self.added if modes.of(a).hostdev]
 
 
-def grow(snap: HostSnapshot, t: Target, g: Given, summary: str) -> DomainPlan:
-    """The one plan that gives domain `t` what a give_* planner chose: the kernel steps, the definition edits, then
-    ONE DefineDomain that attaches the hostdevs and records everything the domain owns afterwards."""
-    after = sorted([*t.owned, *g.added], key=lambda a: a.slot)
-    define = define_step(t.name, t.owned, after, snap.host_key, t.host, previous_changed=t.changed,
-                         attach=g.hostdevs)  # fmt: skip
-    return DomainPlan(t.name, Plan.of([*g.steps, *g.edits, define], summary), g.added, after, warnings=g.warnings)
-
-
 def pci_taken(users: Users | None, gone: Collection[Allocation] = ()) -> dict[str, str]:
     """PCI address → the domain that references it, less the devices the plan takes away: the one conflict input of
     every verb that gives a domain devices (`create`, `passthrough`, `apply -f`). The domains being planned count
@@ -324,7 +316,7 @@ def plan_create_many(
         if need < 0:  # --total is what the domain owns afterwards: the newest devices of the type go back
             newest = sorted((a for a in t.owned if a.type_id == type_id), key=lambda a: a.slot)[need:]
             others = {k: n for k, n in (taken or {}).items() if n != t.name}
-            steps, after = take_steps(snap, domain_xml, t.owned, newest, others, {})
+            steps, after = plan_domain(snap, t, gone=newest, others=others)
             shrink[t.name] = DomainPlan(t.name, Plan.of(steps, f"take {len(newest)} × {type_id} from domain "
                                                                f"{t.name} (it keeps {count})"), [], after, newest)  # fmt: skip
         targets.append((t, need))
@@ -345,8 +337,11 @@ def plan_create_many(
             has = f"domain {t.name} already has {sum(1 for a in t.owned if a.type_id == type_id)} × {type_id}"
             out.append(DomainPlan(t.name, Plan.of([], has), [], t.owned))
         else:
-            out.append(grow(snap, t, g, f"record {len(g.added)} × {type_id} on demand for domain {t.name}" if on_demand
-                            else f"give domain {t.name} {len(g.added)} × {type_id}"))  # fmt: skip
+            steps, after = plan_domain(snap, t, gain=g)
+            out.append(DomainPlan(t.name, Plan.of(steps, f"record {len(g.added)} × {type_id} on demand for domain "
+                                                         f"{t.name}" if on_demand else f"give domain {t.name} "
+                                                         f"{len(g.added)} × {type_id}"), g.added, after,
+                                  warnings=g.warnings))  # fmt: skip
     return out
 
 
@@ -396,7 +391,9 @@ def _plan_virtio_gl(snap: HostSnapshot, domain_xml: str, count: int, gpu: str | 
     if any(modes.of(a) is virtio_gpu.MODE for a in t.owned):
         return DomainPlan(t.name, Plan.of([], f"domain {t.name} already has a virtio-gpu"), [], t.owned)
     g = give_virtio_gl(snap, t, pci_address(gpu) if gpu else None)
-    return grow(snap, t, g, f"give domain {t.name} a virtio-gpu on {g.added[0].extra['rendernode']}")
+    steps, after = plan_domain(snap, t, gain=g)
+    return DomainPlan(t.name, Plan.of(steps, f"give domain {t.name} a virtio-gpu on {g.added[0].extra['rendernode']}"),
+                      g.added, after)  # fmt: skip
 
 
 def plan_create(
@@ -430,8 +427,8 @@ def plan_destroy(
     """Detach and free the selected devices of the domain; refuses devices another domain references. Pure.
     `forget`: only drop the domain's claim (its hostdev and its record) and leave the device alone — for a copy of
     a VM that claims its original's device."""
-    name, _ = xml.domain_identity(domain_xml)
-    owned = xml.parse_allocations(domain_xml)
+    t = Target.read(domain_xml)
+    name, owned = t.name, t.owned
     if all_ and uuid is not None:
         raise UsageError("give one of --uuid U or --all, not both", f"vgpuadm destroy --vm {name} --all")
     groups = _device_groups(owned)
@@ -455,12 +452,12 @@ def plan_destroy(
             )
         gone = chosen  # a passed-through GPU goes as a whole (GPU + audio …): one handle
     if forget:
-        steps, after = take_steps(snap, domain_xml, owned, gone, {}, drivers or {}, free=False)
+        steps, after = plan_domain(snap, t, gone=gone, free=False)
         steps, bare = _forget_copied_hostdevs(
             snap, domain_xml, owned, steps, others, device_key(uuid) if uuid else None
         )
         return Plan.of(steps, f"forget {len(gone) + bare} device(s) domain {name} claims"), gone, after
-    steps, after = take_steps(snap, domain_xml, owned, gone, others, drivers or {})
+    steps, after = plan_domain(snap, t, gone=gone, others=others, drivers=drivers)
     return Plan.of(steps, f"take {len(gone)} device(s) from domain {name}"), gone, after
 
 
@@ -489,30 +486,35 @@ def _forget_copied_hostdevs(
     return [joined if s is define else s for s in steps], len(bare)
 
 
-def take_steps(
-    snap: HostSnapshot, domain_xml: str, owned: Sequence[Allocation], gone: Sequence[Allocation], others: Users,
-    drivers: dict[str, str], *, free: bool = True,
+def plan_domain(
+    snap: HostSnapshot, t: Target, *, gain: Given | None = None, gone: Sequence[Allocation] = (),
+    others: Users | None = None, drivers: dict[str, str] | None = None, free: bool = True,
 ) -> tuple[list[Step], list[Allocation]]:  # fmt: skip
-    """The steps that take `gone` from the domain that owns `owned` (refused for a device another domain also
-    references) and what it owns afterwards: the virtio-gl edit first (the domain's <video>, not a hostdev), then
-    the one definition of the rest — out of the definition (and the running guest) before the kernel frees them."""
-    name = xml.domain_identity(domain_xml)[0]
+    """The one change of one domain's devices every guest verb plans, and what it owns afterwards: what a give_*
+    planner chose for it (`gain`) or the devices it loses (`gone`, refused for one another domain also references:
+    `others`). In order: the edits of devices that are no <hostdev> (virtio-gl's <video>), the kernel steps that make
+    the new devices, then ONE DefineDomain — hostdevs attached, the lost ones detached (and out of the running guest),
+    everything the domain owns recorded — then, with `free`, the kernel steps that free the lost devices."""
+    gain = gain or Given()
     for a in gone:
         ref = modes.key(a)
-        if ref is not None and ref in others:
+        if ref is not None and ref in (others or {}):
+            other = (others or {})[ref]
             raise ConflictError(
-                f"{modes.describe(a)} is also used by domain {others[ref]}",
-                f"if one of {name} and {others[ref]} is a copy of the other, drop the copy's claim with "
+                f"{modes.describe(a)} is also used by domain {other}",
+                f"if one of {t.name} and {other} is a copy of the other, drop the copy's claim with "
                 f"`vgpuadm destroy --vm COPY --forget` (the device and the other VM stay as they are)",
             )
-    present = {(r.kind, r.key) for r in xml.parse_hostdevs(domain_xml)}
-    detach = [(a, modes.hostdev_as_attached(a, domain_xml)) for a in gone if modes.key(a) in present]
-    after = [a for a in owned if a not in gone]
+    present = {(r.kind, r.key) for r in xml.parse_hostdevs(t.xml)} if gone else set()
+    detach = [(a, modes.hostdev_as_attached(a, t.xml)) for a in gone if modes.key(a) in present]
+    after = sorted([*(a for a in t.owned if a not in gone), *gain.added], key=lambda a: a.slot)
     steps: list[Step] = [s for a in gone if (s := modes.of(a).definition_step(a, False)) is not None]
-    if gone:
-        steps.append(redefine_step(name, owned, after, snap.host_key, domain_xml, detach=detach))
+    steps += [*gain.steps, *gain.edits]
+    if gone or gain.added:
+        steps.append(define_step(t.name, t.owned, after, snap.host_key, t.host, previous_changed=t.changed,
+                                 attach=gain.hostdevs, detach=detach))  # fmt: skip
     if free:
-        steps += remove_steps(snap, gone, drivers)
+        steps += remove_steps(snap, gone, drivers or {})
     return steps, after
 
 
@@ -618,8 +620,8 @@ def plan_passthrough(
         return Plan.of([], f"domain {t.name} already has {gpu}"), [], t.owned
     g = give_passthrough(snap, t, gpu, pci_taken(users), force=force, rom_file=rom_file, on_demand=on_demand,
                          running=running)  # fmt: skip
-    p = grow(snap, t, g, f"pass {gpu} ({len(g.added)} function(s)) through to domain {t.name}")
-    return p.plan, p.added, p.after
+    steps, after = plan_domain(snap, t, gain=g)
+    return Plan.of(steps, f"pass {gpu} ({len(g.added)} function(s)) through to domain {t.name}"), g.added, after
 
 
 def plan_release(snap: HostSnapshot, domains: Domains, gpu: str, drivers: dict[str, str]) -> tuple[Plan, list[str],
@@ -633,7 +635,8 @@ def plan_release(snap: HostSnapshot, domains: Domains, gpu: str, drivers: dict[s
         mine = [a for a in d.allocations if modes.of(a).whole_gpu and modes.handle(a) == gpu]
         if mine:
             holders.append(name)
-            steps += take_steps(snap, d.xml, d.allocations, mine, {}, {}, free=False)[0]
+            steps += plan_domain(snap, Target(name, d.uuid, d.xml, list(d.allocations), d.host, d.changed), gone=mine,
+                                 free=False)[0]  # fmt: skip
             gone += mine
     steps += passthrough_mode.MODE.plan_restore(snap, gpu, drivers)  # `gpu` is canonical (ops/guest.release)
     return Plan.of(steps, f"release {gpu} from {', '.join(holders) or 'no domain'}"), holders, gone
