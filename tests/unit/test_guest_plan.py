@@ -12,8 +12,11 @@ from tests import domains
 from vgpuadm import api, modes
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
 from vgpuadm.host.root import HostRoot
+from vgpuadm.io.planfile import parse_plan
 from vgpuadm.model import Allocation, device_uuid
-from vgpuadm.plan import guest
+from vgpuadm.plan import desired, guest
+from vgpuadm.plan.apply import build_apply_plan, resolve_types
+from vgpuadm.plan.domains import Domains
 from vgpuadm.virt import xml
 from vgpuadm.virt.steps import DefineDomain
 
@@ -172,3 +175,40 @@ def test_every_guest_command_has_help_with_an_example(cli, capsys):
     for command in ("create", "destroy", "passthrough", "release", "demo"):
         assert cli(command, "--help").code == 0
         assert "Example: vgpuadm " in capsys.readouterr().out, command
+
+
+def _apply(snap, plan_text: str, domains: dict[str, str]):
+    """`apply -f` planned for a plan file's text against domains (name → persistent XML)."""
+    doc = parse_plan(plan_text, source="plan.yaml")
+    doms = Domains.of(snap.host_key, [(n, xml.domain_identity(x)[1], x, False, "") for n, x in domains.items()])
+    d = desired.diff(doc, desired.Current(doms.allocations), resolve_types(doc, snap, doms.allocations))
+    return build_apply_plan(doc, d, snap, doms, {})
+
+
+def test_apply_checks_an_on_demand_vgpus_display_as_create_does(sim_host):
+    """`apply -f` plans through the same guest planner as `create`: an on-demand vGPU with display on is refused
+    for a domain with no <graphics> (libvirt would refuse the definition), at the plan file's `display` line."""
+    snap = api.discover(str(sim_host("p4")))
+    with pytest.raises(UsageError, match=r"^domain web01 has no <graphics> device") as by_create:
+        guest.plan_create(snap, domain(graphics=False), "nvidia-63", display=True, on_demand=True)
+    plan = "vms:\n  web01:\n    type: nvidia-63\n    on_demand: true\n    display: {enabled: true}\n"
+    with pytest.raises(UsageError) as by_apply:
+        _apply(snap, plan, {"web01": domain(graphics=False)})
+    assert by_apply.value.message == f"plan.yaml:5: vms.web01.display: {by_create.value.message}"
+    assert by_apply.value.hint.endswith("or set display: {enabled: false}")
+
+
+def test_apply_refuses_a_gpu_another_domain_holds_as_passthrough_does(sim_host):
+    """One conflict input for every verb that gives devices: a GPU another domain holds is refused by `apply -f`
+    with the words `passthrough` uses, naming that domain."""
+    snap = api.discover(str(sim_host("passthrough")))
+    *_, after = guest.plan_passthrough(snap, domain("db01"), "65:00.0", {})
+    db01 = domain("db01", after).replace(DOM_UUID, "6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a02")
+    users = Domains.of(snap.host_key, [("db01", "6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a02", db01, False, "")]).users()
+    with pytest.raises(ConflictError) as by_verb:
+        guest.plan_passthrough(snap, domain(), "65:00.0", users)
+    with pytest.raises(ConflictError) as by_apply:
+        _apply(snap, "vms:\n  web01:\n    passthrough: [0000:65:00.0]\n", {"web01": domain(), "db01": db01})
+    assert by_verb.value.message == "0000:65:00.0 is already given to domain db01"
+    assert by_apply.value.message == f"plan.yaml:3: vms.web01.passthrough: {by_verb.value.message}"
+    assert by_apply.value.hint == by_verb.value.hint

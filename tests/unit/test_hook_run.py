@@ -22,6 +22,7 @@ from vgpuadm.host.root import HostRoot
 from vgpuadm.model import Allocation, device_uuid
 from vgpuadm.plan import guest
 from vgpuadm.plan import mig as plan_mig
+from vgpuadm.plan.domains import Domains
 from vgpuadm.sim.treestate import diff, tree_state
 from vgpuadm.virt import xml
 
@@ -373,3 +374,15 @@ def test_an_on_demand_mdev_on_a_mig_vf_uses_a_hand_made_instance_and_leaves_it(s
     r = hook(cli, monkeypatch, root, "m1", "release", "end", dom)
     assert (r.code, r.err) == (0, f"vgpuadm: domain m1: step 1/1 remove mdev {u} from 0000:41:00.4\n")
     assert _gpu_instances(cli, root) == [("1g.10gb", 6, ())]
+
+
+def test_a_domain_growing_its_layout_c_request_gets_another_vf_than_the_one_it_records(sim_host):
+    """`create --on-demand --total 2` on a domain whose request already names a VF (untyped until the domain starts,
+    so the host shows it free): the second device is another VF, never the one the domain records."""
+    root = sim_host("h200-vendor-vfio")
+    snap = api.discover(str(root))
+    dom = on_demand(root, "a", UUIDS[0], "nvidia-1426")
+    users = Domains.of(snap.host_key, [("a", UUIDS[0], dom, False, "")]).users()
+    _plan, added, after = guest.plan_create(snap, dom, "nvidia-1426", 2, on_demand=True, taken=users)
+    assert [a.address for a in after] == ["0000:18:00.4", "0000:18:00.5"]
+    assert [a.address for a in added] == ["0000:18:00.5"]

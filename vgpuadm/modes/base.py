@@ -213,7 +213,8 @@ class Made:
     """One device a create plan makes (Mode.plan_instance): the steps that make it, its id (an mdev UUID, a VF
     address), the mode that makes it, and what a domain's allocation of it records: its type, parent, UUID or
     address, the mode's own record (`extra`: a placement ID, a pool VF's former host driver), and whether it carries
-    the request's vgpu_params and display options."""
+    the request's vgpu_params and display options; `placed_at_start`: the mode's (Mode.placed_at_start), for the
+    record of an on-demand request (`request`)."""
 
     steps: tuple[Step, ...]
     device: str
@@ -225,6 +226,7 @@ class Made:
     extra: Mapping[str, str] = field(default_factory=dict)
     params: bool = True
     display: bool = False
+    placed_at_start: bool = False
 
     def allocation(
         self, domain: str, *, slot: int, domain_uuid: str | None, params: str, display: Mapping[str, str]
@@ -233,6 +235,19 @@ class Made:
         return Allocation(domain, self.mode, self.type_id, self.parent, uuid=self.uuid, address=self.address,
                           params=(params or None) if self.params else None, domain_uuid=domain_uuid, slot=slot,
                           extra={**(display if self.display else {}), **self.extra})  # fmt: skip
+
+    def request(
+        self, domain: str, *, slot: int, domain_uuid: str | None, params: str, display: Mapping[str, str],
+        options: Mapping[str, str],
+    ) -> Allocation:  # fmt: skip
+        """The device as an on-demand request of `domain` records it, in `slot`: placed at start, it keeps no
+        parent now and records the request's display and placement `options`; else the device the hostdev names
+        is chosen now (`device`: taken from here on), typed at start."""
+        if self.placed_at_start:
+            return Allocation(domain, self.mode, self.type_id, None, uuid=self.uuid, params=params or None,
+                              domain_uuid=domain_uuid, slot=slot, extra={**display, **options})  # fmt: skip
+        return Allocation(domain, self.mode, self.type_id, self.device, address=self.device, params=params or None,
+                          domain_uuid=domain_uuid, slot=slot, extra={"on_demand": "yes"})  # fmt: skip
 
 
 @dataclass

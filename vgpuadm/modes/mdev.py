@@ -184,7 +184,9 @@ class MdevMode(Mode):
     def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> Made:
         dev = ask.uuid()
         steps = tuple(self.plan_create(snapshot, t, dev, ask.params))
-        return Made(steps, dev, self.name, t.type_id, t.parent, uuid=dev, display=True)
+        return Made(
+            steps, dev, self.name, t.type_id, t.parent, uuid=dev, display=True, placed_at_start=self.placed_at_start
+        )
 
 
 MODE = MdevMode()

@@ -12,13 +12,12 @@ from vgpuadm import modes
 from vgpuadm.errors import ConflictError, NotFoundError, VgpuadmError
 from vgpuadm.executor import load_drivers
 from vgpuadm.host import mig as host_mig
-from vgpuadm.model import Allocation
+from vgpuadm.model import Allocation, pci_address
 from vgpuadm.ops.session import Session
 from vgpuadm.plan import guest as planner
 from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan.domains import with_recorded
 from vgpuadm.steps import Plan
-from vgpuadm.virt import xml
 
 Progress = Callable[[int, int, str], None]
 
@@ -112,8 +111,7 @@ def create_many(
         planning = with_recorded(snap, s.domains())  # what restore will bring back is taken
         mig = host_mig.read_host(s.root) if plan_mig.may_need(planning, [type_name]) else plan_mig.NONE
         planning = plan_mig.project(planning, mig, [type_name])
-        plans = planner.plan_create_many(planning, xmls, type_name, taken=s.domains().users(), **options)
-        plans = plan_mig.with_gpu_instances(planning, mig, plans)
+        plans = planner.plan_create_many(planning, xmls, type_name, taken=s.domains().users(), mig=mig, **options)
         done: list[str] = []
         for p in plans:
             try:
@@ -182,7 +180,7 @@ def passthrough(
 ) -> GuestResult:
     with Session.changing(root, connect, dry_run=dry_run) as s:
         dom = s.domain_xml(vm)
-        plan, added, after = planner.plan_passthrough(s.snap, dom, gpu, s.domains().users(besides=vm), force=force,
+        plan, added, after = planner.plan_passthrough(s.snap, dom, gpu, s.domains().users(), force=force,
                                                       rom_file=rom_file, on_demand=on_demand,
                                                       running=vm in s.domains().running)  # fmt: skip
         s.execute(plan, dry_run=dry_run, progress=progress)
@@ -199,8 +197,9 @@ def release(
     progress: Progress | None = None,
 ) -> GuestResult:
     """Take a passed-through GPU back from whichever domain has it (per vgpuadm metadata) and give it back to its
-    host drivers. With no domain holding it, only the drivers are restored."""
-    gpu = str(xml.PciAddress.parse(gpu))
+    host drivers. With no domain holding it, only the drivers are restored. `gpu` is checked here, once (the CLI
+    hands it over canonical already; a Python caller may not)."""
+    gpu = pci_address(gpu)
     with Session.changing(root, connect, dry_run=dry_run) as s:
         if gpu not in s.snap.functions:
             raise NotFoundError(

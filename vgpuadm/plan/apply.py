@@ -5,41 +5,37 @@ redefined before the kernel frees them, one that gains devices after the kernel 
 is redefined twice). Order: virtio-gl taken away, those definitions, removals, parameters, creates, virtio-gl given
 (the definition's <video>/<graphics> edit, no kernel change), the gaining domains' definitions. Every VM is placed
 before anything runs, against a projected snapshot (capacity after the removals and the earlier VMs' creates), so
-a plan that needs more than the host has fails with the host untouched.
+a plan that needs more than the host has fails with the host untouched. Each VM's devices are planned by the one
+guest planner (plan/guest.py give_vgpus, give_passthrough, give_virtio_gl), as `create` and `passthrough` plan them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Sequence
-from typing import Any
+import functools
+from collections.abc import Iterator, Sequence
 
 from vgpuadm import modes
 from vgpuadm.catalog import capacity
 from vgpuadm.catalog.capacity import consume, release
 from vgpuadm.catalog.mig import MigHost
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError, VgpuadmError
-from vgpuadm.model import PCI_KEY, Allocation, HostSnapshot, device_uuid
-from vgpuadm.modes import passthrough as passthrough_mode
-from vgpuadm.modes import virtio_gpu
-from vgpuadm.plan import devices as device_plans
+from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan.desired import DesiredPlan, Diff, describe_allocation
-from vgpuadm.plan.domains import Domains, device_keys, with_recorded
+from vgpuadm.plan.domains import Domains, with_recorded
 from vgpuadm.plan.guest import (
-    check_display,
+    Target,
     define_step,
-    free_slots,
-    on_demand_allocations,
-    on_demand_passthrough,
-    passthrough_allocations,
-    passthrough_functions,
+    give_passthrough,
+    give_vgpus,
+    give_virtio_gl,
+    pci_taken,
     remove_steps,
-    virtio_gl_allocation,
 )
 from vgpuadm.plan.placement import resolve_on_host
 from vgpuadm.steps import Plan, Step
-from vgpuadm.virt.steps import DefineDomain
 from vgpuadm.virt.xml import metadata_xml, same_metadata
 
 
@@ -110,131 +106,69 @@ def build_apply_plan(
     released, mig = plan_mig.release(snap, mig, d.removes)
     vsnap = with_recorded(release(snap, d.removes), doms, besides=d.removes)
     idle = capacity.idle(snap)
-    taken = doms.owned() - {k for a in d.removes for k in (a.uuid, a.address) if k}
-    users = doms.users()
-    gone_keys = {k for a in d.removes for k in device_keys(a)}
-    taken_pci = {key: name for (kind, key), name in users.items() if kind == PCI_KEY and (kind, key) not in gone_keys}
+    taken = pci_taken(doms.users(), d.removes)
     virtio_on: list[Step] = []
     for add in d.adds:
         vm, spec = add.vm, add.spec
-        domain_uuid = doms.uuids[vm]
-        mine = owned.setdefault(vm, [])
+        target = Target(vm, doms.uuids[vm], doms.xml.get(vm, "<domain/>"), owned.setdefault(vm, []))
         if add.virtio_gl:
             try:
-                a = virtio_gl_allocation(snap, doms.xml.get(vm, "<domain/>"), vm, domain_uuid, mine, spec.virtio_gl_gpu)
+                given = give_virtio_gl(snap, target, spec.virtio_gl_gpu)
             except VgpuadmError as exc:
                 raise _located(plan_doc, vm, "virtio_gl", exc) from None
-            virtio_on.append(virtio_gpu.MODE.definition_step(a, True))
-            mine.append(a)
-            changed.add(vm)
-            continue
-        if add.address:
+        elif add.address:
             try:
-                created, bind = _passthrough(vsnap, vm, domain_uuid, add.address, mine, doms, taken, spec.force)
-                if spec.on_demand:
-                    passthrough_mode.MODE.validate(snap, add.address, spec.force)
-                    created, bind = on_demand_passthrough(created, spec.force), []
+                given = give_passthrough(vsnap, target, add.address, taken, force=spec.force, on_demand=spec.on_demand)
             except VgpuadmError as exc:
                 raise _located(plan_doc, vm, "passthrough", exc) from None
-            steps.extend(bind)
-            attach.setdefault(vm, []).extend(created)
-            mine.extend(created)
-            taken.update(a.address or "" for a in created)
-            changed.add(vm)
-            continue
-        slots = free_slots({a.slot for a in mine}, add.count)
-        uuids = [device_uuid(snap.machine_id, domain_uuid, s) for s in slots]
-        if spec.on_demand:
+            taken.update((a.address or "", vm) for a in given.added)
+        else:
             hints = {"gpu": spec.gpu, "policy": spec.policy, "numa": spec.numa}
-            display = {"display": "on" if spec.display.enabled else "off",
-                       **({"ramfb": "on"} if spec.display.enabled and spec.display.ramfb else {})}  # fmt: skip
-            try:
-                created = on_demand_allocations(idle, vm, domain_uuid, add.type_id or "", slots, uuids, hints,
-                                                spec.params, display, taken_pci)  # fmt: skip
-            except (CapacityError, NotFoundError, ConflictError) as exc:
-                raise _located(plan_doc, vm, "count" if "count" in spec.key_lines else "type", exc) from None
-            attach.setdefault(vm, []).extend(created)
-            mine.extend(created)
-            changed.add(vm)
-            continue
-        try:
-            made, summary = device_plans.plan_devices(
-                vsnap, add.type_id or "", add.count, gpu=spec.gpu, policy=spec.policy, numa=spec.numa,
-                params=spec.params, uuids=uuids, taken=taken_pci,
-                have=[a.uuid or a.address or "" for a in mine if a.type_id == add.type_id],  # count is the total
+            ramfb = {"ramfb": "on"} if spec.display.enabled and spec.display.ramfb else {}
+            display = ({"display": "on" if spec.display.enabled else "off", **ramfb} if spec.on_demand
+                       else {"display": "on", **ramfb} if spec.display.enabled else {})  # fmt: skip
+            [given], mig = give_vgpus(
+                vsnap, [(target, add.count)], add.type_id or "", hints=hints, params=spec.params, display=display,
+                taken=taken, have=[a.uuid or a.address or "" for a in target.owned if a.type_id == add.type_id],
+                on_demand=spec.on_demand, idle=idle, mig=mig, turn_off="set display: {enabled: false}", gone=d.removes,
+                at=functools.partial(_at, plan_doc, vm, "count" if "count" in spec.key_lines else "type"),
             )  # fmt: skip
-        except (CapacityError, NotFoundError, ConflictError) as exc:
-            key = "count" if "count" in spec.key_lines else "type"
-            raise _located(plan_doc, vm, key, exc) from None
-        sub = Plan.of([s for m in made for s in m.steps], summary)
-        created = [m.allocation(vm, slot=slot, domain_uuid=domain_uuid, params=spec.params, display=_display(spec))
-                   for m, slot in zip(made, slots, strict=False)]  # fmt: skip
-        try:
-            sub_steps, created, mig = plan_mig.for_vgpus(vsnap, mig, sub.steps, created)
-        except (CapacityError, NotFoundError, ConflictError, UsageError) as exc:
-            raise _located(plan_doc, vm, "count" if "count" in spec.key_lines else "type", exc) from None
-        try:
-            check_display(doms.xml.get(vm, "<domain/>"), created, turn_off="set display: {enabled: false}")
-        except VgpuadmError as exc:
-            raise _located(plan_doc, vm, "display", exc) from None
-        steps.extend(sub_steps)
-        attach.setdefault(vm, []).extend(created)
-        mine.extend(created)
-        vsnap = consume(vsnap, created)
+            if not spec.on_demand:
+                vsnap = consume(vsnap, given.added)
+        steps.extend(given.steps)
+        virtio_on.extend(given.edits)
+        if given.hostdevs:
+            attach.setdefault(vm, []).extend(given.hostdevs)
+        target.owned.extend(given.added)
         changed.add(vm)
     first: list[Step] = []  # one definition per domain that loses devices, before the kernel frees them
     last: list[Step] = []  # one per domain that gains devices, after the kernel made them
     for vm in sorted(changed):
         final = sorted(owned.get(vm, []), key=lambda a: a.slot)
         previous = doms.metadata.get(vm, "")
+        define = functools.partial(define_step, vm, (), host=doms.host_key, label=describe_allocation)
         if vm in attach:
             middle = sorted(between.get(vm, []), key=lambda a: a.slot)
             if vm in detach:
-                first.append(_define(vm, detach[vm], [], previous, middle, doms.host_key))
+                first.append(define(middle, previous=previous, detach=detach[vm]))
                 previous = metadata_xml(middle, doms.host_key) if middle else ""
-            last.append(_define(vm, [], attach[vm], previous, final, doms.host_key))
+            last.append(define(final, previous=previous, attach=attach[vm]))
         elif vm in detach or not same_metadata(previous or None, metadata_xml(final, doms.host_key) if final else None):
-            first.append(_define(vm, detach.get(vm, []), [], previous, final, doms.host_key))
+            first.append(define(final, previous=previous, detach=detach.get(vm, [])))
     steps = [*virtio_off, *first, *remove_steps(snap, list(d.removes), drivers), *released, *steps, *virtio_on, *last]
     summary = f"apply {plan_doc.source}: +{d.instances_needed} −{len(d.removes)} ~{len(d.set_params)}"
     return Plan.of(steps, summary)
 
 
-def _define(
-    vm: str,
-    detach: list[tuple[Allocation, str]],
-    attach: list[Allocation],
-    previous: str,
-    devices: list[Allocation],
-    host: str,
-) -> DefineDomain:
-    return define_step(vm, (), devices, host, previous=previous, attach=attach, detach=detach,
-                       label=describe_allocation)  # fmt: skip
-
-
-def _passthrough(
-    snap: HostSnapshot,
-    vm: str,
-    domain_uuid: str,
-    gpu: str,
-    mine: list[Allocation],
-    doms: Domains,
-    taken: set[str],
-    force: bool = False,
-) -> tuple[list[Allocation], list[Step]]:
-    """Give `gpu` and the rest of its IOMMU group to `vm`: vfio-pci bind steps and one allocation per function, as
-    `vgpuadm passthrough` records them (one guest slot, function numbers kept, multifunction on function 0)."""
-
-    functions = passthrough_functions(snap, gpu)
-    for f in functions:
-        if f in taken:
-            raise ConflictError(f"{f} is already given to another domain", "take it back from that domain first")
-    created = passthrough_allocations(snap, vm, domain_uuid, doms.xml.get(vm, "<domain/>"), gpu, functions, mine)
-    return created, list(device_plans.plan_vfio_bind(snap, gpu, force).steps)
-
-
-def _display(spec: Any) -> dict[str, str]:
-    """The display options a plan's device records (Made.allocation: only the modes that show one take them)."""
-    if not spec.display.enabled:
-        return {}
-    return {"display": "on", **({"ramfb": "on"} if spec.display.ramfb else {})}
+@contextlib.contextmanager
+def _at(plan_doc: DesiredPlan, vm: str, key: str, phase: str) -> Iterator[None]:
+    """A phase of the guest planner (give_vgpus) for `vm`, its errors located at the plan file's line: placement's
+    and MIG's at the VM's `count` (else `type`), the display check's at `display`."""
+    kinds: tuple[type[VgpuadmError], ...] = {
+        "placement": (CapacityError, NotFoundError, ConflictError),
+        "mig": (CapacityError, NotFoundError, ConflictError, UsageError),
+    }.get(phase, (VgpuadmError,))
+    try:
+        yield
+    except kinds as exc:
+        raise _located(plan_doc, vm, "display" if phase == "display" else key, exc) from None

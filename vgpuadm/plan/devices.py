@@ -50,8 +50,8 @@ def plan_devices(
         wanted = {t.type_id for t in resolve_type(snap.types(), type_name)}
         existing = [snap.mdevs[check_uuid(u)] for u in uuids]
         if all(m.type_id in wanted for m in existing):
-            kept = [Made((), m.uuid, modes.for_type_on(snap, m.parent, m.type_id).name, m.type_id, m.parent,
-                         uuid=m.uuid, display=True) for m in existing]  # fmt: skip
+            kept = [Made((), m.uuid, (mode := modes.for_type_on(snap, m.parent, m.type_id)).name, m.type_id, m.parent,
+                         uuid=m.uuid, display=True, placed_at_start=mode.placed_at_start) for m in existing]  # fmt: skip
             return kept, f"mdevs {', '.join(m.uuid for m in existing)} already exist"
     gpu = pci_address(gpu) if gpu is not None else None
     placement = place(snap, type_name, count, gpu=gpu, policy=policy, numa=numa, taken=taken, have=have)

@@ -5,33 +5,34 @@ creates them) — so it succeeds or rolls back whole.
 
 What a domain owns is read from its vgpuadm <metadata> (vgpuadm.virt.xml.parse_allocations): the same create twice
 makes nothing new, and mdev UUIDs derive from (host, domain UUID, slot) so they are stable across re-creation.
+
+This is the one guest planner: `create`, `passthrough` and `apply -f` (so the Ansible module) give a domain (Target)
+devices through the same paths — give_vgpus, give_passthrough, give_virtio_gl, each returning per device what it
+adds (Given) with the same conflict input (pci_taken), MIG path (plan/mig.for_vgpus) and display check — and every
+definition is ONE DefineDomain built by define_step (grow for a verb's domain; plan/apply.py orders a plan file's).
+Each verb's change of one domain — given devices, or devices taken back by `destroy`, `release` and a
+`create --total` below what it owns — is one plan_domain.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuadm import modes
 from vgpuadm.catalog import capacity
+from vgpuadm.catalog.mig import MigHost
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
-from vgpuadm.model import (
-    PCI_KEY,
-    Allocation,
-    DeviceMode,
-    HostSnapshot,
-    device_key,
-    device_uuid,
-    mdev_key,
-    pci_address,
-    pci_key,
-)
+from vgpuadm.model import PCI_KEY, Allocation, DeviceMode, HostSnapshot, device_key, device_uuid, mdev_key, pci_address
 from vgpuadm.modes import passthrough as passthrough_mode
 from vgpuadm.modes import virtio_gpu
 from vgpuadm.modes.base import join_params, normalise_params
 from vgpuadm.plan import devices as device_plans
+from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan.domains import Domains
 from vgpuadm.plan.placement import check_count, check_host_count, place, resolve_on_host
 from vgpuadm.steps import Plan, Step
@@ -144,18 +145,133 @@ class DomainPlan:
     warnings: list[str] = field(default_factory=list)  # accepted, but worth saying (an on-demand that cannot start)
 
 
-@dataclass
-class _Want:
-    """One domain's share of a create plan."""
+@dataclass(frozen=True)
+class Target:
+    """A domain the guest planner gives devices to: its name, UUID, persistent XML, what its metadata records, and
+    the host and change time that metadata names (what an undo of its definition puts back)."""
 
     name: str
-    duuid: str
+    uuid: str
+    xml: str
     owned: list[Allocation]
-    slots: list[int]
-    uuids: list[str]
-    prev_host: str | None
-    prev_changed: str | None
+    host: str | None = None
+    changed: str | None = None
+
+    @classmethod
+    def read(cls, domain_xml: str) -> Target:
+        doc = xml.parse_domain(domain_xml)  # once, for the readings
+        name = doc.findtext("name") or ""
+        return cls(name, doc.findtext("uuid") or "", domain_xml, xml.parse_allocations(doc), xml.metadata_host(doc),
+                   xml.metadata_changed(doc, domain=name))  # fmt: skip
+
+
+@dataclass
+class Given:
+    """What the guest planner gives one domain, per device: each device's allocation (in its own metadata slot),
+    the kernel steps that make the devices (MIG's prerequisites first), the definition edits of a device that is
+    no <hostdev> (virtio-gl's <video>), and what is worth saying."""
+
     added: list[Allocation] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    edits: list[Step] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def hostdevs(self) -> list[Allocation]:
+        """The devices the domain's definition gets a <hostdev> for."""
+        return [a for a in self.added if modes.of(a).hostdev]
+
+
+def pci_taken(users: Users | None, gone: Collection[Allocation] = ()) -> dict[str, str]:
+    """PCI address → the domain that references it, less the devices the plan takes away: the one conflict input of
+    every verb that gives a domain devices (`create`, `passthrough`, `apply -f`). The domains being planned count
+    too: a VF a domain's on-demand request names, or a function it holds, is never handed out again."""
+    gone_keys = {k for a in gone for k in [modes.key(a)] if k is not None}
+    return {
+        key: name for (kind, key), name in (users or {}).items() if kind == PCI_KEY and (kind, key) not in gone_keys
+    }
+
+
+def _located(at: Callable[[str], AbstractContextManager[None]] | None, phase: str) -> AbstractContextManager[None]:
+    return at(phase) if at is not None else contextlib.nullcontext()
+
+
+def give_vgpus(
+    snap: HostSnapshot, targets: Sequence[tuple[Target, int]], type_id: str, *, hints: dict[str, Any], params: str,
+    display: Mapping[str, str], taken: dict[str, str], have: Sequence[str], on_demand: bool, idle: HostSnapshot,
+    mig: MigHost, turn_off: str, gone: Collection[Allocation] = (),
+    at: Callable[[str], AbstractContextManager[None]] | None = None,
+) -> tuple[list[Given], MigHost]:  # fmt: skip
+    """`count` more devices of `type_id` for each target domain, in its free metadata slots: the one vGPU path of
+    `create` and `apply -f`. The mdev UUIDs derive from (host, domain UUID, slot) and must be free; every device is
+    placed together (they count against each other); each domain's devices get what their MIG-backed vGPUs need
+    (plan/mig.for_vgpus, the MIG state carried from one domain to the next) and are checked against its display.
+    `on_demand`: nothing is made; each request is placed on the `idle` host (it must fit once enough others stop),
+    and a VF chosen now is added to `taken`. `gone`: the devices the same plan takes away first (their UUIDs are
+    free). `at(phase)` ("placement", "mig", "display") wraps each phase's errors."""
+    wants: list[tuple[Target, list[int], list[str]]] = []
+    with _located(at, "placement"):
+        for t, count in targets:
+            slots = free_slots({a.slot for a in t.owned}, max(count, 0))
+            uuids = [device_uuid(snap.machine_id, t.uuid, slot) for slot in slots]
+            _check_free_uuids(snap, t, uuids, {a.uuid for a in gone if a.uuid})
+            wants.append((t, slots, uuids))
+    out = [Given() for _ in wants]
+    if not any(slots for _, slots, _ in wants):
+        return out, mig
+    if on_demand:
+        for (t, slots, uuids), given in zip(wants, out, strict=True):
+            if not slots:
+                continue
+            before = dict(taken)
+            with _located(at, "placement"):  # placed on the idle host: it fits once enough others stop
+                placed, _ = device_plans.plan_devices(idle, type_id, len(slots), gpu=hints.get("gpu"),
+                                                      policy=hints.get("policy") or "pack", numa=hints.get("numa"),
+                                                      params=params, uuids=uuids, taken=taken)  # fmt: skip
+            for slot, dev in zip(slots, placed, strict=True):  # each as its mode records a request (Made.request)
+                given.added.append(dev.request(t.name, slot=slot, domain_uuid=t.uuid, params=params, display=display,
+                                               options=request_options(hints)))  # fmt: skip
+                if not dev.placed_at_start:  # the device the hostdev names is chosen now: taken from here on
+                    taken[dev.device] = t.name
+            given.warnings = _cannot_start_now(snap, t.name, type_id, len(slots), hints, before)
+            with _located(at, "display"):
+                check_display(t.xml, given.added, turn_off=turn_off)
+        return out, mig
+    with _located(at, "placement"):
+        made = iter(device_plans.plan_devices(snap, type_id, sum(len(s) for _, s, _ in wants), gpu=hints.get("gpu"),
+                                              policy=hints.get("policy") or "pack", numa=hints.get("numa"),
+                                              params=params, uuids=[u for _, _, us in wants for u in us], taken=taken,
+                                              have=have)[0])  # fmt: skip
+    for (t, slots, _uuids), given in zip(wants, out, strict=True):
+        kernel: list[Step] = []
+        for slot in slots:
+            dev = next(made)
+            kernel += dev.steps
+            given.added.append(dev.allocation(t.name, slot=slot, domain_uuid=t.uuid, params=params, display=display))
+        if not given.added:
+            continue
+        with _located(at, "mig"):
+            given.steps, given.added, mig = plan_mig.for_vgpus(snap, mig, kernel, given.added)
+        with _located(at, "display"):
+            check_display(t.xml, given.added, turn_off=turn_off)
+    return out, mig
+
+
+def _check_free_uuids(snap: HostSnapshot, t: Target, uuids: Sequence[str], freed: Collection[str]) -> None:
+    """The UUIDs of a domain's next devices are its own: no hostdev of it names one its metadata does not record,
+    and no mdev of the host has one (a leak) — but for those the plan frees first (`freed`)."""
+    if not uuids:
+        return
+    present = {(r.kind, r.key) for r in xml.parse_hostdevs(t.xml)}
+    for u in (u for u in uuids if u not in freed):
+        if mdev_key(u) in present:
+            raise ConflictError(
+                f"domain {t.name} already has a hostdev for mdev {u} that its vgpuadm metadata does not record",
+                f"remove it (virsh edit {t.name}) or record it with `vgpuadm restore`",
+            )
+        if u in snap.mdevs:  # the slot's UUID is taken by a device no metadata records (a leak)
+            raise ConflictError(f"mdev {u}, the UUID of domain {t.name}'s next device, exists and no vgpuadm "
+                                "metadata records it", "`vgpuadm reconcile --fix` removes it; then run this again")  # fmt: skip
 
 
 def plan_create_many(
@@ -171,10 +287,12 @@ def plan_create_many(
     params: Sequence[str] = (),
     taken: Users | None = None,
     on_demand: bool = False,
+    mig: MigHost = plan_mig.NONE,
 ) -> list[DomainPlan]:
-    """Give each domain (its XML, the total count of `type_name` it should own) what it lacks. Every device is
-    placed together (so the instances count against each other); each domain gets its own plan — create, attach,
-    record — so that it succeeds or rolls back as a unit. Pure.
+    """Give each domain (its XML, the total count of `type_name` it should own) what it lacks, through the one vGPU
+    path (give_vgpus): every device placed together, each domain its own plan — create, attach, record — so that it
+    succeeds or rolls back as a unit. `taken`: every domain's references (Domains.users). `mig`: the MIG state, read
+    when the type may need it. Pure.
 
     `on_demand`: nothing is made now; each domain's request is recorded (type, count, hints, params) with the
     hostdev it will use — the deterministic mdev UUID, or a layout C VF chosen now — and `vgpuadm hook run` makes
@@ -185,87 +303,44 @@ def plan_create_many(
     if type_name.strip().lower() == virtio_gpu.TYPE:  # no host device: a virtio <video> on a render node
         return [_plan_virtio_gl(snap, domain_xml, count, gpu) for domain_xml, count in requests]
     type_id = resolve_on_host(snap, snap.types(), type_name)[0].type_id
-    host_id = snap.machine_id
-    wants: list[_Want] = []
+    targets: list[tuple[Target, int]] = []
     shrink: dict[str, DomainPlan] = {}
-    seen: set[str] = set()
     check_host_count(snap, sum(count for _, count in requests), "devices")
     for domain_xml, count in requests:
         check_count(count, "devices")
-        name, duuid = xml.domain_identity(domain_xml)
-        if name in seen:
-            raise UsageError(f"domain {name} is named twice", "give each domain once, with the total it should own")
-        seen.add(name)
-        doc = xml.parse_domain(domain_xml)  # once, for the four readings
-        owned = xml.parse_allocations(doc)
-        need = count - sum(1 for a in owned if a.type_id == type_id)
+        t = Target.read(domain_xml)
+        if any(t.name == u.name for u, _ in targets):
+            raise UsageError(f"domain {t.name} is named twice", "give each domain once, with the total it should own")
+        need = count - sum(1 for a in t.owned if a.type_id == type_id)
         if need < 0:  # --total is what the domain owns afterwards: the newest devices of the type go back
-            newest = sorted((a for a in owned if a.type_id == type_id), key=lambda a: a.slot)[need:]
-            others = {k: n for k, n in (taken or {}).items() if n != name}
-            steps, after = take_steps(snap, domain_xml, owned, newest, others, {})
-            shrink[name] = DomainPlan(name, Plan.of(steps, f"take {len(newest)} × {type_id} from domain {name} "
-                                                           f"(it keeps {count})"), [], after, newest)  # fmt: skip
-        slots = free_slots({a.slot for a in owned}, max(need, 0))
-        w = _Want(name, duuid, owned, slots, [device_uuid(host_id, duuid, slot) for slot in slots],
-                  xml.metadata_host(doc), xml.metadata_changed(doc, domain=name))  # fmt: skip
-        present = {(r.kind, r.key) for r in xml.parse_hostdevs(doc)}
-        for u in w.uuids:
-            if mdev_key(u) in present:
-                raise ConflictError(
-                    f"domain {name} already has a hostdev for mdev {u} that its vgpuadm metadata does not record",
-                    f"remove it (virsh edit {name}) or record it with `vgpuadm restore`",
-                )
-            if u in snap.mdevs:  # the slot's UUID is taken by a device no metadata records (a leak)
-                raise ConflictError(f"mdev {u}, the UUID of domain {name}'s next device, exists and no vgpuadm "
-                                    "metadata records it", "`vgpuadm reconcile --fix` removes it; then run this again")  # fmt: skip
-        wants.append(w)
-    plans = _plan_growth(snap, wants, requests, type_id, taken, seen, gpu=gpu, policy=policy, numa=numa,
-                         display=display, ramfb=ramfb, params=params, on_demand=on_demand)  # fmt: skip
-    return [shrink.get(p.name, p) for p in plans]
-
-
-def _plan_growth(
-    snap: HostSnapshot, wants: list[_Want], requests: Sequence[tuple[str, int]], type_id: str, taken: Users | None,
-    seen: set[str], *, gpu: str | None, policy: str, numa: int | None, display: bool, ramfb: bool,
-    params: Sequence[str], on_demand: bool,
-) -> list[DomainPlan]:  # fmt: skip
-    """The devices each domain of a create lacks, placed together."""
-    total = sum(len(w.slots) for w in wants)
-    if total == 0:
-        return [
-            DomainPlan(w.name, Plan.of([], f"domain {w.name} already has "
-                                           f"{sum(1 for a in w.owned if a.type_id == type_id)} × {type_id}"),
-                       [], w.owned)
-            for w in wants
-        ]  # fmt: skip
-    joined = _params(params)
-    if on_demand:
-        hints = {"gpu": pci_address(gpu) if gpu else None, "policy": policy, "numa": numa}
-        return _plan_on_demand(snap, wants, requests, type_id, joined, hints, _pci_users(taken, seen),
-                               {"display": "on" if display else "off", **({"ramfb": "on"} if ramfb else {})})  # fmt: skip
-    made = iter(device_plans.plan_devices(snap, type_id, total, gpu=gpu, policy=policy, numa=numa, params=joined,
-                                          uuids=[u for w in wants for u in w.uuids], taken=_pci_users(taken, seen),
-                                          have=_kept(wants, requests, type_id))[0])  # fmt: skip
+            newest = sorted((a for a in t.owned if a.type_id == type_id), key=lambda a: a.slot)[need:]
+            others = {k: n for k, n in (taken or {}).items() if n != t.name}
+            steps, after = plan_domain(snap, t, gone=newest, others=others)
+            shrink[t.name] = DomainPlan(t.name, Plan.of(steps, f"take {len(newest)} × {type_id} from domain "
+                                                               f"{t.name} (it keeps {count})"), [], after, newest)  # fmt: skip
+        targets.append((t, need))
+    growing = any(n > 0 for _, n in targets)
+    joined = _params(params) if growing else ""
+    kept = [a.uuid or a.address or "" for (t, _), (_, count) in zip(targets, requests, strict=True)
+            for a in sorted((a for a in t.owned if a.type_id == type_id), key=lambda a: a.slot)[:count]]  # fmt: skip
     extra = {"display": "on" if display else "off", **({"ramfb": "on"} if ramfb else {})}
+    hints = {"gpu": pci_address(gpu) if gpu and growing else None, "policy": policy, "numa": numa}
+    given, _mig = give_vgpus(snap, targets, type_id, hints=hints, params=joined, display=extra,
+                             taken=pci_taken(taken), have=kept, on_demand=on_demand, idle=capacity.idle(snap)
+                             if on_demand else snap, mig=mig, turn_off="use --display off")  # fmt: skip
     out = []
-    for w, (domain_xml, _count) in zip(wants, requests, strict=True):
-        kernel_steps: list[Step] = []
-        for slot in w.slots:
-            dev = next(made)
-            kernel_steps += dev.steps
-            w.added.append(dev.allocation(w.name, slot=slot, domain_uuid=w.duuid, params=joined, display=extra))
-        check_display(domain_xml, w.added, turn_off="use --display off")
-        after = sorted([*w.owned, *w.added], key=lambda a: a.slot)
-        define = define_step(
-            w.name, w.owned, after, snap.host_key, w.prev_host, previous_changed=w.prev_changed, attach=w.added
-        )
-        steps = [*kernel_steps, define] if w.added else []
-        summary = (
-            f"give domain {w.name} {len(w.added)} × {type_id}"
-            if w.added
-            else f"domain {w.name} already has {sum(1 for a in w.owned if a.type_id == type_id)} × {type_id}"
-        )
-        out.append(DomainPlan(w.name, Plan.of(steps, summary), w.added, after))  # fmt: skip
+    for (t, _need), g in zip(targets, given, strict=True):
+        if t.name in shrink:
+            out.append(shrink[t.name])
+        elif not g.added:
+            has = f"domain {t.name} already has {sum(1 for a in t.owned if a.type_id == type_id)} × {type_id}"
+            out.append(DomainPlan(t.name, Plan.of([], has), [], t.owned))
+        else:
+            steps, after = plan_domain(snap, t, gain=g)
+            out.append(DomainPlan(t.name, Plan.of(steps, f"record {len(g.added)} × {type_id} on demand for domain "
+                                                         f"{t.name}" if on_demand else f"give domain {t.name} "
+                                                         f"{len(g.added)} × {type_id}"), g.added, after,
+                                  warnings=g.warnings))  # fmt: skip
     return out
 
 
@@ -276,80 +351,6 @@ def request_options(hints: dict[str, Any]) -> dict[str, str]:
         out["gpu"] = str(hints["gpu"])
     if hints.get("numa") is not None:
         out["numa"] = str(hints["numa"])
-    return out
-
-
-def on_demand_allocations(
-    idle: HostSnapshot,
-    vm: str,
-    domain_uuid: str,
-    type_id: str,
-    slots: Sequence[int],
-    uuids: Sequence[str],
-    hints: dict[str, Any],
-    params: str,
-    display: dict[str, str],
-    taken: dict[str, str],
-) -> list[Allocation]:
-    """The allocations an on-demand request of one domain records: placed on the idle host (so that the request is
-    known to fit once enough others stop) by the same planner as `create`; an mdev keeps no parent (placed at
-    start), a layout C VF is chosen now and added to `taken`."""
-    made, _summary = device_plans.plan_devices(idle, type_id, len(slots), gpu=hints.get("gpu"),
-                                               policy=hints.get("policy") or "pack", numa=hints.get("numa"),
-                                               params=params, uuids=uuids, taken=taken)  # fmt: skip
-    options = request_options(hints)
-    out = []
-    for slot, dev in zip(slots, made, strict=True):
-        if dev.uuid is not None:  # an mdev: placed at start, so it records no parent now
-            out.append(Allocation(vm, dev.mode, type_id, None, uuid=dev.uuid, params=params or None,
-                                  domain_uuid=domain_uuid, slot=slot, extra={**display, **options}))  # fmt: skip
-        else:  # layout C: the VF the hostdev names is chosen now, typed at start
-            taken[dev.device] = vm
-            out.append(Allocation(vm, dev.mode, type_id, dev.device, address=dev.device, params=params or None,
-                                  domain_uuid=domain_uuid, slot=slot, extra={"on_demand": "yes"}))  # fmt: skip
-    return out
-
-
-def on_demand_passthrough(added: Sequence[Allocation], force: bool) -> list[Allocation]:
-    """Passthrough allocations as an on-demand request records them: managed='no' (the hook binds the group)."""
-    wanted = {"managed": "no", "on_demand": "yes", **({"force": "yes"} if force else {})}
-    return [dataclasses.replace(a, extra={**a.extra, **wanted}) for a in added]
-
-
-def _plan_on_demand(
-    snap: HostSnapshot,
-    wants: Sequence[_Want],
-    requests: Sequence[tuple[str, int]],
-    type_id: str,
-    params: str,
-    hints: dict[str, Any],
-    taken: dict[str, str],
-    display: dict[str, str],
-) -> list[DomainPlan]:
-    """create --on-demand: attach and record, make nothing. Each domain is checked on its own against the idle host
-    (they need not all run at once); a layout C VF is a fixed resource, so the VFs chosen count as taken."""
-    idle = capacity.idle(snap)
-    taken = dict(taken)
-    out = []
-    for w, (domain_xml, _count) in zip(wants, requests, strict=True):
-        if not w.slots:
-            out.append(DomainPlan(w.name, Plan.of([], f"domain {w.name} already has "
-                                                      f"{sum(1 for a in w.owned if a.type_id == type_id)} × {type_id}"),
-                                  [], w.owned))  # fmt: skip
-            continue
-        before = dict(taken)
-        w.added += on_demand_allocations(idle, w.name, w.duuid, type_id, w.slots, w.uuids, hints, params, display,
-                                         taken)  # fmt: skip
-        warnings = _cannot_start_now(snap, w.name, type_id, len(w.slots), hints, before)
-        check_display(domain_xml, w.added, turn_off="use --display off")
-        after = sorted([*w.owned, *w.added], key=lambda a: a.slot)
-        steps: list[Step] = [
-            define_step(
-                w.name, w.owned, after, snap.host_key, w.prev_host, previous_changed=w.prev_changed, attach=w.added
-            )
-        ]
-        out.append(DomainPlan(w.name, Plan.of(steps, f"record {len(w.added)} × {type_id} on demand for domain "
-                                                     f"{w.name}"), w.added, after, warnings=warnings))  # fmt: skip
     return out
 
 
@@ -367,46 +368,31 @@ def _cannot_start_now(
     return []
 
 
-def virtio_gl_allocation(
-    snap: HostSnapshot, domain_xml: str, name: str, duuid: str, owned: Sequence[Allocation], gpu: str | None
-) -> Allocation:
-    """The record of a new virtio-gl device for domain `name`: the render node of `gpu` (else the lowest), the
-    first free slot, and the video model its <video> had (put back when it goes). Pure."""
+def give_virtio_gl(snap: HostSnapshot, t: Target, gpu: str | None) -> Given:
+    """A virtio-gl device for domain `t`: the render node of `gpu` (canonical; else the lowest), the edit of the
+    domain's <video>/<graphics> (SetVirtioGl), its record in the first free slot with the video model its <video>
+    had (put back when it goes). The one virtio-gl path of `create` and `apply -f`."""
     node, gpu_address = virtio_gpu.MODE.pick(snap, gpu)
     path = virtio_gpu.render_path(node)
-    previous = xml.with_virtio_gl(domain_xml, path)[1]
-    [slot] = free_slots({a.slot for a in owned}, 1)
-    return Allocation(name, DeviceMode.VIRTIO_GL, virtio_gpu.TYPE, gpu_address or None, domain_uuid=duuid, slot=slot,
-                      extra={"rendernode": path, "graphics": "egl-headless", "previous_video": previous})  # fmt: skip
+    previous = xml.with_virtio_gl(t.xml, path)[1]
+    [slot] = free_slots({a.slot for a in t.owned}, 1)
+    a = Allocation(t.name, DeviceMode.VIRTIO_GL, virtio_gpu.TYPE, gpu_address or None, domain_uuid=t.uuid, slot=slot,
+                   extra={"rendernode": path, "graphics": "egl-headless", "previous_video": previous})  # fmt: skip
+    return Given([a], edits=[step] if (step := virtio_gpu.MODE.definition_step(a, True)) is not None else [])
 
 
 def _plan_virtio_gl(snap: HostSnapshot, domain_xml: str, count: int, gpu: str | None) -> DomainPlan:
-    """One domain's virtio-gl device: the render node of `gpu` (else the lowest), the domain's definition edited
-    (SetVirtioGl), the metadata record. Pure."""
+    """create --type virtio-gl: one domain's virtio-gpu (give_virtio_gl). Pure."""
     check_count(count, "devices")
     if count != 1:
         raise UsageError(f"--count {count}: a domain has one virtio-gpu", "omit --count for --type virtio-gl")
-    name, duuid = xml.domain_identity(domain_xml)
-    owned = xml.parse_allocations(domain_xml)
-    if any(modes.of(a) is virtio_gpu.MODE for a in owned):
-        return DomainPlan(name, Plan.of([], f"domain {name} already has a virtio-gpu"), [], owned)
-    a = virtio_gl_allocation(snap, domain_xml, name, duuid, owned, pci_address(gpu) if gpu else None)
-    path = a.extra["rendernode"]
-    after = sorted([*owned, a], key=lambda x: x.slot)
-    steps: list[Step] = [virtio_gpu.MODE.definition_step(a, True),
-                         redefine_step(name, owned, after, snap.host_key, domain_xml)]  # fmt: skip
-    return DomainPlan(name, Plan.of(steps, f"give domain {name} a virtio-gpu on {path}"), [a], after)
-
-
-def _kept(wants: Sequence[_Want], requests: Sequence[tuple[str, int]], type_id: str) -> list[str]:
-    """The devices of `type_id` the domains keep (each its oldest, up to the total it asks for)."""
-    return [a.uuid or a.address or "" for w, (_, count) in zip(wants, requests, strict=True)
-            for a in sorted((a for a in w.owned if a.type_id == type_id), key=lambda a: a.slot)[:count]]  # fmt: skip
-
-
-def _pci_users(users: Users | None, besides: Collection[str]) -> dict[str, str]:
-    """PCI address → the domain that references it, leaving out the domains being planned."""
-    return {key: name for (kind, key), name in (users or {}).items() if kind == PCI_KEY and name not in besides}
+    t = Target.read(domain_xml)
+    if any(modes.of(a) is virtio_gpu.MODE for a in t.owned):
+        return DomainPlan(t.name, Plan.of([], f"domain {t.name} already has a virtio-gpu"), [], t.owned)
+    g = give_virtio_gl(snap, t, pci_address(gpu) if gpu else None)
+    steps, after = plan_domain(snap, t, gain=g)
+    return DomainPlan(t.name, Plan.of(steps, f"give domain {t.name} a virtio-gpu on {g.added[0].extra['rendernode']}"),
+                      g.added, after)  # fmt: skip
 
 
 def plan_create(
@@ -440,8 +426,8 @@ def plan_destroy(
     """Detach and free the selected devices of the domain; refuses devices another domain references. Pure.
     `forget`: only drop the domain's claim (its hostdev and its record) and leave the device alone — for a copy of
     a VM that claims its original's device."""
-    name, _ = xml.domain_identity(domain_xml)
-    owned = xml.parse_allocations(domain_xml)
+    t = Target.read(domain_xml)
+    name, owned = t.name, t.owned
     if all_ and uuid is not None:
         raise UsageError("give one of --uuid U or --all, not both", f"vgpuadm destroy --vm {name} --all")
     groups = _device_groups(owned)
@@ -465,12 +451,12 @@ def plan_destroy(
             )
         gone = chosen  # a passed-through GPU goes as a whole (GPU + audio …): one handle
     if forget:
-        steps, after = take_steps(snap, domain_xml, owned, gone, {}, drivers or {}, free=False)
+        steps, after = plan_domain(snap, t, gone=gone, free=False)
         steps, bare = _forget_copied_hostdevs(
             snap, domain_xml, owned, steps, others, device_key(uuid) if uuid else None
         )
         return Plan.of(steps, f"forget {len(gone) + bare} device(s) domain {name} claims"), gone, after
-    steps, after = take_steps(snap, domain_xml, owned, gone, others, drivers or {})
+    steps, after = plan_domain(snap, t, gone=gone, others=others, drivers=drivers)
     return Plan.of(steps, f"take {len(gone)} device(s) from domain {name}"), gone, after
 
 
@@ -499,30 +485,35 @@ def _forget_copied_hostdevs(
     return [joined if s is define else s for s in steps], len(bare)
 
 
-def take_steps(
-    snap: HostSnapshot, domain_xml: str, owned: Sequence[Allocation], gone: Sequence[Allocation], others: Users,
-    drivers: dict[str, str], *, free: bool = True,
+def plan_domain(
+    snap: HostSnapshot, t: Target, *, gain: Given | None = None, gone: Sequence[Allocation] = (),
+    others: Users | None = None, drivers: dict[str, str] | None = None, free: bool = True,
 ) -> tuple[list[Step], list[Allocation]]:  # fmt: skip
-    """The steps that take `gone` from the domain that owns `owned` (refused for a device another domain also
-    references) and what it owns afterwards: the virtio-gl edit first (the domain's <video>, not a hostdev), then
-    the one definition of the rest — out of the definition (and the running guest) before the kernel frees them."""
-    name = xml.domain_identity(domain_xml)[0]
+    """The one change of one domain's devices every guest verb plans, and what it owns afterwards: what a give_*
+    planner chose for it (`gain`) or the devices it loses (`gone`, refused for one another domain also references:
+    `others`). In order: the edits of devices that are no <hostdev> (virtio-gl's <video>), the kernel steps that make
+    the new devices, then ONE DefineDomain — hostdevs attached, the lost ones detached (and out of the running guest),
+    everything the domain owns recorded — then, with `free`, the kernel steps that free the lost devices."""
+    gain = gain or Given()
     for a in gone:
         ref = modes.key(a)
-        if ref is not None and ref in others:
+        if ref is not None and ref in (others or {}):
+            other = (others or {})[ref]
             raise ConflictError(
-                f"{modes.describe(a)} is also used by domain {others[ref]}",
-                f"if one of {name} and {others[ref]} is a copy of the other, drop the copy's claim with "
+                f"{modes.describe(a)} is also used by domain {other}",
+                f"if one of {t.name} and {other} is a copy of the other, drop the copy's claim with "
                 f"`vgpuadm destroy --vm COPY --forget` (the device and the other VM stay as they are)",
             )
-    present = {(r.kind, r.key) for r in xml.parse_hostdevs(domain_xml)}
-    detach = [(a, modes.hostdev_as_attached(a, domain_xml)) for a in gone if modes.key(a) in present]
-    after = [a for a in owned if a not in gone]
+    present = {(r.kind, r.key) for r in xml.parse_hostdevs(t.xml)} if gone else set()
+    detach = [(a, modes.hostdev_as_attached(a, t.xml)) for a in gone if modes.key(a) in present]
+    after = sorted([*(a for a in t.owned if a not in gone), *gain.added], key=lambda a: a.slot)
     steps: list[Step] = [s for a in gone if (s := modes.of(a).definition_step(a, False)) is not None]
-    if gone:
-        steps.append(redefine_step(name, owned, after, snap.host_key, domain_xml, detach=detach))
+    steps += [*gain.steps, *gain.edits]
+    if gone or gain.added:
+        steps.append(define_step(t.name, t.owned, after, snap.host_key, t.host, previous_changed=t.changed,
+                                 attach=gain.hostdevs, detach=detach))  # fmt: skip
     if free:
-        steps += remove_steps(snap, gone, drivers)
+        steps += remove_steps(snap, gone, drivers or {})
     return steps, after
 
 
@@ -580,11 +571,39 @@ def passthrough_allocations(
     return out
 
 
+def give_passthrough(
+    snap: HostSnapshot, t: Target, gpu: str, taken: Mapping[str, str], *, force: bool = False,
+    rom_file: str | None = None, on_demand: bool = False, running: bool = False,
+) -> Given:  # fmt: skip
+    """`gpu` (canonical) and the rest of its IOMMU group for domain `t`: the one passthrough path of `passthrough`
+    and `apply -f`. Refused when a function is in `taken` (pci_taken); the vfio-pci bind steps and one allocation
+    per function (passthrough_allocations). `on_demand`: bind nothing now; the hostdevs are managed='no' and
+    `vgpuadm hook run` binds the group when the domain starts and gives it back when it stops."""
+    functions = passthrough_functions(snap, gpu)
+    for f in functions:
+        if f in taken:
+            raise ConflictError(
+                f"{f} is already given to domain {taken[f]}",
+                f"take it back first: `vgpuadm destroy --vm {taken[f]} --uuid {gpu}` or `vgpuadm release --gpu {gpu}`",
+            )
+    if on_demand:
+        passthrough_mode.MODE.validate(snap, gpu, force)
+        steps: list[Step] = []
+    else:
+        steps = list(passthrough_mode.MODE.plan_bind(snap, gpu, force))
+    added = passthrough_allocations(snap, t.name, t.uuid, t.xml, gpu, functions, t.owned, rom_file=rom_file,
+                                    running=running and not on_demand)  # fmt: skip
+    if on_demand:  # recorded as a request: managed='no' (the hook binds the group)
+        wanted = {"managed": "no", "on_demand": "yes", **({"force": "yes"} if force else {})}
+        added = [dataclasses.replace(a, extra={**a.extra, **wanted}) for a in added]
+    return Given(added, steps)
+
+
 def plan_passthrough(
     snap: HostSnapshot,
     domain_xml: str,
     gpu: str,
-    others: dict[tuple[str, str], str],
+    users: Users,
     *,
     force: bool = False,
     rom_file: str | None = None,
@@ -592,35 +611,16 @@ def plan_passthrough(
     running: bool = False,
 ) -> tuple[Plan, list[Allocation], list[Allocation]]:
     """Bind the GPU's whole IOMMU group to vfio-pci and attach its functions as one guest slot (hot-plugged when the
-    domain is `running`). Pure. `on_demand`: bind nothing now; the hostdevs are managed='no' and `vgpuadm hook run`
-    binds the group when the domain starts and gives it back when it stops."""
+    domain is `running`), through give_passthrough; `users`: every domain's references (Domains.users). Pure."""
 
-    gpu = str(xml.PciAddress.parse(gpu))
-    name, duuid = xml.domain_identity(domain_xml)
-    owned = xml.parse_allocations(domain_xml)
-    functions = passthrough_functions(snap, gpu)
-    mine = {a.address for a in owned if modes.of(a).whole_gpu}
-    if set(functions) <= mine:
-        return Plan.of([], f"domain {name} already has {gpu}"), [], owned
-    for f in functions:
-        if pci_key(f) in others:
-            raise ConflictError(
-                f"{f} is already given to domain {others[pci_key(f)]}",
-                f"take it back first: `vgpuadm destroy --vm {others[pci_key(f)]} --uuid {gpu}` or `vgpuadm release "
-                f"--gpu {gpu}`",
-            )
-    if on_demand:
-        passthrough_mode.MODE.validate(snap, gpu, force)
-        steps: list[Step] = []
-    else:
-        steps = list(device_plans.plan_vfio_bind(snap, gpu, force).steps)
-    added = passthrough_allocations(snap, name, duuid, domain_xml, gpu, functions, owned, rom_file=rom_file,
-                                    running=running and not on_demand)  # fmt: skip
-    if on_demand:
-        added = on_demand_passthrough(added, force)
-    after = sorted([*owned, *added], key=lambda a: a.slot)
-    steps.append(redefine_step(name, owned, after, snap.host_key, domain_xml, attach=added))
-    return Plan.of(steps, f"pass {gpu} ({len(functions)} function(s)) through to domain {name}"), added, after
+    gpu = pci_address(gpu)
+    t = Target.read(domain_xml)
+    if set(passthrough_functions(snap, gpu)) <= {a.address for a in t.owned if modes.of(a).whole_gpu}:
+        return Plan.of([], f"domain {t.name} already has {gpu}"), [], t.owned
+    g = give_passthrough(snap, t, gpu, pci_taken(users), force=force, rom_file=rom_file, on_demand=on_demand,
+                         running=running)  # fmt: skip
+    steps, after = plan_domain(snap, t, gain=g)
+    return Plan.of(steps, f"pass {gpu} ({len(g.added)} function(s)) through to domain {t.name}"), g.added, after
 
 
 def plan_release(snap: HostSnapshot, domains: Domains, gpu: str, drivers: dict[str, str]) -> tuple[Plan, list[str],
@@ -631,17 +631,13 @@ def plan_release(snap: HostSnapshot, domains: Domains, gpu: str, drivers: dict[s
     holders: list[str] = []
     gone: list[Allocation] = []
     for name, d in sorted(domains.by_name.items()):
-        owned = list(d.allocations)
-        mine = [a for a in owned if modes.of(a).whole_gpu and modes.handle(a) == gpu]
-        if not mine:
-            continue
-        holders.append(name)
-        present = {(r.kind, r.key) for r in d.hostdevs}
-        detach = [(a, modes.hostdev_as_attached(a, d.xml)) for a in mine if modes.key(a) in present]
-        steps.append(redefine_step(name, owned, [a for a in owned if a not in mine], snap.host_key, d.xml,
-                                   detach=detach))  # fmt: skip
-        gone += mine
-    steps += device_plans.plan_vfio_restore(snap, gpu, drivers).steps
+        mine = [a for a in d.allocations if modes.of(a).whole_gpu and modes.handle(a) == gpu]
+        if mine:
+            holders.append(name)
+            steps += plan_domain(snap, Target(name, d.uuid, d.xml, list(d.allocations), d.host, d.changed), gone=mine,
+                                 free=False)[0]  # fmt: skip
+            gone += mine
+    steps += passthrough_mode.MODE.plan_restore(snap, gpu, drivers)  # `gpu` is canonical (ops/guest.release)
     return Plan.of(steps, f"release {gpu} from {', '.join(holders) or 'no domain'}"), holders, gone
 
 

@@ -21,10 +21,7 @@ from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import NotFoundError
 from vgpuadm.model import Allocation, HostSnapshot, nvidia_type_id
 from vgpuadm.modes import mig as mig_mode
-from vgpuadm.plan.guest import DomainPlan
-from vgpuadm.steps import CreateGpuInstance, CreateMdev, DestroyGpuInstance, Plan, SetMigMode, SetVfVgpuType, Step
-from vgpuadm.virt import xml
-from vgpuadm.virt.steps import DefineDomain
+from vgpuadm.steps import CreateGpuInstance, CreateMdev, DestroyGpuInstance, SetMigMode, SetVfVgpuType, Step
 
 NONE = MigHost((), {})
 
@@ -133,22 +130,6 @@ def for_vgpus(
     at = next(i for i, st in enumerate(steps) if isinstance(st, (SetVfVgpuType, CreateMdev)))
     state = dataclasses.replace(mig, gpus=tuple(gpus[g.address] for g in mig.gpus))
     return [*steps[:at], *pre, *steps[at:]], out, state
-
-
-def with_gpu_instances(snap: HostSnapshot, mig: MigHost, plans: Sequence[DomainPlan]) -> list[DomainPlan]:
-    """`create`'s domain plans with what their MIG-backed vGPUs need (for_vgpus), each domain's definition
-    recording the instances made for it."""
-    out = []
-    for p in plans:
-        steps, added, mig = for_vgpus(snap, mig, p.plan.steps, p.added)
-        if len(steps) == len(p.plan.steps):  # nothing MIG-backed (an allocation's extra does not compare)
-            out.append(p)
-            continue
-        after = [next((b for b in added if b.slot == a.slot), a) for a in p.after]
-        element = xml.metadata_xml(after, snap.host_key)
-        steps = [dataclasses.replace(st, element=element) if isinstance(st, DefineDomain) else st for st in steps]
-        out.append(dataclasses.replace(p, plan=Plan(tuple(steps), p.plan.summary), added=added, after=after))
-    return out
 
 
 def release(snap: HostSnapshot, mig: MigHost, gone: Sequence[Allocation]) -> tuple[list[Step], MigHost]:
