@@ -111,6 +111,16 @@
         return gpu.kind === "virtual" ? "virtual (" + gpu.address + ")" : null;
     }
 
+    /* What the driver reports a device uses now (its `now` in `vgpuadm inventory --usage --json`, the join `show --vm`
+     * uses), in show's words: "31 % GPU, 0.7 of 1 GiB"; "GPU n/a" where the driver has no utilization (MIG). */
+    function nowText(now) {
+        if (!now) return null;
+        const gpu = now.gpu_percent === null ? "GPU n/a" : now.gpu_percent + " % GPU";
+        if (now.fb_used_mib === null || now.fb_total_mib === null) return gpu;
+        const gib = (mib) => String(Math.round(mib / 102.4) / 10);
+        return gpu + ", " + gib(now.fb_used_mib) + " of " + gib(now.fb_total_mib) + " GiB";
+    }
+
     /* ---- the summary and the table ---------------------------------------------------------------------- */
 
     function renderSummary(inv, doctor) {
@@ -153,26 +163,27 @@
         for (const g of inv.gpus) {
             const state = g.layout === "passthrough" && g.driver === "vfio-pci" ? "bound to vfio-pci"
                 : g.devices ? g.devices + " in use" : "free";
-            body.appendChild(row([g.address, model(g), g.layout, g.running_types.join(", "), g.domains.join(", "), state],
-                "gpu"));
+            body.appendChild(row([g.address, model(g), g.layout, g.running_types.join(", "), g.domains.join(", "), state,
+                null], "gpu"));
             for (const f of inv.functions) {
                 if (f.kind === "vf" && f.physical_gpu === g.address && f.devices.length === 0) {
-                    body.appendChild(row(["  " + f.address, "VF", f.layout, null, null, "free"], "vf"));
+                    body.appendChild(row(["  " + f.address, "VF", f.layout, null, null, "free", null], "vf"));
                 }
             }
             for (const d of byParent.get(g.address) || []) {
                 const owner = d.owned ? d.domain : d.domain === null ? "unassigned" : d.domain;
                 const state = d.owned ? "owned" : "leak: no VM owns it";
                 body.appendChild(row(["  " + d.id, d.name, d.kind === "mdev" ? "mdev" : "VF (vendor VFIO)", d.type_id,
-                    owner, state], d.owned ? "device" : "device leak"));
+                    owner, state, nowText(d.now)], d.owned ? "device" : "device leak"));
             }
             for (const m of migInstances.filter((i) => i.address === g.address)) {
                 body.appendChild(row(["  GI " + m.instance_id, "MIG " + m.name, "MIG instance", m.name, m.owner,
-                    m.owner ? "used" : "free"], "mig"));
+                    m.owner ? "used" : "free", null], "mig"));
             }
         }
         for (const m of inv.missing || []) {
-            body.appendChild(row([m.uuid || m.address, null, m.mode, m.type_id, m.domain, "missing (restore makes it)"],
+            body.appendChild(row([m.uuid || m.address, null, m.mode, m.type_id, m.domain, "missing (restore makes it)",
+                null],
                 "missing"));
         }
     }
@@ -283,7 +294,7 @@
 
     function refresh() {
         const loadError = $("load-error");
-        return Promise.all([vgpuadm(["inventory", "--json"]), vgpuadm(["vms", "--json"]), optional(["doctor", "--json"]),
+        return Promise.all([vgpuadm(["inventory", "--usage", "--json"]), vgpuadm(["vms", "--json"]), optional(["doctor", "--json"]),
             optional(["mig", "instances", "--json"])])
             .then(([inv, vms, doctor, mig]) => {
                 loadError.hidden = true;

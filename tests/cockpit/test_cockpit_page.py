@@ -159,14 +159,14 @@ def mdevs(root: Path) -> list[str]:
     return sorted(os.listdir(d)) if d.is_dir() else []
 
 
-def test_the_page_shows_the_host_allocates_a_vgpu_and_releases_it(cockpit, vms, conn) -> None:
+def test_the_page_shows_the_host_allocates_a_vgpu_and_releases_it(cockpit, vms, conn, libvirtd) -> None:
     web = vms("web")
     ck = cockpit("p4")
     page = ck.open()
     ck.shot("p4-loaded")
     assert ck.rows("device-table") == [
-        ["0000:01:00.0", "Tesla P4", "mdev-pf", "–", "–", "free"],
-        ["0000:02:00.0", "Tesla P4", "mdev-pf", "–", "–", "free"],
+        ["0000:01:00.0", "Tesla P4", "mdev-pf", "–", "–", "free", "–"],
+        ["0000:02:00.0", "Tesla P4", "mdev-pf", "–", "–", "free", "–"],
     ]
     assert page.inner_text("#summary [data-key='GPUs'] dd") == "2"
     assert ck.rows("vm-table", lambda r: r[0] == web) == [[web, "shut off", "–", ""]]
@@ -197,18 +197,41 @@ def test_the_page_shows_the_host_allocates_a_vgpu_and_releases_it(cockpit, vms, 
     assert inactive_hostdevs(conn, web) == [uuid]
     assert xml.parse_allocations(conn.lookupByName(web).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))[0].uuid == uuid
     assert ck.rows("device-table") == [
-        ["0000:01:00.0", "Tesla P4", "mdev-pf", "nvidia-63", web, "1 in use"],
-        [f"  {uuid}", "GRID P4-1Q", "mdev", "nvidia-63", web, "owned"],
-        ["0000:02:00.0", "Tesla P4", "mdev-pf", "–", "–", "free"],
+        ["0000:01:00.0", "Tesla P4", "mdev-pf", "nvidia-63", web, "1 in use", "–"],
+        [f"  {uuid}", "GRID P4-1Q", "mdev", "nvidia-63", web, "owned", "–"],
+        ["0000:02:00.0", "Tesla P4", "mdev-pf", "–", "–", "free", "–"],
     ]
     assert ck.rows("vm-table", lambda r: r[0] == web) == [[web, "shut off", f"nvidia-63 {uuid}", "Release"]]
+
+    # The driver reports a guest on the vGPU (the simulated nvidia-smi, set as the exporter's tests set it): the
+    # device's row says what it uses now, in `show --vm`'s words and from the same join.
+    domain_uuid = conn.lookupByName(web).UUIDString()
+    usage = cli(ck.root, libvirtd, "sim", "usage", str(ck.root), uuid, "--vm-uuid", domain_uuid, "--gpu", "31",
+                "--fb-used", "716")  # fmt: skip
+    assert usage.returncode == 0, usage.stderr
+    shown = cli(ck.root, libvirtd, "show", "--vm", web)
+    assert [line for line in shown.stdout.splitlines() if line.startswith("now ")] == [
+        "now slot 0: 31 % GPU, 0.7 of 1 GiB"
+    ]
+    page.click("#refresh")
+    page.wait_for_selector("#device-table tr.device td:last-child:text-is('31 % GPU, 0.7 of 1 GiB')")
+    ck.shot("p4-usage")
+    assert ck.rows("device-table") == [
+        ["0000:01:00.0", "Tesla P4", "mdev-pf", "nvidia-63", web, "1 in use", "–"],
+        [f"  {uuid}", "GRID P4-1Q", "mdev", "nvidia-63", web, "owned", "31 % GPU, 0.7 of 1 GiB"],
+        ["0000:02:00.0", "Tesla P4", "mdev-pf", "–", "–", "free", "–"],
+    ]
+    assert cli(ck.root, libvirtd, "sim", "usage", str(ck.root), uuid, "--stop").returncode == 0
+    page.click("#refresh")
+    page.wait_for_selector("#device-table tr.device td:last-child:text-is('–')")
+    assert ck.rows("device-table")[1] == [f"  {uuid}", "GRID P4-1Q", "mdev", "nvidia-63", web, "owned", "–"]
 
     page.click(f"#vm-table tr[data-vm='{web}'] button.release")
     page.wait_for_selector(f"#vm-table tr[data-vm='{web}'] button.release", state="detached")
     ck.shot("p4-released")
     assert mdevs(ck.root) == []
     assert inactive_hostdevs(conn, web) == []
-    assert ck.rows("device-table")[0] == ["0000:01:00.0", "Tesla P4", "mdev-pf", "–", "–", "free"]
+    assert ck.rows("device-table")[0] == ["0000:01:00.0", "Tesla P4", "mdev-pf", "–", "–", "free", "–"]
 
 
 def test_a_type_that_does_not_fit_shows_vgpuadms_error_and_hint_as_is(cockpit, vms, libvirtd) -> None:

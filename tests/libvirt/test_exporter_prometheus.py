@@ -35,6 +35,12 @@ from vgpuadm.virt.conn import VirtConn, embed_uri
 with VirtConn(embed_uri(sys.argv[1])) as c:
     c.domain(sys.argv[2]).undefine()
 """
+_RENAME = """
+import sys
+from vgpuadm.virt.conn import VirtConn, embed_uri
+with VirtConn(embed_uri(sys.argv[1])) as c:
+    c.domain(sys.argv[2]).rename(sys.argv[3], 0)
+"""
 
 
 def _free_port() -> int:
@@ -276,3 +282,35 @@ def test_a_removed_domain_disappears_from_the_series(tmp_path: Path, running: li
     assert r.query(f"vgpuadm_usage_device_info{{domain_uuid='{uuids['db02']}'}}") == {}
     assert r.query("vgpuadm_usage_unowned_devices") == {(): 1}
     assert os.path.isdir(root / "sys/bus/mdev/devices" / web)
+
+
+def test_a_renamed_domain_s_series_carry_its_new_name_and_none_keeps_the_old(
+    tmp_path: Path, running: list[Running]
+) -> None:
+    """`virsh domrename` (virDomainRename on the embedded driver, the domain shut off as libvirt requires): the
+    next scrapes label the device's series with the new name (its UUID, and so its usage record, unchanged), and
+    Prometheus holds no series with the old name (the exposition drops it; Prometheus marks it stale)."""
+    root = tmp_path / "p4"
+    build("p4", str(root))
+    uuids = define(root, "web01", "db02")
+    (web,) = _create(root, "web01", "--type", "nvidia-63")
+    (db,) = _create(root, "db02", "--type", "nvidia-63")
+    _sim(root, web, "--vm-uuid", uuids["web01"], "--gpu", "31", "--fb-used", "700")
+    r = Running(root, tmp_path)
+    running.append(r)
+    r.wait_for("count by (domain) (vgpuadm_usage_device_info)", {_labels(domain="web01"): 1, _labels(domain="db02"): 1})
+    # info, running, licensed, frame buffer used and total, utilization of 4 engines
+    r.wait_for("count({domain='web01'})", {(): 9})
+    _helper(_RENAME, str(root), "web01", "web01-renamed")
+    r.wait_for("count by (domain) (vgpuadm_usage_device_info)",
+               {_labels(domain="web01-renamed"): 1, _labels(domain="db02"): 1})  # fmt: skip
+    base = {"gpu": "0000:01:00.0", "type": "nvidia-63", "mode": "mdev", "mig_instance": ""}
+    web_l = {**base, "domain": "web01-renamed", "domain_uuid": uuids["web01"], "device": web}
+    db_l = {**base, "domain": "db02", "domain_uuid": uuids["db02"], "device": db}
+    assert r.query("vgpuadm_usage_device_running") == {_labels(**web_l): 1, _labels(**db_l): 0}
+    assert r.query("vgpuadm_usage_device_utilization_ratio{engine='gpu'}") == {_labels(**web_l, engine="gpu"): 0.31}
+    assert r.query("vgpuadm_usage_device_fb_used_bytes") == {_labels(**web_l): 700 << 20}
+    assert r.query("count({domain='web01-renamed'})") == {(): 9}
+    assert r.query("count({domain='web01'})") == {}
+    assert 'domain="web01"' not in r.metrics()
+    assert r.query("vgpuadm_usage_unowned_devices") == {(): 0}

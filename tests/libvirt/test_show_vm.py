@@ -114,3 +114,33 @@ def test_show_vm_says_what_the_driver_reports_each_running_device_uses_now(tmp_p
                    "9000").code == 0  # fmt: skip
     r = vgpuadm(mig, "show", "--vm", "now-infer01")
     assert [line for line in r.out.splitlines() if line.startswith("now ")] == ["now slot 0: GPU n/a, 8.8 of 18 GiB"]
+
+
+def test_inventory_usage_gives_each_device_the_figures_show_gives(tmp_path: Path) -> None:
+    """`inventory --usage --json` (what the Cockpit page reads) puts on each device a guest runs on the `now` that
+    `show --vm` gives it, from the same join; a device nobody runs on, and the inventory without --usage (whose
+    document changes only with the host), have none. Both documents validate, and so does the fleet merge of them."""
+    root = tmp_path / "p4"
+    build("p4", str(root))
+    uuids = define(root, "inv-web01")
+    assert vgpuadm(root, "create", "--type", "nvidia-63", "--vm", "inv-web01", "--total", "2").code == 0
+    u0, u1 = (d["id"] for d in json.loads(vgpuadm(root, "show", "--vm", "inv-web01", "--json").out)["devices"])
+    assert vgpuadm(root, "sim", "usage", str(root), u1, "--vm-uuid", uuids["inv-web01"], "--gpu", "31", "--memory",
+                   "12", "--fb-used", "700").code == 0  # fmt: skip
+    show = json.loads(vgpuadm(root, "show", "--vm", "inv-web01", "--json").out)
+    r = vgpuadm(root, "inventory", "--usage", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    validate("inventory-v1", doc)
+    now = {d["id"]: d.get("now") for d in doc["devices"]}
+    assert now == {
+        u0: None,
+        u1: {"gpu_percent": 31, "memory_percent": 12, "fb_used_mib": 700, "fb_total_mib": 1024, "licensed": True},
+    }
+    assert [d.get("now") for d in show["devices"]] == [now[u0], now[u1]]
+    plain = json.loads(vgpuadm(root, "inventory", "--json").out)
+    assert [d for d in plain["devices"] if "now" in d] == []
+    (tmp_path / "usage.json").write_text(r.out)
+    merged = vgpuadm(root, "inventory", "merge", str(tmp_path / "usage.json"), "--format", "json")
+    assert merged.code == 0, merged.err
+    validate("fleet-v1", json.loads(merged.out))

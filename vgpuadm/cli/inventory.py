@@ -95,6 +95,8 @@ def build_app() -> Any:
                                         help="Do not read domains: ownership is reported as unknown."),
         host: str = typer.Option(None, "--host", metavar="NAME", help="Host name to put in the report."),
         as_json: bool = typer.Option(False, "--json", help="The same as --format json."),
+        usage: bool = typer.Option(False, "--usage", help="Add what the GPU driver reports each device uses now "
+                                   "(JSON `now`, as `show --vm` gives it; the Cockpit page shows it)."),
     ) -> None:  # fmt: skip
         """Inventory of this host: GPUs and VFs (layout, driver, NUMA, IOMMU group), per type used/free/max and
         framebuffer, every device with its owning domain (or unowned), and how many more of each type fit where."""
@@ -104,7 +106,7 @@ def build_app() -> Any:
         domains_xml = domains_xml or old_domains_xml
         connect = connect or ctx.obj.get("connect")  # `vgpuadm --connect URI inventory` works too
         doc = api.inventory(ctx.obj["root"], connect=connect, domains_xml=domains_xml, use_libvirt=not no_libvirt,
-                            host=host)  # fmt: skip
+                            host=host, usage=usage)  # fmt: skip
         emit(ctx.obj["console"], doc, fmt, output, fleet=False)
 
     @app.command("merge", epilog=MERGE_EPILOG)

@@ -23,7 +23,7 @@ from vgpuadm.report.inventory import inventory as build_inventory
 from vgpuadm.report.listing import vm_rows, vm_view
 from vgpuadm.report.merge import load_report, merge
 from vgpuadm.report.mig import gpu_occupancy, instance_rows, made_by
-from vgpuadm.report.usage import usage_now
+from vgpuadm.report.usage import join, usage_now
 
 
 def _now() -> str:
@@ -38,10 +38,13 @@ def inventory(
     use_libvirt: bool = True,
     host: str | None = None,
     domains: Sequence[str] | None = None,
+    usage: bool = False,
 ) -> dict[str, Any]:
     """The host's inventory document (vgpuadm-inventory/1). Ownership comes from saved domain XML when given,
     else from this host's libvirt domains (only the named `domains` when given) unless use_libvirt is False (then
-    it is reported as unknown, never as leaks)."""
+    it is reported as unknown, never as leaks). `usage`: each device a guest runs on also gets `now`, what the
+    driver reports it uses (usage_by_device; asked for, as the Cockpit page does: the figures change from one read
+    to the next, where the rest of the document changes only with the host)."""
     with Session.read(root, connect) as s:
         snap = s.snap
         found: Domains | None = None
@@ -63,6 +66,12 @@ def inventory(
         mig = _mig_occupancy(s, found, warnings)
         doc = build_inventory(snap, found, host=host or s.root.hostname(), generated_at=_now(), source=source,
                               running=running, mig=mig)  # fmt: skip
+        if usage and found is not None and doc["devices"]:
+            now = usage_by_device(s, found)
+            for row in doc["devices"]:
+                figures = now.get((row["domain"] if row["owned"] else "", row["id"]))
+                if figures is not None:
+                    row["now"] = figures
         doc["warnings"] += warnings
         if saved is not None and doc["summary"]["unowned"]:
             doc["warnings"].append(_saved_only(saved, domains_xml or "", doc["summary"]["unowned"]))
@@ -145,26 +154,33 @@ def show_vm(root: str | None, vm: str, *, connect: str | None = None) -> dict[st
             s.virt.xml(vm)  # raises NotFoundError naming the domain
             return vm_view(s.snap, vm, None, None, (), None, modes.of)
         view = vm_view(s.snap, d.name, d.uuid, d.running, d.allocations, d.changed, modes.of)
-        _add_usage(s, d.allocations, view)
+        if view["devices"]:
+            now = usage_by_device(s, s.domains().only({d.name}))
+            for device in view["devices"]:
+                figures = now.get((d.name, device["id"] or ""))
+                if figures is not None:
+                    device["now"] = figures
         return view
 
 
-def _add_usage(s: Session, allocations: Sequence[Allocation], view: dict[str, Any]) -> None:
-    """Each device the driver reports a running guest on gets `now`, its figures (the exporter's join:
-    Mode.usage). Nothing is added where the host has no nvidia-smi or it fails: `show` answers without them."""
-    if not view["devices"] or nvidia_smi.locate(s.root) is None:
-        return
+def usage_by_device(s: Session, domains: Domains) -> dict[tuple[str, str], dict[str, Any]]:
+    """(domain, device id) → what the driver reports the device uses now (`now`: report/usage.usage_now), from the
+    exporter's join (report/usage.join: each mode finds its device's record; domain "" for a device no domain
+    records). `show --vm` and the inventory (the Cockpit page's table) read it. Empty where the host has no
+    nvidia-smi or it fails: they answer without it."""
+    if nvidia_smi.locate(s.root) is None:
+        return {}
     try:
         driver = read_driver(s)
     except VgpuadmError:
-        return
+        return {}
     if driver is None:
-        return
-    by_slot = {a.slot: modes.of(a).usage(s.snap, a, driver) for a in allocations}
-    for device in view["devices"]:
-        record = by_slot.get(device["slot"])
-        if record is not None:
-            device["now"] = usage_now(record)
+        return {}
+    now: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in join(s.snap, domains, driver):
+        if row.record is not None and row.labels[2]:
+            now.setdefault((row.labels[0], row.labels[2]), usage_now(row.record))
+    return now
 
 
 def merge_inventories(paths: list[str]) -> dict[str, Any]:
