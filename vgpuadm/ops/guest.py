@@ -33,9 +33,14 @@ class GuestResult:
     devices: list[Allocation]  # what the domain owns afterwards
     added: list[Allocation] = field(default_factory=list)
     removed: list[Allocation] = field(default_factory=list)
-    hostdevs: list[str] = field(default_factory=list)  # the hostdev XML of added/removed devices
+    shown: list[Allocation] = field(default_factory=list)  # the added or removed devices whose hostdev XML it shows
     message: str = ""
     warnings: list[str] = field(default_factory=list)  # accepted, but the operator should know (printed to stderr)
+
+    @property
+    def hostdevs(self) -> list[str]:
+        """The hostdev XML of the devices it shows, rendered when a report asks for it (-v, --json)."""
+        return [modes.hostdev_xml(a) for a in self.shown]
 
     @property
     def changed(self) -> bool:
@@ -127,7 +132,7 @@ def create_many(
                 done.append(p.name)
         return [
             GuestResult(p.name, s.uri, p.plan, dry_run, p.after, p.added, p.removed,
-                        hostdevs=[modes.hostdev_xml(a) for a in p.added], message=p.plan.summary,
+                        shown=p.added, message=p.plan.summary,
                         warnings=p.warnings)
             for p in plans
         ]  # fmt: skip
@@ -158,7 +163,7 @@ def destroy(
             plan = Plan(plan.steps + tuple(release), plan.summary)
         s.execute(plan, dry_run=dry_run, progress=progress)
         return GuestResult(
-            vm, s.uri, plan, dry_run, after, removed=gone, hostdevs=[modes.hostdev_xml(a) for a in gone],
+            vm, s.uri, plan, dry_run, after, removed=gone, shown=gone,
             message=plan.summary if gone or not plan.empty else f"domain {vm} owns no vgpuadm devices",
         )  # fmt: skip
 
@@ -185,7 +190,7 @@ def passthrough(
                                                       running=vm in s.domains().running)  # fmt: skip
         s.execute(plan, dry_run=dry_run, progress=progress)
         return GuestResult(vm, s.uri, plan, dry_run, after, added,
-                           hostdevs=[modes.hostdev_xml(a) for a in added], message=plan.summary)  # fmt: skip
+                           shown=added, message=plan.summary)  # fmt: skip
 
 
 def release(
@@ -208,7 +213,7 @@ def release(
         plan, holders, gone = planner.plan_release(s.snap, s.domains(), gpu, load_drivers(s.root.path))
         s.execute(plan, dry_run=dry_run, progress=progress)
         return GuestResult(", ".join(holders) or "no domain", s.uri, plan, dry_run, [], removed=gone,
-                           hostdevs=[modes.hostdev_xml(a) for a in gone], message=plan.summary)  # fmt: skip
+                           shown=gone, message=plan.summary)  # fmt: skip
 
 
 # -- adopt -----------------------------------------------------------------------------------------------------------

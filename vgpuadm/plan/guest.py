@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -110,7 +111,7 @@ def _params(params: Sequence[str]) -> str:
     return normalise_params(join_params(params))
 
 
-def check_display(domain_xml: str, added: Sequence[Allocation], *, turn_off: str) -> None:
+def check_display(domain_xml: str | Any, added: Sequence[Allocation], *, turn_off: str) -> None:
     """Refuse, while planning, to attach an mdev with display on to a domain whose persistent XML has no <graphics>
     element: libvirt would refuse the attach only after the kernel steps ran. Likewise more than one vGPU with
     ramfb on (libvirt refuses that definition: "Only one vgpu device can have 'ramfb' enabled"). The one check
@@ -157,12 +158,19 @@ class Target:
     host: str | None = None
     changed: str | None = None
 
+    @functools.cached_property
+    def doc(self) -> Any:
+        """The persistent XML parsed once, for every reading of it while planning (never edited)."""
+        return xml.parse_domain(self.xml)
+
     @classmethod
     def read(cls, domain_xml: str) -> Target:
         doc = xml.parse_domain(domain_xml)  # once, for the readings
         name = doc.findtext("name") or ""
-        return cls(name, doc.findtext("uuid") or "", domain_xml, xml.parse_allocations(doc), xml.metadata_host(doc),
-                   xml.metadata_changed(doc, domain=name))  # fmt: skip
+        t = cls(name, doc.findtext("uuid") or "", domain_xml, xml.parse_allocations(doc), xml.metadata_host(doc),
+                xml.metadata_changed(doc, domain=name))  # fmt: skip
+        t.__dict__["doc"] = doc  # what `doc` would parse again (cached_property keeps its value there)
+        return t
 
 
 @dataclass
@@ -235,7 +243,7 @@ def give_vgpus(
                     taken[dev.device] = t.name
             given.warnings = _cannot_start_now(snap, t.name, type_id, len(slots), hints, before)
             with _located(at, "display"):
-                check_display(t.xml, given.added, turn_off=turn_off)
+                check_display(t.doc, given.added, turn_off=turn_off)
         return out, mig
     with _located(at, "placement"):
         made = iter(device_plans.plan_devices(snap, type_id, sum(len(s) for _, s, _ in wants), gpu=hints.get("gpu"),
@@ -253,7 +261,7 @@ def give_vgpus(
         with _located(at, "mig"):
             given.steps, given.added, mig = plan_mig.for_vgpus(snap, mig, kernel, given.added)
         with _located(at, "display"):
-            check_display(t.xml, given.added, turn_off=turn_off)
+            check_display(t.doc, given.added, turn_off=turn_off)
     return out, mig
 
 
@@ -262,7 +270,7 @@ def _check_free_uuids(snap: HostSnapshot, t: Target, uuids: Sequence[str], freed
     and no mdev of the host has one (a leak) — but for those the plan frees first (`freed`)."""
     if not uuids:
         return
-    present = {(r.kind, r.key) for r in xml.parse_hostdevs(t.xml)}
+    present = {(r.kind, r.key) for r in xml.parse_hostdevs(t.doc)}
     for u in (u for u in uuids if u not in freed):
         if mdev_key(u) in present:
             raise ConflictError(
@@ -504,7 +512,7 @@ def plan_domain(
                 f"if one of {t.name} and {other} is a copy of the other, drop the copy's claim with "
                 f"`vgpuadm destroy --vm COPY --forget` (the device and the other VM stay as they are)",
             )
-    present = {(r.kind, r.key) for r in xml.parse_hostdevs(t.xml)} if gone else set()
+    present = {(r.kind, r.key) for r in xml.parse_hostdevs(t.doc)} if gone else set()
     detach = [(a, modes.hostdev_as_attached(a, t.xml)) for a in gone if modes.key(a) in present]
     after = sorted([*(a for a in t.owned if a not in gone), *gain.added], key=lambda a: a.slot)
     steps: list[Step] = [s for a in gone if (s := modes.of(a).definition_step(a, False)) is not None]

@@ -434,15 +434,15 @@ def free_guest_slot(domain_xml: str, *, first: int = 0x10, last: int = 0x1E) -> 
     )
 
 
-def has_graphics(domain_xml: str) -> bool:
+def has_graphics(domain_xml: str | Any) -> bool:
     """Whether the domain defines a <graphics> device (vnc, spice, egl-headless, …): libvirt refuses a hostdev with
     display='on' without one ("graphics device is needed for attribute value 'display=on' in <hostdev>")."""
-    return parse_domain(domain_xml).find("devices/graphics") is not None
+    return _document(domain_xml).find("devices/graphics") is not None
 
 
-def count_ramfb(domain_xml: str) -> int:
+def count_ramfb(domain_xml: str | Any) -> int:
     """How many of the domain's mdev hostdevs have ramfb on (libvirt allows one)."""
-    return sum(1 for hd in parse_domain(domain_xml).findall("devices/hostdev") if hd.get("ramfb") == "on")
+    return sum(1 for hd in _document(domain_xml).findall("devices/hostdev") if hd.get("ramfb") == "on")
 
 
 def status_domain(status_xml: str) -> str:
