@@ -296,8 +296,10 @@ def merge(reports: Iterable[tuple[str, dict[str, Any]]], *, generated_at: str) -
                         "parent": d.get("parent"),
                     }
                 )
-        missing.extend({"host": name, **m} for m in doc["missing"])
-        warnings.extend(f"{name}: {w}" for w in doc["warnings"])
+        if doc["missing"]:  # most hosts have none: no generator to set up
+            missing.extend({"host": name, **m} for m in doc["missing"])
+        if doc["warnings"]:
+            warnings.extend(f"{name}: {w}" for w in doc["warnings"])
     if not hosts:
         raise UsageError("no inventory files to merge", "pass one or more files: vgpuadm inventory merge A.json B.json")
     type_rows = sorted(
