@@ -9,7 +9,8 @@ ratio of `hook run` itself is reported. Runs are interleaved (timing.py) so both
 compiled bytecode, so the runs use a bytecode cache (PYTHONPYCACHEPREFIX in a temp dir, PYTHONDONTWRITEBYTECODE
 removed); `--no-bytecode` adds the case where sources are compiled on every run. Also lists any heavy module that
 leaked onto the fast path (python -X importtime).
-Usage: python bench/bench_cold_start.py [--runs 20] [--no-bytecode]
+`--before TREE` also times `types --json` from TREE (PYTHONPATH), interleaved, for a before/after in the same run.
+Usage: python bench/bench_cold_start.py [--runs 20] [--no-bytecode] [--before TREE]
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ HEAVY = (
 
 
 HOOK = "vgpuadm --root p4 hook run web01 prepare begin -"
+BEFORE = "  same, before tree"
 CYCLE = "hook script, start+stop (5 calls)"
 PHASES = '"prepare begin" "start begin" "started begin" "stopped end" "release end"'
 
@@ -57,6 +59,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--no-bytecode", action="store_true", help="also measure with PYTHONDONTWRITEBYTECODE=1")
+    ap.add_argument("--before", metavar="TREE", help="also time `types --json` from this source tree, interleaved")
     a = ap.parse_args()
     py = sys.executable
     script = os.path.join(os.path.dirname(py), "vgpuadm")
@@ -82,7 +85,14 @@ def main() -> None:
             commands["  same, sources compiled each run"] = [
                 "env", "-u", "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE=1", *cmd
             ]  # fmt: skip
-        stats = compare(commands, a.runs, env)
+        envs = {}
+        if a.before:
+            commands[BEFORE] = cmd
+            here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            envs["vgpuadm --root p4 types --json"] = {**env, "PYTHONPATH": here}  # both sides pay the same path
+            envs[BEFORE] = {**env, "PYTHONPATH": os.path.abspath(a.before)}
+            envs[BEFORE]["PYTHONPYCACHEPREFIX"] += "-before"
+        stats = compare(commands, a.runs, env, envs)
         mods = imported_modules(cmd, env)
     for name, s in stats.items():
         print(s.line(name, a.runs))
@@ -90,6 +100,9 @@ def main() -> None:
     print(f"ratio (bytecode cached): {ratios(stats['vgpuadm --root p4 types --json'], base)}   target <= 3.00x")
     print(f"ratio of the hook: {ratios(stats[HOOK], base)}")
     print(f"ratio of a start+stop cycle's hook calls: {ratios(stats[CYCLE], base)}   target <= 1.00x")
+    if a.before:
+        print(f"ratio of before's types --json: {ratios(stats[BEFORE], base)}")
+        print(f"ratio after/before: {ratios(stats['vgpuadm --root p4 types --json'], stats[BEFORE])}")
     if a.no_bytecode:
         print(f"ratio (sources compiled): {ratios(stats['  same, sources compiled each run'], base)}")
     heavy = sorted({m for m in mods if m.split(".")[0] in HEAVY})

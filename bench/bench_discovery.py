@@ -3,7 +3,9 @@
 Both run the same way: `unshare -m sh -c 'mount --bind ROOT/sys /sys && CMD'` (needs root), so each pays the same
 namespace and mount cost, and both read the same /sys. Runs are interleaved (timing.py); prints wall-clock and CPU
 (user+sys) medians and minima and the ratio vgpuadm/mdevctl (target ≤ 1.0).
-Usage: python bench/bench_discovery.py [--runs 10] [--pfs 8 --vfs 16 --types 20]
+`--before TREE` also times TREE's vgpuadm (PYTHONPATH), interleaved, for a before/after in the same run; both sides
+then run with PYTHONPATH set (this tree for after), so they pay the same environment.
+Usage: python bench/bench_discovery.py [--runs 10] [--pfs 8 --vfs 16 --types 20] [--before TREE]
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def main() -> None:
     ap.add_argument("--pfs", type=int, default=8)
     ap.add_argument("--vfs", type=int, default=16)
     ap.add_argument("--types", type=int, default=20)
+    ap.add_argument("--before", metavar="TREE", help="also time this source tree's vgpuadm, interleaved")
     a = ap.parse_args()
     if os.geteuid() != 0 or not shutil.which("mdevctl") or not shutil.which("unshare"):
         sys.exit("needs root, mdevctl and unshare")
@@ -46,6 +49,11 @@ def main() -> None:
             "mdevctl types --dumpjson": in_ns("mdevctl types --dumpjson"),
             "vgpuadm types --json": in_ns(f"{vgpuadm} types --json"),
         }
+        if a.before:
+            here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            before = os.path.abspath(a.before)
+            commands["vgpuadm types --json"] = in_ns(f"PYTHONPATH={here} {vgpuadm} types --json")
+            commands["vgpuadm types --json (before)"] = in_ns(f"PYTHONPATH={before} {vgpuadm} types --json")
         compare(commands, 2, env)  # warm the dentry, page and bytecode caches
         stats = compare(commands, a.runs, env)
     n = a.pfs * a.vfs
@@ -54,6 +62,9 @@ def main() -> None:
         print(s.line(name, a.runs))
     mdevctl, ours = stats["mdevctl types --dumpjson"], stats["vgpuadm types --json"]
     print(f"ratio vgpuadm/mdevctl: {ratios(ours, mdevctl)}   target <= 1.00x")
+    if a.before:
+        print(f"ratio before/mdevctl: {ratios(stats['vgpuadm types --json (before)'], mdevctl)}")
+        print(f"ratio after/before: {ratios(ours, stats['vgpuadm types --json (before)'])}")
 
 
 if __name__ == "__main__":

@@ -5,15 +5,19 @@ very discovery opened (recorded with an audit hook on `open`), in a plain loop.
 
 Target: cost per VF flat (linear growth) and the 1,024-VF host within 1.5× of the open+read floor. Interleaved
 (discovery, floor, discovery, …), median of --runs. Usage: .venv/bin/python bench/bench_scaling.py [--runs 5]
-[--sizes 16,64,256,1024] [--types 20]   (smoke: --runs 1 --sizes 16 --types 2). Trees in --tmpdir (/var/tmp).
+[--sizes 16,64,256,1024] [--types 20] [--before TREE]   (smoke: --runs 1 --sizes 16 --types 2). Trees in --tmpdir
+(/var/tmp). `--before TREE`: on each host, a child process per run and tree (PYTHONPATH=TREE, then this tree),
+alternating, each timing one discovery against the floor; prints both trees' medians and after/before.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -73,14 +77,64 @@ def floor(paths: list[str]) -> int:
     return n
 
 
+def measure(root: str, runs: int) -> None:
+    """--measure: discovery and the floor on an existing host, `runs` times interleaved, as JSON."""
+    types = discover(root)
+    paths = opened_files(root)
+    ours, base = [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        discover(root)
+        ours.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        floor(paths)
+        base.append(time.perf_counter() - start)
+    print(json.dumps({"types": types, "files": len(paths), "ours": ours, "floor": base}))
+
+
+def compare_trees(a: argparse.Namespace) -> None:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trees = {"before": os.path.abspath(a.before), "after": here}
+    print(f"discovery vs the open+read floor, before/after (a child per run and tree, alternating; load average "
+          f"{os.getloadavg()[0]:.1f} at start)")  # fmt: skip
+    for n in (int(s) for s in a.sizes.split(",")):
+        tmp = tempfile.mkdtemp(prefix=f"bench-scaling-{n}-", dir=a.tmpdir)
+        got: dict[str, list[tuple[float, float]]] = {k: [] for k in trees}
+        try:
+            root = os.path.join(tmp, "host")
+            build(root, max(1, n // 16), min(n, 16), a.types)
+            for _ in range(a.runs):
+                for name, tree in trees.items():
+                    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--measure", root, "--runs", "1"],
+                                         env=dict(os.environ, PYTHONPATH=tree), capture_output=True, text=True,
+                                         check=True, cwd="/").stdout  # fmt: skip
+                    r = json.loads(out)
+                    got[name].append((r["ours"][0], r["floor"][0]))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        med = {k: (statistics.median(o for o, _ in v), statistics.median(o / f for o, f in v)) for k, v in got.items()}
+        for k in trees:
+            print(f"{n:>6} VFs {k:>6}: discovery median {med[k][0] * 1000:8.1f} ms, ratio to the floor median "
+                  f"{med[k][1]:.2f}  (runs: {', '.join(f'{o / f:.2f}' for o, f in got[k])})")  # fmt: skip
+        print(f"{n:>6} VFs after/before discovery: {med['after'][0] / med['before'][0]:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--sizes", default="16,64,256,1024")
     ap.add_argument("--types", type=int, default=20)
     ap.add_argument("--tmpdir", default="/var/tmp")
+    ap.add_argument("--before", metavar="TREE", help="also time this source tree, a child process per run")
+    ap.add_argument("--measure", metavar="ROOT", help=argparse.SUPPRESS)  # a child of --before
     a = ap.parse_args()
     sys.addaudithook(_audit)
+    if a.measure:
+        measure(a.measure, a.runs)
+        return
+    if a.before:
+        compare_trees(a)
+        return
     sizes = [int(s) for s in a.sizes.split(",")]
     rows = []
     for n in sizes:

@@ -23,14 +23,18 @@ class Stats:
                 f"cpu median {self.cpu_median * 1000:7.1f} ms (min {self.cpu_min * 1000:6.1f})   {runs} runs")  # fmt: skip
 
 
-def compare(commands: dict[str, list[str]], runs: int, env: dict[str, str]) -> dict[str, Stats]:
+def compare(
+    commands: dict[str, list[str]], runs: int, env: dict[str, str], envs: dict[str, dict[str, str]] | None = None
+) -> dict[str, Stats]:
+    """Interleaved runs of every command; `envs` gives some commands their own environment (a before tree)."""
+    envs = envs or {}
     walls: dict[str, list[float]] = {k: [] for k in commands}
     cpus: dict[str, list[float]] = {k: [] for k in commands}
     for _ in range(runs):
         for name, argv in commands.items():
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
-            subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env)
+            subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=envs.get(name, env))
             walls[name].append(time.perf_counter() - start)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpus[name].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)

@@ -563,7 +563,9 @@ class HostSnapshot(_Record):
         out = [t for p in self.mdev_parents.values() for t in p.types]
         out.extend(t if not vf.in_use else t.with_available(0) for vf in self.vendor_vfs.values() for t in vf.offered)
         out.extend(t for pool in self.vf_pools.values() for t in pool.offered)
-        return sorted(out, key=lambda t: (t.parent, t.numeric_id or 0, t.type_id))
+        # Each type id's number once (a big layout B host lists the same 20 ids on every one of 1,024 VFs).
+        numbers = {type_id: nvidia_type_number(type_id) or 0 for type_id in {t.type_id for t in out}}
+        return sorted(out, key=lambda t: (t.parent, numbers[t.type_id], t.type_id))
 
     def skipped(self, address: str, hint: str) -> str:
         """Why discovery skipped `address` (its warning) when it did, else `hint`: a command naming a device that a

@@ -13,6 +13,7 @@ import pytest
 from tests.unit.inventory_setup import P4_UUIDS as U
 from tests.unit.inventory_setup import p4_busy
 from vgpuadm import api
+from vgpuadm.errors import UsageError
 from vgpuadm.schemas import validate
 
 
@@ -131,3 +132,25 @@ def test_a_fleet_of_one_host_says_host(reports, cli):
     assert _merge(cli, reports[0]).out.splitlines()[0].rstrip() == "Fleet: 1 host"
     html = _merge(cli, reports[0], "--format", "html").out
     assert "vGPU fleet report: 1 host<" in html and "1 hosts" not in html
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "where"),
+    [("used", True, "types[1].used"), ("name", 3, "types[1].name"), ("max", "8", "types[1].max"),
+     ("reserved", None, "types[1].reserved"), ("free", None, "types[1].free")],
+)  # fmt: skip
+def test_a_wrong_types_row_value_in_the_merge_is_the_checks_message(reports, tmp_path, key, value, where):
+    """merge checks types[] rows as it folds them (load_report(rows=False)): the error is check_report's, and it
+    comes before the duplicate-host error the same file would also give, as when load_report checked every row."""
+    doc = json.loads(Path(reports[0]).read_text())
+    doc["types"][1][key] = value
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))  # also host p4-a, as reports[0]
+    with pytest.raises(UsageError) as e:
+        api.merge_inventories([reports[0], str(bad)])
+    assert e.value.message == f"{bad}: {where} has the wrong type"
+    del doc["types"][1]["stranded"]
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(UsageError) as e:
+        api.merge_inventories([str(bad)])
+    assert e.value.message.startswith(f"{bad}: a types[] row lacks one of ")

@@ -16,7 +16,7 @@ import re
 import stat
 from dataclasses import dataclass
 
-from vgpuadm.errors import UsageError
+from vgpuadm.errors import HostIOError, UsageError
 from vgpuadm.host.files import read_beneath
 from vgpuadm.host.sysfs import Sysfs
 
@@ -98,6 +98,11 @@ class RecordingSysfs(Sysfs):
     def readlink(self, host_path: str) -> str | None:
         self._note(host_path, "exists")
         return super().readlink(host_path)
+
+    def link_names(self, host_dir: str, names: list[str]) -> dict[str, str | HostIOError | None]:
+        for name in names:
+            self._note(f"{host_dir}/{name}", "exists")
+        return super().link_names(host_dir, names)
 
     def resolve(self, host_path: str) -> str:
         self._note(host_path, "exists")

@@ -149,12 +149,16 @@ def _read_function(sysfs: Sysfs, addr: str, class_code: str, warnings: list[str]
     real = sysfs.resolve_link(d)
     # One scandir tells which optional attributes and links exist, so absent ones cost no failed open().
     entries = sysfs.entries(real)
+    numbered = [e for e in entries if e.startswith("virtfn") and e[6:].isdecimal()]  # virtfn<N>, as ^virtfn(\d+)$
+    # Every link read relative to one descriptor of the directory; an error raised where it was read one by one.
+    links = sysfs.link_names(real, [*numbered, *(n for n in ("iommu_group", "driver", "physfn") if entries.get(n))])
     virtfns = []
-    for entry in entries:
-        if entry.startswith("virtfn") and entry[6:].isdecimal():  # virtfn<N> links, as ^virtfn(\d+)$
-            target = sysfs.link_name(f"{real}/{entry}")
-            if target:
-                virtfns.append((int(entry[6:]), target))
+    for entry in numbered:
+        target = links[entry]
+        if isinstance(target, HostIOError):
+            raise target
+        if target:
+            virtfns.append((int(entry[6:]), target))
 
     # The attributes present, read relative to the device directory: no path walk through the bus symlink per
     # file. On any error the single reads below run instead, so messages name the path users know.
@@ -167,7 +171,10 @@ def _read_function(sysfs: Sysfs, addr: str, class_code: str, warnings: list[str]
         return got[name] if got.get(name) is not None else sysfs.read_opt(f"{d}/{name}")
 
     def link(name: str) -> str | None:
-        return sysfs.link_name(f"{real}/{name}") if entries.get(name) else None
+        target = links.get(name)
+        if isinstance(target, HostIOError):
+            raise target
+        return target
 
     def opt(name: str) -> str | None:
         return _strip(text(name)) if name in entries else None

@@ -405,6 +405,52 @@ class Sysfs:
             self._check_link(host_path, target)
         return os.path.basename(target) if target else None
 
+    def link_names(self, host_dir: str, names: list[str]) -> dict[str, str | HostIOError | None]:
+        """link_name of several links of one directory, read relative to one descriptor of it (a PCI function has
+        a dozen: virtfnN, driver, iommu_group, physfn). A link leading outside <root>/sys maps to its HostIOError,
+        for the caller to raise where it would have called link_name."""
+        out: dict[str, str | HostIOError | None] = {}
+        if not self._inside:
+            for name in names:
+                try:
+                    target = os.readlink(f"{host_dir}/{name}")
+                except OSError:
+                    target = ""
+                out[name] = os.path.basename(target) if target else None
+            return out
+        try:
+            dfd = self.open_dir(host_dir)
+        except (OSError, HostIOError):  # link_name, one at a time, says what each would have said
+            for name in names:
+                try:
+                    out[name] = self.link_name(f"{host_dir}/{name}")
+                except HostIOError as exc:
+                    out[name] = exc
+            return out
+        try:
+            for name in names:
+                try:
+                    target = os.readlink(name, dir_fd=dfd)
+                except OSError:
+                    target = ""
+                if not target:
+                    out[name] = None
+                    continue
+                host_path, real = f"{host_dir}/{name}", f"{self._prefix}{host_dir}/{name}"
+                try:  # as _check_link, relative to the directory's descriptor
+                    fd = os.open(name, _O_PATH, dir_fd=dfd)
+                except OSError:  # dangling: where it would lead, from the resolved directory holding it
+                    where = os.path.normpath(os.path.join(os.path.realpath(self._prefix + host_dir), target))
+                else:
+                    try:
+                        where = self._where(fd, real)
+                    finally:
+                        os.close(fd)
+                out[name] = os.path.basename(target) if self._is_inside(where) else self._escape(host_path, where)
+        finally:
+            os.close(dfd)
+        return out
+
     def resolve(self, host_path: str) -> str:
         """The host path with every link followed (/sys/bus/pci/devices/X → /sys/devices/pci.../X)."""
         real = os.path.realpath(self._prefix + host_path)

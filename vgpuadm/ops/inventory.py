@@ -192,7 +192,7 @@ def merge_inventories(paths: list[str]) -> dict[str, Any]:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return merge(((p, load_report(p)) for p in paths), generated_at=_now())
+        return merge(((p, load_report(p, rows=False)) for p in paths), generated_at=_now())
     finally:
         if enabled:
             gc.enable()

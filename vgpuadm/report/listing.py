@@ -82,7 +82,7 @@ def type_rows(
         types = [t for t in types if t.parent == gpu or snap.physical_gpu(t.parent) == gpu]
     rooms = gpu_rooms(snap, types=all_types)
     fits = {(g, tid): (room.free, room.max) for g, r in rooms.items() for tid, (_, room) in r.rooms.items()}
-    gpu_of = {t.parent: snap.physical_gpu(t.parent) for t in types}
+    gpu_of = {parent: snap.physical_gpu(parent) for parent in {t.parent for t in types}}
 
     def fits_on(t: VgpuType) -> tuple[int, int | None]:
         """(how many more fit on the parent's GPU, the GPU's maximum of the type)."""
@@ -93,7 +93,8 @@ def type_rows(
     if type_ is not None:
         wanted = type_.strip().lower()
         types = [t for t in types if wanted in _type_names(t.type_id, t.name, t.profile)]
-    return [type_row(t, *fits_on(t)) for t in types]
+    # fits_on inlined: one call less per row (20,480 rows on a 1,024-VF host)
+    return [type_row(t, *fits.get((gpu_of[t.parent], t.type_id), (0, t.max_instances))) for t in types]
 
 
 def _type_names(type_id: str, name: str | None, profile: str | None = None) -> set[str]:

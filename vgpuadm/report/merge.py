@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -46,19 +48,23 @@ _SUMMARY = (
 _TYPE = frozenset(("type_id", "name", "framebuffer_mib", "used", "free", "stranded", "max"))
 
 
-def load_report(path: str) -> dict[str, Any]:
-    """Read and check one host inventory; any problem is a UsageError naming the file."""
+def load_report(path: str, *, rows: bool = True) -> dict[str, Any]:
+    """Read and check one host inventory; any problem is a UsageError naming the file. `rows=False` leaves the
+    types[] rows to merge(), which checks each as it folds it (one look-up of each value, not two)."""
     text = read_input(path, "", _HINT, limit=MAX_REPORT)
     try:
         doc = orjson.loads(text)  # its JSONDecodeError subclasses json's, with lineno/colno
     except (ValueError, UnicodeDecodeError) as exc:
         where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
         raise UsageError(f"{path} is not valid JSON{where} (truncated?)", _HINT) from None
-    check_report(doc, path)
+    if not _plain(doc, rows):
+        check_report(doc, path)
     return doc
 
 
 def check_report(doc: Any, path: str) -> None:
+    if _plain(doc):
+        return
     if not isinstance(doc, dict) or "schema" not in doc:
         raise UsageError(f'{path} is not a vgpuadm inventory (no "schema" field)', _HINT)
     if doc["schema"] != HOST_SCHEMA:
@@ -73,6 +79,67 @@ def check_report(doc: Any, path: str) -> None:
         if not isinstance(row, dict) or not row.keys() >= _TYPE:
             raise UsageError(f"{path}: a types[] row lacks one of {', '.join(sorted(_TYPE))}", _HINT)
     _check_values(doc, path)
+
+
+_NONE = type(None)
+_INT, _INT_OR_NONE, _TEXT_OR_NONE = {int}, {int, _NONE}, {str, _NONE}
+_REQUIRED_GET = itemgetter(*_REQUIRED)
+_REQUIRED_TYPES = tuple(_REQUIRED.values())
+_SUMMARY_GET = itemgetter(*_SUMMARY)
+_SUMMARY_OPTIONAL = ("owned", "unowned", "not_recorded", "framebuffer_stranded_mib")
+_TYPE_GET = itemgetter("type_id", "name", "framebuffer_mib", "used", "free", "stranded", "max")
+
+
+def _plain(doc: Any, rows: bool = True) -> bool:
+    """Whether a document passes every check below, decided mostly in C (map, itemgetter, sets of value types):
+    the checks value by value cost as much as parsing the JSON. Exact types, as orjson makes them (a bool is no
+    count: type(True) is bool). False sends the document through the checks that name the first problem."""
+    try:
+        if type(doc) is not dict or doc.get("schema") != HOST_SCHEMA:
+            return False
+        values = _REQUIRED_GET(doc)
+        if not all(map(isinstance, values, _REQUIRED_TYPES)):
+            return False
+        summary, gpus, types, devices, missing, warnings = values[2:]
+        if (
+            set(map(type, _SUMMARY_GET(summary))) != _INT
+            or not set(map(type, map(summary.get, _SUMMARY_OPTIONAL))) <= _INT_OR_NONE
+            or type(summary.get("framebuffer_reserved_mib", 0)) is not int
+            or type(doc.get("ownership_source")) not in _TEXT_OR_NONE
+            or (rows and not _plain_types(types))
+            or not set(map(type, gpus)) <= {dict}
+            or not set(map(type, devices)) <= {dict}
+            or not set(map(type, missing)) <= {dict}
+            or not set(map(type, warnings)) <= {str}
+        ):
+            return False
+    except (KeyError, TypeError):  # a missing key or a row that is no dict
+        return False
+    for row in devices:
+        if row.get("owned") is False and not (
+            type(row.get("id")) is str
+            and type(row.get("kind")) is str
+            and type(row.get("type_id")) in _TEXT_OR_NONE
+            and type(row.get("physical_gpu")) in _TEXT_OR_NONE
+            and type(row.get("parent")) in _TEXT_OR_NONE
+        ):
+            return False
+    return True
+
+
+def _plain_types(rows: list[Any]) -> bool:
+    """_TYPE_KINDS of every types[] row, a column at a time (KeyError, TypeError: a key missing, a row no dict)."""
+    if not rows:
+        return True
+    type_id, name, fb, used, free, stranded, most = zip(*map(_TYPE_GET, rows), strict=True)
+    return (
+        set(map(type, type_id)) == {str}
+        and set(map(type, name)) <= _TEXT_OR_NONE
+        and set(map(type, fb)) <= _INT_OR_NONE
+        and set(map(type, used + free + stranded)) == _INT
+        and set(map(type, most)) <= _INT_OR_NONE
+        and set(map(type, map(dict.get, rows, repeat("reserved"), repeat(0)))) == _INT
+    )
 
 
 def _count(v: Any) -> bool:
@@ -147,13 +214,43 @@ def merge(reports: Iterable[tuple[str, dict[str, Any]]], *, generated_at: str) -
     may be a generator: each document is folded in and dropped before the next is read."""
     seen: dict[str, str] = {}
     hosts: list[dict[str, Any]] = []
-    types: dict[str, dict[str, Any]] = {}
+    types: dict[str, list[Any]] = {}  # type_id → its sums so far (a list: the fold runs per host and type)
+    row_values = _TYPE_GET
     leaks: list[dict[str, Any]] = []
     missing: list[dict[str, Any]] = []
     warnings: list[str] = []
     gpus_locked = gpus_empty = 0
     for source, doc in reports:
         name = doc["host"]
+        try:  # the types[] rows, checked as they are folded in (load_report(rows=False) left them)
+            for t in doc["types"]:
+                type_id, name_, fb, used, free, stranded, most = row_values(t)
+                reserved = t.get("reserved", 0)
+                if not (
+                    type(type_id) is str
+                    and type(used) is int
+                    and type(free) is int
+                    and type(stranded) is int
+                    and type(reserved) is int
+                    and type(name_) in _TEXT_OR_NONE
+                    and type(fb) in _INT_OR_NONE
+                    and type(most) in _INT_OR_NONE
+                ):
+                    raise TypeError
+                acc = types.get(type_id)
+                if acc is None:  # [name, framebuffer, used, free, stranded, reserved, max, hosts with room, hosts]
+                    acc = types[type_id] = [name_, fb, 0, 0, 0, 0, 0, 0, []]
+                acc[2] += used
+                acc[3] += free
+                acc[4] += stranded
+                acc[5] += reserved
+                acc[6] = None if most is None or acc[6] is None else acc[6] + most
+                if free:
+                    acc[7] += 1
+                acc[8].append({"host": name, "used": used, "free": free, "stranded": stranded})
+        except (KeyError, TypeError):
+            check_report(doc, source)  # raises, naming the first wrong value
+            raise UsageError(f"{source}: a types[] row has the wrong type", _HINT) from None
         if name in seen:
             raise UsageError(
                 f"host {name!r} appears in both {seen[name]} and {source}",
@@ -187,29 +284,6 @@ def merge(reports: Iterable[tuple[str, dict[str, Any]]], *, generated_at: str) -
                 gpus_locked += 1
             elif not g.get("devices") and g.get("framebuffer_total_mib"):
                 gpus_empty += 1
-        for t in doc["types"]:
-            row = types.get(t["type_id"])
-            if row is None:
-                row = types[t["type_id"]] = {
-                    "type_id": t["type_id"],
-                    "name": t["name"],
-                    "framebuffer_mib": t["framebuffer_mib"],
-                    "used": 0,
-                    "free": 0,
-                    "stranded": 0,
-                    "reserved": 0,
-                    "max": 0,
-                    "hosts_with_room": 0,
-                    "hosts": [],
-                }
-            row["used"] += t["used"]
-            row["free"] += t["free"]
-            row["stranded"] += t["stranded"]
-            row["reserved"] += t.get("reserved", 0)
-            row["max"] = None if t["max"] is None or row["max"] is None else row["max"] + t["max"]
-            if t["free"]:
-                row["hosts_with_room"] += 1
-            row["hosts"].append({"host": name, "used": t["used"], "free": t["free"], "stranded": t["stranded"]})
         for d in doc["devices"]:
             if d.get("owned") is False:
                 leaks.append(
@@ -222,15 +296,32 @@ def merge(reports: Iterable[tuple[str, dict[str, Any]]], *, generated_at: str) -
                         "parent": d.get("parent"),
                     }
                 )
-        missing.extend({"host": name, **m} for m in doc["missing"])
-        warnings.extend(f"{name}: {w}" for w in doc["warnings"])
+        if doc["missing"]:  # most hosts have none: no generator to set up
+            missing.extend({"host": name, **m} for m in doc["missing"])
+        if doc["warnings"]:
+            warnings.extend(f"{name}: {w}" for w in doc["warnings"])
     if not hosts:
         raise UsageError("no inventory files to merge", "pass one or more files: vgpuadm inventory merge A.json B.json")
-    type_rows = sorted(types.values(), key=type_order)
-    for row in type_rows:
-        fb = row["framebuffer_mib"]
-        row["framebuffer_used_mib"] = row["used"] * fb if fb is not None else None
-        row["framebuffer_free_mib"] = row["free"] * fb if fb is not None else None
+    type_rows = sorted(
+        (
+            {
+                "type_id": type_id,
+                "name": name,
+                "framebuffer_mib": fb,
+                "used": used,
+                "free": free,
+                "stranded": stranded,
+                "reserved": reserved,
+                "max": most,
+                "hosts_with_room": with_room,
+                "hosts": per_host,
+                "framebuffer_used_mib": used * fb if fb is not None else None,
+                "framebuffer_free_mib": free * fb if fb is not None else None,
+            }
+            for type_id, (name, fb, used, free, stranded, reserved, most, with_room, per_host) in types.items()
+        ),
+        key=type_order,
+    )
     free_fb = sum(h["framebuffer_free_mib"] for h in hosts)
     locked_fb = sum(h["framebuffer_locked_free_mib"] for h in hosts)
     return {
