@@ -41,6 +41,7 @@ class GpuUsage:
     memory_percent: int | None
     fb_used_mib: int | None
     fb_total_mib: int | None
+    mig_on: bool = False  # mig.mode.current is Enabled: the GPU's instances are read too (ops/exporter.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,15 +13,20 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.inventory_setup import mig_on, nvidia_smi, set_vf_type
 from vgpuadm import api
 from vgpuadm.errors import HostIOError, UsageError
+from vgpuadm.host import mig as host_mig
 from vgpuadm.host.nvidia_smi_vgpu import MAX_VGPUS, parse_gpu_usage, parse_vgpu_usage
 from vgpuadm.model import Allocation
-from vgpuadm.ops.exporter import Exporter, Sample, parse_listen
+from vgpuadm.ops.exporter import Exporter, Sample, parse_listen, read_driver, take_sample
+from vgpuadm.ops.session import Session
 from vgpuadm.plan.domains import Domain, Domains
 from vgpuadm.report.render_prometheus import text
-from vgpuadm.report.usage import DeviceRow, families, join
+from vgpuadm.report.usage import DeviceRow, MigRow, families, join, join_mig
+from vgpuadm.sim.faults import inject_fault
 from vgpuadm.sim.kernel import SimKernel
+from vgpuadm.sim.usage import set_vgpu_usage
 from vgpuadm.usage import DriverUsage, GpuUsage, VgpuUsage
 
 # `nvidia-smi vgpu -q` in the layout of NVIDIA's vGPU user guide ("Getting Details About vGPUs"): a P4 running two
@@ -203,6 +208,67 @@ def test_a_vf_is_joined_by_its_gpu_type_and_owning_vm(sim_host: Callable[[str], 
         (("", "6c3e8a6e-0000-4000-8000-000000000005", ""), mine),
         (("", "", "0000:18:00.5"), None),
     ]  # fmt: skip
+
+
+def _h200_mig(root: Path) -> None:
+    """MIG on, two 1g.18gb GPU instances (ids 1 and 2), an H200X-1-18C on VF 0000:18:00.4 (the driver binds it to
+    instance 1) run by VM ...0002; instance 2 is free."""
+    mig_on(root)
+    nvidia_smi(root, "mig", "-i", "0", "-cgi", "19:6,19:5")
+    set_vf_type(root, "0000:18:00.4", 1414)
+    set_vgpu_usage(str(root), "0000:18:00.4", {"vm_uuid": "6c3e8a6e-0000-4000-8000-000000000002", "fb_used_mib": 9000})
+
+
+@pytest.mark.process  # the simulated layout C host's nvidia-smi runs as a process
+def test_each_mig_gpu_instance_is_a_series_with_the_vgpu_on_it_or_free(sim_host: Callable[[str], Path]) -> None:
+    """The driver says the GPU is in MIG mode (`mig.mode.current` of --query-gpu); its GPU instances (host/mig.py's
+    read) are one series each: the one backing infer01's vGPU names it, the free one has domain, device "" and
+    occupied 0. Nothing else of the exposition changes."""
+    root = sim_host("h200-mig")
+    _h200_mig(root)
+    u = "6c3e8a6e-0000-4000-8000-000000000002"
+    a = Allocation("infer01", "vf", "nvidia-1414", "0000:18:00.4", address="0000:18:00.4", domain_uuid=u)
+    with Session.read(str(root)) as s:
+        driver = read_driver(s)
+        assert driver is not None and [g.mig_on for g in driver.gpus.values()] == [True]
+        rows = join(s.snap, _domains(("infer01", u, [a])), driver)
+        mig = join_mig(host_mig.read(s.root), rows)
+    assert mig == [MigRow(("0000:18:00.0", "1", "1g.18gb", "infer01", u, "0000:18:00.4"), True),
+                   MigRow(("0000:18:00.0", "2", "1g.18gb", "", "", ""), False)]  # fmt: skip
+    body = text(families(rows, driver, mig=mig))
+    assert [x for x in body.splitlines() if "mig_instance_" in x] == [
+        "# HELP vgpuadm_usage_mig_instance_info One series per MIG GPU instance (mig_instance: its GPU instance ID, "
+        'profile: its GPU-instance profile) with the vGPU on it and the domain owning that ("": free, or none); no '
+        "utilization per instance: NVML does not support utilization on MIG devices; a host with a GPU in MIG mode "
+        "pays 4 more nvidia-smi reads per sample (-q -x, mig -lgip, mig -lgipp, mig -lgi), 5 when it has GPU "
+        "instances (vgpu -q again).",
+        "# TYPE vgpuadm_usage_mig_instance_info gauge",
+        f'vgpuadm_usage_mig_instance_info{{device="0000:18:00.4",domain="infer01",domain_uuid="{u}",'
+        'gpu="0000:18:00.0",mig_instance="1",profile="1g.18gb"} 1.0',
+        'vgpuadm_usage_mig_instance_info{device="",domain="",domain_uuid="",gpu="0000:18:00.0",mig_instance="2",'
+        'profile="1g.18gb"} 1.0',
+        "# HELP vgpuadm_usage_mig_instance_occupied 1 when a vGPU sits on the MIG GPU instance, 0 when it is free.",
+        "# TYPE vgpuadm_usage_mig_instance_occupied gauge",
+        'vgpuadm_usage_mig_instance_occupied{gpu="0000:18:00.0",mig_instance="1",profile="1g.18gb"} 1.0',
+        'vgpuadm_usage_mig_instance_occupied{gpu="0000:18:00.0",mig_instance="2",profile="1g.18gb"} 0.0',
+    ]  # fmt: skip
+    assert [x for x in body.splitlines() if "mig_instance_" not in x] == text(families(rows, driver)).splitlines()
+
+
+@pytest.mark.process  # the simulated layout C host's nvidia-smi runs as a process
+def test_the_mig_read_is_made_only_with_mig_on_and_inside_the_bounded_sample(sim_host: Callable[[str], Path]) -> None:
+    """`nvidia-smi -q -x` (the MIG read's first) fails on both hosts: the H200 with MIG off never asks it (its sample
+    is good, with no GPU instance); with MIG on the sample fails as a whole (the scrape then serves the last good
+    one with vgpuadm_driver_up 0), never a sample whose free instances are silently missing."""
+    off, on = sim_host("h200-vendor-vfio"), sim_host("h200-mig")
+    _h200_mig(on)
+    for root in (off, on):
+        inject_fault(str(root), "/usr/bin/nvidia-smi -q -x", "EIO", times=0)
+    sample = take_sample(str(off))
+    assert (sample.driver_read, sample.mig, [g.mig_on for g in sample.driver.gpus.values()]) == (True, (), [False])
+    with pytest.raises(HostIOError) as e:
+        take_sample(str(on))
+    assert e.value.message == "nvidia-smi -q -x failed: Failed to initialize NVML: Unknown Error"
 
 
 def _sample(rows: list[DeviceRow]) -> Sample:

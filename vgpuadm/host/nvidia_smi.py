@@ -29,7 +29,8 @@ MIG_GPU_INSTANCES = ("mig", "-lgi")
 READS = (VGPU_SUPPORTED, QUERY, QUERY_XML, VGPU_QUERY, VGPU_SCHEDULER, MIG_GI_PROFILES, MIG_GI_PLACEMENTS,
          MIG_GPU_INSTANCES)  # fmt: skip
 # Live figures (the exporter's): read like the others, never captured (a snapshot's would be stale at once).
-GPU_USAGE = ("--query-gpu=pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total", "--format=csv")
+GPU_USAGE = ("--query-gpu=pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total,mig.mode.current",
+             "--format=csv")  # fmt: skip
 LIVE_READS = (GPU_USAGE,)
 
 

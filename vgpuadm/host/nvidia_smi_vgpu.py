@@ -215,18 +215,21 @@ def parse_vgpu_usage(text: str) -> tuple[VgpuUsage, ...]:
     return tuple(out)
 
 
-GPU_USAGE_FIELDS = ("pci.bus_id", "utilization.gpu", "utilization.memory", "memory.used", "memory.total")
+GPU_USAGE_FIELDS = ("pci.bus_id", "utilization.gpu", "utilization.memory", "memory.used", "memory.total",
+                    "mig.mode.current")  # fmt: skip
 
 
 def parse_gpu_usage(text: str) -> dict[str, GpuUsage]:
-    """`nvidia-smi --query-gpu=<GPU_USAGE_FIELDS> --format=csv`: PCI address → the GPU's figures (`[N/A]` → None)."""
+    """`nvidia-smi --query-gpu=<GPU_USAGE_FIELDS> --format=csv`: PCI address → the GPU's figures (`[N/A]` → None;
+    MIG on only for `Enabled`)."""
     out: dict[str, GpuUsage] = {}
     for row in parse_query_gpu(text)[:MAX_VGPUS]:
         address = pci_address(row.get("pci.bus_id", ""))
         if address is not None:
             out[address] = GpuUsage(address, _number(row.get("utilization.gpu"), "%", 100),
                                     _number(row.get("utilization.memory"), "%", 100),
-                                    _number(row.get("memory.used"), "MiB"), _number(row.get("memory.total"), "MiB"))  # fmt: skip
+                                    _number(row.get("memory.used"), "MiB"), _number(row.get("memory.total"), "MiB"),
+                                    row.get("mig.mode.current") == "Enabled")  # fmt: skip
     return out
 
 

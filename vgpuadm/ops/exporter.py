@@ -2,7 +2,9 @@
 collector — and the systemd unit that runs it.
 
 One sample = the driver's usage (`nvidia-smi vgpu -q` and `--query-gpu`, parsed by host/nvidia_smi_vgpu.py), the
-host snapshot and the one domain scan, joined by report/usage.py. A scrape never waits on the driver longer than
+host snapshot and the one domain scan, joined by report/usage.py; when the driver reports a GPU with MIG on
+(`mig.mode.current` in the `--query-gpu` read), the GPU instances too (host/mig.py's read, as the inventory's), in the
+same bounded sample. A scrape never waits on the driver longer than
 `timeout`: the sample is taken in a worker thread (one at a time); when it has not finished in time, or failed, the
 scrape serves the last good sample with `vgpuadm_driver_up 0`, and `vgpuadm_exporter_sample_age_seconds` says how
 old it is. A read still running when the next scrape comes is waited for, never started twice. A host without
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpuadm.errors import HostIOError, UsageError, VgpuadmError
+from vgpuadm.host import mig as host_mig
 from vgpuadm.host import nvidia_smi
 from vgpuadm.host.files import write_report
 from vgpuadm.host.nvidia_smi_vgpu import parse_gpu_usage, parse_vgpu_usage
@@ -29,7 +32,7 @@ from vgpuadm.io import unitfile
 from vgpuadm.ops import unit
 from vgpuadm.ops.session import Session
 from vgpuadm.report.render_prometheus import _Families, text
-from vgpuadm.report.usage import DeviceRow, families, join
+from vgpuadm.report.usage import DeviceRow, MigRow, families, join, join_mig
 from vgpuadm.usage import DriverUsage
 from vgpuadm.virt.conn import embed_uri
 
@@ -83,6 +86,7 @@ class Sample:
     taken: float  # time.time() when it finished
     duration: float  # seconds it took
     driver_read: bool = True  # False: no nvidia-smi on this host
+    mig: tuple[MigRow, ...] = ()  # the GPU instances (none unless a GPU has MIG on)
 
 
 def take_sample(root: str | None, connect: str | None = None) -> Sample:
@@ -92,7 +96,9 @@ def take_sample(root: str | None, connect: str | None = None) -> Sample:
         driver = read_driver(s)
         domains = s.domains_on_disk() if s.uri == embed_uri(s.root.path) else s.domains()
         rows = join(s.snap, domains, driver or DriverUsage())
-    return Sample(rows, driver or DriverUsage(), time.time(), time.monotonic() - start, driver is not None)
+        on = driver is not None and any(g.mig_on for g in driver.gpus.values())
+        mig = tuple(join_mig(host_mig.read(s.root), rows)) if on else ()
+    return Sample(rows, driver or DriverUsage(), time.time(), time.monotonic() - start, driver is not None, mig)
 
 
 class Exporter:
@@ -141,7 +147,7 @@ class Exporter:
 
     def families(self, up: bool) -> _Families:
         last = self.last
-        m = families(last.rows, last.driver) if last is not None else _Families()
+        m = families(last.rows, last.driver, mig=last.mig) if last is not None else _Families()
         m.add("vgpuadm_driver_up", "1 when the last scrape read the GPU driver in time; 0: the series are the last "
               "good sample's.", {}, int(up))  # fmt: skip
         if last is not None:

@@ -5,14 +5,18 @@ The join: every device a domain's vgpuadm metadata records asks its mode for its
 MDEV UUID, a layout C VF by its GPU, type and the owning VM's UUID, a passed-through GPU by the GPU's own figures),
 so nothing here branches on a mode. A record no recorded device claims, and a device on the host that no domain
 references, is a series with `domain=""`; `vgpuadm_usage_unowned_devices` counts them (leaks, or a VM another libvirt
-runs). Every per-device series carries the same labels (LABELS), so that a dashboard can join them."""
+runs). Every per-device series carries the same labels (LABELS), so that a dashboard can join them.
+
+On a GPU with MIG on, every GPU instance is a series too (join_mig: its GPU, instance ID and profile, and the vGPU on
+it with its domain, or "" when it is free), read only on a host where the driver reports a GPU in MIG mode."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from vgpuadm import modes
+from vgpuadm.catalog.mig import MigGpu
 from vgpuadm.model import HostSnapshot
 from vgpuadm.plan.domains import Domains
 from vgpuadm.report.render_prometheus import MIB, _Families
@@ -23,6 +27,13 @@ ENGINES = ("gpu", "memory", "encoder", "decoder")
 MIG_NOTE = "no sample on a GPU with MIG on: NVML does not support utilization there"
 DEVICE_UTIL_HELP = f"Utilization of the device by engine (0-1); {MIG_NOTE}."
 GPU_UTIL_HELP = f"Utilization of the physical GPU by engine (0-1); {MIG_NOTE}."
+MIG_LABELS = ("gpu", "mig_instance", "profile", "domain", "domain_uuid", "device")
+MIG_COST = ("a host with a GPU in MIG mode pays 4 more nvidia-smi reads per sample (-q -x, mig -lgip, mig -lgipp, "
+            "mig -lgi), 5 when it has GPU instances (vgpu -q again)")  # fmt: skip
+MIG_INFO_HELP = ("One series per MIG GPU instance (mig_instance: its GPU instance ID, profile: its GPU-instance "
+                 "profile) with the vGPU on it and the domain owning that (\"\": free, or none); no utilization per "
+                 f"instance: NVML does not support utilization on MIG devices; {MIG_COST}.")  # fmt: skip
+MIG_OCCUPIED_HELP = "1 when a vGPU sits on the MIG GPU instance, 0 when it is free."
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +84,33 @@ def join(snap: HostSnapshot, domains: Domains, driver: DriverUsage) -> list[Devi
     return rows
 
 
+@dataclass(frozen=True, slots=True)
+class MigRow:
+    """One GPU instance: its labels (MIG_LABELS, in order) and whether a vGPU sits on it."""
+
+    labels: tuple[str, ...]
+    occupied: bool
+
+
+def join_mig(gpus: Sequence[MigGpu], rows: list[DeviceRow]) -> list[MigRow]:
+    """A row per GPU instance (host/mig.py's read: instances exist only with MIG on), by GPU and instance ID. The
+    vGPU on it is its first user (one vGPU per GPU instance on MIG-backed vGPU), whose domain is the one of its
+    device row (the running guest's when two domains reference it)."""
+    by_device: dict[tuple[str, str], DeviceRow] = {}
+    for r in rows:
+        key = (r.labels[3], r.labels[2])
+        if r.labels[2] and (key not in by_device or (by_device[key].record is None and r.record is not None)):
+            by_device[key] = r
+    out = []
+    for g in sorted(gpus, key=lambda g: g.address):
+        for i in sorted(g.instances, key=lambda i: i.instance_id):
+            device = i.users[0] if i.users else ""
+            row = by_device.get((g.address, device))
+            domain, domain_uuid = (row.labels[0], row.labels[1]) if row is not None else ("", "")
+            out.append(MigRow((g.address, str(i.instance_id), i.name, domain, domain_uuid, device), bool(i.users)))
+    return out
+
+
 def usage_now(record: VgpuUsage | GpuUsage) -> dict[str, int | bool | None]:
     """A device's figures as `show --vm` gives them (schemas/show.schema.json `now`)."""
     return {"gpu_percent": record.gpu_percent, "memory_percent": record.memory_percent,
@@ -96,8 +134,9 @@ def _record_figures(record: VgpuUsage | GpuUsage) -> Iterator[tuple[str, int | N
         yield "decoder", record.decoder_percent
 
 
-def families(rows: list[DeviceRow], driver: DriverUsage, m: _Families | None = None) -> _Families:
-    """The usage families of one sample (added to `m` when given)."""
+def families(rows: list[DeviceRow], driver: DriverUsage, m: _Families | None = None,
+             mig: Sequence[MigRow] = ()) -> _Families:  # fmt: skip
+    """The usage families of one sample (added to `m` when given); `mig`: its GPU instances (join_mig)."""
     m = m or _Families()
     # declared first, so that their HELP says why a GPU with MIG on has no sample
     m.declare("vgpuadm_usage_device_utilization_ratio", DEVICE_UTIL_HELP, [*LABELS, "engine"])
@@ -135,6 +174,12 @@ def families(rows: list[DeviceRow], driver: DriverUsage, m: _Families | None = N
         )
         m.add("vgpuadm_usage_gpu_active_vgpus", "vGPUs the driver reports running on the GPU.", {"gpu": address},
               sum(1 for v in driver.vgpus if v.gpu == address))  # fmt: skip
+    for mr in mig:
+        labels = dict(zip(MIG_LABELS, mr.labels, strict=True))
+        m.add("vgpuadm_usage_mig_instance_info", MIG_INFO_HELP, labels, 1)
+    for mr in mig:
+        m.add("vgpuadm_usage_mig_instance_occupied", MIG_OCCUPIED_HELP,
+              dict(zip(MIG_LABELS[:3], mr.labels[:3], strict=True)), int(mr.occupied))  # fmt: skip
     m.add("vgpuadm_usage_unowned_devices", "Devices and running vGPUs no domain of this host owns (leaks, or a VM another "
           "libvirt runs): the series with domain=\"\".", {}, sum(1 for r in rows if not r.owned))  # fmt: skip
     return m

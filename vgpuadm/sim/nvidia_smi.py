@@ -8,7 +8,8 @@ layouts (the real H200's `mig -lgip`/`-lgipp`, the published `-lgi`/`-lci`; test
   vgpu -i N -shm 1|0          heterogeneous (mixed-size) time-sliced mode (sim/hetero.py)
   vgpu -ss                    the vGPU scheduler state of each GPU
   vgpu -q                     the active vGPUs with their VM and usage figures (sim/usage.py: `vgpuadm sim usage`)
-  --query-gpu=pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total --format=csv   GPU figures
+  --query-gpu=pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total,mig.mode.current --format=csv
+                              GPU figures and MIG mode
   vgpu -i N --set-vgpu-scheduler-state POLICY [--timeslice MS]   set it (POLICY bestEffort|equalShare|fixedShare)
   -i N -mig 1|0, -r -i N      MIG mode (sim/mig.py: refused while busy, pending where the board needs a reset)
   mig -lgip|-lgipp|-lgi|-lci  profiles, placements, GPU and compute instances (`-i N` filters)
@@ -363,7 +364,7 @@ def vgpu_query(host: SimHost) -> str:
     return "".join(out)
 
 
-GPU_USAGE_FIELDS = "pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total"
+GPU_USAGE_FIELDS = "pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total,mig.mode.current"
 
 
 def _fb_total(host: SimHost, pf: str) -> int:
@@ -376,17 +377,22 @@ def _fb_total(host: SimHost, pf: str) -> int:
 
 
 def gpu_usage(host: SimHost) -> str:
-    """`--query-gpu=pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total --format=csv`, in the real
-    H200's CSV layout (tests/data/h200-passthrough-guest/nvidia-host.txt: units after each value); utilization
-    `[N/A]` on a GPU with MIG on (NVML: not supported on MIG-enabled GPUs)."""
+    """`--query-gpu=pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total,mig.mode.current
+    --format=csv`, in the real H200's CSV layout (tests/data/h200-passthrough-guest/nvidia-host.txt: units after each
+    value); utilization `[N/A]` on a GPU with MIG on (NVML: not supported on MIG-enabled GPUs), `[N/A]` the MIG mode
+    of a GPU without MIG."""
     figures = host.model.get(usage.GPU_FIGURES) or {}
     states = host.model.get("mig") or {}
-    rows = ["pci.bus_id, utilization.gpu [%], utilization.memory [%], memory.used [MiB], memory.total [MiB]"]
+    rows = [
+        "pci.bus_id, utilization.gpu [%], utilization.memory [%], memory.used [MiB], memory.total [MiB], "
+        "mig.mode.current"
+    ]
     for pf in smi_gpus(host):
         f = {**usage.GPU_DEFAULTS, **(figures.get(pf) or {})}
         mig_on = migmodel.enabled(states[pf]) if pf in states else False
         gpu, mem = ("[N/A]", "[N/A]") if mig_on else (f"{f['gpu']} %", f"{f['memory']} %")
-        rows.append(f"{mig.nv_address(pf)}, {gpu}, {mem}, {f['fb_used_mib']} MiB, {_fb_total(host, pf)} MiB")
+        mode = (states.get(pf) or {}).get("mode", "[N/A]")
+        rows.append(f"{mig.nv_address(pf)}, {gpu}, {mem}, {f['fb_used_mib']} MiB, {_fb_total(host, pf)} MiB, {mode}")
     return "\n".join(rows) + "\n"
 
 
