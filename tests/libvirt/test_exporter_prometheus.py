@@ -202,7 +202,9 @@ def test_prometheus_reads_back_each_vms_vgpu_usage_on_a_p4_host(tmp_path: Path, 
 def test_prometheus_reads_back_vendor_vfio_and_mig_backed_vgpus(tmp_path: Path, running: list[Running]) -> None:
     """Layout C: a time-sliced vGPU on a VF (joined by GPU, type and the owning VM's UUID) with its utilization;
     on a GPU with MIG on, a MIG-backed vGPU carries its GPU instance (mig_instance) and no utilization, which NVML
-    does not support there, while its frame buffer is reported."""
+    does not support there, while its frame buffer is reported. Each GPU instance is a series of its own: the one
+    the vGPU runs on names it and its domain, a free one (made with nvidia-smi) names none; the host without MIG
+    has none."""
     sliced, mig = tmp_path / "h200", tmp_path / "h200-mig"
     build("h200-vendor-vfio", str(sliced))
     build("h200-vendor-vfio", str(mig))
@@ -212,6 +214,9 @@ def test_prometheus_reads_back_vendor_vfio_and_mig_backed_vgpus(tmp_path: Path, 
     (vf2,) = _create(mig, "infer01", "--type", "nvidia-1414")
     _sim(sliced, vf1, "--vm-uuid", u1, "--gpu", "64", "--memory", "30", "--fb-used", "3000")
     _sim(mig, vf2, "--vm-uuid", u2, "--gpu", "64", "--fb-used", "9000")
+    smi = subprocess.run([str(mig / "usr/bin/nvidia-smi"), "mig", "-i", "0", "-cgi", "19"], capture_output=True,
+                         text=True, check=False)  # fmt: skip
+    assert smi.returncode == 0, smi.stderr
     r1, r2 = Running(sliced, tmp_path / "a"), Running(mig, tmp_path / "b")
     running += [r1, r2]
     _check_metrics(r1.metrics())
@@ -231,6 +236,17 @@ def test_prometheus_reads_back_vendor_vfio_and_mig_backed_vgpus(tmp_path: Path, 
     assert r2.query("vgpuadm_usage_device_utilization_ratio") == {}
     assert r2.query("vgpuadm_usage_gpu_utilization_ratio") == {}
     assert "no sample on a GPU with MIG on: NVML does not support utilization there" in r2.metrics()
+    gi1 = {"gpu": "0000:18:00.0", "mig_instance": "1", "profile": "1g.18gb"}
+    gi2 = {**gi1, "mig_instance": "2"}
+    assert r2.query("vgpuadm_usage_mig_instance_info") == {
+        _labels(**gi1, domain="infer01", domain_uuid=u2, device=vf2): 1,
+        _labels(**gi2): 1,
+    }
+    assert r2.query("vgpuadm_usage_mig_instance_occupied") == {_labels(**gi1): 1, _labels(**gi2): 0}
+    assert "NVML does not support utilization on MIG devices" in r2.metrics()
+    _check_metrics(r2.metrics())
+    r1.wait_for("vgpuadm_driver_up", {(): 1})
+    assert r1.query("vgpuadm_usage_mig_instance_info") == {}
 
 
 def test_a_hanging_driver_gives_a_bounded_scrape_with_the_last_sample_and_driver_down(
