@@ -107,6 +107,7 @@ def commands() -> list[Command]:
 
 COMMANDS = commands()
 CHANGING_FLAGS = ("--dry-run", "--check", "--explain")
+SERVES = {("exporter",): "--once"}  # serves until stopped: fuzzed with the flag that makes it answer once and end
 READ_ONLY = {("gpus",), ("types",), ("devices",), ("show",), ("inventory",), ("inventory", "merge"), ("sim", "list"),
              ("unit", "status"), ("hook", "status"), ("reconcile",), ("doctor",), ("vms",), ("man",), ("snapshot",),
              ("mig", "status"), ("mig", "profiles"), ("mig", "instances")}  # fmt: skip
@@ -401,6 +402,8 @@ def argv_for(data: st.DataObject, host: Host, cmd: Command) -> tuple[list[str], 
                 args += [data.draw(st.sampled_from(p.opts)), value]
     if not tame and data.draw(st.integers(0, 12)) == 0:
         args.append(data.draw(st.sampled_from(["--nope", "-z", "--json=x", "--", "extra", "--help"])))
+    if cmd.path in SERVES and SERVES[cmd.path] not in args:
+        args.append(SERVES[cmd.path])
     data.draw(st.randoms(use_true_random=False)).shuffle(args)
     root_args = ["--root", str(host.root)] if tame else global_args(data, host)
     argv = [*root_args, *cmd.path, *args, *positional]

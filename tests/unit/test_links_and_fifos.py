@@ -339,6 +339,19 @@ def test_snapshot_of_a_root_whose_machine_id_is_a_fifo_does_not_hang(cli, sim_ho
         assert "etc/machine-id" not in tf.getnames()
 
 
+@pytest.mark.process
+def test_sim_import_of_a_fifo_is_refused_at_once(tmp_path: Path) -> None:
+    """`sim import FIFO DIR` names the FIFO as no archive (it waited for a writer forever; found by the CLI fuzz)."""
+    os.mkfifo(tmp_path / "fifo")
+    r = run_bounded("sim", "import", str(tmp_path / "fifo"), str(tmp_path / "new"))
+    assert r.code == 2
+    assert r.err.splitlines() == [
+        f"error: {tmp_path}/fifo is not a regular file",
+        "hint: give a snapshot .tar.gz or a umockdev-record file",
+    ]
+    assert not (tmp_path / "new").exists()
+
+
 # --- 6. libvirt's cached QEMU capability files are copied only as regular files --------------------------------
 
 

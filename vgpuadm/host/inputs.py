@@ -62,6 +62,23 @@ def read_input(
     return data
 
 
+def read_head(path: str, size: int, hint: str) -> bytes:
+    """The first `size` bytes of the regular file `path` (a format's magic): the same refusals as read_input — a
+    FIFO, a device or a directory is one UsageError, never a hang."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO with no writer: no hang
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}", hint) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UsageError(f"{path} is not a regular file", hint)
+        return _read_upto(fd, size)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}", hint) from None
+    finally:
+        os.close(fd)
+
+
 def _read_upto(fd: int, size: int) -> bytes:
     """Up to `size` bytes of `fd`, fewer only at its end (a read may return less than asked)."""
     data = os.read(fd, size)

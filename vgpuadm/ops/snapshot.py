@@ -22,6 +22,7 @@ from vgpuadm.host import nvidia_smi
 from vgpuadm.host.capture import RecordingSysfs, Redactor, record, redact_machine_id
 from vgpuadm.host.discover import snapshot
 from vgpuadm.host.files import read_beneath, undo_fill, write_beneath
+from vgpuadm.host.inputs import read_head
 from vgpuadm.host.paths import PCI_IDS
 from vgpuadm.host.root import MACHINE_ID, NVIDIA_SMI, HostRoot
 from vgpuadm.host.sysfs import SIM_MARKER, check_root
@@ -143,11 +144,7 @@ def _install_replay(dest: str, runs: dict[str, str]) -> None:
 
 def import_(source: str, dest: str) -> ImportResult:
     """A snapshot archive (gzip) or a umockdev-record file → a host root at `dest` (new or empty)."""
-    try:
-        with open(source, "rb") as f:
-            magic = f.read(2)
-    except OSError as exc:
-        raise UsageError(f"{source}: {exc.strerror}", "give a snapshot .tar.gz or a umockdev-record file") from None
+    magic = read_head(source, 2, "give a snapshot .tar.gz or a umockdev-record file")
     if magic != b"\x1f\x8b":
         loaded = load_umockdev(source, dest)
         return ImportResult("umockdev recording", dest, False, loaded.devices)
