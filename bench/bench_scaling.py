@@ -77,11 +77,13 @@ def floor(paths: list[str]) -> int:
     return n
 
 
-def measure(root: str, runs: int) -> None:
-    """--measure: discovery and the floor on an existing host, `runs` times interleaved, as JSON."""
-    types = discover(root)
+def interleaved(root: str, runs: int) -> tuple[int, list[str], list[float], list[float]]:
+    """Discovery and the floor on an existing host, `runs` times interleaved (after one warming discovery): the
+    type count, the files discovery opened, and the seconds of each run of each."""
+    types = discover(root)  # warm the dentry and page caches
     paths = opened_files(root)
-    ours, base = [], []
+    ours: list[float] = []
+    base: list[float] = []
     for _ in range(runs):
         start = time.perf_counter()
         discover(root)
@@ -89,6 +91,12 @@ def measure(root: str, runs: int) -> None:
         start = time.perf_counter()
         floor(paths)
         base.append(time.perf_counter() - start)
+    return types, paths, ours, base
+
+
+def measure(root: str, runs: int) -> None:
+    """--measure: `interleaved` on an existing host, as JSON."""
+    types, paths, ours, base = interleaved(root, runs)
     print(json.dumps({"types": types, "files": len(paths), "ours": ours, "floor": base}))
 
 
@@ -142,17 +150,7 @@ def main() -> None:
         try:
             root = os.path.join(tmp, "host")
             build(root, max(1, n // 16), min(n, 16), a.types)
-            types = discover(root)  # warm the dentry and page caches
-            paths = opened_files(root)
-            ours: list[float] = []
-            base: list[float] = []
-            for _ in range(a.runs):
-                start = time.perf_counter()
-                discover(root)
-                ours.append(time.perf_counter() - start)
-                start = time.perf_counter()
-                floor(paths)
-                base.append(time.perf_counter() - start)
+            types, paths, ours, base = interleaved(root, a.runs)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         rows.append((n, types, len(paths), statistics.median(ours), statistics.median(base)))
