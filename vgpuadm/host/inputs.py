@@ -30,11 +30,7 @@ def read_input(
     oversized one. With `pipes`, a pipe this process already holds (`/dev/stdin`, `/dev/fd/N`) is read like
     `-f -`, to the same limit."""
     name = f"{what} {path}" if what else path
-    try:
-        # O_NONBLOCK: opening a FIFO with no writer must not hang (it is refused right after, by fstat).
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise unreadable(f"cannot read {name}: {exc.strerror}", hint) from None
+    fd = _open(path, name, hint, unreadable)
     try:
         st = os.fstat(fd)
         if pipes and stat.S_ISFIFO(st.st_mode) and _OPEN_FD.fullmatch(path):
@@ -65,10 +61,7 @@ def read_input(
 def read_head(path: str, size: int, hint: str) -> bytes:
     """The first `size` bytes of the regular file `path` (a format's magic): the same refusals as read_input — a
     FIFO, a device or a directory is one UsageError, never a hang."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO with no writer: no hang
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}", hint) from None
+    fd = _open(path, path, hint, UsageError)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UsageError(f"{path} is not a regular file", hint)
@@ -77,6 +70,15 @@ def read_head(path: str, size: int, hint: str) -> bytes:
         raise UsageError(f"cannot read {path}: {exc.strerror}", hint) from None
     finally:
         os.close(fd)
+
+
+def _open(path: str, name: str, hint: str, unreadable: type[VgpuadmError]) -> int:
+    """A descriptor of `path` for reading; `unreadable` (naming it `name`) when it cannot be opened."""
+    try:
+        # O_NONBLOCK: opening a FIFO with no writer must not hang (it is refused right after, by fstat).
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise unreadable(f"cannot read {name}: {exc.strerror}", hint) from None
 
 
 def _read_upto(fd: int, size: int) -> bytes:
