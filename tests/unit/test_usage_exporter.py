@@ -369,3 +369,11 @@ def test_textfile_is_written_whole_and_says_the_driver_was_not_read(sim_host: Ca
     assert [p.name for p in root.parent.iterdir() if p.name.startswith("usage.prom")] == ["usage.prom"]
     r = cli("--root", str(root), "exporter", "--interval", "5")
     assert (r.code, r.err) == (2, "error: --interval 5.0\nhint: --interval goes with --textfile: 1 to 86400 seconds\n")
+    r = cli("--root", str(root), "exporter", "--once", "--textfile", str(root.parent / "other.prom"))
+    assert (r.code, r.out, r.err) == (
+        2,
+        "",
+        "error: --once and --textfile disagree\n"
+        "hint: give one: --once prints the metrics, --textfile PATH writes them\n",
+    )
+    assert not (root.parent / "other.prom").exists()

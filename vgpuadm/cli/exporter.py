@@ -56,6 +56,9 @@ def register(app: Any) -> None:
 
         if interval is not None and (textfile is None or not 1 <= interval <= 86400):
             raise UsageError(f"--interval {interval}", "--interval goes with --textfile: 1 to 86400 seconds")
+        if once and textfile is not None:
+            raise UsageError("--once and --textfile disagree", "give one: --once prints the metrics, --textfile "
+                             "PATH writes them")  # fmt: skip
         console = ctx.obj["console"]
         exporter = api.Exporter(ctx.obj["root"], ctx.obj.get("connect"), timeout)
         if once:
