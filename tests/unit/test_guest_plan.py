@@ -17,8 +17,8 @@ from vgpuadm.model import Allocation, device_uuid
 from vgpuadm.plan import desired, guest
 from vgpuadm.plan.apply import build_apply_plan, resolve_types
 from vgpuadm.plan.domains import Domains
+from vgpuadm.steps import DefineDomain
 from vgpuadm.virt import xml
-from vgpuadm.virt.steps import DefineDomain
 
 DOM_UUID = domains.WEB01
 

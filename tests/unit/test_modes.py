@@ -23,9 +23,8 @@ from vgpuadm.plan.apply import build_apply_plan, resolve_types
 from vgpuadm.plan.domains import Domains
 from vgpuadm.plan.guest import plan_create
 from vgpuadm.sim.treestate import diff, tree_state
-from vgpuadm.steps import DriversProbe, RecordDrivers, SetDriverOverride, SriovManage, Unbind
+from vgpuadm.steps import DefineDomain, DriversProbe, RecordDrivers, SetDriverOverride, SriovManage, Unbind
 from vgpuadm.virt import xml
-from vgpuadm.virt.steps import DefineDomain
 
 PCI = "/sys/bus/pci"
 

@@ -13,8 +13,8 @@ from vgpuadm.host.discover import snapshot
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.model import DeviceMode
 from vgpuadm.plan.guest import plan_create
+from vgpuadm.steps import DefineDomain, SetVirtioGl
 from vgpuadm.virt import xml
-from vgpuadm.virt.steps import DefineDomain, SetVirtioGl
 
 # As libvirt stores a defined domain: with the video device it added (cirrus on q35 with VNC).
 DOMAIN = xml.domain_definition("web01", uuid="6b7f1e4e-5d3c-4d0b-9a55-2f9c4d1b0a01").replace(

@@ -13,9 +13,8 @@ from typing import ClassVar
 from vgpuadm.errors import NotFoundError
 from vgpuadm.model import Allocation, DeviceKey, HostSnapshot, Layout
 from vgpuadm.modes.base import HostdevSpec, Mode
-from vgpuadm.steps import Step
+from vgpuadm.steps import SetVirtioGl, Step
 from vgpuadm.virt import xml
-from vgpuadm.virt.steps import SetVirtioGl
 
 TYPE = "virtio-gl"
 GRAPHICS = ("egl-headless", "spice")

@@ -40,8 +40,7 @@ from vgpuadm.plan.domains import Domains, missing_recorded, with_recorded
 from vgpuadm.plan.policies import PolicyPlan
 from vgpuadm.plan.reconcile import Leak
 from vgpuadm.polling import wait_until
-from vgpuadm.steps import Plan, Step
-from vgpuadm.virt.steps import DefineDomain
+from vgpuadm.steps import DefineDomain, Plan, Step
 from vgpuadm.virt.xml import parse_allocations
 
 Progress = Callable[[int, int, str], None]

@@ -19,9 +19,8 @@ from vgpuadm.ops.session import LIBVIRT_STEP_KINDS, WITH_LIBVIRT, Session
 from vgpuadm.ops.session import open_sysfs as _open_sysfs
 from vgpuadm.plan import devices
 from vgpuadm.plan.guest import plan_destroy
-from vgpuadm.steps import Plan, Step
+from vgpuadm.steps import DefineDomain, Plan, Step
 from vgpuadm.virt.conn import VirtConn, choose_uri
-from vgpuadm.virt.steps import DefineDomain
 
 Progress = Callable[[int, int, str], None]
 Planner = Callable[[HostSnapshot], tuple[Plan, list[str]]]

@@ -34,10 +34,9 @@ from vgpuadm.io.domainxml import read_libvirt_domains
 from vgpuadm.model import HostSnapshot
 from vgpuadm.plan.domains import Domains
 from vgpuadm.sim.kernel import SimKernel
-from vgpuadm.steps import Plan
+from vgpuadm.steps import AttachHostdev, DefineDomain, DetachHostdev, Plan, SetMetadata
 from vgpuadm.virt.conn import VirtConn, choose_uri, embed_uri
 from vgpuadm.virt.handlers import HANDLERS as LIBVIRT_HANDLERS
-from vgpuadm.virt.steps import AttachHostdev, DefineDomain, DetachHostdev, SetMetadata
 from vgpuadm.virt.xml import NS
 
 Progress = Callable[[int, int, str], None]

@@ -36,9 +36,8 @@ from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan.domains import Domains
 from vgpuadm.plan.placement import check_count, check_host_count, place, resolve_on_host
-from vgpuadm.steps import Plan, Step
+from vgpuadm.steps import DefineDomain, Plan, Step
 from vgpuadm.virt import xml
-from vgpuadm.virt.steps import DefineDomain
 
 Users = dict[tuple[str, str], str]
 

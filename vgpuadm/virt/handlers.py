@@ -1,4 +1,4 @@
-"""How the executor carries out the libvirt steps (vgpuadm/virt/steps.py) through the context's VirtConn.
+"""How the executor carries out the libvirt steps (vgpuadm/steps.py) through the context's VirtConn.
 
 `HANDLERS` lists (step class, apply, undo, is_applied): ops/session.py adds them to the executor's table for the
 plans a Session runs (virt sits below the executor, so it cannot import it). Undo handlers look before they act: after a
@@ -17,7 +17,7 @@ from typing import Any
 from vgpuadm.errors import ConflictError, UsageError, VgpuadmError
 from vgpuadm.model import MDEV_KEY
 from vgpuadm.polling import wait_until
-from vgpuadm.virt.steps import AttachHostdev, DefineDomain, DetachHostdev, SetMetadata, SetVirtioGl
+from vgpuadm.steps import AttachHostdev, DefineDomain, DetachHostdev, SetMetadata, SetVirtioGl
 from vgpuadm.virt.xml import (
     NS,
     PREFIX,
