@@ -97,6 +97,7 @@ if TYPE_CHECKING:
     from vgpuadm.ops.unit import status as unit_status
     from vgpuadm.ops.unit import uninstall as unit_uninstall
     from vgpuadm.plan.devices import (
+        check_count,
         explain_placement,
         plan_create,
         plan_remove,
@@ -105,7 +106,6 @@ if TYPE_CHECKING:
         plan_vfio_bind,
     )
     from vgpuadm.plan.guest import passthrough_functions
-    from vgpuadm.plan.placement import check_count
     from vgpuadm.report.doctor import to_json as doctor_json
     from vgpuadm.sim.faults import clear_faults, inject_fault, inject_stall
     from vgpuadm.sim.profiles import PROFILES as SIM_PROFILES
@@ -123,7 +123,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "read_host": ("vgpuadm.host.discover", "snapshot"),
     "model_names": ("vgpuadm.host.pciids", "model_names"),
     "why_no_types": ("vgpuadm.catalog.capacity", "why_no_types"),
-    "check_count": ("vgpuadm.plan.placement", "check_count"),
+    "check_count": ("vgpuadm.plan.devices", "check_count"),
     "Plan": ("vgpuadm.steps", "Plan"),
     "hookcall": ("vgpuadm.virt", "hookcall"),
     "exec_start": ("vgpuadm.io.unitfile", "exec_start"),

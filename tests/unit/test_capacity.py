@@ -12,7 +12,7 @@ from vgpuadm import api
 from vgpuadm.catalog import capacity
 from vgpuadm.errors import CapacityError, NotFoundError
 from vgpuadm.model import Allocation, DeviceMode, Holding, HostSnapshot, Layout, MdevParent, VgpuType
-from vgpuadm.plan.placement import place
+from vgpuadm.plan.devices import place
 from vgpuadm.report.inventory import inventory
 from vgpuadm.steps import CreateMdev, SetVfVgpuType
 

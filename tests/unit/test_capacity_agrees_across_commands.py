@@ -16,8 +16,8 @@ from vgpuadm import api
 from vgpuadm.catalog.capacity import gpu_rooms
 from vgpuadm.errors import CapacityError
 from vgpuadm.model import Allocation
+from vgpuadm.plan.devices import place
 from vgpuadm.plan.domains import Domains, with_recorded
-from vgpuadm.plan.placement import place
 from vgpuadm.report.inventory import inventory
 from vgpuadm.report.merge import merge
 from vgpuadm.report.render_html import fleet_view, host_html, host_view

@@ -15,7 +15,7 @@ from vgpuadm.catalog.boards import MIG, TIME_SLICED, board_framebuffer_mib, equa
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.catalog.vendor_types import vendor_vf_types
 from vgpuadm.errors import CapacityError, HostIOError
-from vgpuadm.plan.placement import place
+from vgpuadm.plan.devices import place
 from vgpuadm.report.inventory import inventory
 from vgpuadm.schemas import validate
 from vgpuadm.sim.profiles import H200_MIG_PROFILE, H200_TYPES

@@ -9,7 +9,7 @@ import pytest
 
 from vgpuadm import api
 from vgpuadm.errors import CapacityError, NotFoundError, UsageError
-from vgpuadm.plan.placement import place
+from vgpuadm.plan.devices import place
 
 
 def _host(sim_host: Callable[[str], Path], profile: str, *creates: tuple[str, int, str | None]) -> str:

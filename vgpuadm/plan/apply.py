@@ -24,6 +24,7 @@ from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageErr
 from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan.desired import DesiredPlan, Diff, describe_allocation
+from vgpuadm.plan.devices import resolve_on_host
 from vgpuadm.plan.domains import Domains, with_recorded
 from vgpuadm.plan.guest import (
     Target,
@@ -34,7 +35,6 @@ from vgpuadm.plan.guest import (
     pci_taken,
     remove_steps,
 )
-from vgpuadm.plan.placement import resolve_on_host
 from vgpuadm.steps import Plan, Step
 from vgpuadm.virt.xml import metadata_xml, same_metadata
 

@@ -1,22 +1,353 @@
-"""The device planners every verb shares: create (placement + the mode's steps), remove, layout C types, SR-IOV,
-vfio-pci bind and give-back. Pure: a HostSnapshot in, a Plan out; each dispatches to its mode (vgpuadm.modes)."""
+"""Where each device goes and the steps that make, free and retype it: placement (pack | spread | --numa, every
+rejection with its reason) and the device planners every verb shares — create (placement + the mode's steps),
+remove, layout C types, SR-IOV, vfio-pci bind and give-back. Pure: a HostSnapshot in, a Plan out; each dispatches
+to its mode (vgpuadm.modes).
+
+The kernel's `available_instances` already reflects the driver's rules for what exists now; placement also
+applies them itself (vgpuadm/catalog/capacity.py, reference §2.4, §3.2-3.4) so that the reasons are explicit and
+several instances of one request are counted against each other.
+pack fills the most-used compatible physical GPU first; spread the least-used. Ties go to the lower address.
+"""
 
 from __future__ import annotations
 
 import functools
 import uuid as uuid_mod
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuadm import modes
 from vgpuadm.catalog import capacity
+from vgpuadm.catalog.capacity import (
+    NO_USAGE,
+    GpuUsage,
+    gpu_room,
+    gpu_usage,
+    heterogeneous,
+    hidden_by_mig,
+    host_maximum,
+    idle_for_vgpu,
+    in_the_way,
+    mig_only,
+    per_parent_room,
+    policy_of,
+    why_no_placement,
+    why_no_types,
+    why_not,
+    why_not_listed,
+)
 from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import FREE, CapacityError, ConflictError, NotFoundError, UsageError
-from vgpuadm.model import HostSnapshot, VgpuType, device_key, nvidia_type_number, pci_address
+from vgpuadm.model import HostSnapshot, VgpuType, device_key, nvidia_type_id, nvidia_type_number, pci_address
 from vgpuadm.modes import mdev, passthrough, sriov, vf_vgpu
 from vgpuadm.modes.base import Instance, Made, check_uuid
-from vgpuadm.plan.placement import place
 from vgpuadm.steps import Plan
+
+POLICIES = ("pack", "spread")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """`choices`: one (parent, type) per requested instance, in creation order. `rejected`: every considered
+    parent that cannot take (more of) the type, with the reason. `gpus`: per GPU of the host, why it was or was
+    not chosen (`--explain`)."""
+
+    type_id: str
+    choices: list[tuple[str, VgpuType]] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    gpus: list[tuple[str, str]] = field(default_factory=list)
+    policy: str = "pack"
+
+    def explain(self) -> str:
+        rule = "fill the busiest GPU first" if self.policy == "pack" else "take the idlest GPU first"
+        lines = [f"placement of {len(self.choices)} × {self.type_id}, policy {self.policy} ({rule}):"]
+        lines += [f"  {gpu}: {why}" for gpu, why in self.gpus]
+        return "\n".join(lines)
+
+
+MAX_COUNT = 4096  # devices one command may ask for: far above what any host holds (a GPU has at most 32 vGPUs)
+
+
+def check_count(count: int, unit: str = "instances") -> None:
+    """1 ≤ count ≤ MAX_COUNT, checked before any planning (a huge --count must not be placed one by one)."""
+    if count < 1:
+        raise UsageError(f"--count must be at least 1, not {count}", f"ask for one or more {unit}")
+    if count > MAX_COUNT:
+        raise UsageError(
+            f"--count {count} is more than vgpuadm places in one command ({MAX_COUNT})",
+            "ask for what the host can hold: `vgpuadm types --available` lists the free instances",
+        )
+
+
+def check_host_count(snapshot: HostSnapshot, count: int, unit: str = "instances") -> None:
+    """`count` devices fit what this host could ever hold (catalog/capacity.py host_maximum); checked before any
+    planning, so an impossible request is refused at once instead of being placed one by one."""
+    most = host_maximum(snapshot)
+    if count > most:
+        raise CapacityError(
+            f"{count} {unit} are more than this host could ever hold ({most} vGPU devices in all)",
+            "ask for what the host can hold: `vgpuadm types --available` lists the free instances",
+        )
+
+
+def place(
+    snapshot: HostSnapshot,
+    type_name: str,
+    count: int = 1,
+    *,
+    gpu: str | None = None,
+    policy: str = "pack",
+    numa: int | None = None,
+    taken: Mapping[str, str] | None = None,
+    have: Collection[str] = (),
+) -> Placement:
+    """Choose `count` parents for `type_name`. `taken`: PCI addresses that a domain references (a layout C VF given
+    to a VM whether or not its type is set now) → that domain; they are never chosen. `have`: how many of the type
+    the requester already has, by device id (a total asked for is len(have) + count: the errors give that total, as
+    it was asked, and never offer to free these for it).
+    Raises NotFoundError (unknown type or GPU), UsageError (bad policy/count) or CapacityError listing why each
+    candidate was rejected."""
+    if policy not in POLICIES:
+        raise UsageError(f'Unknown placement policy "{policy}"', "use --policy pack or --policy spread")
+    check_count(count)
+    check_host_count(snapshot, len(have) + count)
+    types = snapshot.types()
+    if gpu is not None:
+        gpu = pci_address(gpu)
+        on_gpu = [t for t in types if gpu in (t.parent, snapshot.physical_gpu(t.parent))]
+        if not on_gpu:
+            if gpu not in snapshot.functions and gpu not in snapshot.mdev_parents:
+                raise NotFoundError(f"No GPU or mdev parent {gpu} on this host", "run `vgpuadm gpus` to list them")
+            why, hint = why_no_types(snapshot, gpu)
+            raise NotFoundError(f"GPU {snapshot.label(gpu)} offers no vGPU types: {why}", hint)
+        candidates = resolve_on_host(snapshot, on_gpu, type_name, gpu)
+    else:
+        try:
+            candidates = resolve_on_host(snapshot, types, type_name)
+        except NotFoundError:
+            if not any(vf.offered for vf in snapshot.vendor_vfs.values()):  # no list from the driver either
+                _vendor_vfs_full(snapshot, type_name, count)
+            raise
+    if all(t.layout.types_by_number and not t.available_instances for t in candidates):
+        _vendor_vfs_full(snapshot, type_name, count, candidates)  # known from the driver's list, creatable on no VF
+    type_id = candidates[0].type_id
+    usage = gpu_usage(snapshot)
+    rejected: list[tuple[str, str]] = []
+    remaining: dict[str, int] = {}
+    by_parent: dict[str, VgpuType] = {}
+    for t in candidates:
+        st = usage.get(snapshot.physical_gpu(t.parent), NO_USAGE)
+        reason = why_not(snapshot, t, st, numa, owner=(taken or {}).get(t.parent))
+        if reason:
+            rejected.append((t.parent, reason))
+            continue
+        remaining[t.parent] = per_parent_room(t)
+        by_parent[t.parent] = t
+    # Layout C VFs in use drop every type from creatable_vgpu_types: name them so the reasons are complete.
+    phys_seen = {snapshot.physical_gpu(t.parent) for t in candidates}
+    for addr, vf in sorted(snapshot.vendor_vfs.items()):
+        listed = any(p == addr for p, _ in rejected)
+        if addr not in by_parent and vf.in_use and snapshot.physical_gpu(addr) in phys_seen and not listed:
+            rejected.append((addr, f"VF already hosts a vGPU ({vf.current_type_id}); one vGPU per VF"))
+    used = Counter({phys: st.count for phys, st in usage.items()})
+    # Per physical GPU cap on SR-IOV layouts: max_instance counts vGPUs of this size across all VFs.
+    gpu_left: dict[str, int] = {}
+    for t in by_parent.values():
+        phys = snapshot.physical_gpu(t.parent)
+        st = usage.get(phys, NO_USAGE)
+        # MIG profiles mix: a MIG-backed type's maximum counts its own vGPUs; the GPU instances decide the rest
+        mine = sum(1 for tid in st.busy_vfs.values() if tid == t.type_id) if mig_only(t, st) else used[phys]
+        room = gpu_room(t, mine, heterogeneous(snapshot, phys))
+        if room is not None:
+            gpu_left[phys] = room
+    choices: list[tuple[str, VgpuType]] = []
+    for _ in range(count):
+        open_parents = [p for p, n in remaining.items() if n > 0 and gpu_left.get(snapshot.physical_gpu(p), 1) > 0]
+        if not open_parents:
+            break
+
+        def key(p: str) -> tuple[int, str, str]:
+            phys = snapshot.physical_gpu(p)
+            return (-used[phys] if policy == "pack" else used[phys], phys, p)
+
+        parent = min(open_parents, key=key)
+        remaining[parent] -= 1
+        used[snapshot.physical_gpu(parent)] += 1
+        if snapshot.physical_gpu(parent) in gpu_left:
+            gpu_left[snapshot.physical_gpu(parent)] -= 1
+        choices.append((parent, by_parent[parent]))
+    full = [(p, f"no free instances of {type_id} left after this request") for p, n in remaining.items() if n == 0]
+    full += [
+        (f"{phys} (GPU)", f"at most {by_parent_max(by_parent, snapshot, phys)} × {type_id} per GPU")
+        for phys, left in gpu_left.items()
+        if left <= 0
+    ]
+    per_gpu = _per_gpu(snapshot, type_id, candidates, sorted(rejected), choices, usage, policy, gpu)
+    placement = Placement(type_id, choices, sorted(rejected), per_gpu, policy)
+    if len(choices) < count:
+        reasons = _summary(snapshot, sorted(rejected) + full)
+        if have:
+            fit = f" ({len(have)} exist, {count} more needed; " + (
+                f"only {len(choices)} fit)" if choices else "none fits)"
+            )
+        else:
+            fit = f" (only {len(choices)} fit)" if choices else ""
+        where = f" on {gpu}" if gpu else ""
+        gpus = {snapshot.physical_gpu(p.removesuffix(" (GPU)")) for p, _ in rejected + full}
+        blockers = [b for b in in_the_way(snapshot, gpus) if b[0] not in have]
+        raise CapacityError(
+            f"No room for {len(have) + count} × {type_id}{where}{fit}: {reasons or 'no candidate parent'}",
+            f"{FREE}or pick another type or GPU; `vgpuadm types --available` lists what fits now",
+            blockers=blockers,
+        )
+    return placement
+
+
+def _per_gpu(
+    snapshot: HostSnapshot, type_id: str, candidates: Sequence[VgpuType], rejected: list[tuple[str, str]],
+    choices: list[tuple[str, VgpuType]], usage: Mapping[str, GpuUsage], policy: str, only: str | None,
+) -> list[tuple[str, str]]:  # fmt: skip
+    """Why each GPU was or was not chosen: the chosen ones first (in choice order), then the other candidates,
+    then the host's other GPUs (which do not offer the type; with the reason when they offer none)."""
+    phys = snapshot.physical_gpu
+    chosen: dict[str, list[str]] = {}
+    for parent, _ in choices:
+        on = chosen.setdefault(phys(parent), [])
+        if parent not in on:
+            on.append(parent)
+    refused: dict[str, list[tuple[str, str]]] = {}
+    for parent, reason in rejected:
+        refused.setdefault(phys(parent), []).append((parent, reason))
+    open_gpus = {phys(t.parent) for t in candidates if t.parent not in {p for p, _ in rejected}}
+    rule = "fills the busiest GPU first" if policy == "pack" else "takes the idlest GPU first"
+    out: list[tuple[str, str]] = []
+    for gpu in [*chosen, *sorted(({phys(t.parent) for t in candidates} | set(refused)) - set(chosen))]:
+        running = usage.get(gpu, NO_USAGE).count
+        if gpu in chosen:
+            n = sum(1 for p, _ in choices if phys(p) == gpu)
+            where = "" if chosen[gpu] == [gpu] else f" on {', '.join(chosen[gpu])}"
+            why = f"chosen for {n}{where} ({running} vGPU(s) ran on it)"
+            if refused.get(gpu):
+                why += f"; not on {_reasons(snapshot, gpu, refused[gpu])}"
+        elif gpu in open_gpus:
+            why = f"not chosen: it has room, but {policy} {rule} ({running} vGPU(s) run on it)"
+        else:
+            why = f"not chosen: {_reasons(snapshot, gpu, refused[gpu])}"
+        out.append((snapshot.label(gpu), why))
+    seen = {phys(t.parent) for t in candidates} | set(refused)
+    offering = {phys(t.parent) for t in snapshot.types()}
+    for fn in snapshot.gpus:
+        if fn.physfn or fn.address in seen or (only is not None and only != fn.address):
+            continue
+        if fn.address in offering:
+            why = f"not chosen: it does not offer {type_id}"
+        else:
+            why = f"not chosen: it offers no vGPU types: {why_no_types(snapshot, fn.address)[0]}"
+        out.append((snapshot.label(fn.address), why))
+    return out
+
+
+def _reasons(snapshot: HostSnapshot, gpu: str, refused: list[tuple[str, str]]) -> str:
+    """The reasons of one GPU's parents; the GPU's own address is not repeated."""
+    if [p for p, _ in refused] == [gpu]:
+        return refused[0][1]
+    return _summary(snapshot, refused)
+
+
+def resolve_on_host(
+    snapshot: HostSnapshot, types: Sequence[VgpuType], wanted: str, where: str = "this host"
+) -> list[VgpuType]:
+    """resolve_type, and when nothing matches, also the GPUs whose types are not listed now because they are bound
+    to vfio-pci (so "Unknown type" says why a type the host had is gone)."""
+    try:
+        return resolve_type(types, wanted, where)
+    except NotFoundError as exc:
+        mig = [
+            g for g in hidden_by_mig(snapshot, wanted) if where in ("this host", g) or snapshot.physical_gpu(where) == g
+        ]
+        if mig:
+            labels = ", ".join(snapshot.label(g) for g in mig)
+            raise NotFoundError(
+                f'Unknown type "{wanted}" on {where}: {labels} {"is" if len(mig) == 1 else "are"} in MIG mode, '
+                f"which lists only MIG-backed types; {wanted} is time-sliced, and time-sliced and MIG-backed types do "
+                "not mix on one GPU",
+                f"turn MIG mode off (`vgpuadm mig disable --gpu {mig[0]}`, once its MIG-backed vGPUs are gone) to get "
+                "time-sliced types, or ask for a MIG-backed type (`vgpuadm types` lists them)",
+            ) from None
+        idle = [a for a in idle_for_vgpu(snapshot) if where == "this host" or a == where]
+        if not idle:
+            raise
+        labels = ", ".join(snapshot.label(a) for a in idle)
+        verb = "is" if len(idle) == 1 else "are"
+        raise NotFoundError(
+            f"{exc.message} ({labels} {verb} bound to vfio-pci, so {'its' if len(idle) == 1 else 'their'} types are "
+            "not offered now)",
+            f"`vgpuadm release --gpu {idle[0]}` or `vgpuadm vfio unbind {idle[0]}` gives it back to its driver; "
+            f"{exc.hint}",
+        ) from None
+
+
+def _summary(snapshot: HostSnapshot, rejected: list[tuple[str, str]]) -> str:
+    """One clause per physical GPU and reason; VFs sharing a reason are counted instead of listed."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for parent, reason in rejected:
+        groups.setdefault((snapshot.physical_gpu(parent), reason), []).append(parent)
+    parts = []
+    for (phys, reason), parents in groups.items():
+        if len(parents) == 1:
+            parts.append(f"{parents[0]}: {reason}")
+        else:
+            parts.append(f"{len(parents)} VFs of {phys}: {reason}")
+    return "; ".join(parts)
+
+
+def by_parent_max(by_parent: dict[str, VgpuType], snapshot: HostSnapshot, phys: str) -> int:
+    return max((t.max_instances or 0) for t in by_parent.values() if snapshot.physical_gpu(t.parent) == phys)
+
+
+def _vendor_vfs_full(snapshot: HostSnapshot, type_name: str, count: int, candidates: Sequence[VgpuType] = ()) -> None:
+    """Layout C VFs list nothing creatable once their GPU is full: say that instead of "unknown type". Where the
+    type is known (`candidates`: its entries, none free), the sharing rule says why its GPU's free VFs do not list
+    it (catalog/capacity.py why_not_listed: MIG-backed vGPUs run, or another framebuffer size)."""
+    per_pf: dict[str, list[int]] = {}
+    for vf in snapshot.vendor_vfs.values():
+        busy_free = per_pf.setdefault(snapshot.physical_gpu(vf.address), [0, 0])
+        busy_free[0 if vf.in_use else 1] += 1
+    busy = sorted(pf for pf, (b, _) in per_pf.items() if b)
+    if not busy:
+        return
+    usage = gpu_usage(snapshot)
+    known = {snapshot.physical_gpu(t.parent): t for t in candidates}
+    why = {pf: r for pf in busy if pf in known and (r := why_not_listed(snapshot, pf, known[pf], usage[pf]))}
+    if len(why) == len(busy):
+        raise CapacityError(
+            f"No room for {count} × {type_name}: " + "; ".join(f"{pf}: {why[pf][0]}" for pf in busy),
+            "; ".join(dict.fromkeys(why[pf][1] for pf in busy)),
+            blockers=in_the_way(snapshot, busy),
+        )
+    parts = [f"{pf}: {per_pf[pf][0]} VFs host vGPUs" + (f", {per_pf[pf][1]} free VFs do not list it"
+             if per_pf[pf][1] else "") + _no_placement(snapshot, pf, type_name) for pf in busy]  # fmt: skip
+    raise CapacityError(
+        f"No room for {count} × {type_name}: no VF lists it in nvidia/creatable_vgpu_types ({'; '.join(parts)})",
+        f"the GPU is full or runs another framebuffer size; {FREE}or pick another type",
+        blockers=in_the_way(snapshot, busy),
+    )
+
+
+def _no_placement(snapshot: HostSnapshot, gpu: str, type_name: str) -> str:
+    """On a GPU in heterogeneous mode, why the type has no free placement (catalog/capacity.py)."""
+    policy = policy_of(snapshot, gpu)
+    if policy is None or not policy.heterogeneous:
+        return ""
+    word = type_name.lower()
+    tp = next((t for t in policy.types if word in (nvidia_type_id(t.type_num), t.name.lower(),
+                                                   t.name.split()[-1].lower())), None)  # fmt: skip
+    return f"; {why_no_placement(snapshot, gpu, tp.type_num)}" if tp is not None else ""
+
+
+# -- the device planners ---------------------------------------------------------------------------------------
 
 
 def plan_create(snap: HostSnapshot, type_name: str, count: int = 1, **options: Any) -> tuple[Plan, list[str]]:

@@ -34,8 +34,8 @@ from vgpuadm.modes import virtio_gpu
 from vgpuadm.modes.base import join_params, normalise_params
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan import mig as plan_mig
+from vgpuadm.plan.devices import check_count, check_host_count, place, resolve_on_host
 from vgpuadm.plan.domains import Domains
-from vgpuadm.plan.placement import check_count, check_host_count, place, resolve_on_host
 from vgpuadm.steps import DefineDomain, Plan, Step
 from vgpuadm.virt import xml
 
