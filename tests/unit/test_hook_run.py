@@ -20,8 +20,8 @@ from vgpuadm import api, modes
 from vgpuadm.host import mig as host_mig
 from vgpuadm.host.root import HostRoot
 from vgpuadm.model import Allocation, device_uuid
+from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan import guest
-from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan.domains import Domains
 from vgpuadm.sim.treestate import diff, tree_state
 from vgpuadm.virt import xml
@@ -43,8 +43,8 @@ def defined(host_key: str, name: str, uuid: str, after: Sequence[Allocation]) ->
 def on_demand(root: Path, name: str, uuid: str, type_name: str, count: int = 1, **options: object) -> str:
     """As `create --on-demand` records the request (a MIG-backed type placed as the driver will list it)."""
     snap = api.discover(str(root))
-    if plan_mig.may_need(snap, [type_name]):
-        snap = plan_mig.project(snap, host_mig.read_host(HostRoot(str(root))), [type_name])
+    if device_plans.mig_may_need(snap, [type_name]):
+        snap = device_plans.mig_project(snap, host_mig.read_host(HostRoot(str(root))), [type_name])
     _plan, added, after = guest.plan_create(snap, bare(name, uuid), type_name, count, on_demand=True, **options)
     assert added and all(a.on_demand for a in added)
     return defined(snap.host_key, name, uuid, after)
@@ -322,7 +322,7 @@ def test_an_on_demand_mig_backed_vgpu_gets_its_gpu_instance_at_start_and_gives_i
     sim_host, cli, monkeypatch
 ):
     """Layout C (H200, MIG mode off): the start turns MIG mode on and makes the GPU instance, as `create` does
-    (plan/mig.py), before typing the VF (it failed with EIO: a MIG-backed type needs a free instance); the record
+    (plan/devices.py), before typing the VF (it failed with EIO: a MIG-backed type needs a free instance); the record
     of the instance made (0600) lets the stop destroy exactly that one."""
     root = sim_host("h200-mig")
     dom = on_demand(root, "m1", UUIDS[0], "H200X-1-18C")

@@ -1,4 +1,4 @@
-"""What a MIG-backed type needs (catalog/mig.py MigHost.need, plan/mig.py for_vgpus), on the simulated RTX PRO 6000
+"""What a MIG-backed type needs (catalog/mig.py MigHost.need, plan/devices.py mig_for_vgpus), on the simulated RTX PRO 6000
 whose driver lists time-sliced MIG-backed types (`nvidia-smi vgpu -s -v`: GPU Instance Profile ID, Max Instances):
 the profile is the driver's, not the name's, and one instance holds maximum / instance count of them."""
 
@@ -13,7 +13,7 @@ from vgpuadm import api
 from vgpuadm.host import mig as host_mig
 from vgpuadm.host.root import HostRoot
 from vgpuadm.model import Allocation, DeviceMode
-from vgpuadm.plan import mig as plan_mig
+from vgpuadm.plan import devices as device_plans
 from vgpuadm.steps import CreateGpuInstance, SetMigMode, SetVfVgpuType
 
 pytestmark = pytest.mark.process
@@ -37,11 +37,11 @@ def test_three_time_sliced_vgpus_need_two_instances_recorded_on_the_vgpus_they_h
 ) -> None:
     root = str(sim_host("rtxpro6000-mig"))
     mig = host_mig.read_host(HostRoot(root))
-    snap = plan_mig.project(api.discover(root), mig, ["DC-1-12C"])
+    snap = device_plans.mig_project(api.discover(root), mig, ["DC-1-12C"])
     vfs = ["0000:81:00.4", "0000:81:00.5", "0000:81:00.6"]
     steps = [SetVfVgpuType(vf, 2004) for vf in vfs]
     added = [Allocation("vm", DeviceMode.VF, "nvidia-2004", vf, address=vf, slot=i) for i, vf in enumerate(vfs)]
-    out, recorded, after = plan_mig.for_vgpus(snap, mig, steps, added)
+    out, recorded, after = device_plans.mig_for_vgpus(snap, mig, steps, added)
     assert out == [SetMigMode(PF, 0, True, effective=True), CreateGpuInstance(PF, 0, "1g.24gb", 14, 3),
                    CreateGpuInstance(PF, 0, "1g.24gb", 14, 2), *steps]  # fmt: skip
     assert [a.extra["mig_instance"] for a in recorded] == ["14:3", "14:3", "14:2"]

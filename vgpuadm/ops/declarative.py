@@ -30,7 +30,7 @@ from vgpuadm.modes import mig as mig_mode
 from vgpuadm.ops.host import discover
 from vgpuadm.ops.session import Session
 from vgpuadm.plan import desired, ondemand
-from vgpuadm.plan import mig as plan_mig
+from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan import policies as policies_plan
 from vgpuadm.plan import reconcile as reconcile_plan
 from vgpuadm.plan import restore as restore_plan
@@ -135,7 +135,7 @@ def _apply(
     d = desired.diff(plan_doc, Current(doms.allocations, doms.running), resolved, prune=prune)
     desired.check_safe(d, doms.running)
     d = dataclasses.replace(d, missing=tuple(a for a in missing if a in d.kept))
-    if mig is plan_mig.NONE and any("mig_instance" in a.extra for a in d.removes):
+    if mig is device_plans.NO_MIG and any("mig_instance" in a.extra for a in d.removes):
         mig = host_mig.read_host(s.root)
     first: tuple[Step, ...] = ()
     policy_warnings: tuple[str, ...] = ()
@@ -144,9 +144,9 @@ def _apply(
         snap, first, policy_warnings = pp.snap, pp.steps, pp.warnings
         d = dataclasses.replace(d, gpus=pp.lines)
     plan = build_apply_plan(plan_doc, d, snap, doms, load_drivers(s.root.path), mig)
-    first, steps = plan_mig.one_mode_change(first, plan.steps)
+    first, steps = device_plans.mig_one_mode_change(first, plan.steps)
     plan = Plan(steps, plan.summary)
-    d = dataclasses.replace(d, gpus=(*d.gpus, *plan_mig.diff_lines(plan.steps)))
+    d = dataclasses.replace(d, gpus=(*d.gpus, *device_plans.mig_diff_lines(plan.steps)))
     plan = Plan((*first, *plan.steps), plan.summary) if first else plan
     after = allocations_after(doms, plan)
     boots = {a.domain for a in after if a.on_demand}
@@ -160,10 +160,10 @@ def _apply(
 
 def planning_snapshot(root: HostRoot, snap: HostSnapshot, plan_doc: DesiredPlan) -> tuple[HostSnapshot, MigHost]:
     """`snap` as the plan's types are resolved and placed against it — with MIG-backed types listed where MIG mode
-    can go on (plan/mig.py project) — and the MIG state, read only when a type may need it."""
+    can go on (plan/devices.py mig_project) — and the MIG state, read only when a type may need it."""
     names = sorted({spec.type for spec in plan_doc.vms.values() if spec.type and not spec.on_demand})
-    mig = host_mig.read_host(root) if plan_mig.may_need(snap, names) else plan_mig.NONE
-    return plan_mig.project(snap, mig, names), mig
+    mig = host_mig.read_host(root) if device_plans.mig_may_need(snap, names) else device_plans.NO_MIG
+    return device_plans.mig_project(snap, mig, names), mig
 
 
 def resolve_desired_types(root: str | None, plan_doc: DesiredPlan, allocations: list[Allocation]) -> dict[str, str]:

@@ -14,8 +14,8 @@ from vgpuadm.executor import load_drivers
 from vgpuadm.host import mig as host_mig
 from vgpuadm.model import Allocation, pci_address
 from vgpuadm.ops.session import Session
+from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan import guest as planner
-from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan.domains import with_recorded
 from vgpuadm.steps import Plan
 
@@ -114,8 +114,8 @@ def create_many(
             )
         xmls = [(s.domain_xml(vm), count) for vm, count in requests]
         planning = with_recorded(snap, s.domains())  # what restore will bring back is taken
-        mig = host_mig.read_host(s.root) if plan_mig.may_need(planning, [type_name]) else plan_mig.NONE
-        planning = plan_mig.project(planning, mig, [type_name])
+        mig = host_mig.read_host(s.root) if device_plans.mig_may_need(planning, [type_name]) else device_plans.NO_MIG
+        planning = device_plans.mig_project(planning, mig, [type_name])
         plans = planner.plan_create_many(planning, xmls, type_name, taken=s.domains().users(), mig=mig, **options)
         done: list[str] = []
         for p in plans:
@@ -159,7 +159,7 @@ def destroy(
         if not forget and any(
             "mig_instance" in a.extra for a in gone
         ):  # the GPU instances vgpuadm made for them go after them
-            release, _ = plan_mig.release(s.snap, host_mig.read_host(s.root), gone)
+            release, _ = device_plans.mig_release(s.snap, host_mig.read_host(s.root), gone)
             plan = Plan(plan.steps + tuple(release), plan.summary)
         s.execute(plan, dry_run=dry_run, progress=progress)
         return GuestResult(

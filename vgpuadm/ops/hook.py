@@ -22,7 +22,7 @@ from vgpuadm.io.policyfile import made_text, read_made
 from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.ops.session import Session
 from vgpuadm.ops.unit import vgpuadm_command
-from vgpuadm.plan import mig as plan_mig
+from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan import ondemand
 from vgpuadm.plan.domains import Domains, device_keys
 from vgpuadm.plan.guest import remove_steps
@@ -81,12 +81,12 @@ def run_on_demand(root: str | None, domain: str, phase: str, domain_xml: str) ->
 
 def _start_plan(s: Session, domain_xml: str, wanted: Sequence[Allocation]) -> Plan:
     """plan_start, with the MIG GPU instances its MIG-backed vGPUs need made first, as `create` makes them
-    (plan/mig.py), and each instance made recorded (on-demand-mig record) for the stop to destroy."""
+    (plan/devices.py), and each instance made recorded (on-demand-mig record) for the stop to destroy."""
     types = sorted({a.type_id for a in wanted if a.type_id})
-    mig = host_mig.read_host(s.root) if types and plan_mig.may_need(s.snap, types) else plan_mig.NONE
-    planning = plan_mig.project(s.snap, mig, types)
+    mig = host_mig.read_host(s.root) if types and device_plans.mig_may_need(s.snap, types) else device_plans.NO_MIG
+    planning = device_plans.mig_project(s.snap, mig, types)
     plan = ondemand.plan_start(planning, domain_xml)
-    steps, added, _state = plan_mig.for_vgpus(planning, mig, plan.steps, wanted)
+    steps, added, _state = device_plans.mig_for_vgpus(planning, mig, plan.steps, wanted)
     new = {a.uuid or a.address or "": a.extra["mig_instance"] for a in added if "mig_instance" in a.extra}
     if not new:
         return plan
@@ -115,7 +115,7 @@ def _stop_plan(s: Session, domain_xml: str, wanted: Sequence[Allocation],
     gone = [_made_for(snap, a, made[key]) for a in mine if (key := a.uuid or a.address or "") in made]
     if not gone:
         return plan, left
-    release, _state = plan_mig.release(snap, host_mig.read_host(s.root), gone)
+    release, _state = device_plans.mig_release(snap, host_mig.read_host(s.root), gone)
     rest = {k: v for k, v in made.items() if k not in {a.uuid or a.address for a in gone}}
     return Plan.of([*plan.steps, *release, WritePolicyFile(MADE, made_text(rest), text)], plan.summary), left
 

@@ -22,7 +22,7 @@ from vgpuadm.catalog.capacity import consume, release
 from vgpuadm.catalog.mig import MigHost
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError, VgpuadmError
 from vgpuadm.model import Allocation, HostSnapshot
-from vgpuadm.plan import mig as plan_mig
+from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.desired import DesiredPlan, Diff, describe_allocation
 from vgpuadm.plan.devices import resolve_on_host
 from vgpuadm.plan.domains import Domains, with_recorded
@@ -70,11 +70,11 @@ def resolve_types(plan_doc: DesiredPlan, snap: HostSnapshot, allocations: Sequen
 
 def build_apply_plan(
     plan_doc: DesiredPlan, d: Diff, snap: HostSnapshot, doms: Domains, drivers: dict[str, str],
-    mig: MigHost = plan_mig.NONE,
+    mig: MigHost = device_plans.NO_MIG,
 ) -> Plan:  # fmt: skip
     """Steps for a diff: the losing domains' definitions and the removals first (then the GPU instances vgpuadm made
     for the removed vGPUs), then parameters, then the creates (each MIG-backed vGPU after what it needs: MIG mode on,
-    its GPU instance; plan/mig.py) and the gaining domains' definitions. Placement runs for every VM before anything
+    its GPU instance; plan/devices.py) and the gaining domains' definitions. Placement runs for every VM before anything
     executes, so a plan that needs more instances than exist fails here, with the host untouched. `mig`: the MIG
     state (read when a type or a removal needs it)."""
 
@@ -103,7 +103,7 @@ def build_apply_plan(
         owned[a.domain] = [dataclasses.replace(x, params=p.params or None) if x is a else x for x in owned[a.domain]]
         changed.add(a.domain)
     between = {vm: list(owned.get(vm, [])) for vm in changed}  # what each domain records before the creates
-    released, mig = plan_mig.release(snap, mig, d.removes)
+    released, mig = device_plans.mig_release(snap, mig, d.removes)
     vsnap = with_recorded(release(snap, d.removes), doms, besides=d.removes)
     idle = capacity.idle(snap)
     taken = pci_taken(doms.users(), d.removes)

@@ -8,7 +8,7 @@ makes nothing new, and mdev UUIDs derive from (host, domain UUID, slot) so they 
 
 This is the one guest planner: `create`, `passthrough` and `apply -f` (so the Ansible module) give a domain (Target)
 devices through the same paths — give_vgpus, give_passthrough, give_virtio_gl, each returning per device what it
-adds (Given) with the same conflict input (pci_taken), MIG path (plan/mig.for_vgpus) and display check — and every
+adds (Given) with the same conflict input (pci_taken), MIG path (plan/devices.mig_for_vgpus) and display check — and every
 definition is ONE DefineDomain built by define_step (grow for a verb's domain; plan/apply.py orders a plan file's).
 Each verb's change of one domain — given devices, or devices taken back by `destroy`, `release` and a
 `create --total` below what it owns — is one plan_domain.
@@ -33,7 +33,6 @@ from vgpuadm.modes import passthrough as passthrough_mode
 from vgpuadm.modes import virtio_gpu
 from vgpuadm.modes.base import join_params, normalise_params
 from vgpuadm.plan import devices as device_plans
-from vgpuadm.plan import mig as plan_mig
 from vgpuadm.plan.devices import check_count, check_host_count, place, resolve_on_host
 from vgpuadm.plan.domains import Domains
 from vgpuadm.steps import DefineDomain, Plan, Step
@@ -212,7 +211,7 @@ def give_vgpus(
     """`count` more devices of `type_id` for each target domain, in its free metadata slots: the one vGPU path of
     `create` and `apply -f`. The mdev UUIDs derive from (host, domain UUID, slot) and must be free; every device is
     placed together (they count against each other); each domain's devices get what their MIG-backed vGPUs need
-    (plan/mig.for_vgpus, the MIG state carried from one domain to the next) and are checked against its display.
+    (plan/devices.mig_for_vgpus, the MIG state carried from one domain to the next) and are checked against its display.
     `on_demand`: nothing is made; each request is placed on the `idle` host (it must fit once enough others stop),
     and a VF chosen now is added to `taken`. `gone`: the devices the same plan takes away first (their UUIDs are
     free). `at(phase)` ("placement", "mig", "display") wraps each phase's errors."""
@@ -258,7 +257,7 @@ def give_vgpus(
         if not given.added:
             continue
         with _located(at, "mig"):
-            given.steps, given.added, mig = plan_mig.for_vgpus(snap, mig, kernel, given.added)
+            given.steps, given.added, mig = device_plans.mig_for_vgpus(snap, mig, kernel, given.added)
         with _located(at, "display"):
             check_display(t.doc, given.added, turn_off=turn_off)
     return out, mig
@@ -294,7 +293,7 @@ def plan_create_many(
     params: Sequence[str] = (),
     taken: Users | None = None,
     on_demand: bool = False,
-    mig: MigHost = plan_mig.NONE,
+    mig: MigHost = device_plans.NO_MIG,
 ) -> list[DomainPlan]:
     """Give each domain (its XML, the total count of `type_name` it should own) what it lacks, through the one vGPU
     path (give_vgpus): every device placed together, each domain its own plan — create, attach, record — so that it
