@@ -27,6 +27,7 @@ PARENT_PATTERN = PCI_PATTERN + r"|[A-Za-z][A-Za-z0-9_-]{0,63}"
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any, ClassVar, TypeVar, dataclass_transform
 
     _T = TypeVar("_T")
@@ -737,3 +738,71 @@ def mdev_uuid(text: str, hint: str = "or omit --uuid") -> str:
 def device_key(text: str) -> str:
     """A device id as the user typed it (an mdev UUID or a PCI address) in the form the host names it."""
     return pci_address(text) if is_pci_address(text) else text.strip().lower()
+
+
+# -- vgpu_params (reference §2.5): the one grammar -----------------------------------------------------------------
+# One pair is `key=value`: a key such as `frame_rate_limiter` or `vgpu-placement-id` (a letter or _, then letters,
+# digits, _ and -, at most 64 characters); a value of 1-256 characters holding neither whitespace nor a comma, so the
+# list splits unambiguously on both. At most 64 pairs. Checked without `re` (the read commands' fast path).
+PARAM_SEPARATOR = ", "  # what NVIDIA documents: `echo "frame_rate_limiter=0, disable_vnc=1" > vgpu_params`
+MAX_PARAMS = 64
+_KEY_FIRST = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+_KEY_REST = _KEY_FIRST | frozenset("0123456789-")
+
+
+def is_param(pair: str) -> bool:
+    """Whether `pair` is one vgpu_params pair `key=value` of the grammar above."""
+    key, eq, value = pair.partition("=")
+    return (bool(eq) and 0 < len(key) <= 64 and key[0] in _KEY_FIRST and set(key) <= _KEY_REST
+            and 0 < len(value) <= 256 and not any(c.isspace() or c == "," for c in value))  # fmt: skip
+
+
+def split_params(text: str | None) -> list[str]:
+    """The `key=value` pairs of vgpu_params text, read in either form: comma-separated as NVIDIA documents and as
+    this tool writes (`a=1, b=2`), or space-separated as earlier versions wrote (`a=1 b=2`). Not validated."""
+    return (text or "").replace(",", " ").split()
+
+
+def join_params(pairs: Iterable[str]) -> str:
+    """The canonical text of vgpu_params pairs: `k=v, k=v` ("" for none)."""
+    return PARAM_SEPARATOR.join(pairs)
+
+
+def same_params(a: str | None, b: str | None) -> bool:
+    """Same vgpu_params whatever the form (commas or spaces) and order: the driver reads a set of pairs."""
+    return sorted(split_params(a)) == sorted(split_params(b))
+
+
+def params_text(text: str) -> bool:
+    """Whether `text` is vgpu_params as vgpuadm writes them (the journal's check): at most 64 pairs, 4 KiB."""
+    pairs = split_params(text)
+    return len(text) <= 4096 and len(pairs) <= MAX_PARAMS and all(map(is_param, pairs))
+
+
+def normalise_params(text: str) -> str:
+    """Validate vgpu_params text in either form and return the canonical `k=v, k=v`; UsageError on a bad pair."""
+    pairs = split_params(text)
+    for w in pairs:
+        if not is_param(w):
+            raise UsageError(
+                f'Malformed vgpu parameter "{w}"',
+                "write key=value, e.g. --param frame_rate_limiter=0",
+            )
+    if len(pairs) > MAX_PARAMS:
+        raise UsageError(f"{len(pairs)} vgpu parameters given", f"give at most {MAX_PARAMS}")
+    return join_params(pairs)
+
+
+def params_now(text: str | None) -> str | None:
+    """vgpu_params a device has on the host now, as a record keeps them (`k=v, k=v`; None for none)."""
+    return join_params(split_params(text)) or None
+
+
+def check_params(params: str, type_id: str) -> str:
+    """Normalise vgpu_params (reference §2.5) given as `k=v, k=v` or `k=v k=v` to `k=v, k=v`; only NVIDIA types
+    take them."""
+    if not split_params(params):
+        return ""
+    if not is_nvidia_type(type_id):
+        raise UsageError(f"{type_id} takes no vgpu_params", "vgpu_params exist only for NVIDIA vGPU types")
+    return normalise_params(params)

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, TypeVar
 
 from vgpuadm.errors import UsageError
 from vgpuadm.host.paths import LIBVIRT_HOOKS, MDEVCTL_DIR, POLICY_FILES, SRIOV_MANAGE, UNIT_DIR
-from vgpuadm.model import PARENT_PATTERN, UUID_PATTERN, nvidia_type_id
+from vgpuadm.model import PARENT_PATTERN, UUID_PATTERN, nvidia_type_id, params_text
 
 STEP_KINDS: dict[str, type[Step]] = {}
 
@@ -33,7 +33,6 @@ STEP_KINDS: dict[str, type[Step]] = {}
 
 Check = Callable[[str], bool]
 DRIVER = re.compile(r"[A-Za-z0-9_-]{0,64}")  # a kernel driver name (or "" for none)
-_PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}=[^\s,]{1,256}")  # k=v, as modes/base.py's check_params allows
 _PRINTABLE = re.compile(r"[^\x00-\x08\x0b-\x1f\x7f]*")  # text: no control character but tab and newline
 _LINE = re.compile(r"[^\x00-\x1f\x7f]*")
 _ENTITIES = ("&amp;", "&lt;", "&gt;", "&apos;", "&quot;")
@@ -91,12 +90,6 @@ def one_of(*choices: str) -> Check:
 def matching(pattern: str) -> Check:
     compiled = re.compile(pattern)
     return lambda v: compiled.fullmatch(v) is not None
-
-
-def params_text(v: str) -> bool:
-    """vgpu_params as vgpuadm writes them: at most 64 `k=v` pairs."""
-    pairs = [p for p in re.split(r"[ ,]+", v) if p]
-    return len(v) <= 4096 and len(pairs) <= 64 and all(_PARAM.fullmatch(p) for p in pairs)
 
 
 HOSTDEV = ("<hostdev ", "<hostdev>", "<hostdev/")

@@ -12,7 +12,7 @@ from vgpuadm.errors import UsageError
 from vgpuadm.executor import ExecContext, execute
 from vgpuadm.host.discover import snapshot
 from vgpuadm.host.sysfs import Sysfs
-from vgpuadm.modes.base import check_params
+from vgpuadm.model import check_params, normalise_params, params_text
 from vgpuadm.modes.mdev import MdevMode
 from vgpuadm.plan.desired import format_params, params_equal
 from vgpuadm.sim.kernel import SimKernel
@@ -117,3 +117,34 @@ def test_sim_refuses_an_over_long_params_write(sim_host) -> None:
         k.write(PARAMS, "a=" + "1" * (PARAMS_MAX_WRITE - 2) + "\n")
     assert info.value.errno == errno.E2BIG
     assert _raw(root, PARAMS) == longest.encode()
+
+
+@pytest.mark.parametrize(
+    ("given", "ok"),
+    [
+        ("frame_rate_limiter=0", True),
+        ("vgpu-placement-id=7", True),
+        (f"{'k' * 64}=1", True),
+        (f"{'k' * 65}=1", False),  # a key over 64 characters
+        (f"k={'v' * 256}", True),
+        (f"k={'v' * 257}", False),  # a value over 256 characters: the journal's check refused it after the fact
+        ("9k=1", False),
+        ("k=", False),
+        ("k", False),
+        ("k=v\u00a0w", False),  # a no-break space in a value
+    ],
+)
+def test_one_vgpu_params_grammar_for_the_command_line_and_the_journal(given: str, ok: bool) -> None:
+    """What --param accepts is exactly what a journal read back may hold (steps.SetVgpuParams' check): one grammar,
+    model.is_param, where there were two with different bounds (modes/base.py unbounded, steps.py bounded)."""
+    assert params_text(given) is ok
+    if ok:
+        assert normalise_params(given) == given
+    else:
+        with pytest.raises(UsageError, match="Malformed vgpu parameter"):
+            normalise_params(given)
+
+
+def test_more_than_64_vgpu_params_are_refused_where_they_enter() -> None:
+    with pytest.raises(UsageError, match="65 vgpu parameters given"):
+        normalise_params(", ".join(f"k{i}=1" for i in range(65)))

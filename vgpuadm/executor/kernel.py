@@ -17,7 +17,7 @@ from vgpuadm.errors import HostIOError, UnsafeError
 from vgpuadm.executor import DRIVERS, ExecContext, HandlerRow, refuse_linked_dirs, unsafe_path, write_state
 from vgpuadm.executor.journalcheck import PCI as PCI_GRAMMAR
 from vgpuadm.host.root import HostRoot
-from vgpuadm.modes.base import join_params, same_params, split_params
+from vgpuadm.model import join_params, same_params, split_params
 from vgpuadm.steps import DRIVER as DRIVER_GRAMMAR
 from vgpuadm.steps import (
     SRIOV_MANAGE,

@@ -26,8 +26,7 @@ from vgpuadm.host.files import (
     write_beneath,
 )
 from vgpuadm.host.root import MDEVCTL_DIR
-from vgpuadm.model import PCI_PATTERN, UUID_PATTERN
-from vgpuadm.modes.base import join_params, split_params
+from vgpuadm.model import PCI_PATTERN, UUID_PATTERN, join_params, split_params
 
 CONFIG_DIR = MDEVCTL_DIR
 PARAMS_ATTR = "nvidia/vgpu_params"

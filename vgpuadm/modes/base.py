@@ -8,9 +8,8 @@ libvirt hostdev needs (`hostdev_spec`): mdev → {"mode": "mdev", "uuid"}; vendo
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -22,8 +21,6 @@ from vgpuadm.model import (
     HostSnapshot,
     Layout,
     VgpuType,
-    is_nvidia_type,
-    mdev_uuid,
     pci_key,
 )
 from vgpuadm.steps import Plan, Step
@@ -261,58 +258,3 @@ class Instance:
     placement: Callable[[], int | None]
     exclude: Callable[[], Collection[str]]
     enabling: set[str]
-
-
-# One vgpu_params pair (reference §2.5): keys such as `frame_rate_limiter` or `vgpu-placement-id`; a value holds
-# neither whitespace nor a comma, so the list splits unambiguously on both.
-_PARAM = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*=[^\s,]+$")
-_PARAM_SEP = re.compile(r"[\s,]+")
-PARAM_SEPARATOR = ", "  # what NVIDIA documents: `echo "frame_rate_limiter=0, disable_vnc=1" > vgpu_params`
-
-
-def check_uuid(text: str, hint: str = "or omit --uuid") -> str:
-    """model.mdev_uuid: the one UUID grammar (kept under this name for the modes that check a requested UUID)."""
-    return mdev_uuid(text, hint)
-
-
-def split_params(text: str | None) -> list[str]:
-    """The `key=value` pairs of vgpu_params text, read in either form: comma-separated as NVIDIA documents and as
-    this tool writes (`a=1, b=2`), or space-separated as earlier versions wrote (`a=1 b=2`). Not validated."""
-    return [w for w in _PARAM_SEP.split(text or "") if w]
-
-
-def join_params(pairs: Iterable[str]) -> str:
-    """The canonical text of vgpu_params pairs: `k=v, k=v` ("" for none)."""
-    return PARAM_SEPARATOR.join(pairs)
-
-
-def same_params(a: str | None, b: str | None) -> bool:
-    """Same vgpu_params whatever the form (commas or spaces) and order: the driver reads a set of pairs."""
-    return sorted(split_params(a)) == sorted(split_params(b))
-
-
-def normalise_params(text: str) -> str:
-    """Validate vgpu_params text in either form and return the canonical `k=v, k=v`; UsageError on a bad pair."""
-    pairs = split_params(text)
-    for w in pairs:
-        if not _PARAM.fullmatch(w):
-            raise UsageError(
-                f'Malformed vgpu parameter "{w}"',
-                "write key=value, e.g. --param frame_rate_limiter=0",
-            )
-    return join_params(pairs)
-
-
-def params_now(text: str | None) -> str | None:
-    """vgpu_params a device has on the host now, as a record keeps them (`k=v, k=v`; None for none)."""
-    return join_params(split_params(text)) or None
-
-
-def check_params(params: str, type_id: str) -> str:
-    """Normalise vgpu_params (reference §2.5) given as `k=v, k=v` or `k=v k=v` to `k=v, k=v`; only NVIDIA types
-    take them."""
-    if not split_params(params):
-        return ""
-    if not is_nvidia_type(type_id):
-        raise UsageError(f"{type_id} takes no vgpu_params", "vgpu_params exist only for NVIDIA vGPU types")
-    return normalise_params(params)

@@ -6,21 +6,24 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from vgpuadm.errors import ConflictError, NotFoundError, VgpuadmError
-from vgpuadm.model import MDEV_KEY, Allocation, DeviceKey, Holding, HostSnapshot, Layout, Mdev, VgpuType, mdev_key
-from vgpuadm.modes.base import (
-    RECREATE_VGPUS,
-    HostdevSpec,
-    Instance,
-    Made,
-    Mode,
-    Rebuild,
+from vgpuadm.model import (
+    MDEV_KEY,
+    Allocation,
+    DeviceKey,
+    Holding,
+    HostSnapshot,
+    Layout,
+    Mdev,
+    VgpuType,
     check_params,
-    check_uuid,
     join_params,
+    mdev_key,
+    mdev_uuid,
     params_now,
     same_params,
     split_params,
 )
+from vgpuadm.modes.base import RECREATE_VGPUS, HostdevSpec, Instance, Made, Mode, Rebuild
 from vgpuadm.steps import CreateMdev, Plan, RemoveMdev, SetVgpuParams, Step
 from vgpuadm.usage import DriverUsage, VgpuUsage
 from vgpuadm.virt import xml
@@ -43,7 +46,7 @@ class MdevMode(Mode):
         return m
 
     def plan_create(self, snapshot: HostSnapshot, t: VgpuType, uuid: str, params: str = "") -> list[Step]:
-        uuid = check_uuid(uuid)
+        uuid = mdev_uuid(uuid)
         if uuid in snapshot.mdevs:
             other = snapshot.mdevs[uuid]
             raise ConflictError(

@@ -8,20 +8,21 @@ from typing import ClassVar
 
 from vgpuadm.catalog.capacity import heterogeneous
 from vgpuadm.errors import FREE, ConflictError, NotFoundError
-from vgpuadm.model import PCI_KEY, Allocation, Holding, HostSnapshot, Layout, VendorVf, VgpuType
-from vgpuadm.modes.base import (
-    RECREATE_VGPUS,
-    HostdevSpec,
-    Instance,
-    Made,
-    Mode,
-    Rebuild,
+from vgpuadm.model import (
+    PCI_KEY,
+    Allocation,
+    Holding,
+    HostSnapshot,
+    Layout,
+    VendorVf,
+    VgpuType,
     check_params,
     join_params,
     params_now,
     same_params,
     split_params,
 )
+from vgpuadm.modes.base import RECREATE_VGPUS, HostdevSpec, Instance, Made, Mode, Rebuild
 from vgpuadm.steps import ClearVfVgpuType, Plan, SetVfPlacement, SetVfVgpuType, SetVgpuParams, Step
 from vgpuadm.usage import DriverUsage, VgpuUsage
 from vgpuadm.virt import xml

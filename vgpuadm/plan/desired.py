@@ -14,8 +14,7 @@ from typing import Any
 
 from vgpuadm import modes
 from vgpuadm.errors import ConflictError
-from vgpuadm.model import Allocation
-from vgpuadm.modes.base import join_params, normalise_params, same_params
+from vgpuadm.model import Allocation, join_params, normalise_params, same_params
 from vgpuadm.modes.virtio_gpu import TYPE as VIRTIO_GL
 
 

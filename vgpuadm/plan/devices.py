@@ -47,13 +47,14 @@ from vgpuadm.model import (
     HostSnapshot,
     VgpuType,
     device_key,
+    mdev_uuid,
     nvidia_type_id,
     nvidia_type_number,
     pci_address,
 )
 from vgpuadm.modes import mdev, passthrough, sriov, vf_vgpu
 from vgpuadm.modes import mig as mig_mode
-from vgpuadm.modes.base import Instance, Made, check_uuid
+from vgpuadm.modes.base import Instance, Made
 from vgpuadm.steps import CreateGpuInstance, CreateMdev, DestroyGpuInstance, Plan, SetMigMode, SetVfVgpuType, Step
 
 POLICIES = ("pack", "spread")
@@ -387,10 +388,10 @@ def plan_devices(
     (placement's errors name the total asked for)."""
     if uuids and len(uuids) != count:
         raise UsageError(f"{len(uuids)} UUIDs given for {count} devices", "give one --uuid per device, or none")
-    if uuids and all(check_uuid(u) in snap.mdevs for u in uuids):
+    if uuids and all(mdev_uuid(u) in snap.mdevs for u in uuids):
         # Idempotence: every named mdev already exists; fine when each runs the requested type.
         wanted = {t.type_id for t in resolve_type(snap.types(), type_name)}
-        existing = [snap.mdevs[check_uuid(u)] for u in uuids]
+        existing = [snap.mdevs[mdev_uuid(u)] for u in uuids]
         if all(m.type_id in wanted for m in existing):
             kept = [Made((), m.uuid, (mode := modes.for_type_on(snap, m.parent, m.type_id)).name, m.type_id, m.parent,
                          uuid=m.uuid, display=True, placed_at_start=mode.placed_at_start) for m in existing]  # fmt: skip
@@ -418,7 +419,7 @@ def plan_devices(
 
 def _uuid(given: str | None, ids: Sequence[str]) -> str:
     """The UUID of the next mdev of a create plan: the one given (checked), else a random one."""
-    dev = check_uuid(given) if given is not None else str(uuid_mod.uuid4())
+    dev = mdev_uuid(given) if given is not None else str(uuid_mod.uuid4())
     if dev in ids:
         raise UsageError(f"UUID {dev} given twice", "give distinct UUIDs")
     return dev
@@ -468,7 +469,7 @@ def plan_remove(snap: HostSnapshot, device_id: str) -> Plan:
     if device_id in snap.vendor_vfs:
         return Plan.of(vf_vgpu.MODE.plan_clear(snap, device_id), f"clear VF {device_id}")
     return Plan.of(
-        mdev.MODE.plan_remove(snap, check_uuid(device_id, "as `vgpuadm devices` lists them")),
+        mdev.MODE.plan_remove(snap, mdev_uuid(device_id, "as `vgpuadm devices` lists them")),
         f"remove mdev {device_id}",
     )
 

@@ -28,10 +28,20 @@ from vgpuadm import modes
 from vgpuadm.catalog import capacity
 from vgpuadm.catalog.mig import MigHost
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
-from vgpuadm.model import PCI_KEY, Allocation, DeviceMode, HostSnapshot, device_key, device_uuid, mdev_key, pci_address
+from vgpuadm.model import (
+    PCI_KEY,
+    Allocation,
+    DeviceMode,
+    HostSnapshot,
+    device_key,
+    device_uuid,
+    join_params,
+    mdev_key,
+    normalise_params,
+    pci_address,
+)
 from vgpuadm.modes import passthrough as passthrough_mode
 from vgpuadm.modes import virtio_gpu
-from vgpuadm.modes.base import join_params, normalise_params
 from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan.devices import check_count, check_host_count, place, resolve_on_host
 from vgpuadm.plan.domains import Domains
