@@ -90,6 +90,7 @@ if TYPE_CHECKING:
     )
     from vgpuadm.ops.mdevctl import export as mdevctl_export
     from vgpuadm.ops.mdevctl import import_ as mdevctl_import
+    from vgpuadm.ops.migrate import check as migrate_check
     from vgpuadm.ops.snapshot import import_ as snapshot_import
     from vgpuadm.ops.snapshot import take as snapshot
     from vgpuadm.ops.unit import UnitResult
@@ -192,6 +193,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "plan_vf_type": ("vgpuadm.plan.devices", "plan_vf_type"),
     "plan_vfio_bind": ("vgpuadm.plan.devices", "plan_vfio_bind"),
     "plan_vfio_restore": ("vgpuadm.ops.host", "plan_vfio_restore"),
+    "migrate_check": ("vgpuadm.ops.migrate", "check"),
     "reconcile": ("vgpuadm.ops.declarative", "reconcile"),
     "recover": ("vgpuadm.ops.host", "recover"),
     "resolve_root": ("vgpuadm.host.root", "resolve_root"),

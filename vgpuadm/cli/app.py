@@ -41,6 +41,7 @@ MODULES = (
     ("mig", ("mig",)),
     ("inventory", ("inventory",)),
     ("exporter", ("exporter",)),
+    ("migrate", ("migrate",)),
 )
 SUB_APPS = ("sim", "inventory")  # modules with build_app() (a typer sub-app), not register(app)
 WHOLE_TREE = ("man",)  # commands that read the whole command tree (the man page renders every command)

@@ -9,10 +9,12 @@ libvirt hostdev needs (`hostdev_spec`): mdev → {"mode": "mdev", "uuid"}; vendo
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from vgpuadm.catalog.migration import Landing, TargetHost, vgpu_landing
 from vgpuadm.errors import UsageError
 from vgpuadm.model import (
     Allocation,
@@ -199,10 +201,31 @@ class Mode(ABC):
         the driver does not see the device, like a GPU bound to vfio-pci)."""
         return None
 
+    # -- migration (plan/migration.py, `vgpuadm migrate check`): how the device moves to another host -----------
+
+    def live_move(self, a: Allocation) -> str | None:
+        """Why `a`'s device cannot move while its domain runs (None: it can, where the target has room for it)."""
+        return f"vgpuadm moves no {self.name} device live"
+
+    def room_on(self, snapshot: HostSnapshot, target: TargetHost, a: Allocation, taken: Counter[str]) -> Landing:
+        """Where the target would make the device `a` records: what it takes there (counted in `taken` by the
+        caller) and the GPU, or why the target has nothing for it."""
+        return Landing(why_not=f"vgpuadm does not move {self.name} devices")
+
     def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> Made:
         """One more device of `t` on the parent placement chose: the steps that make it and what a domain's
         allocation of it records."""
         raise UsageError(f"{t.type_id} on {t.parent}: {self.name} devices are not created", "this is a bug in vgpuadm")
+
+
+def type_room(snapshot: HostSnapshot, target: TargetHost, a: Allocation, taken: Counter[str]) -> Landing:
+    """Mode.room_on for a device of a vGPU or pool type (an mdev, a layout C VF, a pool VF): a target GPU with a
+    free device of the same type id and name, from a board it can move to live where one has room."""
+    if not a.type_id:
+        return Landing(why_not="the device records no type")
+    gpu = snapshot.physical_gpu(a.parent) if a.parent else None
+    name = next((t.name for t in snapshot.types() if t.type_id == a.type_id), None)
+    return vgpu_landing(target, a.type_id, name, snapshot.models.get(gpu) if gpu else None, taken)
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import ClassVar
 
+from vgpuadm.catalog.migration import Landing, TargetHost, live_params
 from vgpuadm.errors import ConflictError, NotFoundError, VgpuadmError
 from vgpuadm.model import (
     MDEV_KEY,
@@ -16,6 +18,7 @@ from vgpuadm.model import (
     Mdev,
     VgpuType,
     check_params,
+    is_nvidia_type,
     join_params,
     mdev_key,
     mdev_uuid,
@@ -23,7 +26,7 @@ from vgpuadm.model import (
     same_params,
     split_params,
 )
-from vgpuadm.modes.base import RECREATE_VGPUS, HostdevSpec, Instance, Made, Mode, Rebuild
+from vgpuadm.modes.base import RECREATE_VGPUS, HostdevSpec, Instance, Made, Mode, Rebuild, type_room
 from vgpuadm.steps import CreateMdev, Plan, RemoveMdev, SetVgpuParams, Step
 from vgpuadm.usage import DriverUsage, VgpuUsage
 from vgpuadm.virt import xml
@@ -83,6 +86,18 @@ class MdevMode(Mode):
 
     def key(self, a: Allocation) -> DeviceKey | None:
         return mdev_key(a.uuid) if a.uuid else None
+
+    # -- migration (plan/migration.py) -----------------------------------------------------------------------------
+
+    def live_move(self, a: Allocation) -> str | None:
+        """An NVIDIA vGPU moves live (VFIO migration) unless its vgpu_params forbid it; other drivers' mdevs
+        move with their domain stopped."""
+        if not is_nvidia_type(a.type_id or ""):
+            return f"vgpuadm moves only NVIDIA vGPUs live, not {a.type_id}"
+        return live_params(a.params)
+
+    def room_on(self, snapshot: HostSnapshot, target: TargetHost, a: Allocation, taken: Counter[str]) -> Landing:
+        return type_room(snapshot, target, a, taken)
 
     def describe(self, a: Allocation) -> str:
         return f"mdev {a.uuid} ({a.type_id})"

@@ -8,10 +8,12 @@ refused unless --force. Each function's original driver is recorded (RecordDrive
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import ClassVar
 
 from vgpuadm.catalog import iommu
+from vgpuadm.catalog.migration import Landing, TargetHost
 from vgpuadm.errors import ConflictError, NotFoundError, UnsafeError, VgpuadmError
 from vgpuadm.model import PCI_KEY, Allocation, HostSnapshot, Layout, PciFunction
 from vgpuadm.modes.base import HostdevSpec, Mode, Rebuild
@@ -48,6 +50,25 @@ class PassthroughMode(Mode):
     def endpoints(self, snapshot: HostSnapshot, gpu: str) -> list[PciFunction]:
         """The group's non-bridge members, the GPU first."""
         return iommu.endpoints(snapshot, self.find(snapshot, gpu))
+
+    # -- migration (plan/migration.py) -----------------------------------------------------------------------------
+
+    def live_move(self, a: Allocation) -> str | None:
+        """vfio-pci has no migration for a whole GPU (only vendor VFIO variant drivers do, for their vGPUs)."""
+        return "a GPU passed through whole (vfio-pci) has no live migration"
+
+    def room_on(self, snapshot: HostSnapshot, target: TargetHost, a: Allocation, taken: Counter[str]) -> Landing:
+        """A free whole GPU of the same vendor and device id on the target; the GPU's companions (its audio) go
+        with it and take nothing of their own."""
+        if a.address != a.parent:
+            return Landing()
+        fn = snapshot.functions.get(a.address or "")
+        vendor, device = (fn.vendor_id, fn.device_id) if fn is not None else (None, None)
+        free = target.whole_gpus(vendor, device, taken)
+        if not free:
+            model = snapshot.models.get(a.address or "") or f"{vendor}:{device}"
+            return Landing(why_not=f"the target has no free whole {model} GPU")
+        return Landing(take=f"gpu@{free[0].address}", gpu=free[0].address)
 
     def usage(self, snapshot: HostSnapshot, a: Allocation, driver: DriverUsage) -> GpuUsage | None:
         """A whole GPU has no vGPU record: its GPU's own figures, when the host driver still sees it (bound to

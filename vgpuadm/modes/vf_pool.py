@@ -11,14 +11,16 @@ enabled: the other VFs may be in use, and disabling them is `vgpuadm sriov disab
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Collection, Mapping
 from typing import ClassVar
 
 from vgpuadm.catalog import iommu
+from vgpuadm.catalog.migration import Landing, TargetHost
 from vgpuadm.catalog.sriov_boards import check_vfs_settable
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, VgpuadmError
 from vgpuadm.model import Allocation, Holding, HostSnapshot, Layout, PciFunction, VfPool, VgpuType
-from vgpuadm.modes.base import HostdevSpec, Instance, Made, Mode, Rebuild
+from vgpuadm.modes.base import HostdevSpec, Instance, Made, Mode, Rebuild, type_room
 from vgpuadm.steps import Bind, DriversProbe, Plan, SetDriverOverride, SetNumVfs, SetSriovAutoprobe, Step, Unbind
 from vgpuadm.virt import xml
 
@@ -131,6 +133,15 @@ class VfPoolMode(Mode):
         fn = snapshot.functions.get(a.address or "")
         pool = self.pool_of(snapshot, a.address or "")
         return fn is None or pool is None or fn.driver != self.driver_for(pool)
+
+    # -- migration (plan/migration.py) -----------------------------------------------------------------------------
+
+    def live_move(self, a: Allocation) -> str | None:
+        """[I] The AMD and Intel SR-IOV GPU drivers offer no VFIO migration for their VFs."""
+        return f"an SR-IOV VF of {a.type_id} has no live migration"
+
+    def room_on(self, snapshot: HostSnapshot, target: TargetHost, a: Allocation, taken: Counter[str]) -> Landing:
+        return type_room(snapshot, target, a, taken)
 
     def describe(self, a: Allocation) -> str:
         return f"VF {a.address} of {a.parent} ({a.type_id})"

@@ -3,10 +3,12 @@ the guest gets the VF itself as a `type='pci' managed='no'` hostdev."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import ClassVar
 
 from vgpuadm.catalog.capacity import heterogeneous
+from vgpuadm.catalog.migration import Landing, TargetHost, live_params
 from vgpuadm.errors import FREE, ConflictError, NotFoundError
 from vgpuadm.model import (
     PCI_KEY,
@@ -22,7 +24,7 @@ from vgpuadm.model import (
     same_params,
     split_params,
 )
-from vgpuadm.modes.base import RECREATE_VGPUS, HostdevSpec, Instance, Made, Mode, Rebuild
+from vgpuadm.modes.base import RECREATE_VGPUS, HostdevSpec, Instance, Made, Mode, Rebuild, type_room
 from vgpuadm.steps import ClearVfVgpuType, Plan, SetVfPlacement, SetVfVgpuType, SetVgpuParams, Step
 from vgpuadm.usage import DriverUsage, VgpuUsage
 from vgpuadm.virt import xml
@@ -94,6 +96,15 @@ class VfVgpuMode(Mode):
     def missing(self, snapshot: HostSnapshot, a: Allocation) -> bool:
         vf = snapshot.vendor_vfs.get(a.address or "")
         return vf is None or vf.current_type_id != a.type_id
+
+    # -- migration (plan/migration.py) -----------------------------------------------------------------------------
+
+    def live_move(self, a: Allocation) -> str | None:
+        """A layout C vGPU moves live (VFIO migration) unless its vgpu_params forbid it."""
+        return live_params(a.params)
+
+    def room_on(self, snapshot: HostSnapshot, target: TargetHost, a: Allocation, taken: Counter[str]) -> Landing:
+        return type_room(snapshot, target, a, taken)
 
     def describe(self, a: Allocation) -> str:
         return f"VF {a.address} ({a.type_id})"

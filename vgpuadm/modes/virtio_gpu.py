@@ -7,9 +7,11 @@ with accel3d and an egl-headless (or SPICE GL) <graphics> naming /dev/dri/render
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping
 from typing import ClassVar
 
+from vgpuadm.catalog.migration import Landing, TargetHost
 from vgpuadm.errors import NotFoundError
 from vgpuadm.model import Allocation, DeviceKey, HostSnapshot, Layout
 from vgpuadm.modes.base import HostdevSpec, Mode
@@ -58,6 +60,17 @@ class VirtioGpuMode(Mode):
 
     def key(self, a: Allocation) -> DeviceKey | None:
         return None  # a paravirtual device: nothing on the host to own
+
+    # -- migration (plan/migration.py) -----------------------------------------------------------------------------
+
+    def live_move(self, a: Allocation) -> str | None:
+        """QEMU registers a migration blocker for a virtio-gpu with virgl (3D)."""
+        return "QEMU does not migrate a virtio-gpu with 3D (virgl) live"
+
+    def room_on(self, snapshot: HostSnapshot, target: TargetHost, a: Allocation, taken: Counter[str]) -> Landing:
+        """Nothing to make on the target's GPUs: the domain's <video> moves with it (its render node is the
+        target's; the inventory does not list render nodes, so it is not checked)."""
+        return Landing()
 
     def describe(self, a: Allocation) -> str:
         return f"virtio-gpu on {a.extra.get('rendernode', '')}"
