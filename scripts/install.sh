@@ -11,6 +11,7 @@ APT_PACKAGES=(
   gcc pkg-config libvirt-dev python3-venv            # build libvirt-python
   libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils   # the libvirt lane (real libvirtd)
   mdevctl                                            # interop checks and the mdevctl benchmark baseline
+  openssh-client openssh-server                      # migrate check reads a target over ssh (a real sshd on 127.0.0.1 in tests)
   chromium                                           # renders the HTML inventory in tests; drives the Cockpit page
   cockpit-ws cockpit-bridge                          # the Cockpit page's tests run a real cockpit-ws --local-session
   prometheus                                         # promtool check metrics

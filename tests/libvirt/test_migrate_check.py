@@ -155,6 +155,7 @@ def test_a_bad_target_inventory_is_one_line_naming_the_file(tmp_path: Path) -> N
                                       "hint: pass the target's `vgpuadm inventory --json` (schema vgpuadm-inventory/1)"]  # fmt: skip
     r = vgpuadm(src, "migrate", "check", "--vm", "mg-bad")
     assert (r.code, r.err.splitlines()) == (2, [
-        "error: migrate check needs the target host's inventory",
-        "hint: run `vgpuadm inventory --json > target.json` on the target host and pass --target-inventory target.json",
+        "error: migrate check needs the target host: --to URI or --target-inventory FILE",
+        "hint: give the target's libvirt URI (--to qemu+ssh://root@gpu2/system: its vgpuadm is asked over ssh), or run "
+        "`vgpuadm inventory --json > target.json` there and pass --target-inventory target.json",
     ])  # fmt: skip

@@ -13,8 +13,8 @@ def check(console: Console, root: str | None, connect: str | None, vm: str, to: 
           target_inventory: str | None, postcopy: bool, offline: bool, as_json: bool) -> int:  # fmt: skip
     """Print the check; the exit code: 0 when the VM can move the way asked (live while it runs, unless
     --offline; else cold), 1 when it cannot."""
-    result = api.migrate_check(root, vm, connect=connect, target_inventory=target_inventory, postcopy=postcopy,
-                               offline=offline)  # fmt: skip
+    result = api.migrate_check(root, vm, connect=connect, to=to, target_inventory=target_inventory,
+                               postcopy=postcopy, offline=offline)  # fmt: skip
     if as_json:
         console.json(result.to_json())
         return 0 if result.ok else 1
@@ -43,7 +43,7 @@ def register(app: Any) -> None:
     def check_cmd(
         ctx: typer.Context,
         vm: str = typer.Option(..., "--vm", help="The domain to move.", metavar="NAME"),
-        to: str = typer.Option(None, "--to", help="The target's libvirt URI (named in the output).", metavar="URI"),
+        to: str = typer.Option(None, "--to", metavar="URI", help="The target's libvirt URI; without --target-inventory its vgpuadm is asked over ssh (qemu+ssh://)."),
         target_inventory: str = typer.Option(None, "--target-inventory", metavar="FILE",
                                              help="The target host's `vgpuadm inventory --json`."),
         postcopy: bool = typer.Option(False, "--postcopy", help="Check a post-copy move (refused with VFIO)."),

@@ -51,7 +51,12 @@ _TYPE = frozenset(("type_id", "name", "framebuffer_mib", "used", "free", "strand
 def load_report(path: str, *, rows: bool = True) -> dict[str, Any]:
     """Read and check one host inventory; any problem is a UsageError naming the file. `rows=False` leaves the
     types[] rows to merge(), which checks each as it folds it (one look-up of each value, not two)."""
-    text = read_input(path, "", _HINT, limit=MAX_REPORT)
+    return parse_report(read_input(path, "", _HINT, limit=MAX_REPORT), path, rows=rows)
+
+
+def parse_report(text: bytes, path: str, *, rows: bool = True) -> dict[str, Any]:
+    """One host inventory from its bytes (a file's, or what another host's vgpuadm printed: `path` names it),
+    checked as load_report checks a file."""
     try:
         doc = orjson.loads(text)  # its JSONDecodeError subclasses json's, with lineno/colno
     except (ValueError, UnicodeDecodeError) as exc:
