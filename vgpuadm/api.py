@@ -111,6 +111,8 @@ if TYPE_CHECKING:
     from vgpuadm.sim.profiles import PROFILES as SIM_PROFILES
     from vgpuadm.sim.profiles import build as sim_build
     from vgpuadm.sim.reboot import reboot as sim_reboot
+    from vgpuadm.sim.reset import reload_driver as sim_reload_driver
+    from vgpuadm.sim.reset import reset as sim_reset
     from vgpuadm.sim.usage import set_gpu_usage as sim_gpu_usage
     from vgpuadm.sim.usage import set_vgpu_usage as sim_vgpu_usage
     from vgpuadm.steps import Plan
@@ -134,6 +136,8 @@ _HOMES: dict[str, tuple[str, str]] = {
     "prepare_embedded": ("vgpuadm.virt.conn", "prepare_embedded"),
     "load_umockdev": ("vgpuadm.host.umockdev", "load"),
     "sim_reboot": ("vgpuadm.sim.reboot", "reboot"),
+    "sim_reset": ("vgpuadm.sim.reset", "reset"),
+    "sim_reload_driver": ("vgpuadm.sim.reset", "reload_driver"),
     "clear_faults": ("vgpuadm.sim.faults", "clear_faults"),
     "inject_fault": ("vgpuadm.sim.faults", "inject_fault"),
     "inject_stall": ("vgpuadm.sim.faults", "inject_stall"),
