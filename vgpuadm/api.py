@@ -25,12 +25,14 @@ if TYPE_CHECKING:
     from vgpuadm.ops import mig as mig
     from vgpuadm.ops.declarative import (
         ApplyResult,
+        DriftResult,
         ReconcileResult,
         RestoreResult,
         apply_desired,
         apply_plan_file,
         reconcile,
         restore,
+        restore_check,
     )
     from vgpuadm.ops.demo import DemoResult
     from vgpuadm.ops.demo import run as demo
@@ -155,6 +157,8 @@ _HOMES: dict[str, tuple[str, str]] = {
     "GuestResult": ("vgpuadm.ops.guest", "GuestResult"),
     "ReconcileResult": ("vgpuadm.ops.declarative", "ReconcileResult"),
     "RestoreResult": ("vgpuadm.ops.declarative", "RestoreResult"),
+    "DriftResult": ("vgpuadm.ops.declarative", "DriftResult"),
+    "restore_check": ("vgpuadm.ops.declarative", "restore_check"),
     "UnitResult": ("vgpuadm.ops.unit", "UnitResult"),
     "apply": ("vgpuadm.ops.host", "apply"),
     "apply_desired": ("vgpuadm.ops.declarative", "apply_desired"),

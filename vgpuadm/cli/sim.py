@@ -80,10 +80,15 @@ def build_app() -> Any:
         ctx: typer.Context,
         directory: str = typer.Argument(..., help="A simulated host root."),
         gpu: str = typer.Argument(..., help="The GPU's PCI address (its PF), e.g. 0000:18:00.0 or 18:00.0."),
+        keep_vfs: bool = typer.Option(
+            False,
+            "--keep-vfs",
+            help="A reset through the PCI core (sysfs `reset`): the VFs stay, no uevent; their vGPU types go.",
+        ),
     ) -> None:
         """Reset one simulated GPU as nvidia-smi -r or a recovered Xid does: its mdevs, VFs (with their vGPU types
         and params), GPU instances, MIG mode on Hopper and newer, heterogeneous mode and vfio binds go."""
-        address, lost = api.sim_reset(directory, gpu)
+        address, lost = api.sim_reset(directory, gpu, keep_vfs)
         ctx.obj["console"].line(f"reset GPU {address} of simulated host {directory}: "
                                 + (f"lost {', '.join(lost)}" if lost else "it had nothing to lose"))  # fmt: skip
 

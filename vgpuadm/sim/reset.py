@@ -14,6 +14,11 @@ that GPU alone:
   holds, which `nvidia-smi -r` would not reach);
 - the usage a guest reported on any of them.
 
+`keep_vfs`: a reset through the PCI core instead (`echo 1 > /sys/bus/pci/devices/<PF>/reset`, reference §5): the
+kernel saves and restores the PF's SR-IOV state around it, so the VFs stay (and no device goes or comes: no uevent)
+but what the driver held on them goes — their vGPU types, parameters, placements [I: the kernel's
+pci_restore_iov_state; what the vendor driver keeps is inferred].
+
 Nothing of another GPU is written (its files hash the same), except the marker's model at the root. The simulated
 kernel is the independent oracle: this module knows the driver's behaviour, never the product's rules.
 """
@@ -51,7 +56,7 @@ def _functions(host: SimHost, pf: str) -> list[str]:
     return [b for b in host.listdir(PCI_DEVICES) if b.rsplit(".", 1)[0] == slot and host.sriov_pf_of(b) is None]
 
 
-def _forget(host: SimHost, pf: str) -> list[str]:
+def _forget(host: SimHost, pf: str, keep_vfs: bool = False) -> list[str]:
     """Caller holds the lock: the GPU `pf` loses its runtime state (the module's list). What was lost, in words."""
     lost: list[str] = []
     info = host.model["sriov"].get(pf)
@@ -64,10 +69,15 @@ def _forget(host: SimHost, pf: str) -> list[str]:
         lost.append(f"{len(gone)} mdev(s)")
     typed = [vf for vf in vfs if int(host.read(f"{host.pci_dir(vf)}/nvidia/current_vgpu_type") or 0)]
     usage.forget(host, [d for vf in vfs if (d := host.pci_dir(vf)) is not None])
-    if info is not None and vfs:
+    if keep_vfs:
+        for vf in typed:
+            vendor_vfio.set_current_type(host, f"{host.pci_dir(vf)}/nvidia/current_vgpu_type", b"0")
+        if typed:
+            lost.append(f"{len(typed)} VF vGPU type(s)")
+    elif info is not None and vfs:
         pci.disable_vfs(host, pf)
         lost.append(f"{len(vfs)} VF(s)" + (f" ({len(typed)} with a vGPU type)" if typed else ""))
-    if info is not None:
+    if info is not None and not keep_vfs:
         host.set_attr(f"{info['parent_dir']}/{pf}/sriov_drivers_autoprobe", 1, 0o644)
     rebound = 0
     for bdf in _functions(host, pf):
@@ -92,9 +102,9 @@ def _forget(host: SimHost, pf: str) -> list[str]:
     return lost
 
 
-def reset(root: str, gpu: str) -> tuple[str, list[str]]:
+def reset(root: str, gpu: str, keep_vfs: bool = False) -> tuple[str, list[str]]:
     """Reset the simulated GPU `gpu` (a PCI address; short forms are canonicalised): (its address, what it lost).
-    UsageError for an address that is no GPU of the host, naming its GPUs."""
+    UsageError for an address that is no GPU of the host, naming its GPUs. `keep_vfs`: see the module."""
     require_simulated(root)
     address = pci_address(gpu)
     with root_lock(root):
@@ -105,7 +115,7 @@ def reset(root: str, gpu: str) -> tuple[str, list[str]]:
                 f"{address} is no GPU of the simulated host {root}",
                 f"its GPUs: {', '.join(known)}" if known else "this simulated host has no GPU",
             )
-        return address, _forget(host, address)
+        return address, _forget(host, address, keep_vfs)
 
 
 def reload_driver(root: str, driver: str = VENDOR_DRIVER) -> dict[str, list[str]]:
