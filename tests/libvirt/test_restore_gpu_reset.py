@@ -156,9 +156,17 @@ def test_a_reset_without_uevent_is_found_by_check(sim_host: Callable[[str], Path
     validate("restore-check", doc)
     assert [line.split(":")[0] for line in doc["drift"]] == ["mig", "mig", "vgpu"]
     assert doc["drift"][0] == f"mig: not as recorded: would enable MIG mode on GPU {H200} (nvidia-smi -i 0)"
+    doctor = vgpuadm(root, "doctor", "--json")
+    assert doctor.code == 1
+    (found,) = [c for c in json.loads(doctor.out)["checks"] if c["check"] == "drift"]
+    assert found == {"check": "drift", "status": "fail",
+                     "detail": f"2 difference(s) from what the domains record: {doc['drift'][0]}; {doc['drift'][1]}",
+                     "hint": "vgpuadm restore --check lists them; vgpuadm restore (--gpu ADDR for one GPU) brings "
+                             "them back"}  # fmt: skip
     assert vgpuadm(root, "restore", "--gpu", H200).code == 0
     assert attr(root, f"/sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type") == "1414\n"
     assert vgpuadm(root, "restore", "--check").code == 0
+    assert "drift" not in [c["check"] for c in json.loads(vgpuadm(root, "doctor", "--json").out)["checks"]]
 
 
 def test_restore_turns_mig_mode_on_again_when_a_reset_left_it_off(sim_host: Callable[[str], Path]) -> None:

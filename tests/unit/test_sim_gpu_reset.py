@@ -84,6 +84,18 @@ def test_hopper_loses_mig_mode_and_instances(tmp_path: Path) -> None:
     assert smi(tmp_path, "mig", "-lgi").stdout == "No MIG-enabled devices found.\n"
 
 
+def test_a_reset_through_the_pci_core_keeps_the_vfs(tmp_path: Path) -> None:
+    build("h200-vendor-vfio", str(tmp_path))
+    vf = f"/sys/bus/pci/devices/{H200[:-1]}5"
+    k = SimKernel(str(tmp_path))
+    k.write(f"{vf}/nvidia/current_vgpu_type", "1426\n")
+    k.write(f"{vf}/nvidia/vgpu_params", "enable_uvm=1\n")
+    assert reset(str(tmp_path), H200, keep_vfs=True) == (H200, ["1 VF vGPU type(s)"])
+    assert read(tmp_path, f"/sys/bus/pci/devices/{H200}/sriov_numvfs") == "16\n"
+    assert (read(tmp_path, f"{vf}/nvidia/current_vgpu_type"), read(tmp_path, f"{vf}/nvidia/vgpu_params")) == ("0\n",
+                                                                                                          "\n")  # fmt: skip
+
+
 def test_ampere_keeps_mig_mode_and_loses_instances(tmp_path: Path) -> None:
     build("a100d-mig", str(tmp_path))
     assert "pending enable state" in smi(tmp_path, "-i", "0", "-mig", "1").stdout

@@ -343,6 +343,7 @@ RESTORE_ORDER: tuple[Phase, ...] = (
     Phase("vfio"),
 )
 PHASES = tuple(p.name for p in RESTORE_ORDER)
+DEVICE_PHASES = tuple(p.name for p in RESTORE_ORDER if p.build is None)  # the modes make their devices in these
 _BY_NAME = {p.name: p for p in RESTORE_ORDER}
 
 
