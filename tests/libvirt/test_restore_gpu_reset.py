@@ -105,6 +105,48 @@ def test_restore_gpu_brings_back_that_gpu_only(sim_host: Callable[[str], Path], 
     assert written(root, H200) == h200
 
 
+def test_restore_parent_names_one_vf_or_a_virtual_parent(sim_host: Callable[[str], Path], tmp_path: Path) -> None:
+    """--parent VF: that VF's vGPU only (its GPU's VFs enabled again, which it needs), not its sibling's; --parent
+    mtty after the sample driver's reload: its mdev with the same UUID."""
+    root = sim_host("mixed")
+    define(root, "db02", "tty01")
+    _apply(root, tmp_path, "vms:\n  db02:\n    type: H200X-4C\n    count: 2\n  tty01:\n    type: mtty-1\n")
+    first, second = hostdev_keys(root, "db02")
+    (port,) = hostdev_keys(root, "tty01")
+    assert vgpuadm(root, "sim", "reset", str(root), H200).code == 0
+    res = vgpuadm(root, "restore", "--parent", first)
+    assert res.code == 0, res.err
+    assert res.out.splitlines() == [f"sriov: run {SRIOV_MANAGE} -e {H200}",
+                                    f"vgpu: set vGPU type 1420 (nvidia-1420) on VF {first}",
+                                    f"restored: 2 step(s) for 1 recorded device(s) on parent {first}"]  # fmt: skip
+    assert attr(root, f"/sys/bus/pci/devices/{second}/nvidia/current_vgpu_type") == "0\n"
+    res = vgpuadm(root, "sim", "reload-driver", str(root), "mtty")
+    assert (res.code, res.out) == (0, "reloaded mtty on mtty: lost 1 mdev(s)\n")
+    res = vgpuadm(root, "restore", "--parent", "mtty")
+    assert res.code == 0, res.err
+    assert res.out.splitlines() == [f"vgpu: create mdev {port} of type mtty-1 on mtty",
+                                    "restored: 1 step(s) for 1 recorded device(s) on parent mtty"]  # fmt: skip
+    assert port in mdevs(root)
+
+
+def test_a_pool_vf_comes_back_on_its_gpu(sim_host: Callable[[str], Path]) -> None:
+    """A VF pool (Intel Flex 170 on i915): the reset takes the VFs and the VF's vfio-pci bind; restore --gpu enables
+    the VFs again and binds the VF for its guest."""
+    root = sim_host("flex170-vf-pool")
+    define(root, "gpu01")
+    res = vgpuadm(root, "create", "--type", "vf-flex170", "--vm", "gpu01")
+    assert res.code == 0, res.err
+    (vf,) = hostdev_keys(root, "gpu01")
+    pf = allocations(root, "gpu01")[0].parent
+    assert vgpuadm(root, "sim", "reset", str(root), pf).code == 0
+    assert not (root / f"sys/bus/pci/devices/{vf}").exists()
+    assert vgpuadm(root, "restore", "--check", "--gpu", pf).code == 1
+    res = vgpuadm(root, "restore", "--gpu", pf)
+    assert res.code == 0, res.err
+    assert (root / f"sys/bus/pci/devices/{vf}/driver").resolve().name == "vfio-pci"
+    assert vgpuadm(root, "restore", "--check").code == 0
+
+
 def test_hopper_mig_mode_and_instances_come_back_at_their_slots(sim_host: Callable[[str], Path]) -> None:
     """On Hopper a reset leaves MIG mode off (and MIG-backed types unlisted): restore --gpu turns it on again,
     makes the recorded GPU instance at its slot, then the vGPU on it."""

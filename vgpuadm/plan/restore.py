@@ -385,7 +385,10 @@ class Scope:
         if self.whole:
             return True
         dev = needed_device(a)
-        return dev is not None and (dev in self.parents or bool(self.gpus.intersection(gpus_of(dev, snap))))
+        if dev is None:
+            return False
+        pf = modes.of(a).sriov_pf(snap, a)  # a pool VF records its PF
+        return dev in self.parents or bool(self.gpus.intersection([pf] if pf else gpus_of(dev, snap)))
 
     def enabler_gpus(self, allocs: Sequence[Allocation], snap: HostSnapshot) -> frozenset[str] | None:
         """The GPUs whose enablers (SR-IOV, policies, MIG) this restore may change: None for the whole host; the
