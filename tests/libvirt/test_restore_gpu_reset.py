@@ -328,6 +328,11 @@ def test_what_is_no_gpu_or_parent_is_refused_before_anything(sim_host: Callable[
     res = vgpuadm(root, "restore", "--parent", "mtty")
     assert res.code == 2
     assert res.err.splitlines()[0] == "error: --parent mtty: no mdev parent or device of that name on this host"
+    res = vgpuadm(root, "restore", "--parent", "x y")
+    assert (res.code, res.err.splitlines()[0]) == (2, "error: 'x y' is not an mdev parent name")
+    vf_root = sim_host("h200-vendor-vfio")  # a VF names its GPU
+    res = vgpuadm(vf_root, "restore", "--gpu", "18:00.4", "--check", "--json")
+    assert (res.code, json.loads(res.out)["gpus"]) == (0, [H200])
 
 
 def test_the_check_schema_names_every_phase() -> None:

@@ -167,6 +167,8 @@ def _driver(allocs: Sequence[Allocation], snap: HostSnapshot, reads: HostReads) 
     # override binds the native driver. A PF already bound to something (even vfio-pci) is left alone.
     steps: list[Step] = []
     for pf in _pfs_needed(allocs, snap):
+        if reads.gpus is not None and pf not in reads.gpus:  # re-converging some GPUs: not another candidate PF
+            continue
         fn = snap.functions.get(pf)
         if fn is not None and fn.driver is None and not fn.driver_override:
             steps.append(DriversProbe(pf))
