@@ -340,3 +340,29 @@ def test_the_check_schema_names_every_phase() -> None:
 
     pattern = load_schema("restore-check")["properties"]["drift"]["items"]["pattern"]
     assert pattern == f"^({'|'.join(PHASES)}): "
+
+
+def test_heterogeneous_mode_and_placements_come_back(sim_host: Callable[[str], Path], tmp_path: Path) -> None:
+    """The applied `gpus:` section's heterogeneous mode is lost by the reset (the scheduler comes back from the
+    modprobe file with the driver): --check names it, restore --gpu turns it on again before the vGPUs, which get
+    their recorded placement IDs."""
+    root = sim_host("h200-vendor-vfio")
+    define(root, "small", "mid")
+    _apply(root, tmp_path, f"gpus:\n  {H200}:\n    heterogeneous: true\n    scheduler: equal-share\n"
+                           "vms:\n  small:\n    type: H200X-4C\n    count: 2\n  mid:\n    type: H200X-8C\n")  # fmt: skip
+    vfs = [vf for vm in ("mid", "small") for vf in hostdev_keys(root, vm)]
+    placed = [attr(root, f"/sys/bus/pci/devices/{vf}/nvidia/placement_id") for vf in vfs]
+    res = vgpuadm(root, "sim", "reset", str(root), H200, "--keep-vfs")
+    assert res.out.endswith("lost 3 VF vGPU type(s), heterogeneous mode\n")
+    check = vgpuadm(root, "restore", "--check", "--gpu", H200)
+    assert check.code == 1
+    assert check.out.splitlines()[0] == (
+        f"drift: policies: not as recorded: would enable heterogeneous (mixed-size) vGPU mode on GPU {H200} "
+        "(nvidia-smi -i 0)"
+    )
+    res = vgpuadm(root, "restore", "--gpu", H200)
+    assert res.code == 0, res.err
+    assert res.out.splitlines()[0] == f"policies: enable heterogeneous (mixed-size) vGPU mode on GPU {H200} " \
+                                      "(nvidia-smi -i 0)"  # fmt: skip
+    assert [attr(root, f"/sys/bus/pci/devices/{vf}/nvidia/placement_id") for vf in vfs] == placed
+    assert vgpuadm(root, "restore", "--check").code == 0
