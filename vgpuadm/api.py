@@ -25,12 +25,14 @@ if TYPE_CHECKING:
     from vgpuadm.ops import mig as mig
     from vgpuadm.ops.declarative import (
         ApplyResult,
+        DriftResult,
         ReconcileResult,
         RestoreResult,
         apply_desired,
         apply_plan_file,
         reconcile,
         restore,
+        restore_check,
     )
     from vgpuadm.ops.demo import DemoResult
     from vgpuadm.ops.demo import run as demo
@@ -112,6 +114,8 @@ if TYPE_CHECKING:
     from vgpuadm.sim.profiles import PROFILES as SIM_PROFILES
     from vgpuadm.sim.profiles import build as sim_build
     from vgpuadm.sim.reboot import reboot as sim_reboot
+    from vgpuadm.sim.reset import reload_driver as sim_reload_driver
+    from vgpuadm.sim.reset import reset as sim_reset
     from vgpuadm.sim.usage import set_gpu_usage as sim_gpu_usage
     from vgpuadm.sim.usage import set_vgpu_usage as sim_vgpu_usage
     from vgpuadm.steps import Plan
@@ -135,6 +139,8 @@ _HOMES: dict[str, tuple[str, str]] = {
     "prepare_embedded": ("vgpuadm.virt.conn", "prepare_embedded"),
     "load_umockdev": ("vgpuadm.host.umockdev", "load"),
     "sim_reboot": ("vgpuadm.sim.reboot", "reboot"),
+    "sim_reset": ("vgpuadm.sim.reset", "reset"),
+    "sim_reload_driver": ("vgpuadm.sim.reset", "reload_driver"),
     "clear_faults": ("vgpuadm.sim.faults", "clear_faults"),
     "inject_fault": ("vgpuadm.sim.faults", "inject_fault"),
     "inject_stall": ("vgpuadm.sim.faults", "inject_stall"),
@@ -152,6 +158,8 @@ _HOMES: dict[str, tuple[str, str]] = {
     "GuestResult": ("vgpuadm.ops.guest", "GuestResult"),
     "ReconcileResult": ("vgpuadm.ops.declarative", "ReconcileResult"),
     "RestoreResult": ("vgpuadm.ops.declarative", "RestoreResult"),
+    "DriftResult": ("vgpuadm.ops.declarative", "DriftResult"),
+    "restore_check": ("vgpuadm.ops.declarative", "restore_check"),
     "UnitResult": ("vgpuadm.ops.unit", "UnitResult"),
     "apply": ("vgpuadm.ops.host", "apply"),
     "apply_desired": ("vgpuadm.ops.declarative", "apply_desired"),

@@ -668,6 +668,23 @@ def pci_address(text: str) -> str:
     return f"{dom:04x}:{bus:02x}:{slot:02x}.{fn:x}"
 
 
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def mdev_parent_name(text: str) -> str:
+    """An mdev parent as a user names it: a PCI address (canonical form; short forms are fine) or the device name
+    of a virtual parent (the kernel's mtty: PARENT_PATTERN's other half); UsageError naming the text otherwise."""
+    virtual = 0 < len(text) <= 64 and text[0].isascii() and text[0].isalpha() and set(text) <= _NAME_CHARS
+    if virtual and not is_pci_address(text):
+        return text
+    try:
+        return pci_address(text)
+    except UsageError:
+        raise UsageError(
+            f"{text[:80]!r} is not an mdev parent name", f"{PCI_HINT}; or a virtual parent's name such as mtty"
+        ) from None
+
+
 def is_pci_address(text: str) -> bool:
     try:
         parse_pci_address(text)

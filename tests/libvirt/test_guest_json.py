@@ -100,4 +100,4 @@ def test_apply_reconcile_restore(sim_host: Callable[[str], Path], tmp_path: Path
     assert (restored["devices"], restored["problems"], len(mdevs(root))) == (2, [], 2)
     assert [line.split(": ", 1)[0] for line in restored["done"]] == ["vgpu", "vgpu"]
     assert run_json(root, "restore", "restore") == {"devices": 2, "dry_run": False, "planned": [], "done": [],
-                                                    "skipped": [], "problems": []}  # fmt: skip
+                                                    "skipped": [], "problems": [], "held": []}  # fmt: skip

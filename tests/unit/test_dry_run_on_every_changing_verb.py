@@ -148,7 +148,7 @@ def test_restore_dry_run_after_a_reboot(sim_host: Callable[[str], Path], tmp_pat
     planned = [f"vgpu: create mdev 11111111-0000-4000-8000-{n:012d} of type nvidia-63 on {p}"
                for n, p in enumerate(parents)]  # fmt: skip
     assert doc == {"devices": len(parents), "dry_run": True, "planned": planned, "done": [], "skipped": [],
-                   "problems": []}  # fmt: skip
+                   "problems": [], "held": []}  # fmt: skip
     r = cli(*args)
     assert r.out.splitlines() == [
         *(f"vgpu: would {line.removeprefix('vgpu: ')}" for line in planned),

@@ -22,6 +22,7 @@ from vgpuadm.plan import desired
 from vgpuadm.plan.apply import build_apply_plan, resolve_types
 from vgpuadm.plan.domains import Domains
 from vgpuadm.plan.guest import plan_create
+from vgpuadm.plan.restore import reset_losses
 from vgpuadm.sim.treestate import diff, tree_state
 from vgpuadm.steps import DefineDomain, DriversProbe, RecordDrivers, SetDriverOverride, SriovManage, Unbind
 from vgpuadm.virt import xml
@@ -299,3 +300,17 @@ def test_an_added_mode_records_the_devices_of_the_types_it_claims(
     [define] = [s for s in build_apply_plan(doc, d, snap, doms, {}).steps if isinstance(s, DefineDomain)]
     recorded = xml.parse_allocations(define.element, domain="web01")
     assert [(a.mode, a.type_id) for a in recorded] == [("added", type_name)]
+
+
+def test_each_mode_and_enabler_declares_what_a_gpu_reset_loses():
+    """Issue 35: what a reset loses is declared once — by the enablers next to the restore order and by each mode
+    for its devices — and listed in restore order (the phases that make it again); the simulator (sim/reset.py)
+    forgets exactly these (tests/unit/test_sim_gpu_reset.py)."""
+    assert reset_losses() == [
+        ("sriov", ("SR-IOV VFs",)),
+        ("policies", ("heterogeneous mode", "the vGPU scheduler")),
+        ("mig", ("GPU instances", "MIG mode (Hopper and newer)")),
+        ("vgpu", ("mdevs", "VF vGPU types and placement IDs")),
+        ("params", ("vgpu_params",)),
+        ("vfio", ("vfio-pci binds of the GPU's functions", "VF binds to vfio-pci")),
+    ]

@@ -5,7 +5,9 @@ from typing import Any
 from vgpuadm import api
 from vgpuadm.cli.console import Console
 from vgpuadm.cli.params import plan_options
-from vgpuadm.errors import NotFoundError
+from vgpuadm.errors import ConflictError, NotFoundError
+
+EXIT_DRIFTED = 1  # `restore --check`: something differs from the record (0: nothing does)
 
 
 def apply(console: Console, root: str | None, connect: str | None, plan_file: str, check: bool, show_diff: bool,
@@ -39,19 +41,29 @@ def apply(console: Console, root: str | None, connect: str | None, plan_file: st
 
 
 def restore(console: Console, root: str | None, connect: str | None, domain_xml_dir: str | None,
-            timeout: float, as_json: bool = False, dry_run: bool = False) -> None:  # fmt: skip
+            timeout: float, as_json: bool = False, dry_run: bool = False, gpus: tuple[str, ...] = (),
+            parents: tuple[str, ...] = ()) -> None:  # fmt: skip
     report = None if as_json else console.line
     result = api.restore(root, connect=connect, domain_xml_dir=domain_xml_dir, timeout=timeout, report=report,
-                         dry_run=dry_run)  # fmt: skip
+                         dry_run=dry_run, gpus=gpus, parents=parents)  # fmt: skip
     if as_json:
         console.json(result.to_json())  # printed even with problems: the error below still makes the exit non-zero
     elif dry_run:
         console.line(f"would run {len(result.planned)} step(s) first for {result.devices} recorded device(s); "
                      "nothing was changed (--dry-run)")  # fmt: skip
-    elif not result.done and not result.problems:
-        console.line(f"nothing to restore: all {result.devices} recorded device(s) are in place")
+    elif not result.done and not result.problems and not result.held:
+        on = _on(result.gpus, result.parents)
+        console.line(f"nothing to restore: all {result.devices} recorded device(s){on} are in place")
     elif result.done:
-        console.line(f"restored: {len(result.done)} step(s) for {result.devices} recorded device(s)")
+        on = _on(result.gpus, result.parents)
+        console.line(f"restored: {len(result.done)} step(s) for {result.devices} recorded device(s){on}")
+    if result.held and not result.problems:
+        raise ConflictError(
+            f"{len(result.held)} device(s) of running domains are gone and were left alone: {'; '.join(result.held[:3])}"
+            + (" …" if len(result.held) > 3 else ""),
+            "a running guest lost its device: shut the domain down, then run `vgpuadm restore` (it recreates the "
+            "device with the same UUID)",
+        )
     if result.problems:
         first = result.problems[0]
         raise NotFoundError(
@@ -61,6 +73,32 @@ def restore(console: Console, root: str | None, connect: str | None, domain_xml_
             "check that the GPU driver and its daemons run (nvidia-vgpud, nvidia-vgpu-mgr), then run "
             "`vgpuadm restore` again; it only redoes what is missing",
         )
+
+
+def _on(gpus: tuple[str, ...], parents: tuple[str, ...]) -> str:
+    """ " on GPU 0000:18:00.0" for a restore of some GPUs or parents (as the user named them), "" for the host."""
+    named = [*(f"GPU {g}" for g in gpus), *(f"parent {p}" for p in parents)]
+    return f" on {', '.join(named)}" if named else ""
+
+
+def restore_check(console: Console, root: str | None, connect: str | None, domain_xml_dir: str | None,
+                  as_json: bool, gpus: tuple[str, ...], parents: tuple[str, ...]) -> int:  # fmt: skip
+    """`restore --check`: the drift, one line each; EXIT_DRIFTED when there is some."""
+    result = api.restore_check(root, connect=connect, domain_xml_dir=domain_xml_dir, gpus=gpus, parents=parents)
+    if as_json:
+        console.json(result.to_json())
+    else:
+        for line in result.drift:
+            console.line(f"drift: {line}")
+        if result.drift:
+            console.line(f"{len(result.drift)} difference(s) from what {result.devices} recorded device(s) need; "
+                         f"`vgpuadm restore{''.join(f' --gpu {g}' for g in result.gpus)}"
+                         f"{''.join(f' --parent {p}' for p in result.parents)}` brings them back")  # fmt: skip
+        else:
+            console.line(
+                f"no drift: all {result.devices} recorded device(s){_on(result.gpus, result.parents)} are as recorded"
+            )
+    return EXIT_DRIFTED if result.drift else 0
 
 
 def reconcile(console: Console, root: str | None, connect: str | None, fix: bool, finish: bool,
@@ -146,7 +184,11 @@ def register(app: Any) -> None:
         does not name are left alone; never takes a device from a running VM."""
         apply(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), plan_file, check, show_diff, prune, as_json)
 
-    @app.command("restore", epilog="Example: vgpuadm restore --timeout 120   (run at boot by vgpuadm-restore.service)")
+    @app.command(
+        "restore",
+        epilog="Examples: vgpuadm restore --timeout 120   (run at boot by vgpuadm-restore.service) · after a GPU "
+        "reset: vgpuadm restore --gpu 0000:18:00.0 · vgpuadm restore --check   (exit 1 when something drifted)",
+    )
     def restore_cmd(
         ctx: typer.Context,
         domain_xml_dir: str = typer.Option(
@@ -157,11 +199,27 @@ def register(app: Any) -> None:
         timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for GPUs to register.", metavar="S"),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schemas/restore.schema.json)."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print what restore would do first; change nothing."),
+        gpus: list[str] = typer.Option([], "--gpu", metavar="ADDR",
+                                       help="Only the devices and enablers of this GPU (its PF address; repeatable)."),
+        parents: list[str] = typer.Option([], "--parent", metavar="NAME",
+                                          help="Only the devices on this mdev parent (a PCI address, a VF, mtty; "
+                                               "repeatable)."),
+        check: bool = typer.Option(False, "--check", help="Report what differs from the record (one line each), "
+                                   "change nothing; exit 1 when something does."),
     ) -> None:  # fmt: skip
         """After a reboot, re-create every device the domains' vgpuadm metadata records: driver, SR-IOV VFs, vGPU
-        types and mdevs (same UUIDs), vgpu_params, vfio-pci binds. Idempotent."""
-        restore(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), domain_xml_dir or old_domain_xml_dir,
-                timeout, as_json, dry_run)  # fmt: skip
+        types and mdevs (same UUIDs), vgpu_params, vfio-pci binds. After a GPU reset or a driver reload, --gpu or
+        --parent re-converges that GPU or parent only. A running domain's gone device is reported, never recreated
+        (exit 5). Idempotent."""
+        xml_dir = domain_xml_dir or old_domain_xml_dir
+        if check:
+            code = restore_check(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), xml_dir, as_json,
+                                 tuple(gpus), tuple(parents))  # fmt: skip
+            if code:
+                raise typer.Exit(code)
+            return
+        restore(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), xml_dir, timeout, as_json, dry_run,
+                tuple(gpus), tuple(parents))  # fmt: skip
 
     @app.command("reconcile", epilog="Example: vgpuadm reconcile --fix")
     def reconcile_cmd(

@@ -73,6 +73,37 @@ def build_app() -> Any:
         ctx.obj["console"].line(f"rebooted simulated host {directory}: runtime state dropped, native drivers bound")
 
     @app.command(
+        "reset",
+        epilog="Example: vgpuadm sim reset /tmp/h200-host 0000:18:00.0   (then: vgpuadm restore --gpu 0000:18:00.0)",
+    )
+    def reset_cmd(
+        ctx: typer.Context,
+        directory: str = typer.Argument(..., help="A simulated host root."),
+        gpu: str = typer.Argument(..., help="The GPU's PCI address (its PF), e.g. 0000:18:00.0 or 18:00.0."),
+        keep_vfs: bool = typer.Option(
+            False,
+            "--keep-vfs",
+            help="A reset through the PCI core (sysfs `reset`): the VFs stay, no uevent; their vGPU types go.",
+        ),
+    ) -> None:
+        """Reset one simulated GPU as nvidia-smi -r or a recovered Xid does: its mdevs, VFs (with their vGPU types
+        and params), GPU instances, MIG mode on Hopper and newer, heterogeneous mode and vfio binds go."""
+        address, lost = api.sim_reset(directory, gpu, keep_vfs)
+        ctx.obj["console"].line(f"reset GPU {address} of simulated host {directory}: "
+                                + (f"lost {', '.join(lost)}" if lost else "it had nothing to lose"))  # fmt: skip
+
+    @app.command("reload-driver", epilog="Example: vgpuadm sim reload-driver /tmp/p4-host   (every nvidia GPU)")
+    def reload_driver_cmd(
+        ctx: typer.Context,
+        directory: str = typer.Argument(..., help="A simulated host root."),
+        driver: str = typer.Argument("nvidia", help="The driver reloaded: nvidia (default), or mtty, mdpy, mbochs."),
+    ) -> None:
+        """Reload a driver on a simulated host: every GPU it drives loses its state as at `sim reset`."""
+        for name, lost in api.sim_reload_driver(directory, driver).items():
+            ctx.obj["console"].line(f"reloaded {driver} on {name}: " + (f"lost {', '.join(lost)}" if lost else
+                                                                       "it had nothing to lose"))  # fmt: skip
+
+    @app.command(
         "fail",
         epilog="Example: vgpuadm sim fail /tmp/p4-host '*/nvidia-63/create' ENOSPC --times 2 --after 1",
     )

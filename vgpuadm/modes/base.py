@@ -48,6 +48,9 @@ class Mode(ABC):
     # The restore phase (plan/restore.PHASES) that makes this mode's devices again after a reboot; None: nothing to
     # make on the host.
     restore_phase: ClassVar[str | None] = None
+    # What a reset of the device's GPU (nvidia-smi -r, a recovered Xid, a reload of its driver) loses of this mode's
+    # devices, in words; restore (`--gpu`) makes it again in `restore_phase`. (): a reset loses nothing of them.
+    reset_loses: ClassVar[tuple[str, ...]] = ()
     # The device is a whole GPU (with its IOMMU group's companions), given and taken back as one.
     whole_gpu: ClassVar[bool] = False
     # The vendor driver of the parent GPU must be bound for the device to exist (vGPU modes).

@@ -37,6 +37,7 @@ class MdevMode(Mode):
     layouts: ClassVar[tuple[Layout, ...]] = (Layout.MDEV_PF, Layout.MDEV_VF)
     holds: ClassVar[Holding] = Holding.MDEV_INSTANCE
     restore_phase: ClassVar[str | None] = "vgpu"
+    reset_loses: ClassVar[tuple[str, ...]] = ("mdevs",)  # the parent unregisters and registers again, empty
     needs_vendor_driver: ClassVar[bool] = True
 
     def validate(self, snapshot: HostSnapshot, device_id: str) -> None:

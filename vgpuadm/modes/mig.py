@@ -26,6 +26,9 @@ from vgpuadm.steps import CreateGpuInstance, DestroyGpuInstance, SetMigMode, Ste
 class MigMode(Mode):
     name: ClassVar[str] = "mig"
     layouts: ClassVar[tuple[Layout, ...]] = ()
+    # GPU instances never survive a reset; MIG mode does not on Hopper and newer (cozystack#70, NVIDIA
+    # gpu-operator#2600), while on Ampere it does (reference §7). Restore turns it on wherever it is off.
+    reset_loses: ClassVar[tuple[str, ...]] = ("GPU instances", "MIG mode (Hopper and newer)")
 
     def validate(self, snapshot: HostSnapshot, device_id: str) -> None:
         raise UsageError(f"{device_id}: MIG instances are not devices a VM takes", "give the VM a MIG-backed type")

@@ -37,6 +37,7 @@ class PassthroughMode(Mode):
     name: ClassVar[str] = "pci"
     layouts: ClassVar[tuple[Layout, ...]] = (Layout.PASSTHROUGH,)
     restore_phase: ClassVar[str | None] = "vfio"
+    reset_loses: ClassVar[tuple[str, ...]] = ("vfio-pci binds of the GPU's functions",)  # native driver again
     whole_gpu: ClassVar[bool] = True
 
     def find(self, snapshot: HostSnapshot, gpu: str) -> PciFunction:

@@ -16,6 +16,8 @@ from vgpuadm.steps import SRIOV_MANAGE, SetNumVfs, SriovManage, Step
 class SriovMode(Mode):
     name: ClassVar[str] = "sriov"
     layouts: ClassVar[tuple[Layout, ...]] = (Layout.SRIOV_PF,)
+    # the driver sets the GPU up again with SR-IOV off: sriov-manage (or sriov_numvfs) must enable the VFs again
+    reset_loses: ClassVar[tuple[str, ...]] = ("SR-IOV VFs",)
 
     def find(self, snapshot: HostSnapshot, pf: str) -> PciFunction:
         fn = snapshot.functions.get(pf)

@@ -33,6 +33,7 @@ class VfPoolMode(Mode):
     layouts: ClassVar[tuple[Layout, ...]] = (Layout.VF_POOL,)
     holds: ClassVar[Holding] = Holding.POOL_VF
     restore_phase: ClassVar[str | None] = "vfio"
+    reset_loses: ClassVar[tuple[str, ...]] = ("VF binds to vfio-pci",)  # with the VFs
 
     def find(self, snapshot: HostSnapshot, pf: str) -> VfPool:
         pool = snapshot.vf_pools.get(pf)

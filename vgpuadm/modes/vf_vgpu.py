@@ -35,6 +35,7 @@ class VfVgpuMode(Mode):
     layouts: ClassVar[tuple[Layout, ...]] = (Layout.VENDOR_VFIO,)
     holds: ClassVar[Holding] = Holding.VF_TYPE
     restore_phase: ClassVar[str | None] = "vgpu"
+    reset_loses: ClassVar[tuple[str, ...]] = ("VF vGPU types and placement IDs",)  # with the VFs (modes/sriov.py)
     needs_vendor_driver: ClassVar[bool] = True
 
     def find(self, snapshot: HostSnapshot, vf: str) -> VendorVf:

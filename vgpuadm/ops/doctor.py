@@ -20,9 +20,11 @@ from vgpuadm.host.paths import PROC_CMDLINE
 from vgpuadm.host.root import SRIOV_MANAGE, HostRoot
 from vgpuadm.host.sysfs import check_root
 from vgpuadm.model import HostSnapshot
+from vgpuadm.ops.declarative import drift_of
 from vgpuadm.ops.session import Session
 from vgpuadm.plan.domains import Domains, missing_recorded
 from vgpuadm.plan.reconcile import find_leaks
+from vgpuadm.plan.restore import DEVICE_PHASES
 from vgpuadm.report.doctor import Check, HostFacts, run_checks
 
 QEMU = ("/usr/bin/qemu-system-x86_64", "/usr/libexec/qemu-kvm", "/usr/bin/qemu-kvm", "/usr/bin/kvm")
@@ -67,7 +69,7 @@ def facts(root: str | None, connect: str | None = None) -> HostFacts:
         else:
             if doc is not None:
                 journal = pending_summary(doc)
-        version = error = hint = leaks = missing = claimed = None
+        version = error = hint = leaks = missing = claimed = drift = None
         unrecorded: tuple[tuple[str, str], ...] = ()
         uses_ramfb = False
         try:
@@ -80,6 +82,7 @@ def facts(root: str | None, connect: str | None = None) -> HostFacts:
             missing = tuple((a.domain, modes.describe(a)) for a in missing_recorded(snap, doms))
             claimed = tuple((key, tuple(names)) for (_, key), names in sorted(doms.claims().items()) if len(names) > 1)
             unrecorded = _unrecorded(snap, doms)
+            drift = tuple(x for x in drift_of(s, doms).drift if x.split(":", 1)[0] not in DEVICE_PHASES)
         except VgpuadmError as exc:  # also LibvirtMissingError: no libvirt-python
             error, hint = exc.message, exc.hint
         return HostFacts(
@@ -100,6 +103,7 @@ def facts(root: str | None, connect: str | None = None) -> HostFacts:
             missing=missing,
             claimed_twice=claimed,
             unrecorded=unrecorded,
+            drift=drift,
         )
 
 

@@ -116,14 +116,17 @@ def plan_gpus(
     return PolicyPlan((*runtime, *files), tuple(lines), tuple(warnings), dataclasses.replace(snap, policies=policies))
 
 
-def restore_steps(snap: HostSnapshot, state_text: str | None, placed_gpus: Collection[str]) -> list[Step]:
-    """After a reboot: heterogeneous mode on again where the state file or a recorded placement ID wants it, and the
-    running scheduler set to the state file's when the driver did not load it from the modprobe file."""
+def restore_steps(
+    snap: HostSnapshot, state_text: str | None, placed_gpus: Collection[str], only: Collection[str] | None = None
+) -> list[Step]:
+    """After a reboot or a GPU reset: heterogeneous mode on again where the state file or a recorded placement ID
+    wants it, and the running scheduler set to the state file's when the driver did not load it from the modprobe
+    file. `only`: these GPUs alone (None: every GPU)."""
     state = parse_state(state_text)
     steps: list[Step] = []
     for gpu in sorted(set(state) | set(placed_gpus)):
         p = policy_of(snap, gpu)
-        if p is None:
+        if p is None or (only is not None and gpu not in only):
             continue
         want = state.get(gpu, {})
         sched = (want.get("scheduler", p.scheduler or "best-effort"), want.get("timeslice_ms", p.timeslice_ms))

@@ -17,7 +17,14 @@ order, re-discovering between them, because each phase makes the devices the nex
   vfio    passthrough functions bound to vfio-pci again, VF pools' VFs bound for their guests
 
 The order is declared once, in RESTORE_ORDER, each phase with the host reads it needs before it plans (the caller
-does them: planning stays pure). The enablers that are not devices (driver, SR-IOV, host policies, MIG, params)
+does them: planning stays pure) and what a reset of a GPU (nvidia-smi -r, a recovered Xid, a driver reload) loses
+that the phase makes again (`loses`: the enablers' own words here or in their mode's file, the device modes'
+`reset_loses`; reset_losses() lists them in order).
+
+After a reset the same phases re-converge one GPU or one mdev parent (`Scope`: the allocations on it, and the
+enablers of that GPU only), and `drift` says what differs from the record without changing anything (`restore
+--check`, `doctor`): a recorded device that is gone, and each step an enabler phase would plan against the host as
+it is. The enablers that are not devices (driver, SR-IOV, host policies, MIG, params)
 have their builders here; a device phase ("vgpu", "vfio") plans each allocation whose mode (modes/*.py) names it
 as its `restore_phase`, by asking that mode (`Mode.plan_rebuild`). Every phase is idempotent: what already matches
 produces no step, so a second restore plans nothing.
@@ -31,7 +38,7 @@ from dataclasses import dataclass, replace
 from vgpuadm import modes
 from vgpuadm.catalog.mig import MigHost, MigInstance, recorded_instance
 from vgpuadm.errors import NotFoundError, VgpuadmError
-from vgpuadm.model import Allocation, HostSnapshot
+from vgpuadm.model import Allocation, HostSnapshot, is_pci_address
 from vgpuadm.modes import mig, sriov
 from vgpuadm.plan import policies
 from vgpuadm.steps import (
@@ -101,6 +108,7 @@ class HostReads:
     sriov_manage: bool = False
     mig_host: MigHost | None = None
     policy_state: str | None = None
+    gpus: frozenset[str] | None = None  # the GPUs (PFs) whose enablers this restore may change (None: every GPU)
 
 
 Builder = Callable[[Sequence[Allocation], HostSnapshot, HostReads], PhasePlan]
@@ -117,6 +125,7 @@ class Phase:
     waits_for_devices: bool = False  # wait (up to --timeout) until the host shows every device (missing_devices)
     reads_mig: bool = False  # the MIG state, when an allocation is of a MIG-backed type (needs_mig)
     reads_policies: bool = False  # the policy state file and the GPUs' policies, where heterogeneous mode is wanted
+    loses: tuple[str, ...] = ()  # what a GPU reset loses that this enabler makes again (device phases: the modes')
 
     def plan(self, allocations: Sequence[Allocation], snap: HostSnapshot, reads: HostReads) -> PhasePlan:
         if self.build is not None:
@@ -126,10 +135,10 @@ class Phase:
 
 def plan_phase(
     phase: str, allocations: Sequence[Allocation], snap: HostSnapshot, *, sriov_manage: bool = False,
-    mig_host: MigHost | None = None, policy_state: str | None = None,
+    mig_host: MigHost | None = None, policy_state: str | None = None, gpus: frozenset[str] | None = None,
 ) -> PhasePlan:  # fmt: skip
     """The work of one phase (by name; see HostReads for the keywords)."""
-    return _BY_NAME[phase].plan(allocations, snap, HostReads(sriov_manage, mig_host, policy_state))
+    return _BY_NAME[phase].plan(allocations, snap, HostReads(sriov_manage, mig_host, policy_state, gpus))
 
 
 def _devices(phase: str, allocs: Sequence[Allocation], snap: HostSnapshot) -> PhasePlan:
@@ -149,7 +158,8 @@ def _devices(phase: str, allocs: Sequence[Allocation], snap: HostSnapshot) -> Ph
 
 def _policies(allocs: Sequence[Allocation], snap: HostSnapshot, reads: HostReads) -> PhasePlan:
     placed = {gpu for a in allocs if (gpu := modes.of(a).heterogeneous_gpu(snap, a)) is not None}
-    return PhasePlan("policies", _units(policies.restore_steps(snap, reads.policy_state, placed), "host policies"))
+    steps = policies.restore_steps(snap, reads.policy_state, placed, only=reads.gpus)
+    return PhasePlan("policies", _units(steps, "host policies"))
 
 
 def _driver(allocs: Sequence[Allocation], snap: HostSnapshot, reads: HostReads) -> PhasePlan:
@@ -157,6 +167,8 @@ def _driver(allocs: Sequence[Allocation], snap: HostSnapshot, reads: HostReads) 
     # override binds the native driver. A PF already bound to something (even vfio-pci) is left alone.
     steps: list[Step] = []
     for pf in _pfs_needed(allocs, snap):
+        if reads.gpus is not None and pf not in reads.gpus:  # re-converging some GPUs: not another candidate PF
+            continue
         fn = snap.functions.get(pf)
         if fn is not None and fn.driver is None and not fn.driver_override:
             steps.append(DriversProbe(pf))
@@ -193,6 +205,8 @@ def _sriov(allocs: Sequence[Allocation], snap: HostSnapshot, reads: HostReads) -
     pool_pfs = {a.address: pf for a in allocs if (pf := modes.of(a).sriov_pf(snap, a)) is not None}
     for dev in missing_devices(allocs, snap):
         pfs.update([pool_pfs[dev]] if dev in pool_pfs else _candidate_pfs(dev, snap))
+    if reads.gpus is not None:  # re-converging some GPUs: a missing VF's other candidate PFs are not touched
+        pfs &= reads.gpus
     for pf in sorted(pfs):
         try:
             steps = sriov.MODE.plan_enable(snap, pf, sriov_manage=reads.sriov_manage)
@@ -205,8 +219,13 @@ def _sriov(allocs: Sequence[Allocation], snap: HostSnapshot, reads: HostReads) -
 
 
 def needs_mig(allocs: Sequence[Allocation], snap: HostSnapshot) -> bool:
-    """Whether an allocation is of a MIG-backed type (then the mig phase reads the MIG state)."""
-    return any(_is_mig_backed(a, snap) for a in allocs)
+    """Whether an allocation is of a MIG-backed type (then the mig phase reads the MIG state), or may be: a missing
+    vGPU that recorded a GPU instance, or whose type no GPU lists now (with MIG mode off — after a reset on Hopper
+    and newer — a GPU lists none of its MIG-backed types; the MIG state says which types need it)."""
+    listed = {t.type_id for t in snap.types()}
+    return any(_is_mig_backed(a, snap) or (modes.of(a).needs_vendor_driver and modes.of(a).missing(snap, a)
+                                           and (recorded_instance(a.extra) is not None or a.type_id not in listed))
+               for a in allocs)  # fmt: skip
 
 
 def _mig(allocs: Sequence[Allocation], snap: HostSnapshot, reads: HostReads) -> PhasePlan:
@@ -219,7 +238,7 @@ def _mig(allocs: Sequence[Allocation], snap: HostSnapshot, reads: HostReads) -> 
     names = {t.type_id: t.name for t in snap.types()}
     wanted: dict[str, list[Allocation]] = {}
     for a in allocs:
-        if not _is_mig_backed(a, snap) or _vgpu_exists(a, snap):  # a vGPU that exists sits on its GPU instance
+        if _vgpu_exists(a, snap):  # a vGPU that exists sits on its GPU instance
             continue
         dev = needed_device(a)
         if dev is not None and dev in snap.functions:
@@ -227,7 +246,8 @@ def _mig(allocs: Sequence[Allocation], snap: HostSnapshot, reads: HostReads) -> 
         else:
             candidates = _candidate_pfs(dev or "", snap)
             pf = candidates[0] if candidates else ""
-        wanted.setdefault(pf, []).append(a)
+        if _is_mig_backed(a, snap, host, pf):
+            wanted.setdefault(pf, []).append(a)
     units: list[Plan] = []
     problems: list[str] = []
     held: list[str] = []
@@ -299,11 +319,15 @@ def _vgpu_exists(a: Allocation, snap: HostSnapshot) -> bool:
     return mode.needs_vendor_driver and not mode.missing(snap, a)
 
 
-def _is_mig_backed(a: Allocation, snap: HostSnapshot) -> bool:
+def _is_mig_backed(a: Allocation, snap: HostSnapshot, host: MigHost | None = None, pf: str = "") -> bool:
+    """Whether `a` is of a MIG-backed type: as the host lists its type, else (no GPU lists it: MIG mode is off) as
+    the MIG state of its GPU `pf` says, or as its record of a GPU instance says."""
     for t in snap.types():
         if t.type_id == a.type_id:  # after a reboot the allocation's own VF may not list it yet
             return bool(t.attributes.get("mig_slices"))
-    return False
+    if recorded_instance(a.extra) is not None:
+        return True
+    return host is not None and host.need(pf, a.type_id or "", "") is not None
 
 
 def _params(allocs: Sequence[Allocation], snap: HostSnapshot, reads: HostReads) -> PhasePlan:
@@ -312,13 +336,92 @@ def _params(allocs: Sequence[Allocation], snap: HostSnapshot, reads: HostReads) 
 
 
 RESTORE_ORDER: tuple[Phase, ...] = (
-    Phase("driver", _driver),
-    Phase("sriov", _sriov),
-    Phase("policies", _policies, reads_policies=True),
-    Phase("mig", _mig, reads_mig=True),
+    Phase("driver", _driver),  # a reset keeps the driver bound; a reload that did not probe a GPU needs it
+    Phase("sriov", _sriov, loses=sriov.MODE.reset_loses),
+    Phase("policies", _policies, reads_policies=True, loses=("heterogeneous mode", "the vGPU scheduler")),
+    Phase("mig", _mig, reads_mig=True, loses=mig.MODE.reset_loses),
     Phase("vgpu", waits_for_devices=True),
-    Phase("params", _params),
+    Phase("params", _params, loses=("vgpu_params",)),
     Phase("vfio"),
 )
 PHASES = tuple(p.name for p in RESTORE_ORDER)
+DEVICE_PHASES = tuple(p.name for p in RESTORE_ORDER if p.build is None)  # the modes make their devices in these
 _BY_NAME = {p.name: p for p in RESTORE_ORDER}
+
+
+def reset_losses() -> list[tuple[str, tuple[str, ...]]]:
+    """(phase, what a GPU reset loses that the phase makes again), in restore order: the enablers' declarations
+    and, for a device phase, those of the modes whose devices it makes."""
+    out = []
+    for p in RESTORE_ORDER:
+        loses = p.loses + tuple(w for m in modes.MODES if m.restore_phase == p.name for w in m.reset_loses)
+        if loses:
+            out.append((p.name, loses))
+    return out
+
+
+# -- one GPU or one mdev parent (restore --gpu/--parent) ----------------------------------------------------------
+
+
+def gpus_of(dev: str, snap: HostSnapshot) -> list[str]:
+    """The physical GPUs (PFs) a host device may belong to: its PF when the host shows it, else (a VF gone with
+    SR-IOV) the PFs that could own it (_candidate_pfs); a non-PCI parent (mtty) is its own."""
+    if dev in snap.functions or not is_pci_address(dev):
+        return [snap.physical_gpu(dev)]
+    return _candidate_pfs(dev, snap)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a restore re-converges: every recorded device (both empty), or the devices on the GPUs named (their
+    VFs, mdevs, passthrough functions) and on the mdev parents named (an mdev parent or a layout C VF by name)."""
+
+    gpus: frozenset[str] = frozenset()
+    parents: frozenset[str] = frozenset()
+
+    @property
+    def whole(self) -> bool:
+        return not self.gpus and not self.parents
+
+    def covers(self, a: Allocation, snap: HostSnapshot) -> bool:
+        if self.whole:
+            return True
+        dev = needed_device(a)
+        if dev is None:
+            return False
+        pf = modes.of(a).sriov_pf(snap, a)  # a pool VF records its PF
+        return dev in self.parents or bool(self.gpus.intersection([pf] if pf else gpus_of(dev, snap)))
+
+    def enabler_gpus(self, allocs: Sequence[Allocation], snap: HostSnapshot) -> frozenset[str] | None:
+        """The GPUs whose enablers (SR-IOV, policies, MIG) this restore may change: None for the whole host; the
+        GPUs named, and for a parent named the GPU it is on."""
+        if self.whole:
+            return None
+        on_parents = {
+            g for a in allocs if needed_device(a) in self.parents for g in gpus_of(needed_device(a) or "", snap)
+        }
+        return frozenset(self.gpus | on_parents | {snap.physical_gpu(p) for p in self.parents})
+
+
+# -- drift: what differs from the record, changing nothing (restore --check, doctor) -----------------------------
+
+
+def drift(allocs: Sequence[Allocation], snap: HostSnapshot, reads: HostReads, running: frozenset[str] = frozenset()
+          ) -> list[str]:  # fmt: skip
+    """One line per difference between the record and the host, by phase ("phase: …"): each step an enabler phase
+    would plan against the host as it is (VFs off, MIG mode off, a GPU instance, heterogeneous mode, the scheduler,
+    vgpu_params) and what it cannot do, and each recorded device that is gone (with its domain when that domain
+    runs: restore does not touch it). Pure: the caller read the host (HostReads, for every phase at once)."""
+    out: list[str] = []
+    for spec in RESTORE_ORDER:
+        if spec.build is None:
+            for a in sorted(allocs, key=lambda a: (a.domain, a.slot)):
+                mode = modes.of(a)
+                if mode.restore_phase == spec.name and mode.missing(snap, a) and not mode.record_problem(a):
+                    held = f" ({a.domain} is running: stop it and run restore)" if a.domain in running else ""
+                    out.append(f"{spec.name}: {a.domain}: {mode.describe(a)} is gone{held}")
+            continue
+        pp = spec.plan([a for a in allocs if a.domain not in running], snap, reads)
+        out += [f"{spec.name}: not as recorded: would {s.describe()}" for s in pp.steps]
+        out += [f"{spec.name}: {p}" for p in pp.problems]
+    return out

@@ -57,6 +57,9 @@ class HostFacts:
     claimed_twice: tuple[tuple[str, tuple[str, ...]], ...] | None = None
     # (domain, device) a domain's XML gives it that no vgpuadm metadata records and `vgpuadm adopt` could record
     unrecorded: tuple[tuple[str, str], ...] = ()
+    # what differs from the record besides missing devices (`restore --check`'s lines: VFs, MIG mode and GPU
+    # instances, host policies, vgpu_params after a GPU reset or a driver reload); None when libvirt cannot say
+    drift: tuple[str, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     libvirt_hint: str | None = None  # what to do about libvirt_error (no daemon, no permission, no libvirt-python)
 
@@ -309,6 +312,16 @@ def check_unrecorded(f: HostFacts) -> list[Check]:
     ]
 
 
+def check_drift(f: HostFacts) -> list[Check]:
+    """What a GPU reset or a driver reload lost that the record needs besides the devices (check_missing names
+    those): VFs, MIG mode and instances, host policies, vgpu_params. Nothing to say when nothing drifted."""
+    if not f.drift:
+        return []
+    shown = "; ".join(f.drift[:3]) + (f" (and {len(f.drift) - 3} more)" if len(f.drift) > 3 else "")
+    return [Check("drift", FAIL, f"{len(f.drift)} difference(s) from what the domains record: {shown}",
+                  "vgpuadm restore --check lists them; vgpuadm restore (--gpu ADDR for one GPU) brings them back")]  # fmt: skip
+
+
 def run_checks(f: HostFacts) -> list[Check]:
     """Every check, in the order they are printed."""
     return [
@@ -323,6 +336,7 @@ def run_checks(f: HostFacts) -> list[Check]:
         check_journal(f),
         *check_leaks(f),
         check_missing(f),
+        *check_drift(f),
         *check_claims(f),
         *check_unrecorded(f),
     ]

@@ -200,12 +200,25 @@ def registry_scheduler(root: str) -> tuple[tuple[str, int] | None, dict[str, tup
 
 def reboot(host: SimHost) -> None:
     """Caller holds the lock: the mode is off again, every placement_id reads -1, the scheduler is the registry's."""
-    states = host.model.get("hetero") or {}
+    gpu_reset(host, list(host.model.get("hetero") or {}))
+
+
+def gpu_reset(host: SimHost, pfs: list[str]) -> list[str]:
+    """The vGPU manager sets these GPUs up again (a reboot, a GPU reset, a driver reload; caller holds the lock):
+    heterogeneous mode off, the scheduler read again from the registry key [I: as at driver load]. What was lost, in
+    words."""
+    states = {pf: st for pf, st in (host.model.get("hetero") or {}).items() if pf in pfs}
     if not states:
-        return
+        return []
     glob, per = registry_scheduler(host.root)
+    lost = []
     for pf, st in states.items():
-        st["enabled"] = False
         policy, ts = per.get(pf) or glob or ("best-effort", 0)
+        if st["enabled"]:
+            lost.append("heterogeneous mode")
+        if st["scheduler"] != {"policy": policy, "timeslice_ms": ts}:
+            lost.append(f"scheduler {st['scheduler']['policy']}")
+        st["enabled"] = False
         st["scheduler"] = {"policy": policy, "timeslice_ms": ts}
     host.tree.marker(host.model)
+    return lost

@@ -12,7 +12,8 @@ Rules (the MIG user guide and NVIDIA's vGPU documentation, reference §3.5):
   ids are the lowest unused from 1 [I: real ids follow the hardware's slice map (the A100 printed 1, 11, 6, 12);
   nothing may depend on them].
 - `-dgi` is refused while a vGPU or a compute instance uses the instance.
-- GPU instances and compute instances do not survive a reboot; MIG mode does (reference §3.5).
+- GPU instances and compute instances do not survive a reboot; MIG mode does (reference §3.5). A GPU reset loses
+  the instances too, and MIG mode on the boards whose mode does not survive one (Hopper and newer; migmodel.py).
 """
 
 from __future__ import annotations
@@ -109,6 +110,22 @@ def reboot(host: SimHost) -> None:
     """Pending modes take effect; GPU and compute instances are gone (caller holds the lock)."""
     for pf, st in states(host).items():
         _apply_pending(host, pf, st)
+
+
+def gpu_reset(host: SimHost, pf: str) -> list[str]:
+    """The GPU was reset (a recovered Xid, `vgpuadm sim reset`; caller holds the lock): its GPU and compute instances
+    are gone, a pending mode takes effect, and on a board whose mode does not survive a reset (Hopper and newer,
+    migmodel's `mode_survives_reset`) MIG mode is off. What was lost, in words."""
+    st = state_of_pf(host, pf)
+    if st is None:
+        return []
+    lost = [f"{len(st['instances'])} GPU instance(s)"] if st["instances"] else []
+    if not st.get("mode_survives_reset", True):
+        if migmodel.enabled(st) or st["pending"] == "Enabled":
+            lost.append("MIG mode")
+        st["pending"] = "Disabled"
+    _apply_pending(host, pf, st)
+    return lost
 
 
 def _profile_by_word(st: dict[str, Any], word: str) -> dict[str, Any]:

@@ -6,6 +6,10 @@ Marker model: `mig: {PF: {mode, pending, reset_needed, slots, profiles: [...], i
   mode/pending     "Enabled" | "Disabled" (nvidia-smi's words); pending differs from mode until a GPU reset/reboot
   reset_needed     True when `-mig 1` leaves the change pending until `nvidia-smi -r` or a reboot (A100 under
                    a hypervisor, as the published A100 output shows); False when the driver resets the idle GPU
+  mode_survives_reset  False on Hopper and newer: a GPU reset (a recovered Xid, `vgpuadm sim reset`) leaves MIG mode
+                   off (cozystack#70, NVIDIA gpu-operator#2600/#2603: the mode must be committed again after a reset);
+                   True on Ampere, where the mode is kept in the GPU's InfoROM and survives (reference §7) [I: that
+                   the Ampere mode survives a reset as it survives a reboot]. Absent: True.
   profiles         [{id, name, mem_gib, sm, dec, enc, ce, jpeg, ofa, starts, size, total}]
   instances        [{id, profile, start, users: [device dirs of the vGPUs on it]}]
   cis              [{gi, id, profile}]
@@ -76,7 +80,9 @@ def gpu_order(model: dict[str, Any]) -> list[str]:
     return sorted(set(model.get("vendor_vfio") or {}) | set(model.get("mig") or {}))
 
 
-def gpu_state(rows: list[Row], types: dict[str, dict[str, int]], reset_needed: bool) -> dict[str, Any]:
+def gpu_state(
+    rows: list[Row], types: dict[str, dict[str, int]], reset_needed: bool, *, mode_survives_reset: bool = True
+) -> dict[str, Any]:
     """The marker's MIG entry for one GPU, MIG mode off, no instances."""
     profiles: list[dict[str, Any]] = [
         {"id": r[0], "name": r[1], "mem_gib": r[2], "sm": r[3], "dec": r[4], "enc": r[5], "ce": r[6], "jpeg": r[7],
@@ -85,7 +91,8 @@ def gpu_state(rows: list[Row], types: dict[str, dict[str, int]], reset_needed: b
     ]  # fmt: skip
     slots = max(r[9][-1] + r[10] for r in rows)
     return {"mode": "Disabled", "pending": "Disabled", "reset_needed": reset_needed,
-            "slots": slots, "profiles": profiles, "instances": [], "cis": [], "types": types}  # fmt: skip
+            "mode_survives_reset": mode_survives_reset, "slots": slots, "profiles": profiles, "instances": [],
+            "cis": [], "types": types}  # fmt: skip
 
 
 def enabled(state: dict[str, Any] | None) -> bool:

@@ -375,7 +375,9 @@ def add_h200(h: HostBuilder, address: str, host_bridge: str, group: int, numa: i
     types = [[num, f"NVIDIA {p}", describe_nvidia_name(p).framebuffer_mib, mx] for num, p, mx in H200_TYPES]
     need = {str(num): {"profile": H200_MIG_PROFILE[p], "per_gi": 1} for num, p, _mx in H200_TYPES
             if p in H200_MIG_PROFILE}  # fmt: skip
-    h.model.setdefault("mig", {})[address] = migmodel.gpu_state(migmodel.H200_PROFILES, need, reset_needed=False)
+    h.model.setdefault("mig", {})[address] = migmodel.gpu_state(
+        migmodel.H200_PROFILES, need, reset_needed=False, mode_survives_reset=False
+    )  # Hopper
     h.model.setdefault("products", {})[address] = "NVIDIA H200"  # the real H200's -q -x (tests/data/h200-…)
     _sriov_pf(h, address, port, "0x2335", vfs, enabled, "vendor-vfio", types, group, numa, "0x2335")
     h.model["vendor_vfio"][address] = {"types": types}
@@ -410,7 +412,9 @@ def add_rtxpro6000(h: HostBuilder, address: str, host_bridge: str, group: int, n
         [num, f"NVIDIA {p}", describe_nvidia_name(p).framebuffer_mib, mx] for num, p, mx, _g, _n in RTXPRO6000_TYPES
     ]
     need = {str(num): {"profile": g, "per_gi": n} for num, _p, _mx, g, n in RTXPRO6000_TYPES if g is not None}
-    h.model.setdefault("mig", {})[address] = migmodel.gpu_state(migmodel.RTXPRO6000_PROFILES, need, reset_needed=False)
+    h.model.setdefault("mig", {})[address] = migmodel.gpu_state(
+        migmodel.RTXPRO6000_PROFILES, need, reset_needed=False, mode_survives_reset=False
+    )  # Blackwell
     h.model.setdefault("products", {})[address] = "NVIDIA RTX PRO 6000 Blackwell Server Edition"  # [I: as above]
     _sriov_pf(h, address, port, "0x2bb5", vfs, True, "vendor-vfio", types, group, numa, "0x2bb5")
     h.model["vendor_vfio"][address] = {"types": types}
