@@ -38,6 +38,7 @@ MODULES = (
     ("manpage", ("man",)),
     ("vms", ("vms",)),
     ("hook", ("hook",)),
+    ("udev", ("udev",)),
     ("mig", ("mig",)),
     ("inventory", ("inventory",)),
     ("exporter", ("exporter",)),

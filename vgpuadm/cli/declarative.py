@@ -3,7 +3,7 @@
 from typing import Any
 
 from vgpuadm import api
-from vgpuadm.cli.console import Console
+from vgpuadm.cli.console import Console, SyslogConsole, logged
 from vgpuadm.cli.params import plan_options
 from vgpuadm.errors import NotFoundError
 
@@ -39,10 +39,11 @@ def apply(console: Console, root: str | None, connect: str | None, plan_file: st
 
 
 def restore(console: Console, root: str | None, connect: str | None, domain_xml_dir: str | None,
-            timeout: float, as_json: bool = False, dry_run: bool = False) -> None:  # fmt: skip
+            timeout: float, as_json: bool = False, dry_run: bool = False, **scope: tuple[str, ...]) -> None:  # fmt: skip
+    """`scope`: api.restore's keywords that restrict it to some GPUs or mdev parents (the udev rule's runs)."""
     report = None if as_json else console.line
     result = api.restore(root, connect=connect, domain_xml_dir=domain_xml_dir, timeout=timeout, report=report,
-                         dry_run=dry_run)  # fmt: skip
+                         dry_run=dry_run, **scope)  # fmt: skip
     if as_json:
         console.json(result.to_json())  # printed even with problems: the error below still makes the exit non-zero
     elif dry_run:
@@ -157,9 +158,26 @@ def register(app: Any) -> None:
         timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for GPUs to register.", metavar="S"),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON (schemas/restore.schema.json)."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print what restore would do first; change nothing."),
+        to_syslog: bool = typer.Option(False, "--syslog", help="Send the outcome to the system log (ident vgpuadm), "
+                                       "nothing to the terminal: for runs nobody watches."),
     ) -> None:  # fmt: skip
         """After a reboot, re-create every device the domains' vgpuadm metadata records: driver, SR-IOV VFs, vGPU
         types and mdevs (same UUIDs), vgpu_params, vfio-pci binds. Idempotent."""
+        if to_syslog:  # the outcome, errors included, to the system log; the exit code still tells
+            log = SyslogConsole()
+            code = logged(
+                log,
+                lambda: restore(
+                    log,
+                    ctx.obj["root"],
+                    ctx.obj.get("connect"),
+                    domain_xml_dir or old_domain_xml_dir,
+                    timeout,
+                    as_json,
+                    dry_run,
+                ),
+            )
+            raise typer.Exit(code)  # fmt: skip
         restore(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), domain_xml_dir or old_domain_xml_dir,
                 timeout, as_json, dry_run)  # fmt: skip
 
