@@ -116,13 +116,13 @@ def hand_off(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
     return "detached"
 
 
-def trigger(root: str, t: Target, worker: Sequence[str], spawn: Callable[[Sequence[str]], str] = hand_off) -> str:
-    """One udev event for `t`: hand `worker` off unless a run for `t` is pending or running. What happened, as one
-    line for the system log."""
+def trigger(root: str, t: Target, worker: Sequence[str], spawn: Callable[[Sequence[str]], str] | None = None) -> str:
+    """One udev event for `t`: hand `worker` off (`spawn`, default hand_off) unless a run for `t` is pending or
+    running. What happened, as one line for the system log."""
     if not claim(root, t):
         return f"udev: {t.describe()}: a run is already pending; this event is dropped"
     try:
-        how = spawn(worker)
+        how = (spawn or hand_off)(worker)
     except (OSError, subprocess.SubprocessError) as exc:
         release(root, t)
         raise ConflictError(f"udev: {t.describe()}: the run could not be started: {exc}",
