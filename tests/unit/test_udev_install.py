@@ -194,6 +194,17 @@ def test_a_pending_file_a_dead_run_left_holds_events_back_only_for_a_while(tmp_p
     assert not udevrun.claim(str(tmp_path), t)
 
 
+def test_under_systemd_the_run_is_a_transient_service_after_libvirt() -> None:
+    env = {"PYTHONPATH": "/src/vgpuadm", "HOME": "/root", "PATH": "/usr/bin"}
+    run_ = ["/usr/bin/vgpuadm", "udev", "run", "--gpu", "0000:65:00.0", "--worker"]
+    ordering = ["--property=After=vgpuadm-restore.service", "--property=After=libvirtd.service",
+                "--property=After=virtqemud.service"]  # fmt: skip
+    assert udevrun.systemd_run_argv("/usr/bin/systemd-run", run_, env) == [
+        "/usr/bin/systemd-run", "--no-block", "--quiet", "--collect",
+        "--description=vgpuadm: restore after a udev event", *ordering, "--setenv=PYTHONPATH=/src/vgpuadm", *run_,
+    ]  # fmt: skip
+
+
 def test_a_vf_names_its_gpu_and_bad_names_are_refused(tmp_path: Path) -> None:
     devices = tmp_path / "sys/bus/pci/devices"
     (devices / "0000:65:00.4").mkdir(parents=True)

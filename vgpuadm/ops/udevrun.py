@@ -99,16 +99,22 @@ def release(root: str, t: Target) -> None:
         os.close(fd)
 
 
+def systemd_run_argv(systemd_run: str, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """The systemd-run command that starts `argv` as a transient service: not waited for, collected when done,
+    ordered after libvirt and the boot restore, with the environment the run needs (a service starts with none)."""
+    keep = [f"--setenv={k}={env[k]}" for k in KEEP_ENV if env.get(k)]
+    after = [f"--property=After={u}" for u in AFTER]
+    return [systemd_run, "--no-block", "--quiet", "--collect", "--description=vgpuadm: restore after a udev event",
+            *after, *keep, *argv]  # fmt: skip
+
+
 def hand_off(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
     """Start `argv` so that it outlives udev's event: a transient systemd service when systemd runs the host, else
     a detached child. What was used, as a word."""
     env = os.environ if env is None else env
     systemd_run = next((p for p in SYSTEMD_RUN if os.access(p, os.X_OK)), None)
     if systemd_run and os.path.isdir("/run/systemd/system"):
-        keep = [f"--setenv={k}={env[k]}" for k in KEEP_ENV if env.get(k)]
-        after = [f"--property=After={u}" for u in AFTER]
-        subprocess.run([systemd_run, "--no-block", "--quiet", "--collect", "--description=vgpuadm re-converge after "
-                        "a udev event", *after, *keep, *argv], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        subprocess.run(systemd_run_argv(systemd_run, argv, env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=30, check=True)  # fmt: skip
         return "systemd-run"
     subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
