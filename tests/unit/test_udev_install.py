@@ -282,3 +282,36 @@ def test_udev_run_takes_the_fast_path(tmp_path: Path) -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert (r.returncode, r.stdout, r.stderr) == (0, "[]\n", "")
+
+
+@pytest.mark.process
+def test_restore_syslog_tells_a_wait_for_the_lock_in_the_log_too(tmp_path: Path, logged: list[tuple[int, str]]) -> None:
+    """Another vgpuadm (a process of its own) holds the host lock for a moment: the wait is logged, not printed."""
+    root = tmp_path / "h"
+    build("kernel-samples", str(root))
+    (tmp_path / "domains").mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom vgpuadm import api\n"
+         f"with api.host_lock({str(root)!r}):\n    print('held', flush=True)\n    time.sleep(2)\n"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        args = (
+            "--root",
+            str(root),
+            "--wait",
+            "60",
+            "restore",
+            "--syslog",
+            "--domain-xml-dir",
+            str(tmp_path / "domains"),
+        )
+        assert cli(*args) == (0, "", "")
+    finally:
+        holder.wait(30)
+    assert [p for p, _ in logged] == [syslog.LOG_WARNING, syslog.LOG_INFO]
+    assert logged[0][1].startswith(f"warning: waiting for pid {holder.pid} ") and logged[0][1].endswith(
+        "(up to 60 s; --no-wait fails at once)"
+    )
+    assert logged[1][1] == "nothing to restore: all 0 recorded device(s) are in place"

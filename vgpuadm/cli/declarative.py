@@ -165,6 +165,7 @@ def register(app: Any) -> None:
         types and mdevs (same UUIDs), vgpu_params, vfio-pci binds. Idempotent."""
         if to_syslog:  # the outcome, errors included, to the system log; the exit code still tells
             log = SyslogConsole()
+            api.set_lock_policy(ctx.obj["lock"][0], log.warn, ctx.obj["lock"][1])  # a wait for the lock: logged too
             code = logged(
                 log,
                 lambda: restore(
