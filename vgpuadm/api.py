@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from vgpuadm.host.root import EMBED_LIBVIRT, HostRoot, resolve_root
     from vgpuadm.host.umockdev import load as load_umockdev
     from vgpuadm.io.unitfile import exec_start
-    from vgpuadm.ops import declarative, guest, hook, mdevctl, unit
+    from vgpuadm.ops import declarative, guest, hook, mdevctl, udevrun, unit
     from vgpuadm.ops import mig as mig
     from vgpuadm.ops.declarative import (
         ApplyResult,
@@ -95,6 +95,9 @@ if TYPE_CHECKING:
     from vgpuadm.ops.migrate import check as migrate_check
     from vgpuadm.ops.snapshot import import_ as snapshot_import
     from vgpuadm.ops.snapshot import take as snapshot
+    from vgpuadm.ops.udev import install as udev_install
+    from vgpuadm.ops.udev import status as udev_status
+    from vgpuadm.ops.udev import uninstall as udev_uninstall
     from vgpuadm.ops.unit import UnitResult
     from vgpuadm.ops.unit import install as unit_install
     from vgpuadm.ops.unit import status as unit_status
@@ -211,6 +214,10 @@ _HOMES: dict[str, tuple[str, str]] = {
     "show_vm": ("vgpuadm.ops.inventory", "show_vm"),
     "snapshot": ("vgpuadm.ops.snapshot", "take"),
     "snapshot_import": ("vgpuadm.ops.snapshot", "import_"),
+    "udev_install": ("vgpuadm.ops.udev", "install"),
+    "udev_status": ("vgpuadm.ops.udev", "status"),
+    "udev_uninstall": ("vgpuadm.ops.udev", "uninstall"),
+    "udevrun": ("vgpuadm.ops", "udevrun"),
     "unit": ("vgpuadm.ops", "unit"),
     "unit_install": ("vgpuadm.ops.unit", "install"),
     "unit_status": ("vgpuadm.ops.unit", "status"),

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from vgpuadm.errors import UsageError
-from vgpuadm.host.paths import LIBVIRT_HOOKS, MDEVCTL_DIR, POLICY_FILES, SRIOV_MANAGE, UNIT_DIR
+from vgpuadm.host.paths import LIBVIRT_HOOKS, MDEVCTL_DIR, POLICY_FILES, SRIOV_MANAGE, UDEV_RULES_DIR, UNIT_DIR
 from vgpuadm.model import PARENT_PATTERN, UUID_PATTERN, nvidia_type_id, params_text
 
 STEP_KINDS: dict[str, type[Step]] = {}
@@ -397,11 +397,12 @@ class ForgetDrivers(Step):
         return f"forget original drivers of {', '.join(a for a, _ in self.drivers)}"
 
 
-# --- files vgpuadm manages: mdevctl definitions, its systemd unit, libvirt's qemu hook, host-policy files ----------
+# --- files vgpuadm manages: mdevctl definitions, its systemd unit, libvirt's qemu hook, its udev rule, policy files ----------
 
 MDEVCTL_DEFINITION = "mdevctl-definition"
 SYSTEMD_UNIT = "systemd-unit"
 LIBVIRT_HOOK = "libvirt-hook"
+UDEV_RULE = "udev-rule"
 HOST_POLICY = "host-policy"
 
 
@@ -423,6 +424,8 @@ FILE_KINDS: dict[str, FileKind] = {
         rf"{re.escape(UNIT_DIR)}/[A-Za-z0-9_@:-][A-Za-z0-9_.@:-]{{0,254}}"), UNIT_TEXT, UNIT_DIR),
     LIBVIRT_HOOK: FileKind("libvirt hook ", matching(
         rf"{re.escape(LIBVIRT_HOOKS)}/(?:qemu\.d/vgpuadm|qemu|qemu\.vgpuadm-chained)"), UNIT_TEXT, LIBVIRT_HOOKS),
+    UDEV_RULE: FileKind("udev rule ", matching(rf"{re.escape(UDEV_RULES_DIR)}/61-vgpuadm\.rules"), UNIT_TEXT,
+                        UDEV_RULES_DIR),
     HOST_POLICY: FileKind("", one_of(*POLICY_FILES.values()), UNIT_TEXT),
 }  # fmt: skip
 

@@ -14,7 +14,8 @@
 # 2026-12-02's host (boot ~38 s, pytest's start and collection ~24 s, the live, hook, verbs and race tests ~31, ~31,
 # ~21 and ~15 s); 240 s there before the hook test reloaded libvirtd instead of restarting it and the live tests
 # read QEMU's state through the library. 461-480 s on 2026-12-01's slower host, 631 s there before the children
-# were forked and the hook ran without typer.
+# were forked and the hook ran without typer. test_udev_reconverge.py (#35: udevd, the rule, three reloads, each
+# answered by udev runs that start Python twice) adds 122-151 s of guest time (2026-12-03, alone: guest 235-270 s).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)

@@ -90,7 +90,7 @@ def test_install_completion_for_bash(tmp_path: Path) -> None:
 
 
 def _all_commands() -> list[str]:
-    """Every command path of the CLI's click tree."""
+    """Every command path of the CLI's click tree, but the hidden ones (`udev run`, what the udev rule runs)."""
     import typer.main
 
     from vgpuadm.cli.app import build_app
@@ -99,6 +99,8 @@ def _all_commands() -> list[str]:
     while todo:
         path, command = todo.pop(0)
         for name, sub in getattr(command, "commands", {}).items():
+            if getattr(sub, "hidden", False):
+                continue
             out.append(" ".join([*path, name]))
             todo.append(([*path, name], sub))
     return out

@@ -89,6 +89,18 @@ def test_changing_command_without_root_needs_root(public_root):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody: needs root")
+def test_udev_install_without_root_needs_root(public_root):
+    for verb in ("install", "uninstall"):
+        code, out, err = run_as_nobody("--root", str(public_root), "udev", verb)
+        assert (code, out) == (77, ""), err
+        assert err.splitlines() == [
+            f"error: changing the host needs root (or write access to /) (host root {public_root})",
+            "hint: rerun as root, e.g. with sudo; read-only commands and --dry-run need no root",
+        ]
+    assert not (public_root / "etc/udev").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to nobody: needs root")
 def test_read_command_and_dry_run_without_root_work(public_root):
     assert run_as_nobody("--root", str(public_root), "gpus", "--json")[0] == 0
     code, _out, err = run_as_nobody("--root", str(public_root), "mdev", "create", "--type", "P4-1Q", "--dry-run")

@@ -38,6 +38,7 @@ MODULES = (
     ("manpage", ("man",)),
     ("vms", ("vms",)),
     ("hook", ("hook",)),
+    ("udev", ("udev",)),
     ("mig", ("mig",)),
     ("inventory", ("inventory",)),
     ("exporter", ("exporter",)),
@@ -145,9 +146,10 @@ def build_app(only: "Sequence[str] | None" = None) -> "Any":
             raise UsageError(f"--wait {wait:g} is not between 0 and 86400 seconds", "e.g. --wait 120, or --no-wait")
         if no_wait and wait:
             raise UsageError("--wait and --no-wait disagree", "give one of them")
-        api.set_lock_policy(0 if no_wait else wait, console.warn, ("vgpuadm", *(ctx.obj or {}).get("argv", ())))
+        lock = (0 if no_wait else wait, ("vgpuadm", *(ctx.obj or {}).get("argv", ())))  # wait, holder's argv
+        api.set_lock_policy(lock[0], console.warn, lock[1])
         console.plain, console.headers = plain, not no_headers
-        ctx.obj = {"root": root, "connect": connect, "console": console}
+        ctx.obj = {"root": root, "connect": connect, "console": console, "lock": lock}
 
     json_opt = typer.Option(False, "--json", help="Print JSON (validated by vgpuadm/schemas/*.schema.json).")
 

@@ -133,6 +133,50 @@ class Console:
             self.err.write(f"hint: {one_line(exc.hint)}\n")
 
 
+class SyslogConsole(Console):
+    """A Console for runs nobody watches (`restore --syslog`, the udev rule's runs): every line goes to the system
+    log (Python's syslog, ident vgpuadm: journald or the syslog daemon), nothing to the terminal. Lines are info,
+    warnings warning, errors err; a JSON document is logged as one line."""
+
+    def __init__(self, ident: str = "vgpuadm") -> None:
+        super().__init__()
+        import syslog
+
+        self._syslog = syslog
+        syslog.openlog(ident, syslog.LOG_PID, syslog.LOG_DAEMON)
+
+    def _log(self, priority: int, text: str) -> None:
+        self._syslog.syslog(priority, one_line(text))
+
+    def line(self, text: str = "") -> None:
+        for part in text.splitlines() or [""]:
+            if part.strip():
+                self._log(self._syslog.LOG_INFO, part)
+
+    def json(self, doc: Any) -> None:
+        from vgpuadm.cli.jsontext import dumps
+
+        self.printed_json = True
+        self._log(self._syslog.LOG_INFO, dumps(doc).replace("\n", " "))
+
+    def warn(self, text: str) -> None:
+        self._log(self._syslog.LOG_WARNING, f"warning: {text}")
+
+    def error(self, exc: VgpuadmError) -> None:
+        self._log(self._syslog.LOG_ERR, f"error: {exc.message}" + (f" (hint: {exc.hint})" if exc.hint else ""))
+
+
+def logged(console: Console, run: Callable[[], object]) -> int:
+    """Run `run` (a command writing to `console`); a VgpuadmError it raises goes to `console` as the error line:
+    the exit code (what `run` returned when it is a number, else 0 when it succeeded)."""
+    try:
+        code = run()
+    except VgpuadmError as exc:
+        console.error(exc)
+        return exc.exit_code
+    return code if isinstance(code, int) else 0
+
+
 _LINE_BREAKING = {c: repr(chr(c))[1:-1] for c in [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]}
 _CONTROL = {c: e for c, e in _LINE_BREAKING.items() if c not in (0x09, 0x0A)}
 

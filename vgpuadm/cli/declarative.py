@@ -3,7 +3,7 @@
 from typing import Any
 
 from vgpuadm import api
-from vgpuadm.cli.console import Console
+from vgpuadm.cli.console import Console, SyslogConsole, logged
 from vgpuadm.cli.params import plan_options
 from vgpuadm.errors import ConflictError, NotFoundError
 
@@ -206,20 +206,29 @@ def register(app: Any) -> None:
                                                "repeatable)."),
         check: bool = typer.Option(False, "--check", help="Report what differs from the record (one line each), "
                                    "change nothing; exit 1 when something does."),
+        to_syslog: bool = typer.Option(False, "--syslog", help="Send the outcome to the system log (ident vgpuadm), "
+                                       "nothing to the terminal: for runs nobody watches."),
     ) -> None:  # fmt: skip
         """After a reboot, re-create every device the domains' vgpuadm metadata records: driver, SR-IOV VFs, vGPU
         types and mdevs (same UUIDs), vgpu_params, vfio-pci binds. After a GPU reset or a driver reload, --gpu or
         --parent re-converges that GPU or parent only. A running domain's gone device is reported, never recreated
         (exit 5). Idempotent."""
         xml_dir = domain_xml_dir or old_domain_xml_dir
-        if check:
-            code = restore_check(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), xml_dir, as_json,
-                                 tuple(gpus), tuple(parents))  # fmt: skip
-            if code:
-                raise typer.Exit(code)
-            return
-        restore(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), xml_dir, timeout, as_json, dry_run,
-                tuple(gpus), tuple(parents))  # fmt: skip
+        console: Console = ctx.obj["console"]
+        if to_syslog:  # the outcome, errors included, to the system log; the exit code still tells
+            console = SyslogConsole()
+            api.set_lock_policy(ctx.obj["lock"][0], console.warn, ctx.obj["lock"][1])  # a wait for the lock: logged
+        scope = (tuple(gpus), tuple(parents))
+
+        def run() -> int:
+            if check:
+                return restore_check(console, ctx.obj["root"], ctx.obj.get("connect"), xml_dir, as_json, *scope)
+            restore(console, ctx.obj["root"], ctx.obj.get("connect"), xml_dir, timeout, as_json, dry_run, *scope)
+            return 0
+
+        code = logged(console, run) if to_syslog else run()
+        if code:
+            raise typer.Exit(code)
 
     @app.command("reconcile", epilog="Example: vgpuadm reconcile --fix")
     def reconcile_cmd(

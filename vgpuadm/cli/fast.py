@@ -1,6 +1,7 @@
 """A typer-free path for the read commands' JSON form, the ones scripts call in loops, for `restore` as the
-boot unit runs it (`restore --domain-xml-dir DIR --timeout S`), and for `hook run`, which libvirt runs at every
-domain's start and stop (the start waits for it: typer's import and the whole vgpuadm.api were half of it).
+boot unit runs it (`restore --domain-xml-dir DIR --timeout S`), for `hook run`, which libvirt runs at every
+domain's start and stop (the start waits for it: typer's import and the whole vgpuadm.api were half of it), and for
+`udev run`, which udevd runs for every event vgpuadm's udev rule matches (and waits for).
 
 Importing typer costs ~0.13 s here against ~0.02 s for a bare interpreter, which alone would break the cold-start
 budget of `vgpuadm types --json` (≤ 3× `python -c pass`); for `restore`, typer's import, its command tree and its
@@ -17,7 +18,7 @@ from vgpuadm.cli.console import Console
 _RESTORE_OPTIONS = ("--domain-xml-dir", "--timeout")
 
 _COMMANDS = {"gpus": set(), "types": {"--available", "--gpu"}, "devices": set()}
-WORDS = frozenset({*_COMMANDS, "restore", "hook"})  # the command words this path may take (cli/app asks first)
+WORDS = frozenset({*_COMMANDS, "restore", "hook", "udev"})  # the command words this path may take (cli/app asks first)
 
 
 def try_run(argv: Sequence[str], console: Console) -> int | None:
@@ -32,6 +33,8 @@ def try_run(argv: Sequence[str], console: Console) -> int | None:
         return _restore(argv, args[1:], root, console)
     if args[:2] == ["hook", "run"]:
         return _hook_run(argv, args[2:], root, console)
+    if args[:2] == ["udev", "run"]:
+        return _udev_run(argv, args[2:], root)
     if not args or args[0] not in _COMMANDS or "--json" not in args:
         return None
     command, rest = args[0], [a for a in args[1:] if a != "--json"]
@@ -114,3 +117,15 @@ def _hook_run(argv: Sequence[str], words: list[str], root: str | None, console: 
     from vgpuadm.cli import hookrun
 
     return hookrun.run_hook(console, root, words[:3], sys.stdin.buffer, ("vgpuadm", *argv))
+
+
+def _udev_run(argv: Sequence[str], words: list[str], root: str | None) -> int | None:
+    """`udev run --gpu ADDR|--parent NAME [--worker]` as the udev rule and its hand-off run it."""
+    worker = words[2:] == ["--worker"]
+    if len(words) not in (2, 3) or words[0] not in ("--gpu", "--parent") or (len(words) == 3 and not worker):
+        return None
+    if not words[1] or words[1].startswith("-"):
+        return None
+    from vgpuadm.cli import udevrun
+
+    return udevrun.run_udev(root, words[0][2:], words[1], worker, argv)

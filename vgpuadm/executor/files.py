@@ -1,8 +1,8 @@
 """Apply / undo / is-applied handler of the one managed-file step (steps.WriteManagedFile): mdevctl definitions under
 <root>/etc/mdevctl.d, vgpuadm's systemd unit under <root>/etc/systemd/system, libvirt's qemu hook under
-<root>/etc/libvirt/hooks and the host-policy files, listed in HANDLERS like executor/kernel.py. Each kind's file
-goes through its io module, which checks the name's grammar again, keeps the path under the root and holds the
-file's mode; every undo checks first."""
+<root>/etc/libvirt/hooks, vgpuadm's udev rule under <root>/etc/udev/rules.d and the host-policy files, listed in
+HANDLERS like executor/kernel.py. Each kind's file goes through its io module, which checks the name's grammar again,
+keeps the path under the root and holds the file's mode; every undo checks first."""
 
 from __future__ import annotations
 
@@ -11,8 +11,16 @@ from typing import NamedTuple
 
 from vgpuadm.executor import ExecContext, HandlerRow
 from vgpuadm.host.paths import POLICY_FILES
-from vgpuadm.io import hookfile, mdevctl, policyfile, unitfile
-from vgpuadm.steps import FILE_KINDS, HOST_POLICY, LIBVIRT_HOOK, MDEVCTL_DEFINITION, SYSTEMD_UNIT, WriteManagedFile
+from vgpuadm.io import hookfile, mdevctl, policyfile, udevfile, unitfile
+from vgpuadm.steps import (
+    FILE_KINDS,
+    HOST_POLICY,
+    LIBVIRT_HOOK,
+    MDEVCTL_DEFINITION,
+    SYSTEMD_UNIT,
+    UDEV_RULE,
+    WriteManagedFile,
+)
 
 
 class _Io(NamedTuple):
@@ -37,6 +45,7 @@ _IO: dict[str, _Io] = {
     ),
     SYSTEMD_UNIT: _Io(unitfile.read_unit, unitfile.write_unit, unitfile.remove_unit),
     LIBVIRT_HOOK: _Io(hookfile.read_hook, hookfile.write_hook, hookfile.remove_hook),
+    UDEV_RULE: _Io(udevfile.read_rule, udevfile.write_rule, udevfile.remove_rule),
     HOST_POLICY: _Io(
         policyfile.read_file, policyfile.write_file, lambda root, name: policyfile.write_file(root, name, None)
     ),

@@ -28,3 +28,6 @@ POLICY_FILES = {
     "on-demand-mig": f"{STATE_DIR}/on-demand-mig.json",
 }
 LIBVIRT_HOOKS = "/etc/libvirt/hooks"  # where libvirtd looks for its qemu hook (the file qemu, the directory qemu.d)
+UDEV_RULES_DIR = "/etc/udev/rules.d"  # vgpuadm's udev rule (io/udevfile.py)
+# The udev runs waiting or running, one empty file per GPU or mdev parent (ops/udevrun.py): the debounce.
+UDEV_PENDING = "/run/vgpuadm/udev"
