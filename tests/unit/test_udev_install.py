@@ -233,7 +233,11 @@ def test_udev_run_answers_through_the_system_log_only(tmp_path: Path, logged: li
         (syslog.LOG_INFO, "udev: mdev parent mtty: a run is already pending; this event is dropped"),
     ]
     logged.clear()
-    assert cli("--root", str(tmp_path), "udev", "run", "--parent", "a/b") == (2, "", "")
+    assert cli("--root", str(tmp_path), "udev", "run", "--parent", "a/b") == (
+        2,
+        "",
+        "error: 'a/b' is not an mdev parent name\nhint: the udev rule passes $kernel, e.g. mtty\n",
+    )  # and stderr
     assert logged == [(syslog.LOG_ERR, "error: 'a/b' is not an mdev parent name (hint: the udev rule passes $kernel, "
                                        "e.g. mtty)")]  # fmt: skip
 
@@ -250,7 +254,7 @@ def test_the_run_restores_logs_nothing_to_restore_and_frees_the_device(tmp_path:
     assert cli_udevrun.scope("parent", "mtty") == {"parents": ("mtty",)}
     assert logged == [
         (syslog.LOG_INFO, "udev: mdev parent mtty: restoring its recorded devices"),
-        (syslog.LOG_INFO, "nothing to restore: all 0 recorded device(s) are in place"),
+        (syslog.LOG_INFO, "nothing to restore: all 0 recorded device(s) on parent mtty are in place"),
     ]
     assert list((root / "run/vgpuadm/udev").iterdir()) == []  # the next event hands off a run again
 
@@ -263,7 +267,7 @@ def test_restore_syslog_prints_nothing_and_logs_the_outcome(tmp_path: Path, logg
     assert logged == [(syslog.LOG_INFO, "nothing to restore: all 0 recorded device(s) are in place")]
     logged.clear()
     code, out, err = cli("--root", str(root), "restore", "--syslog", "--timeout=-1")
-    assert (code, out, err) == (2, "", "")
+    assert (code, out) == (2, "") and err.startswith("error: --timeout -1 is not")  # an error: on stderr too
     assert [p for p, _ in logged] == [syslog.LOG_ERR] and logged[0][1].startswith("error: ")
 
 

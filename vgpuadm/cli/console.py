@@ -138,8 +138,8 @@ class SyslogConsole(Console):
     log (Python's syslog, ident vgpuadm: journald or the syslog daemon), nothing to the terminal. Lines are info,
     warnings warning, errors err; a JSON document is logged as one line."""
 
-    def __init__(self, ident: str = "vgpuadm") -> None:
-        super().__init__()
+    def __init__(self, ident: str = "vgpuadm", err: TextIO | None = None) -> None:
+        super().__init__(err=err)
         import syslog
 
         self._syslog = syslog
@@ -163,7 +163,10 @@ class SyslogConsole(Console):
         self._log(self._syslog.LOG_WARNING, f"warning: {text}")
 
     def error(self, exc: VgpuadmError) -> None:
+        """An error goes to the system log and, as from every command, to stderr (its one line and hint): a
+        caller that reads nothing there (udevd) loses nothing, an operator who typed the command sees why."""
         self._log(self._syslog.LOG_ERR, f"error: {exc.message}" + (f" (hint: {exc.hint})" if exc.hint else ""))
+        super().error(exc)
 
 
 def logged(console: Console, run: Callable[[], object]) -> int:

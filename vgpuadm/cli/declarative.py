@@ -216,7 +216,7 @@ def register(app: Any) -> None:
         xml_dir = domain_xml_dir or old_domain_xml_dir
         console: Console = ctx.obj["console"]
         if to_syslog:  # the outcome, errors included, to the system log; the exit code still tells
-            console = SyslogConsole()
+            console = SyslogConsole(err=console.err)
             api.set_lock_policy(ctx.obj["lock"][0], console.warn, ctx.obj["lock"][1])  # a wait for the lock: logged
         scope = (tuple(gpus), tuple(parents))
 

@@ -34,7 +34,7 @@ def try_run(argv: Sequence[str], console: Console) -> int | None:
     if args[:2] == ["hook", "run"]:
         return _hook_run(argv, args[2:], root, console)
     if args[:2] == ["udev", "run"]:
-        return _udev_run(argv, args[2:], root)
+        return _udev_run(argv, args[2:], root, console)
     if not args or args[0] not in _COMMANDS or "--json" not in args:
         return None
     command, rest = args[0], [a for a in args[1:] if a != "--json"]
@@ -119,7 +119,7 @@ def _hook_run(argv: Sequence[str], words: list[str], root: str | None, console: 
     return hookrun.run_hook(console, root, words[:3], sys.stdin.buffer, ("vgpuadm", *argv))
 
 
-def _udev_run(argv: Sequence[str], words: list[str], root: str | None) -> int | None:
+def _udev_run(argv: Sequence[str], words: list[str], root: str | None, console: Console) -> int | None:
     """`udev run --gpu ADDR|--parent NAME [--worker]` as the udev rule and its hand-off run it."""
     worker = words[2:] == ["--worker"]
     if len(words) not in (2, 3) or words[0] not in ("--gpu", "--parent") or (len(words) == 3 and not worker):
@@ -128,4 +128,4 @@ def _udev_run(argv: Sequence[str], words: list[str], root: str | None) -> int | 
         return None
     from vgpuadm.cli import udevrun
 
-    return udevrun.run_udev(root, words[0][2:], words[1], worker, argv)
+    return udevrun.run_udev(root, words[0][2:], words[1], worker, argv, console.err)

@@ -77,7 +77,7 @@ def register(app: Any) -> None:
         if (gpu is None) == (parent is None):
             raise UsageError("udev run takes one of --gpu ADDR and --parent NAME", "the udev rule passes one")
         kind, name = ("gpu", gpu) if gpu is not None else ("parent", parent)
-        code = run_udev(ctx.obj["root"], kind, name, worker, ctx.obj["lock"][1][1:])
+        code = run_udev(ctx.obj["root"], kind, name, worker, ctx.obj["lock"][1][1:], ctx.obj["console"].err)
         if code:
             raise typer.Exit(code)
 

@@ -15,6 +15,10 @@ from vgpuadm.cli import declarative
 from vgpuadm.cli.console import SyslogConsole, logged
 from vgpuadm.errors import VgpuadmError
 
+TYPE_CHECKING = False  # `typing` stays off the fast path udevd waits for
+if TYPE_CHECKING:
+    from typing import TextIO
+
 RESTORE_TIMEOUT_S = 60.0  # the run's wait for mdev parents to register, as `restore`'s default
 
 
@@ -32,9 +36,11 @@ def scope(kind: str, name: str) -> dict[str, tuple[str, ...]]:
     return {"gpus" if kind == "gpu" else "parents": (name,)}
 
 
-def run_udev(root: str | None, kind: str, name: str, worker: bool, argv: Sequence[str] = ()) -> int:
-    """`argv`: the command line, told to another vgpuadm waiting for the host lock."""
-    log = SyslogConsole()
+def run_udev(root: str | None, kind: str, name: str, worker: bool, argv: Sequence[str] = (),
+             err: "TextIO | None" = None) -> int:  # fmt: skip
+    """`argv`: the command line, told to another vgpuadm waiting for the host lock; `err`: where an error goes
+    besides the system log (the command's stderr)."""
+    log = SyslogConsole(err=err)
     try:
         top = api.HostRoot(root).path
         t = api.udevrun.target(top, kind, name)

@@ -171,7 +171,7 @@ def test_a_reload_with_nothing_recorded_does_nothing_and_says_so(rule: Path, sys
     _settled(syslog, lambda: any("nothing to restore" in m for m in syslog.ours()), "the run for mtty")
     got = syslog.ours()
     assert got.count("udev: mdev parent mtty appeared again: re-converging it in 2 s (detached)") == 1, got
-    assert "nothing to restore: all 0 recorded device(s) are in place" in got, got
+    assert "nothing to restore: all 0 recorded device(s) on parent mtty are in place" in got, got
     assert sysfs.listdir("/sys/bus/mdev/devices") == []
 
 
