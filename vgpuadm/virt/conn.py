@@ -257,6 +257,7 @@ class VirtConn:
     def __init__(self, uri: str) -> None:
         self.uri = uri
         self._conn: Any = None
+        self._opening = threading.Lock()  # the executor's threads share this connection: it is opened once
         self._domains: dict[str, Any] = {}
         self._active: dict[str, bool] = {}
         self.embed_root = _embed_root_of(uri)
@@ -266,7 +267,9 @@ class VirtConn:
     @property
     def conn(self) -> Any:
         if self._conn is None:
-            self._conn = self._open()
+            with self._opening:
+                if self._conn is None:
+                    self._conn = self._open()
         return self._conn
 
     def _open(self) -> Any:
