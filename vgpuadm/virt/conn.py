@@ -339,9 +339,11 @@ class VirtConn:
     def list_domains(self) -> list[str]:
         libvirt = _libvirt()
         try:
-            return sorted(d.name() for d in self.conn.listAllDomains(0))
+            found = {d.name(): d for d in self.conn.listAllDomains(0)}
         except libvirt.libvirtError as exc:
             raise self._fail(exc, "listing domains") from None
+        self._domains.update(found)  # the handles listed: no look-up round trip per domain afterwards
+        return sorted(found)
 
     def xml(self, name: str, *, inactive: bool = True, secure: bool = False) -> str:
         """The persistent definition (XMLDesc with VIR_DOMAIN_XML_INACTIVE), or the live one. secure=True keeps
