@@ -78,6 +78,9 @@ def _apply(s: Note, ctx: ExecContext) -> None:
         raise PermissionError(13, "Permission denied", "/var/lib/vgpuadm/x")
     if s.fail == "interrupt":
         raise KeyboardInterrupt
+    if s.fail == "bug":  # a bug after the change was made: its effect is there
+        ctx.extras["log"].append(f"+{s.name}")
+        raise RuntimeError(f"bug in {s.name}")
     ctx.extras["log"].append(f"+{s.name}")
 
 
@@ -310,6 +313,20 @@ def test_a_failure_in_a_wave_rolls_back_the_steps_of_the_wave_that_ran(tmp_path:
     assert lines == [1, 2]
     log = ctx.extras["log"]
     assert (sorted(log[:2]), log[2:]) == (["+b", "+d"], ["-d", "-b"])
+    assert not (tmp_path / JOURNAL).exists()
+
+
+def test_a_bug_beside_a_failure_in_a_wave_is_undone_too(tmp_path: Path) -> None:
+    """A later step of the wave that raised a bug after making its change is undone with the rest when an earlier
+    one failed: the failure's error is raised, and nothing of the wave stays."""
+    ctx = _ctx(tmp_path, LANES)
+    ctx.extras["barrier"] = threading.Barrier(3, timeout=10)
+    plan = Plan.of([LaneNote("a", lane="x"), LaneNote("b", "error", lane="y"), LaneNote("c", "bug", lane="z")], "")
+    with pytest.raises(HostIOError) as info:
+        execute(plan, ctx)
+    assert info.value.message.startswith("step 2/3 note b failed: ")
+    log = ctx.extras["log"]
+    assert (sorted(log[:2]), log[2:]) == (["+a", "+c"], ["-c", "-a"])
     assert not (tmp_path / JOURNAL).exists()
 
 

@@ -644,17 +644,19 @@ def _run_unit(unit: Plan, offset: int, journaled: Plan, ctx: ExecContext, journa
                 failed.append((n, attempt.error))
             elif attempt.ours:
                 done.append((offset + n, unit.steps[n]))
+        if failed:
+            # A step that raised a bug or ^C (anything but a refusal, whose effect _attempt found absent) is undone
+            # only when its effect appeared during this run.
+            done += [(offset + n, unit.steps[n]) for n, a in zip(journaled_ok, attempts, strict=True)
+                     if a is not None and a.error is not None and not isinstance(a.error, (VgpuadmError, OSError))
+                     and not a.before and _already_applied(unit.steps[n], ctx)]  # fmt: skip
+            done.sort(key=lambda d: d[0])
         if stopped is None and failed and isinstance(failed[0][1], (VgpuadmError, OSError)):
             n, error = failed[0]
             _fail(unit, n, ctx, journal, done, unit.steps[n], offset + n, _as_host_error(error))
-        if stopped is not None or failed:
-            # A bug or ^C: leave the host as it was, then let it surface. A step that raised it is undone only
-            # when its effect appeared during this run.
+        if stopped is not None or failed:  # a bug or ^C: leave the host as it was, then let it surface
             raised = stopped if stopped is not None else failed[0][1]
-            inflight = [(offset + n, unit.steps[n]) for n, a in zip(journaled_ok, attempts, strict=True)
-                        if a is not None and a.error is not None and not isinstance(a.error, (VgpuadmError, OSError))
-                        and not a.before and _already_applied(unit.steps[n], ctx)]  # fmt: skip
-            undone = [s for _, s in sorted([*done, *inflight], key=lambda d: d[0])]
+            undone = [s for _, s in done]
             problems = rollback(undone, ctx)
             if not problems:
                 journal.remove()
