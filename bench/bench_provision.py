@@ -4,8 +4,10 @@ create_many in this process instead) versus the shell loop an admin would write,
 inside `unshare -m` with the simulated root's sys/ bind-mounted on /sys (mdevctl writes `create`, which on a
 plain-file tree does nothing — fine for timing).
 
-Runs alternate (vgpuadm, loop, vgpuadm, …) so both see the same load. Prints the median wall time of each over
---repeat runs and the ratio (target: vgpuadm ≤ 0.5× the loop). Roots live in --tmpdir (default /var/tmp: the normal
+Runs alternate (vgpuadm, loop, vgpuadm, …) so both see the same load. Prints the median (and minimum) wall time
+of each over --repeat runs and the ratio (target: vgpuadm ≤ 0.5× the loop), and the CPU time of the client
+processes (vgpuadm's; the loop's sh, mdevctl and virsh: libvirtd's own work counts on neither side) — on a loaded
+machine the wall times jump from run to run. Roots live in --tmpdir (default /var/tmp: the normal
 disk, as libvirtd's own /etc/libvirt is). Needs root (unshare, libvirtd) and mdevctl.
 Usage: .venv/bin/python bench/bench_provision.py [--vms 64] [--repeat 5] [--via cli|api]   (smoke: --vms 2 --repeat 1)
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -81,13 +84,21 @@ def undefine(conn: libvirt.virConnect, names: list[str]) -> None:
             conn.lookupByName(name).undefine()
 
 
-def run_vgpuadm(names: list[str], tmpdir: str | None) -> float:
+Timing = tuple[float, float]  # (wall, CPU) seconds of one run
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_vgpuadm(names: list[str], tmpdir: str | None) -> Timing:
     root = tempfile.mkdtemp(prefix="bench-vgpuadm-", dir=tmpdir)
     try:
         build_host(root)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         results = api.guest_create_many(root, [(name, 1) for name in names], TYPE, connect=URI)
-        elapsed = time.perf_counter() - start
+        elapsed = time.perf_counter() - start, time.process_time() - cpu
         made = len(os.listdir(os.path.join(root, "sys/bus/mdev/devices")))
         assert made == len(names) and all(r.added for r in results), f"vgpuadm made {made} mdevs"
         return elapsed
@@ -95,7 +106,7 @@ def run_vgpuadm(names: list[str], tmpdir: str | None) -> float:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def run_cli(names: list[str], tmpdir: str | None, tree: str | None = None) -> float:
+def run_cli(names: list[str], tmpdir: str | None, tree: str | None = None) -> Timing:
     """`vgpuadm apply -f` of a plan naming `names`; `tree`: run that source tree's vgpuadm (PYTHONPATH)."""
     root = os.path.abspath(tempfile.mkdtemp(prefix="bench-vgpuadm-", dir=tmpdir))
     try:
@@ -104,12 +115,12 @@ def run_cli(names: list[str], tmpdir: str | None, tree: str | None = None) -> fl
         with open(plan, "w") as f:
             f.write("version: 1\nvms:\n" + "".join(f"  {name}:\n    type: {TYPE}\n" for name in names))
         argv = [sys.executable, "-m", "vgpuadm", "--root", root, "--connect", URI, "apply", "-f", plan]
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), children_cpu()
         env = bytecode_env(os.path.join(tmpdir or "/var/tmp", f"bench-pycache-{os.getpid()}-{bool(tree)}"),
                            dict(os.environ, PYTHONPATH=tree) if tree else None)  # fmt: skip
         # cwd "/": `python -m` puts the working directory ahead of PYTHONPATH (see bench_restore.timed)
         r = subprocess.run(argv, capture_output=True, text=True, env=env, cwd="/")
-        elapsed = time.perf_counter() - start
+        elapsed = time.perf_counter() - start, children_cpu() - cpu
         if r.returncode != 0:
             sys.exit(f"vgpuadm apply failed: {r.stderr.strip()}")
         made = len(os.listdir(os.path.join(root, "sys/bus/mdev/devices")))
@@ -119,7 +130,7 @@ def run_cli(names: list[str], tmpdir: str | None, tree: str | None = None) -> fl
         shutil.rmtree(root, ignore_errors=True)
 
 
-def run_shell_loop(names: list[str], tmpdir: str | None) -> float:
+def run_shell_loop(names: list[str], tmpdir: str | None) -> Timing:
     root = tempfile.mkdtemp(prefix="bench-mdevctl-", dir=tmpdir)
     try:
         gpus = build_host(root)
@@ -135,9 +146,9 @@ def run_shell_loop(names: list[str], tmpdir: str | None) -> float:
         script = os.path.join(root, "loop.sh")
         with open(script, "w") as f:
             f.write("\n".join(lines) + "\n")
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), children_cpu()
         r = subprocess.run(["unshare", "-m", "sh", script], capture_output=True, text=True)
-        elapsed = time.perf_counter() - start
+        elapsed = time.perf_counter() - start, children_cpu() - cpu
         if r.returncode != 0:
             sys.exit(f"shell loop failed: {r.stderr.strip()}")
         return elapsed
@@ -162,11 +173,11 @@ def main() -> None:
     conn = libvirt.open(URI)
     import vgpuadm.ops.guest  # noqa: F401  (import cost is start-up, not provisioning: the loop's tools are warm too)
 
-    ours: list[float] = []
-    loop: list[float] = []
-    before: list[float] = []
+    ours: list[Timing] = []
+    loop: list[Timing] = []
+    before: list[Timing] = []
     ours_fn = run_cli if args.via == "cli" else run_vgpuadm
-    runs: list[tuple[str, list[float], Callable[[list[str]], float]]] = [
+    runs: list[tuple[str, list[Timing], Callable[[list[str]], Timing]]] = [
         ("vgpuadm", ours, lambda names: ours_fn(names, args.tmpdir)),
         ("mdevctl+virsh loop", loop, lambda names: run_shell_loop(names, args.tmpdir)),
     ]
@@ -180,17 +191,24 @@ def main() -> None:
                 times.append(run(names))
             finally:
                 undefine(conn, names)
-        print(f"run {rep + 1}: " + ", ".join(f"{n} {t[-1]:.2f} s" for n, t, _ in runs), flush=True)
-    a, b = statistics.median(ours), statistics.median(loop)
+        print(f"run {rep + 1}: " + ", ".join(f"{n} {t[-1][0]:.2f} s ({t[-1][1]:.2f} s CPU)" for n, t, _ in runs),
+              flush=True)  # fmt: skip
+    a, b = statistics.median(w for w, _ in ours), statistics.median(w for w, _ in loop)
+    a_cpu, b_cpu = statistics.median(c for _, c in ours), statistics.median(c for _, c in loop)
+    a_min, b_min = min(w for w, _ in ours), min(w for w, _ in loop)
     how = "`vgpuadm apply -f`, one process" if args.via == "cli" else "python API, in this process"
     print(f"provision {args.vms} VMs with one {TYPE} each (median of {args.repeat}; simulated roots in {args.tmpdir}; "
           f"load average {os.getloadavg()[0]:.1f}):")  # fmt: skip
-    print(f"  vgpuadm ({how}): {a:.2f} s ({a / args.vms * 1000:.1f} ms/VM)")
-    print(f"  mdevctl start + virsh attach-device loop: {b:.2f} s ({b / args.vms * 1000:.1f} ms/VM)")
-    print(f"  ratio vgpuadm / loop: {a / b:.2f} (target <= 0.50: {'met' if a / b <= 0.5 else 'NOT met'})")
+    print(f"  vgpuadm ({how}): {a:.2f} s ({a / args.vms * 1000:.1f} ms/VM; min {a_min:.2f} s), {a_cpu:.2f} s CPU")
+    print(f"  mdevctl start + virsh attach-device loop: {b:.2f} s ({b / args.vms * 1000:.1f} ms/VM; min {b_min:.2f} s), "
+          f"{b_cpu:.2f} s CPU")  # fmt: skip
+    print(f"  ratio vgpuadm / loop: {a / b:.2f} (target <= 0.50: {'met' if a / b <= 0.5 else 'NOT met'}); "
+          f"min {a_min / b_min:.2f}; CPU {a_cpu / b_cpu:.2f}")  # fmt: skip
     if before:
-        c = statistics.median(before)
-        print(f"  before ({args.before}): {c:.2f} s, ratio before / loop: {c / b:.2f}, after / before: {a / c:.2f}")
+        c, c_cpu = statistics.median(w for w, _ in before), statistics.median(c for _, c in before)
+        c_min = min(w for w, _ in before)
+        print(f"  before ({args.before}): {c:.2f} s (min {c_min:.2f} s), {c_cpu:.2f} s CPU; ratio before / loop: "
+              f"{c / b:.2f}; after / before: {a / c:.2f} wall, {a_min / c_min:.2f} min, {a_cpu / c_cpu:.2f} CPU")  # fmt: skip
 
 
 if __name__ == "__main__":

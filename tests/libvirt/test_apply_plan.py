@@ -4,12 +4,16 @@ fit fails before changing anything; --check, --prune."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from embedded_host import allocations, attr, define, domain_xml, hostdev_keys, mdevs, vgpuadm
+from embedded_host import _env, allocations, attr, define, domain_xml, hostdev_keys, mdevs, vgpuadm
 
+from vgpuadm.cli import fast
 from vgpuadm.host.root import HostRoot
 from vgpuadm.model import device_uuid
 from vgpuadm.sim.treestate import tree_state
@@ -216,3 +220,53 @@ def test_after_a_reboot_apply_brings_back_the_named_vms_missing_devices(
         assert attr(root, f"/sys/bus/mdev/devices/{a.uuid}/nvidia/vgpu_params") == "frame_rate_limiter=0\n"
     again = vgpuadm(root, "apply", "-f", str(plan))
     assert (again.code, again.out) == (0, "nothing to do: the host matches the plan\n")
+
+
+def test_apply_answers_as_through_typer(host: tuple[Path, dict[str, str], Path], tmp_path: Path) -> None:
+    """`apply -f` takes the typer-free path (cli/fast.py); a global flag typer alone reads (`--no-headers`, which
+    changes nothing here) sends the same command through typer: same output, errors and exit codes."""
+    root, _uuids, plan = host
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("vms:\n  web01:\n    type: nvidia-63\n    count: 0\n")
+    for args in (["apply", "-f", str(plan), "--check"], ["apply", f"--file={plan}", "--dry-run", "--json"],
+                 ["apply", "-f", str(plan), "--check", "--diff", "--prune"], ["apply", "-f", str(bad)],
+                 ["apply", "-f", str(tmp_path / "missing.yaml"), "--json"]):  # fmt: skip
+        fast_run, typer_run = vgpuadm(root, *args), vgpuadm(root, "--no-headers", *args)
+        assert fast_run == typer_run, args
+    assert fast_run.code == 2 and json.loads(fast_run.out)["exit_code"] == 2
+    done = vgpuadm(root, "apply", "-f", str(plan))
+    assert done.code == 0 and done.out.splitlines()[-1] == "applied 7 step(s): apply plan.yaml: +3 −0 ~0"
+    again = vgpuadm(root, "--no-headers", "apply", "-f", str(plan))
+    assert (again.code, again.out) == (0, "nothing to do: the host matches the plan\n")
+
+
+def test_apply_does_not_import_typer(host: tuple[Path, dict[str, str], Path]) -> None:
+    root, _uuids, plan = host
+    code = "import sys; from vgpuadm.cli.app import run; code = run(sys.argv[1:]); print(code, 'typer' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code, "--root", str(root), "apply", "-f", str(plan), "--check"],
+                       capture_output=True, text=True, env=_env(None), check=True, cwd="/")  # fmt: skip
+    assert r.stdout.splitlines()[-1] == "0 False"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["apply", "-f"],
+        ["apply", "--check"],
+        ["apply", "--help"],
+        ["apply", "-f", "p", "-f", "q"],
+        ["apply", "-f", "p", "--check", "--dry-run"],
+        ["apply", "-f", "--json"],
+        ["apply", "-fp"],
+        ["apply", "-f", "p", "--wat"],
+        ["apply", "-f", "p", "--", "x"],
+        ["--wait", "5", "apply", "-f", "p"],
+        ["--no-wait", "apply", "-f", "p"],
+        ["--root=", "apply", "-f", "p"],
+        ["-c=qemu:///system", "apply", "-f", "p"],
+        ["--connect", "--root", "apply", "-f", "p"],
+    ],
+)
+def test_other_apply_argument_lists_go_to_typer(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("vgpuadm.cli.declarative.apply", lambda *_a: pytest.fail("ran without typer"))
+    assert fast.try_run(argv, fast.Console()) is None

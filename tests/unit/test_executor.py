@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -51,6 +52,24 @@ class Peek(Step):
         return f"peek {self.name}"
 
 
+@step_kind("test-lane-note")
+@dataclass(frozen=True)
+class LaneNote(Note):
+    """A Note whose handler names a lane, as a domain definition's does: consecutive ones in distinct lanes run at
+    once. Its apply first waits for ctx.extras["barrier"] (when set): with one step at a time it would time out."""
+
+    lane: str = ""
+
+
+def _apply_lane(s: LaneNote, ctx: ExecContext) -> None:
+    if ctx.extras.get("barrier") is not None:
+        ctx.extras["barrier"].wait()
+    _apply(s, ctx)
+
+
+LANES = (LaneNote, _apply_lane, lambda s, c: _undo(s, c), lambda s, c: _noted(s, c), lambda s: s.lane)
+
+
 def _apply(s: Note, ctx: ExecContext) -> None:
     ctx.extras["journals"].append(read_journal(ctx.root))
     if s.fail == "error":
@@ -59,6 +78,9 @@ def _apply(s: Note, ctx: ExecContext) -> None:
         raise PermissionError(13, "Permission denied", "/var/lib/vgpuadm/x")
     if s.fail == "interrupt":
         raise KeyboardInterrupt
+    if s.fail == "bug":  # a bug after the change was made: its effect is there
+        ctx.extras["log"].append(f"+{s.name}")
+        raise RuntimeError(f"bug in {s.name}")
     ctx.extras["log"].append(f"+{s.name}")
 
 
@@ -255,3 +277,77 @@ def test_unknown_step_kind_is_refused_before_anything_runs(tmp_path: Path) -> No
     with pytest.raises(UsageError, match=r"^no handler registered for step kind 'step'$"):
         execute(Plan.of([Note("a"), Orphan()], ""), ctx)
     assert ctx.extras["log"] == []
+
+
+def test_steps_in_distinct_lanes_run_at_once_and_read_as_one_at_a_time(tmp_path: Path) -> None:
+    """Consecutive steps whose handler names a lane (a domain's definition: `apply -f` of many VMs) run on threads
+    at once — the barrier of 3 would time out one at a time — each journaled as in flight before the wave starts;
+    the progress lines and the result are those of a run one step at a time."""
+    ctx = _ctx(tmp_path, LANES)
+    ctx.extras["barrier"] = threading.Barrier(3, timeout=10)
+    lines: list[str] = []
+    plan = Plan.of([Note("a"), LaneNote("b", lane="x"), LaneNote("c", lane="y"), LaneNote("d", lane="z"), Note("e")],
+                   "lanes")  # fmt: skip
+    result = execute(plan, ctx, progress=lambda n, total, what: lines.append(f"[{n}/{total}] {what}"))
+    assert result.applied == tuple(f"step {i}/5 note {x}" for i, x in enumerate("abcde", 1))
+    assert lines == [f"[{i}/5] note {x}" for i, x in enumerate("abcde", 1)]
+    log = ctx.extras["log"]
+    assert (log[0], sorted(log[1:4]), log[4]) == ("+a", ["+b", "+c", "+d"], "+e")
+    assert [j["current"] for j in ctx.extras["journals"]] == [0, 3, 3, 3, 4]  # b, c, d: all three may have run
+    assert not (tmp_path / JOURNAL).exists()
+
+
+def test_a_failure_in_a_wave_rolls_back_the_steps_of_the_wave_that_ran(tmp_path: Path) -> None:
+    """The first failed step of a wave is the error, as one at a time; the wave's later steps that ran are undone
+    with the earlier ones (in reverse order of the plan); no progress line after the failed step's."""
+    ctx = _ctx(tmp_path, LANES)
+    ctx.extras["barrier"] = threading.Barrier(3, timeout=10)
+    lines: list[int] = []
+    plan = Plan.of([LaneNote("b", lane="x"), LaneNote("c", "error", lane="y"), LaneNote("d", lane="z")], "")
+    with pytest.raises(HostIOError) as info:
+        execute(plan, ctx, progress=lambda n, total, what: lines.append(n))
+    assert info.value.message == (
+        "step 2/3 note c failed: writing '1' to /sys/x failed: Device or resource busy (EBUSY)"
+    )
+    assert info.value.hint == "nothing was changed (the earlier steps were rolled back)"
+    assert lines == [1, 2]
+    log = ctx.extras["log"]
+    assert (sorted(log[:2]), log[2:]) == (["+b", "+d"], ["-d", "-b"])
+    assert not (tmp_path / JOURNAL).exists()
+
+
+def test_a_bug_beside_a_failure_in_a_wave_is_undone_too(tmp_path: Path) -> None:
+    """A later step of the wave that raised a bug after making its change is undone with the rest when an earlier
+    one failed: the failure's error is raised, and nothing of the wave stays."""
+    ctx = _ctx(tmp_path, LANES)
+    ctx.extras["barrier"] = threading.Barrier(3, timeout=10)
+    plan = Plan.of([LaneNote("a", lane="x"), LaneNote("b", "error", lane="y"), LaneNote("c", "bug", lane="z")], "")
+    with pytest.raises(HostIOError) as info:
+        execute(plan, ctx)
+    assert info.value.message.startswith("step 2/3 note b failed: ")
+    log = ctx.extras["log"]
+    assert (sorted(log[:2]), log[2:]) == (["+a", "+c"], ["-c", "-a"])
+    assert not (tmp_path / JOURNAL).exists()
+
+
+def test_interrupt_in_a_wave_rolls_back_what_ran(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, LANES)
+    ctx.extras["barrier"] = threading.Barrier(2, timeout=10)
+    with pytest.raises(Interrupted) as info:
+        execute(Plan.of([LaneNote("b", lane="x"), LaneNote("c", "interrupt", lane="y")], ""), ctx)
+    assert (info.value.message, info.value.exit_code) == ("interrupted: rolled back 1 step (note b)", 130)
+    assert ctx.extras["log"] == ["+b", "-b"]
+    assert not (tmp_path / JOURNAL).exists()
+
+
+def test_waves_group_distinct_lanes_and_end_at_the_crash_step(tmp_path: Path) -> None:
+    """A wave: consecutive steps in distinct lanes; a step without a lane, a repeated lane and the test crash
+    hook's step (the steps after it must never run) end it; workers=1 runs every step alone."""
+    ctx = _ctx(tmp_path, LANES)
+    plan = Plan.of([Note("a"), LaneNote("b", lane="x"), LaneNote("c", lane="y"), LaneNote("d", lane="x"),
+                    LaneNote("e", lane="z"), Note("f"), LaneNote("g", lane="x"), LaneNote("h", lane="y")], "")  # fmt: skip
+    assert executor_mod._waves(plan, 0, ctx, 0) == [[0], [1, 2], [3, 4], [5], [6, 7]]
+    assert executor_mod._waves(plan, 0, ctx, 2) == [[0], [1], [2, 3, 4], [5], [6, 7]]
+    assert executor_mod._waves(plan, 10, ctx, 14) == [[0], [1, 2], [3], [4], [5], [6, 7]]
+    ctx.workers = 1
+    assert executor_mod._waves(plan, 0, ctx, 0) == [[n] for n in range(8)]

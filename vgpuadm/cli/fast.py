@@ -1,7 +1,8 @@
 """A typer-free path for the read commands' JSON form, the ones scripts call in loops, for `restore` as the
 boot unit runs it (`restore --domain-xml-dir DIR --timeout S`), for `hook run`, which libvirt runs at every
-domain's start and stop (the start waits for it: typer's import and the whole vgpuadm.api were half of it), and for
-`udev run`, which udevd runs for every event vgpuadm's udev rule matches (and waits for).
+domain's start and stop (the start waits for it: typer's import and the whole vgpuadm.api were half of it), for
+`udev run`, which udevd runs for every event vgpuadm's udev rule matches (and waits for), and for
+`apply -f PLAN` (typer and its pydantic were ~0.13 s of CPU of every run: bench/bench_provision.py).
 
 Importing typer costs ~0.13 s here against ~0.02 s for a bare interpreter, which alone would break the cold-start
 budget of `vgpuadm types --json` (≤ 3× `python -c pass`); for `restore`, typer's import, its command tree and its
@@ -18,11 +19,19 @@ from vgpuadm.cli.console import Console
 _RESTORE_OPTIONS = ("--domain-xml-dir", "--timeout")
 
 _COMMANDS = {"gpus": set(), "types": {"--available", "--gpu"}, "devices": set()}
-WORDS = frozenset({*_COMMANDS, "restore", "hook", "udev"})  # the command words this path may take (cli/app asks first)
+_APPLY_FLAGS = {"--check": "--check", "--dry-run": "--check", "--diff": "--diff", "--prune": "--prune",
+                "--json": "--json"}  # fmt: skip
+_GLOBAL_VALUES = {"--root": "--root", "--connect": "--connect", "-c": "--connect"}
+WORDS = frozenset(
+    {*_COMMANDS, "restore", "hook", "udev", "apply"}
+)  # the command words this path may take (cli/app asks first)
 
 
 def try_run(argv: Sequence[str], console: Console) -> int | None:
     """Run argv if it takes this path; its exit code, or None to hand it to typer."""
+    planned = _apply_args(argv)
+    if planned is not None:
+        return _apply(argv, planned, console)
     args = list(argv)
     root = None
     if len(args) >= 2 and args[0] == "--root":
@@ -129,3 +138,58 @@ def _udev_run(argv: Sequence[str], words: list[str], root: str | None, console: 
     from vgpuadm.cli import udevrun
 
     return udevrun.run_udev(root, words[0][2:], words[1], worker, argv, console.err)
+
+
+def _apply_args(argv: Sequence[str]) -> dict[str, str] | None:
+    """`[--root R] [--connect|-c URI] apply -f|--file PLAN [--check|--dry-run] [--diff] [--prune] [--json]`, each
+    at most once, as {option: value} (a flag's value is ""); PLAN is `-` (stdin) or a word not starting with `-`,
+    the other values words not starting with `-`. None for anything else."""
+    args = list(argv)
+    values: dict[str, str] = {}
+    while args and args[0] != "apply":
+        if not _take(args, _GLOBAL_VALUES, values):
+            return None
+    if not args:
+        return None
+    del args[0]
+    while args:
+        flag = _APPLY_FLAGS.get(args[0])
+        if flag is not None and flag not in values:
+            values[flag] = ""
+            del args[0]
+        elif flag is not None or not _take(args, {"-f": "-f", "--file": "-f"}, values):
+            return None
+    return values if "-f" in values else None
+
+
+def _take(args: list[str], names: dict[str, str], values: dict[str, str]) -> bool:
+    """Move the option at args[0] and its value (`NAME VALUE`, or `--name=VALUE`) into `values` under its canonical
+    name; False when it is not one of `names`, is given again, or its value is missing or looks like an option."""
+    name, eq, value = args[0].partition("=")
+    option = names.get(name)
+    if option is None or option in values or (eq and not name.startswith("--")):
+        return False
+    if not eq:
+        if len(args) < 2:
+            return False
+        value = args[1]
+        del args[1]
+    del args[0]
+    if not value or (value.startswith("-") and not (option == "-f" and value == "-")):
+        return False
+    values[option] = value
+    return True
+
+
+def _apply(argv: Sequence[str], values: dict[str, str], console: Console) -> int:
+    from vgpuadm import api
+    from vgpuadm.cli import declarative
+
+    # As the typer app's global options do: the default lock wait, the waits told on stderr, argv as the holder.
+    api.set_lock_policy(None, console.warn, ("vgpuadm", *argv))
+    try:
+        declarative.apply(console, values.get("--root"), values.get("--connect"), values["-f"], "--check" in values,
+                          "--diff" in values, "--prune" in values, "--json" in values)  # fmt: skip
+    finally:
+        api.set_lock_policy()
+    return 0

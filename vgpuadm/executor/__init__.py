@@ -8,7 +8,10 @@ rows (step class, apply_fn, undo_fn[, is_applied])); a caller that runs libvirt 
   undo_fn(step, ctx)        reverts it and must be tolerant: it checks the current state first, because after a
                             crash it may run for a step that never happened or only half happened;
   is_applied(step, ctx)     (optional) whether the step's effect is present: checked after every apply (a real
-                            kernel can accept a write and do nothing) and used by `recover(finish=True)`.
+                            kernel can accept a write and do nothing) and used by `recover(finish=True)`;
+  lane(step)                (optional) what the step changes alone (a libvirt domain's name): consecutive steps in
+                            distinct lanes run concurrently (see `_waves`), each still journaled, verified and undone
+                            as its own step.
 
 Files under the root: `<root>/run/vgpuadm/lock` (flock, in a 0700 directory; the holder's pid and argv in
 `lock.owner`, as JSON) and
@@ -60,6 +63,7 @@ DEFAULT_LOCK_TIMEOUT = 30.0
 CRASH_HOOK = "VGPUADM_TEST_CRASH_AFTER_STEP"  # tests only: os._exit right after step N (1-based) is applied
 CRASH_DIGITS = re.compile(r"[1-9][0-9]{0,5}")
 CRASH_ARMED = "run/vgpuadm/test-crash-hook"  # under the root: arms the hook on a real root (the kernel lane's guest)
+WAVE_WORKERS = 4  # threads of a wave: libvirtd serves at most 5 calls of one client at once (max_client_requests)
 
 
 ApplyFn = Callable[[Any, "ExecContext"], None]
@@ -77,6 +81,7 @@ class ExecContext:
     extras: dict[str, Any] = field(default_factory=dict)
     lock_timeout: float | None = None  # None: LOCK_POLICY's
     verify: bool = True
+    workers: int = WAVE_WORKERS  # threads for a wave of steps in distinct lanes (see _waves); 1: one step at a time
     handlers: Mapping[type, Handler] | None = None  # None: HANDLERS (no libvirt steps)
 
 
@@ -98,9 +103,10 @@ class Handler:
     apply: ApplyFn
     undo: ApplyFn
     is_applied: CheckFn | None = None
+    lane: Callable[[Any], str] | None = None
 
 
-HandlerRow = tuple[Any, ...]  # (step class, apply_fn, undo_fn[, is_applied])
+HandlerRow = tuple[Any, ...]  # (step class, apply_fn, undo_fn[, is_applied[, lane]])
 
 
 def handlers(*tables: Iterable[HandlerRow]) -> dict[type, Handler]:
@@ -609,52 +615,190 @@ def execute_units(units: Sequence[Plan], ctx: ExecContext, summary: str) -> list
 def _run_unit(unit: Plan, offset: int, journaled: Plan, ctx: ExecContext, journal: _Journal,
               progress: Progress | None) -> None:  # fmt: skip
     """Apply `unit`, whose steps sit at `offset` in the `journaled` plan (begun already): on its first failure its
-    own applied steps are undone and the error (naming the step within `unit`) raised."""
+    own applied steps are undone and the error (naming the step within `unit`) raised.
+
+    The steps run in waves (`_waves`): every step of a wave is journaled as in flight before the wave starts (a
+    crash undoes them all, as it undoes everything up to the step in flight), and their results are taken in step
+    order — the progress lines, the first failure and its message are those of a run one step at a time; the steps
+    of the wave after a failed one that had started and succeeded are undone with the earlier ones."""
     done: list[tuple[int, Step]] = []  # (index in the journaled plan, step) of the steps to undo on failure
-    total = len(unit.steps)
     crash_after = _crash_after(ctx)
-    for n, step in enumerate(unit.steps):
-        i = offset + n
-        before = True  # until checked: a step interrupted before it started is not undone
+    for wave in _waves(unit, offset, ctx, crash_after):
+        journaled_ok: list[int] = []
+        lost: OSError | None = None  # the journal line of the next step could not be written
         try:
-            if i == 0:
-                journal.begin(journaled)
-            else:
-                journal.step(i)
-            if progress:
-                progress(n + 1, total, step.describe())
-            before = _already_applied(step, ctx)
-            ours = True
-            try:
-                _apply_one(step, ctx)
-            except (VgpuadmError, OSError):
-                if not _already_applied(step, ctx):
-                    raise
-                # The write was refused but its effect is there exactly (EEXIST for an identical mdev,
-                # EBUSY for the type already on the VF): the step counts as done. It is undone later
-                # only when this run caused that effect, never when it was there before (another VM's).
-                ours = not before
-        except VgpuadmError as exc:
-            _fail(unit, n, ctx, journal, done, step, i, exc)
-        except OSError as exc:  # the journal or a state file under <root>/var/lib/vgpuadm
-            err = HostIOError(f"{exc.strerror or exc}: {exc.filename}", errno=exc.errno)
-            _fail(unit, n, ctx, journal, done, step, i, err)
-        except BaseException as exc:
-            # A bug or ^C: leave the host as it was, then let it surface. The step in flight is undone
+            for n in wave:
+                if offset + n == 0:
+                    journal.begin(journaled)
+                else:
+                    journal.step(offset + n)
+                journaled_ok.append(n)
+        except OSError as journal_error:  # the steps journaled before it still run, as they would one at a time
+            lost = journal_error
+        attempts, stopped = _run_wave(unit, journaled_ok, ctx, progress)
+        failed: list[tuple[int, BaseException]] = []
+        for n, attempt in zip(journaled_ok, attempts, strict=True):
+            if attempt is None:
+                continue
+            if attempt.error is not None:
+                failed.append((n, attempt.error))
+            elif attempt.ours:
+                done.append((offset + n, unit.steps[n]))
+        if failed:
+            # A step that raised a bug or ^C (anything but a refusal, whose effect _attempt found absent) is undone
             # only when its effect appeared during this run.
-            inflight = [(i, step)] if not before and _already_applied(step, ctx) else []
-            undone = [s for _, s in [*done, *inflight]]
+            done += [(offset + n, unit.steps[n]) for n, a in zip(journaled_ok, attempts, strict=True)
+                     if a is not None and a.error is not None and not isinstance(a.error, (VgpuadmError, OSError))
+                     and not a.before and _already_applied(unit.steps[n], ctx)]  # fmt: skip
+            done.sort(key=lambda d: d[0])
+        if stopped is None and failed and isinstance(failed[0][1], (VgpuadmError, OSError)):
+            n, error = failed[0]
+            _fail(unit, n, ctx, journal, done, unit.steps[n], offset + n, _as_host_error(error))
+        if stopped is not None or failed:  # a bug or ^C: leave the host as it was, then let it surface
+            raised = stopped if stopped is not None else failed[0][1]
+            undone = [s for _, s in done]
             problems = rollback(undone, ctx)
             if not problems:
                 journal.remove()
-            if isinstance(exc, KeyboardInterrupt):
+            if isinstance(raised, KeyboardInterrupt):
                 raise interrupted(undone, problems) from None
-            raise
-        if ours:
-            done.append((i, step))
-        if crash_after == i + 1:
+            raise raised
+        if lost is not None:
+            n = wave[len(journaled_ok)]
+            _fail(unit, n, ctx, journal, done, unit.steps[n], offset + n, _as_host_error(lost))
+        if crash_after == offset + wave[-1] + 1:
             journal.close()
             os._exit(99)
+
+
+def _as_host_error(exc: BaseException) -> VgpuadmError:
+    """A step's error as _fail reports it: an OSError (the journal, a state file under <root>/var/lib/vgpuadm) as a
+    HostIOError naming the file."""
+    if isinstance(exc, OSError):
+        return HostIOError(f"{exc.strerror or exc}: {exc.filename}", errno=exc.errno)
+    assert isinstance(exc, VgpuadmError)
+    return exc
+
+
+def _waves(unit: Plan, offset: int, ctx: ExecContext, crash_after: int) -> list[list[int]]:
+    """`unit`'s step indices in the runs that may run at once: consecutive steps whose handlers name a lane, no two
+    in the same lane (a `apply -f` plan's domain definitions); every other step alone. With ctx.workers ≤ 1 every
+    step is alone. A wave ends at the test crash hook's step: the steps after it never run."""
+    waves: list[list[int]] = []
+    lanes: set[str] = set()  # the lanes of the last wave, while it may grow
+    for n, step in enumerate(unit.steps):
+        lane_of = handler_for(step, ctx.handlers).lane if ctx.workers > 1 else None
+        lane = lane_of(step) if lane_of is not None else None
+        if lane is not None and lanes and lane not in lanes:
+            waves[-1].append(n)
+            lanes.add(lane)
+        else:
+            waves.append([n])
+            lanes = {lane} if lane is not None else set()
+        if crash_after == offset + n + 1:
+            lanes = set()
+    return waves
+
+
+@dataclass
+class _Attempt:
+    """What running one step came to: `before`, whether its effect was there before it ran (True until checked:
+    a step stopped before it started is not undone); `ours`, whether this run caused the effect; `error`."""
+
+    before: bool = True
+    ours: bool = True
+    error: BaseException | None = None
+
+
+def _attempt(step: Step, ctx: ExecContext) -> _Attempt:
+    """Run one step and verify it; its error is returned, not raised (a wave's threads hand it to the caller).
+    A write that is refused while its effect is there exactly (EEXIST for an identical mdev, EBUSY for the type
+    already on the VF) counts as done, and is undone later only when this run caused that effect, never when it
+    was there before (another VM's)."""
+    out = _Attempt()
+    try:
+        out.before = _already_applied(step, ctx)
+        try:
+            _apply_one(step, ctx)
+        except (VgpuadmError, OSError):
+            if not _already_applied(step, ctx):
+                raise
+            out.ours = not out.before
+    except BaseException as exc:  # handed to _run_unit, which rolls back and raises it
+        out.error = exc
+    return out
+
+
+def _run_wave(
+    unit: Plan, wave: list[int], ctx: ExecContext, progress: Progress | None
+) -> tuple[list[_Attempt | None], BaseException | None]:
+    """Run the steps `wave` (indices into unit.steps): one alone in this thread, more on up to ctx.workers threads.
+    Each step's progress line is given before its result is awaited, in step order, and none after the first
+    failure; after a failure no further step of the wave starts. Returns each step's attempt (None: it never
+    started) and what stopped this thread while it waited (^C), if anything."""
+    total = len(unit.steps)
+    if len(wave) == 1:
+        step = unit.steps[wave[0]]
+        try:
+            if progress:
+                progress(wave[0] + 1, total, step.describe())
+        except BaseException as exc:
+            return [None], exc
+        return [_attempt(step, ctx)], None
+    pool = _Pool([unit.steps[n] for n in wave], ctx, min(ctx.workers, len(wave)))
+    failed = False
+    try:
+        for k, n in enumerate(wave):
+            if progress and not failed:
+                progress(n + 1, total, unit.steps[n].describe())
+            attempt = pool.result(k)
+            failed = failed or (attempt is not None and attempt.error is not None)
+    except BaseException as exc:
+        pool.stop()
+        return pool.results, exc
+    return pool.results, None
+
+
+class _Pool:
+    """Threads running a wave's steps in order of index (libvirt's calls release the GIL); after a step fails, no
+    further one starts."""
+
+    def __init__(self, steps: list[Step], ctx: ExecContext, workers: int) -> None:
+        self.steps = steps
+        self.results: list[_Attempt | None] = [None] * len(steps)
+        self._ready = [threading.Event() for _ in steps]
+        self._todo = iter(range(len(steps)))
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._threads = [threading.Thread(target=self._work, args=(ctx,), daemon=True) for _ in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def _work(self, ctx: ExecContext) -> None:
+        while True:
+            with self._lock:
+                k = next(self._todo, None)
+                if k is not None and self._stopped:  # never started: its result stays None
+                    for j in (k, *self._todo):
+                        self._ready[j].set()
+                    k = None
+            if k is None:
+                return
+            attempt = _attempt(self.steps[k], ctx)
+            self.results[k] = attempt
+            if attempt.error is not None:
+                self._stopped = True
+            self._ready[k].set()
+
+    def result(self, k: int) -> _Attempt | None:
+        self._ready[k].wait()
+        return self.results[k]
+
+    def stop(self) -> None:
+        """No further step starts; the ones running finish (a libvirt call cannot be abandoned half-way)."""
+        self._stopped = True
+        for t in self._threads:
+            t.join()
 
 
 def _crash_after(ctx: ExecContext) -> int:

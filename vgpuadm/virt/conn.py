@@ -257,6 +257,7 @@ class VirtConn:
     def __init__(self, uri: str) -> None:
         self.uri = uri
         self._conn: Any = None
+        self._opening = threading.Lock()  # the executor's threads share this connection: it is opened once
         self._domains: dict[str, Any] = {}
         self._active: dict[str, bool] = {}
         self.embed_root = _embed_root_of(uri)
@@ -266,7 +267,9 @@ class VirtConn:
     @property
     def conn(self) -> Any:
         if self._conn is None:
-            self._conn = self._open()
+            with self._opening:
+                if self._conn is None:
+                    self._conn = self._open()
         return self._conn
 
     def _open(self) -> Any:
@@ -336,9 +339,11 @@ class VirtConn:
     def list_domains(self) -> list[str]:
         libvirt = _libvirt()
         try:
-            return sorted(d.name() for d in self.conn.listAllDomains(0))
+            found = {d.name(): d for d in self.conn.listAllDomains(0)}
         except libvirt.libvirtError as exc:
             raise self._fail(exc, "listing domains") from None
+        self._domains.update(found)  # the handles listed: no look-up round trip per domain afterwards
+        return sorted(found)
 
     def xml(self, name: str, *, inactive: bool = True, secure: bool = False) -> str:
         """The persistent definition (XMLDesc with VIR_DOMAIN_XML_INACTIVE), or the live one. secure=True keeps

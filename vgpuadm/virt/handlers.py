@@ -1,7 +1,9 @@
 """How the executor carries out the libvirt steps (vgpuadm/steps.py) through the context's VirtConn.
 
-`HANDLERS` lists (step class, apply, undo, is_applied): ops/session.py adds them to the executor's table for the
-plans a Session runs (virt sits below the executor, so it cannot import it). Undo handlers look before they act: after a
+`HANDLERS` lists (step class, apply, undo, is_applied[, lane]): ops/session.py adds them to the executor's table for
+the plans a Session runs (virt sits below the executor, so it cannot import it). A DefineDomain's lane is its domain:
+the executor runs consecutive definitions of distinct domains concurrently over the one VirtConn (libvirt's
+connections serve calls from several threads; libvirtd runs them on its worker pool). Undo handlers look before they act: after a
 crash they may run for a step that never happened.
 """
 
@@ -246,11 +248,11 @@ def _virtio_gl(s: SetVirtioGl, ctx: Any, enable: bool) -> None:
         virt.define(without_virtio_gl(current, s.rendernode, s.previous_video))
 
 
-HANDLERS: list[tuple[type, Any, Any, Any]] = [
+HANDLERS: list[tuple[Any, ...]] = [
     (AttachHostdev, _attach, _undo_attach, lambda s, ctx: has_hostdev(ctx, s.domain, s.device_xml)),
     (DetachHostdev, _detach, _undo_detach, lambda s, ctx: not has_hostdev(ctx, s.domain, s.device_xml)),
     (SetMetadata, _set_metadata, _undo_metadata, _metadata_applied),
-    (DefineDomain, _define, _undo_define, _defined),
+    (DefineDomain, _define, _undo_define, _defined, lambda s: s.domain),  # lane: definitions of distinct domains
     (
         SetVirtioGl,
         lambda s, ctx: _virtio_gl(s, ctx, s.enable),
