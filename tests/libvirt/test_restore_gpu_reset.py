@@ -7,7 +7,6 @@ root's embedded driver), the simulated kernel, the real CLI."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import uuid as uuid_mod
 from collections.abc import Callable, Iterator
@@ -17,6 +16,7 @@ import libvirt
 import pytest
 from embedded_host import allocations, attr, define, hostdev_keys, mdevs, vgpuadm
 
+from tests.trees import written
 from vgpuadm.schemas import load as load_schema
 from vgpuadm.schemas import validate
 from vgpuadm.virt import xml
@@ -27,20 +27,6 @@ P4 = "0000:03:00.0"
 H200 = "0000:18:00.0"
 A100 = "0000:41:00.0"
 SRIOV_MANAGE = "/usr/lib/nvidia/sriov-manage"
-
-
-def written(root: Path, pf: str) -> dict[str, tuple[bytes | str, int, int]]:
-    """Every entry under the GPU's device directory: bytes (or link target), inode, mtime — a write changes one."""
-    top = (root / "sys/bus/pci/devices" / pf).resolve()
-    out: dict[str, tuple[bytes | str, int, int]] = {}
-    for dirpath, dirnames, filenames in os.walk(top):
-        for name in dirnames + filenames:
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            body: bytes | str = (os.readlink(path) if os.path.islink(path) else "dir" if os.path.isdir(path)
-                                 else Path(path).read_bytes())  # fmt: skip
-            out[os.path.relpath(path, top)] = (body, st.st_ino, st.st_mtime_ns)
-    return out
 
 
 def _apply(root: Path, tmp_path: Path, plan: str) -> None:

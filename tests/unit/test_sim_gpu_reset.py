@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.trees import written
 from vgpuadm.errors import UsageError
 from vgpuadm.host.nvidia_smi_vgpu import parse_query_xml
 from vgpuadm.sim.kernel import SimKernel
@@ -28,24 +29,6 @@ U2 = "11111111-2222-4333-8444-666666666666"
 
 def smi(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(root / "usr/bin/nvidia-smi"), *args], capture_output=True, text=True, check=False)
-
-
-def written(root: Path, pf: str) -> dict[str, tuple[bytes | str, int, int]]:
-    """Every entry under the GPU's device directory: bytes (or link target), inode, mtime — a write changes one."""
-    top = (root / "sys/bus/pci/devices" / pf).resolve()
-    out: dict[str, tuple[bytes | str, int, int]] = {}
-    for dirpath, dirnames, filenames in os.walk(top):
-        for name in dirnames + filenames:
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            if os.path.islink(path):
-                body: bytes | str = os.readlink(path)
-            elif os.path.isdir(path):
-                body = "dir"
-            else:
-                body = Path(path).read_bytes()
-            out[os.path.relpath(path, top)] = (body, st.st_ino, st.st_mtime_ns)
-    return out
 
 
 def read(root: Path, host_path: str) -> str:

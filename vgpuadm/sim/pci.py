@@ -90,6 +90,22 @@ def detach(host: SimHost, bdf: str, dev: str) -> None:
     update_vfio_node(host, dev)
 
 
+def back_to_native(host: SimHost, bdf: str) -> bool:
+    """What a boot or a device reset leaves of a function's binding: no driver_override, and its native driver (or
+    none) bound again. Whether it was bound to another driver."""
+    dev = host.pci_dir(bdf)
+    if dev is None:
+        return False
+    host.set_attr(f"{dev}/driver_override", "(null)", 0o644)
+    native = host.native_driver(bdf)
+    if host.driver_of(dev) == native:
+        return False
+    detach(host, bdf, dev)
+    if native is not None:
+        attach(host, bdf, dev, native)
+    return True
+
+
 def _register(host: SimHost, bdf: str) -> None:
     vf = host.sriov_pf_of(bdf)
     if vf is not None:

@@ -28,15 +28,7 @@ def reboot(root: str) -> None:
             pci.disable_vfs(host, pf)
             host.set_attr(f"{pf_dir}/sriov_drivers_autoprobe", 1, 0o644)
         for bdf in host.listdir(PCI_DEVICES):
-            dev = host.pci_dir(bdf)
-            if dev is None:
-                continue
-            host.set_attr(f"{dev}/driver_override", "(null)", 0o644)
-            native = host.native_driver(bdf)
-            if host.driver_of(dev) != native:
-                pci.detach(host, bdf, dev)
-                if native is not None:
-                    pci.attach(host, bdf, dev, native)
+            pci.back_to_native(host, bdf)
         gim.probe_all(host)  # GIM loads at boot and enables its GPUs' VFs again (sriov_numvfs cannot)
         for node in host.listdir("/dev/vfio"):
             host.tree.unlink(f"/dev/vfio/{node}")

@@ -79,18 +79,7 @@ def _forget(host: SimHost, pf: str, keep_vfs: bool = False) -> list[str]:
         lost.append(f"{len(vfs)} VF(s)" + (f" ({len(typed)} with a vGPU type)" if typed else ""))
     if info is not None and not keep_vfs:
         host.set_attr(f"{info['parent_dir']}/{pf}/sriov_drivers_autoprobe", 1, 0o644)
-    rebound = 0
-    for bdf in _functions(host, pf):
-        dev = host.pci_dir(bdf)
-        if dev is None:
-            continue
-        host.set_attr(f"{dev}/driver_override", "(null)", 0o644)
-        native = host.native_driver(bdf)
-        if host.driver_of(dev) != native:
-            pci.detach(host, bdf, dev)
-            rebound += 1
-            if native is not None:
-                pci.attach(host, bdf, dev, native)
+    rebound = sum(pci.back_to_native(host, bdf) for bdf in _functions(host, pf))
     if rebound:
         lost.append(f"{rebound} bind(s) to another driver")
     lost += mig.gpu_reset(host, pf)
