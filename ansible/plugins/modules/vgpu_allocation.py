@@ -417,7 +417,7 @@ class Task:
 def planned_devices(plan, vm, before):
     """What `vm` owns once `plan` has run: the devices its last definition (or metadata) step records (the VM's
     own if it has none)."""
-    from vgpuadm.virt.steps import DefineDomain, SetMetadata
+    from vgpuadm.steps import DefineDomain, SetMetadata
     from vgpuadm.virt.xml import parse_allocations
 
     owned = before
