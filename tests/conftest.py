@@ -9,6 +9,7 @@ A directory gives its lane; a module in tests/unit or tests/golden that needs mo
 from __future__ import annotations
 
 import io
+import uuid as uuid_mod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 from vgpuadm.cli.app import run
 from vgpuadm.cli.console import Console
 from vgpuadm.sim.profiles import build
+from vgpuadm.virt import xml
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests" / "data"
@@ -110,6 +112,31 @@ def conn(libvirtd: str) -> Iterator[Any]:
     c = libvirt.open(libvirtd)
     yield c
     c.close()
+
+
+@pytest.fixture
+def daemon_domain(conn: Any) -> Iterator[Any]:
+    """Define throwaway diskless domains on that libvirtd: `define(suffix="web01", machine="q35", vnc=False)`
+    returns a unique name. Destroyed (when running) and undefined in teardown."""
+    import libvirt
+
+    made: list[str] = []
+
+    def define(suffix: str = "web01", machine: str = "q35", vnc: bool = False) -> str:
+        name = f"vgpuadm-test-{uuid_mod.uuid4().hex[:10]}-{suffix}"
+        conn.defineXML(xml.domain_definition(name, machine=machine, vnc=vnc, memory_mib=64))
+        made.append(name)
+        return name
+
+    yield define
+    for name in made:
+        try:
+            dom = conn.lookupByName(name)
+        except libvirt.libvirtError:
+            continue
+        if dom.isActive():
+            dom.destroy()
+        dom.undefine()
 
 
 _DIRECTORY_LANES = {"libvirt": "libvirt", "campaign": "libvirt", "ansible": "ansible", "cockpit": "browser",

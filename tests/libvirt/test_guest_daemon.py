@@ -9,8 +9,7 @@ import os
 import re
 import subprocess
 import sys
-import uuid as uuid_mod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import libvirt
@@ -27,25 +26,9 @@ SCHEMA = "/usr/share/libvirt/schemas/domain.rng"
 
 
 @pytest.fixture
-def domain(conn: libvirt.virConnect) -> Iterator[Callable[..., str]]:
-    """Define a throwaway diskless domain; returns its unique name. Undefined (and destroyed) in teardown."""
-    made: list[str] = []
-
-    def define(suffix: str = "web01", machine: str = "q35", vnc: bool = False) -> str:
-        name = f"vgpuadm-test-{uuid_mod.uuid4().hex[:10]}-{suffix}"
-        conn.defineXML(xml.domain_definition(name, machine=machine, vnc=vnc, memory_mib=64))
-        made.append(name)
-        return name
-
-    yield define
-    for name in made:
-        try:
-            dom = conn.lookupByName(name)
-        except libvirt.libvirtError:
-            continue
-        if dom.isActive():
-            dom.destroy()
-        dom.undefine()
+def domain(daemon_domain: Callable[..., str]) -> Callable[..., str]:
+    """A throwaway diskless domain (tests/conftest.py daemon_domain); returns its unique name."""
+    return daemon_domain
 
 
 def inactive_xml(conn: libvirt.virConnect, name: str) -> str:

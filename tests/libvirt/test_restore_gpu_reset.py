@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-import uuid as uuid_mod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import libvirt
@@ -19,7 +18,6 @@ from embedded_host import allocations, attr, define, hostdev_keys, mdevs, vgpuad
 from tests.trees import written
 from vgpuadm.schemas import load as load_schema
 from vgpuadm.schemas import validate
-from vgpuadm.virt import xml
 
 pytestmark = pytest.mark.libvirt
 
@@ -214,28 +212,6 @@ def test_restore_turns_mig_mode_on_again_when_a_reset_left_it_off(sim_host: Call
     assert attr(root, f"/sys/bus/pci/devices/{vf}/nvidia/current_vgpu_type") == "1414\n"
 
 
-@pytest.fixture
-def daemon_domain(conn: libvirt.virConnect) -> Iterator[Callable[[str], str]]:
-    """Throwaway diskless domains on the real libvirtd (TCG can run them); destroyed and undefined afterwards."""
-    made: list[str] = []
-
-    def define_one(suffix: str) -> str:
-        name = f"vgpuadm-test-{uuid_mod.uuid4().hex[:10]}-{suffix}"
-        conn.defineXML(xml.domain_definition(name, machine="pc", vnc=False, memory_mib=64))
-        made.append(name)
-        return name
-
-    yield define_one
-    for name in made:
-        try:
-            dom = conn.lookupByName(name)
-        except libvirt.libvirtError:
-            continue
-        if dom.isActive():
-            dom.destroy()
-        dom.undefine()
-
-
 def _run_holding_its_record(conn: libvirt.virConnect, name: str) -> None:
     """Start `name` as a guest holding its recorded mdev would be: running, its persistent definition naming the
     device (libvirt cannot start a guest on an mdev the real /sys lacks, so it starts without, then the definition
@@ -248,14 +224,14 @@ def _run_holding_its_record(conn: libvirt.virConnect, name: str) -> None:
 
 
 def test_a_running_domains_lost_device_is_reported_not_recreated(
-    sim_host: Callable[[str], Path], conn: libvirt.virConnect, libvirtd: str, daemon_domain: Callable[[str], str]
+    sim_host: Callable[[str], Path], conn: libvirt.virConnect, libvirtd: str, daemon_domain: Callable[..., str]
 ) -> None:
     """Running VMs are never touched: the mdev a running guest held is gone after the reset; restore names the
     domain and leaves it gone (exit 5) while the stopped domain's device comes back; once the guest is shut down,
     restore makes its device again with the same UUID."""
     root = sim_host("p4")
     gpu = "0000:01:00.0"
-    running, stopped = daemon_domain("run"), daemon_domain("stop")
+    running, stopped = daemon_domain("run", "pc"), daemon_domain("stop", "pc")
     for vm in (running, stopped):
         res = vgpuadm(root, "--connect", libvirtd, "create", "--type", "nvidia-63", "--gpu", gpu, "--vm", vm)
         assert res.code == 0, res.err
@@ -289,12 +265,12 @@ def test_a_running_domains_lost_device_is_reported_not_recreated(
 
 
 def test_whole_host_restore_leaves_a_running_guests_lost_device_alone(
-    sim_host: Callable[[str], Path], conn: libvirt.virConnect, libvirtd: str, daemon_domain: Callable[[str], str]
+    sim_host: Callable[[str], Path], conn: libvirt.virConnect, libvirtd: str, daemon_domain: Callable[..., str]
 ) -> None:
     """Regression: restore re-created a running guest's lost mdev under it (exit 0). Made with tools the simulator
     always had (a reboot of the simulated host while the domain runs on the daemon)."""
     root = sim_host("p4")
-    vm = daemon_domain("run")
+    vm = daemon_domain("run", "pc")
     assert vgpuadm(root, "--connect", libvirtd, "create", "--type", "nvidia-63", "--vm", vm).code == 0
     _run_holding_its_record(conn, vm)
     assert vgpuadm(root, "sim", "reboot", str(root)).code == 0
