@@ -17,14 +17,13 @@ Mode.live_move / Mode.room_on); the rules they share are here:
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from vgpuadm.errors import UsageError
-from vgpuadm.model import PARENT_PATTERN, is_pci_address, pci_address
+from vgpuadm.model import mdev_parent_name, split_params
 
 FORBIDDING_PARAMS = ("enable_uvm", "enable_debugging", "enable_profiling")  # vgpu_params that block a live move
 HOPPER = ("H100", "H200", "H800")
@@ -94,7 +93,7 @@ def vgpu_landing(target: TargetHost, type_id: str, name: str | None, board: str 
 
 def live_params(params: str | None) -> str | None:
     """Why vgpu_params `params` keep a vGPU from moving live (None: they do not)."""
-    pairs = dict(p.partition("=")[::2] for p in (params or "").replace(",", " ").split())
+    pairs = dict(p.partition("=")[::2] for p in split_params(params))
     on = [k for k in FORBIDDING_PARAMS if pairs.get(k, "0") not in ("0", "")]
     return f"its vgpu_params enable {', '.join(on)}: NVIDIA allows no live migration then" if on else None
 
@@ -146,8 +145,7 @@ def _free(row: Any, type_id: str, bad: Any) -> tuple[str, int]:
 
 def _gpu_name(text: str, bad: Any, what: str) -> str:
     """A GPU as an inventory names it: a PCI address (canonical form), or a virtual mdev parent's name (mtty)."""
-    if is_pci_address(text):
-        return pci_address(text)
-    if re.fullmatch(PARENT_PATTERN, text) is None:  # the mdev parent grammar (a virtual parent: mtty)
-        raise bad(f"{what} {text[:40]!r} is no PCI address or device name")
-    return text
+    try:
+        return mdev_parent_name(text)
+    except UsageError:
+        raise bad(f"{what} {text[:40]!r} is no PCI address or device name") from None
