@@ -20,11 +20,11 @@ from lxml import etree
 from tests.goldens import golden
 from vgpuadm import modes
 from vgpuadm.model import Allocation
-from vgpuadm.virt import templating, xml
+from vgpuadm.virt import xml
 from vgpuadm.virt.xml import PciAddress
 
 GOLDEN = Path(__file__).parent / "xml"
-TEMPLATES = Path(templating.template_dir())
+TEMPLATES = Path(xml.template_dir())
 SCHEMA = "/usr/share/libvirt/schemas/domain.rng"
 
 UUID = "c2177883-f1bb-47f0-914d-32a22e3a8804"
@@ -192,7 +192,7 @@ def test_every_template_variable_is_set_in_a_golden_case(monkeypatch: pytest.Mon
     monkeypatch.setattr(xml, "render", spy)
     for case in CASES.values():
         case()
-    env = templating.environment()
+    env = xml.environment()
     for template in sorted(str(p.relative_to(TEMPLATES)) for p in TEMPLATES.rglob("*.xml.j2")):
         source = env.loader.get_source(env, template)[0]
         variables = jinja2.meta.find_undeclared_variables(env.parse(source))

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from vgpuadm.errors import UsageError
 from vgpuadm.host.files import read_config, remove_config, write_config
 from vgpuadm.host.paths import LIBVIRT_HOOKS
-from vgpuadm.virt.templating import template_dir
+from vgpuadm.virt.xml import template_dir
 
 DIR_HOOK = "qemu.d/vgpuadm"
 SCRIPT = "qemu"

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from vgpuadm.errors import UsageError
 from vgpuadm.host.files import read_config, remove_config, write_config
 from vgpuadm.host.paths import UNIT_DIR
-from vgpuadm.virt.templating import readme_path, template_dir
+from vgpuadm.virt.xml import readme_path, template_dir
 
 RESTORE_UNIT = "vgpuadm-restore.service"
 EXPORTER_UNIT = "vgpuadm-exporter.service"  # `vgpuadm exporter` (ops/exporter.py); its command carries its options

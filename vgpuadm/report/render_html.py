@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from vgpuadm.report.render_table import MIG_TITLE, Table, fleet_tables, host_tables, mig_gpu_tables
-from vgpuadm.virt.templating import environment
+from vgpuadm.virt.xml import environment
 
 BAR_WIDTH = 420  # px of a full bar; labels and numbers sit left and right of it
 MAX_BARS = 60  # a fleet of 1,000 hosts charts its 60 fullest hosts; the table still lists every host

@@ -1,6 +1,8 @@
 """Domain XML for vgpuadm: hostdev elements and the vgpuadm <metadata> element rendered from jinja2 templates
 (autoescaped, then parsed with lxml so only well-formed XML leaves this module), and the parsers that read
 hostdevs and vgpuadm's metadata back out of a domain's XML (the source of truth for what a domain owns).
+The one jinja2 environment over templates/ is here too (the HTML report and the installed files use it); jinja2
+is imported on its first use.
 
 Pure: no libvirt, no sysfs. The templates live in templates/ at the repo root (vgpuadm/templates in the wheel).
 """
@@ -8,10 +10,11 @@ Pure: no libvirt, no sysfs. The templates live in templates/ at the repo root (v
 from __future__ import annotations
 
 import copy
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from lxml import etree
@@ -31,7 +34,6 @@ from vgpuadm.model import (
     parse_pci_address,
     pci_key,
 )
-from vgpuadm.virt.templating import environment
 
 NS = "https://vgpuadm.dev/xmlns/vgpuadm/1"
 PREFIX = "vgpuadm"
@@ -68,6 +70,37 @@ _CHANGED = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 
 # Never resolve entities or fetch anything: domain XML comes from libvirt, but names and params come from users.
 _PARSER = etree.XMLParser(resolve_entities=False, no_network=True, remove_blank_text=True, huge_tree=False)
+
+
+def template_dir() -> str:
+    """templates/ shipped inside the package (wheel), else the repo root's (editable install, checkout)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = package
+    for candidate in (os.path.join(package, "templates"), os.path.join(os.path.dirname(package), "templates")):
+        if os.path.isdir(os.path.join(candidate, "hostdev")):
+            return candidate
+    raise FileNotFoundError(f"vgpuadm templates not found next to {here}")
+
+
+def readme_path() -> str:
+    """README.md shipped inside the package (wheel), else the repo root's (editable install, checkout)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for candidate in (os.path.join(package, "README.md"), os.path.join(os.path.dirname(package), "README.md")):
+        if os.path.isfile(candidate):
+            return candidate
+    raise FileNotFoundError(f"vgpuadm's README.md not found next to {package}")
+
+
+@cache
+def environment() -> Any:
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(template_dir()),
+        autoescape=True,  # every value lands in an attribute or text node: escape ' " < > &
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=False,
+    )
 
 
 @dataclass(frozen=True)
