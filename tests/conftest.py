@@ -8,6 +8,7 @@ A directory gives its lane; a module in tests/unit or tests/golden that needs mo
 
 from __future__ import annotations
 
+import contextlib
 import io
 import uuid as uuid_mod
 from collections.abc import Callable, Iterator
@@ -102,6 +103,62 @@ def libvirtd(tmp_path_factory: pytest.TempPathFactory) -> str:
                     pytest.fail("started libvirtd but qemu:///system did not answer within 30 s")
                 time.sleep(0.1)  # polling interval, not a wait for a guessed duration
     return SYSTEM_URI
+
+
+_TARGET_START = """set -e
+mount --make-rprivate /
+for d in /run/libvirt /var/lib/libvirt /var/cache/libvirt /var/log/libvirt; do mount -t tmpfs -o mode=0755 tmpfs "$d"; done
+mount --bind "$1/etc" /etc/libvirt
+virtlogd -d -p "$1/virtlogd.pid"
+libvirtd -d -p "$1/libvirtd.pid"
+"""
+
+
+@pytest.fixture(scope="session")
+def target_libvirtd(libvirtd: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A second real libvirtd on this machine, as another host: its own mount namespace (`unshare -m`) with empty
+    /run/libvirt, /var/lib/libvirt, /var/cache/libvirt and /var/log/libvirt, the machine's *.conf files but none of
+    its domains, networks or hooks, its own host UUID, its socket in a directory both daemons see and no cgroup
+    controllers (its QEMU's scopes would share names with the first daemon's). Returns its URI
+    (qemu+unix:///system?socket=…); libvirt migrates between the two as between two hosts. Stopped at the end."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import time
+
+    import libvirt
+
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.fail("a second libvirtd needs root and unshare (util-linux)")
+    top = tmp_path_factory.mktemp("target-libvirtd")
+    etc = top / "etc"
+    etc.mkdir()
+    for conf in Path("/etc/libvirt").glob("*.conf"):
+        shutil.copy(conf, etc / conf.name)
+    with open(etc / "libvirtd.conf", "a") as f:
+        f.write(f'\nunix_sock_dir = "{top}"\nhost_uuid = "{uuid_mod.uuid4()}"\n')
+    with open(etc / "qemu.conf", "a") as f:
+        f.write("\ncgroup_controllers = [ ]\n")
+    uri = f"qemu+unix:///system?socket={top}/libvirt-sock"
+    subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", _TARGET_START, "sh", str(top)],
+                   check=True, capture_output=True, timeout=60)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not _libvirtd_answers(uri):
+        if time.monotonic() > deadline:
+            pytest.fail(f"the second libvirtd did not answer on {uri} within 30 s")
+        time.sleep(0.1)  # polling interval, not a wait for a guessed duration
+    yield uri
+    c = libvirt.open(uri)
+    for dom in c.listAllDomains():
+        if dom.isActive():
+            dom.destroy()
+        if dom.isPersistent():
+            dom.undefine()
+    c.close()
+    for daemon in ("libvirtd", "virtlogd"):
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int((top / f"{daemon}.pid").read_text()), signal.SIGTERM)
 
 
 @pytest.fixture

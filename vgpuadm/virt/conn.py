@@ -345,11 +345,13 @@ class VirtConn:
         self._domains.update(found)  # the handles listed: no look-up round trip per domain afterwards
         return sorted(found)
 
-    def xml(self, name: str, *, inactive: bool = True, secure: bool = False) -> str:
+    def xml(self, name: str, *, inactive: bool = True, secure: bool = False, migratable: bool = False) -> str:
         """The persistent definition (XMLDesc with VIR_DOMAIN_XML_INACTIVE), or the live one. secure=True keeps
-        secrets (graphics passwords): only for XML that is defined back, never for XML that is shown."""
+        secrets (graphics passwords): only for XML that is defined back, never for XML that is shown.
+        migratable=True: as another host is given it when the domain moves there (VIR_DOMAIN_XML_MIGRATABLE)."""
         libvirt = _libvirt()
         flags = (libvirt.VIR_DOMAIN_XML_INACTIVE if inactive else 0) | (libvirt.VIR_DOMAIN_XML_SECURE if secure else 0)
+        flags |= libvirt.VIR_DOMAIN_XML_MIGRATABLE if migratable else 0
         try:
             return str(self.domain(name).XMLDesc(flags))
         except libvirt.libvirtError as exc:
@@ -402,6 +404,31 @@ class VirtConn:
         except libvirt.libvirtError as exc:
             raise self._fail(exc, f"undefining '{name}'", name) from None
         self._domains.pop(name, None)
+
+    def migrate_live(
+        self, name: str, target: VirtConn, *, live_xml: str, persistent_xml: str, data_uri: str | None = None
+    ) -> None:
+        """Move the running domain to `target`'s host while it runs, as `virsh migrate --live --persistent
+        --undefinesource --xml` does: the target runs `live_xml` and keeps `persistent_xml` as its definition (each
+        the source's, with what differs on the target rewritten: its devices, vgpuadm's metadata), and the source
+        forgets the domain once the target runs it. Never post-copy (QEMU ≥ 8.2 refuses it with a VFIO device: a
+        page fault on the target cannot reach a device's state). The data goes to `data_uri` (tcp://ADDRESS) when
+        given, else to the address the target's libvirt names. Raises LibvirtError with libvirt's reason; the domain
+        then still runs on the source, as libvirt leaves it after a failed migration."""
+        libvirt = _libvirt()
+        flags = libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
+        params = {libvirt.VIR_MIGRATE_PARAM_DEST_XML: live_xml, libvirt.VIR_MIGRATE_PARAM_PERSIST_XML: persistent_xml}
+        if data_uri:
+            params[libvirt.VIR_MIGRATE_PARAM_URI] = data_uri
+        try:
+            self.domain(name).migrate3(target.conn, params, flags)
+        except libvirt.libvirtError as exc:
+            raise LibvirtError(
+                f"moving '{name}' to {target.uri}: {_message(exc)}",
+                f"'{name}' runs here as before; see why with `vgpuadm migrate check --vm {name} --to {target.quoted_uri}`",
+            ) from None
+        self._domains.pop(name, None)
+        self._active.pop(name, None)
 
     # -- devices ---------------------------------------------------------------------------------------------------
     def _device_flags(self, name: str) -> tuple[int, bool]:
