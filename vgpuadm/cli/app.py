@@ -1,11 +1,4 @@
-"""The `vgpuadm` command: global options, command registration, what the commands' parameters share and the one
-error boundary.
-
-Identities as they enter on the command line: every PCI address (`--gpu`, `--vf`, `--parent`, a VF or GPU argument)
-and every device id (`--uuid`: an mdev UUID or a PCI address) is parsed by the callbacks here (bdf, device, uuid),
-once, into the one canonical form the host and the metadata use (model.pci_address, model.device_key) — so
-`18:00.4`, `0000:18:00.4` and `0000:18:00.4 ` name the same VF for every check that follows (ownership, presence,
-locks).
+"""The `vgpuadm` command: global options, command registration and the one error boundary.
 
 Every VgpuadmError ends as `error: …` / `hint: …` on stderr with the error's exit code; no traceback reaches a
 user. Plain `--json` read commands skip typer entirely (cli/fast.py)."""
@@ -15,39 +8,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-from vgpuadm.cli import fast
+from vgpuadm.cli import fast, params
 from vgpuadm.cli.console import Console, OutputClosed
 from vgpuadm.errors import EXIT_CODES, Interrupted, NeedsRootError, UsageError, VgpuadmError
-from vgpuadm.model import device_key, mdev_uuid, pci_address
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
     from typing import Any
-
-
-def parse_bdf(value: str | None) -> str | None:
-    """typer callback: a PCI address in canonical form (0000:18:00.4), None when not given."""
-    return None if value is None else pci_address(value)
-
-
-def parse_device(value: str | None) -> str | None:
-    """typer callback: an mdev UUID (lower-case) or a PCI address (canonical), None when not given."""
-    return None if value is None else device_key(value)
-
-
-def parse_uuid(value: str | None) -> str | None:
-    """typer callback: an mdev UUID in canonical (lower-case) form, None when not given."""
-    return None if value is None else mdev_uuid(value, "as `vgpuadm devices` lists them")
-
-
-def plan_options() -> "tuple[Any, Any]":
-    """The --dry-run and --json options every changing command takes."""
-    import typer
-
-    dry = typer.Option(False, "--dry-run", help="Print the plan; change nothing.")
-    js = typer.Option(False, "--json", help="Print the result as JSON.")
-    return dry, js
-
 
 EPILOG = (
     "Examples: vgpuadm gpus · vgpuadm types --gpu 0000:01:00.0 --available · vgpuadm --root /tmp/h devices --json"
@@ -195,7 +162,7 @@ def build_app(only: "Sequence[str] | None" = None) -> "Any":
     def types_cmd(
         ctx: typer.Context,
         gpu: str = typer.Option(None, "--gpu", "--parent", help="Only this GPU (a PF also lists its VFs).",
-                                metavar="BDF", callback=parse_bdf),
+                                metavar="BDF", callback=params.bdf),
         available: bool = typer.Option(False, "--available", help="Only types with free instances."),
         type_name: str = typer.Option(None, "--type", help="Only this type (id, name or profile).", metavar="T"),
         per_vf: bool = typer.Option(False, "--per-vf", help="One row per parent (each VF), not per GPU."),
@@ -209,8 +176,8 @@ def build_app(only: "Sequence[str] | None" = None) -> "Any":
         ctx: typer.Context,
         vm: str = typer.Option(None, "--vm", help="Only the devices this libvirt domain owns.", metavar="NAME"),
         gpu: str = typer.Option(None, "--gpu", "--parent", help="Only devices on this GPU or parent (a PF includes "
-                                "its VFs).", metavar="BDF", callback=parse_device),
-        uuid: str = typer.Option(None, "--uuid", help="Only this device (mdev UUID or VF address).", metavar="U", callback=parse_device),
+                                "its VFs).", metavar="BDF", callback=params.device),
+        uuid: str = typer.Option(None, "--uuid", help="Only this device (mdev UUID or VF address).", metavar="U", callback=params.device),
         type_name: str = typer.Option(None, "--type", help="Only this type (id, name or profile).", metavar="T"),
         owners: bool = typer.Option(False, "--owners", help="With --json: add each device's owner (read from "
                                     "libvirt; the table always shows it)."),
