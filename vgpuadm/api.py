@@ -119,6 +119,7 @@ if TYPE_CHECKING:
     from vgpuadm.sim.reboot import reboot as sim_reboot
     from vgpuadm.sim.reset import reload_driver as sim_reload_driver
     from vgpuadm.sim.reset import reset as sim_reset
+    from vgpuadm.sim.reset import set_ecc as sim_ecc
     from vgpuadm.sim.usage import set_gpu_usage as sim_gpu_usage
     from vgpuadm.sim.usage import set_vgpu_usage as sim_vgpu_usage
     from vgpuadm.steps import Plan
@@ -144,6 +145,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "sim_reboot": ("vgpuadm.sim.reboot", "reboot"),
     "sim_reset": ("vgpuadm.sim.reset", "reset"),
     "sim_reload_driver": ("vgpuadm.sim.reset", "reload_driver"),
+    "sim_ecc": ("vgpuadm.sim.reset", "set_ecc"),
     "clear_faults": ("vgpuadm.sim.faults", "clear_faults"),
     "inject_fault": ("vgpuadm.sim.faults", "inject_fault"),
     "inject_stall": ("vgpuadm.sim.faults", "inject_stall"),

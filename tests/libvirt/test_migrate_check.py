@@ -12,8 +12,8 @@ from tests.libvirt.embedded_host import define, vgpuadm
 from vgpuadm.schemas import validate
 from vgpuadm.sim.profiles import build
 
-NOT_COMPARED = ("note: not compared (the target's inventory does not list them): the GPUs' ECC settings and the vGPU "
-                "manager versions, which NVIDIA requires to match for a live move")  # fmt: skip
+NOT_COMPARED = ("note: not compared (the driver of this host or of the target does not report them): the GPUs' ECC "
+                "settings and the host driver releases, which NVIDIA requires to match for a live move")  # fmt: skip
 
 
 def _host(tmp_path: Path, profile: str, name: str, *vms: str) -> Path:
@@ -137,12 +137,48 @@ def test_hopper_boards_do_not_move_live_between_each_other(tmp_path: Path) -> No
     assert r["devices"][0]["reasons"] == ["a vGPU does not migrate between a H200 SXM 141GB and a H100 SXM 80GB"]
 
 
+def test_gpus_whose_ecc_or_driver_release_differ_leave_a_cold_move(tmp_path: Path) -> None:
+    """Both hosts' drivers report ECC and their release (`nvidia-smi -q -x`, the target's through its inventory):
+    equal, the vGPU moves live and nothing is left uncompared; ECC off on the target GPU, or a driver of another
+    release branch there (`sim reload-driver --version`, an upgrade), and it moves only cold, saying why."""
+    src = _host(tmp_path, "h200-vendor-vfio", "src", "mg-e")
+    dst = _host(tmp_path, "h200-vendor-vfio", "dst")
+    assert vgpuadm(src, "create", "--type", "nvidia-1420", "--vm", "mg-e").code == 0
+    gpu = json.loads(vgpuadm(dst, "inventory", "--json").out)["gpus"][0]
+    assert (gpu["ecc"], gpu["driver_version"]) == ("Enabled", "580.159.04")
+
+    def check() -> dict:
+        target = _inventory(dst, tmp_path, "dst")
+        r = vgpuadm(src, "migrate", "check", "--vm", "mg-e", "--target-inventory", str(target), "--json")
+        doc = json.loads(r.out)
+        validate("migrate-check", doc)
+        return doc
+
+    doc = check()
+    assert (doc["move"], doc["devices"][0]["reasons"], doc["notes"]) == ("live", [], [])
+    r = vgpuadm(dst, "sim", "ecc", str(dst), gpu["address"], "off")
+    assert (r.code, r.out) == (0, f"ECC of GPU {gpu['address']} on {dst} is off\n")
+    doc = check()
+    assert (doc["move"], doc["devices"][0]["reasons"]) == ("cold", [
+        f"ECC is enabled here and disabled on the target's {gpu['address']}: NVIDIA migrates a vGPU only between "
+        "GPUs with the same ECC setting"])  # fmt: skip
+    assert vgpuadm(dst, "sim", "ecc", str(dst), gpu["address"], "on").code == 0
+    assert vgpuadm(dst, "sim", "reload-driver", str(dst), "--version", "590.44.01").code == 0
+    assert vgpuadm(dst, "sriov", "enable", gpu["address"]).code == 0  # a reload takes the VFs along
+    doc = check()
+    assert (doc["move"], doc["devices"][0]["reasons"]) == ("cold", [
+        "the host drivers are of different release branches (580.159.04 here, 590.44.01 on the target): NVIDIA "
+        "migrates a vGPU live only between releases its notes pair"])  # fmt: skip
+
+
 def test_a_bad_target_inventory_is_one_line_naming_the_file(tmp_path: Path) -> None:
     src = _host(tmp_path, "p4", "src", "mg-bad")
     doc = json.loads(vgpuadm(src, "inventory", "--json").out)
     cases = {
         "address": ("gpus", lambda d: d["gpus"][0].update(address="../../etc"), "gpus[] address '../../etc' is no PCI address or device name"),
         "type": ("types", lambda d: d["types"][0].update(type_id="nvidia-63/../x"), "types[] type_id 'nvidia-63/../x' is no vGPU type id"),
+        "ecc": ("gpus", lambda d: d["gpus"][0].update(ecc="on"), "gpus[] 0000:01:00.0: ecc is Enabled or Disabled, driver_version a release such as 580.159.04"),
+        "driver": ("gpus", lambda d: d["gpus"][0].update(driver_version="580; rm -rf /"), "gpus[] 0000:01:00.0: ecc is Enabled or Disabled, driver_version a release such as 580.159.04"),
     }  # fmt: skip
     for name, (_part, edit, message) in cases.items():
         bad = json.loads(json.dumps(doc))

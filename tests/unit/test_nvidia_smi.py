@@ -81,7 +81,8 @@ def test_h200_answers_without_mig_or_vgpu_mode_are_empty():
 
 def test_h200_query_xml_modes():
     gpus = parse_query_xml((H200 / "nvidia-smi-q.xml").read_bytes())
-    assert gpus == [GpuModes(0, "0000:00:06.0", "NVIDIA H200", "Disabled", "Disabled", "Pass-Through", "N/A")]
+    assert gpus == [GpuModes(0, "0000:00:06.0", "NVIDIA H200", "Disabled", "Disabled", "Pass-Through", "N/A", "Enabled",
+                             "580.159.04")]  # fmt: skip
     assert gpus[0].mig_supported
 
 

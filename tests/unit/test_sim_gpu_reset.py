@@ -16,7 +16,7 @@ from vgpuadm.errors import UsageError
 from vgpuadm.host.nvidia_smi_vgpu import parse_query_xml
 from vgpuadm.sim.kernel import SimKernel
 from vgpuadm.sim.profiles import build
-from vgpuadm.sim.reset import reload_driver, reset
+from vgpuadm.sim.reset import reload_driver, reset, set_ecc
 
 pytestmark = pytest.mark.process  # the simulated nvidia-smi runs as a process
 
@@ -132,3 +132,31 @@ def test_what_is_no_gpu_is_refused_with_the_hosts_gpus(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as exc:
         reload_driver(str(tmp_path), "amdgpu")
     assert exc.value.message == f"no device of the simulated host {tmp_path} uses the driver 'amdgpu'"
+
+
+def test_ecc_and_a_driver_upgrade_show_in_what_nvidia_smi_reports(tmp_path: Path) -> None:
+    """`sim ecc` and `sim reload-driver --version`: the simulated driver's `-q -x` reports them from then on (ECC
+    per GPU, the release for all); values out of their grammar are refused before anything changes."""
+    build("h200-vendor-vfio", str(tmp_path))
+
+    def reported() -> list[tuple[str, str, str | None]]:
+        return [
+            (g.address, g.ecc, g.driver_version) for g in parse_query_xml(smi(tmp_path, "-q", "-x").stdout.encode())
+        ]
+
+    assert reported() == [(H200, "Enabled", "580.159.04")]
+    assert set_ecc(str(tmp_path), "18:00.0", False) == H200
+    assert reload_driver(str(tmp_path), version="590.44.01") == {H200: ["16 VF(s)"]}
+    assert reported() == [(H200, "Disabled", "590.44.01")]
+    for bad, message in (("590.44.01\n<x/>", "'590.44.01\\n<x/>' is no nvidia driver release"),
+                         ("latest", "'latest' is no nvidia driver release")):  # fmt: skip
+        with pytest.raises(UsageError) as exc:
+            reload_driver(str(tmp_path), version=bad)
+        assert (exc.value.message, exc.value.hint) == (message, "a release reads like 580.159.04")
+    with pytest.raises(UsageError) as exc:
+        reload_driver(str(tmp_path), "mtty", version="1.0")
+    assert exc.value.message == "--version is for the nvidia driver, not mtty"
+    with pytest.raises(UsageError) as exc:
+        set_ecc(str(tmp_path), "0000:09:00.0", True)
+    assert exc.value.message == f"0000:09:00.0 is no GPU of the simulated host {tmp_path}"
+    assert reported() == [(H200, "Disabled", "590.44.01")]

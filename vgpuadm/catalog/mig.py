@@ -68,6 +68,8 @@ class MigGpu:
     host_vgpu_mode: str
     profiles: tuple[MigProfile, ...]
     instances: tuple[MigInstance, ...]
+    ecc: str = "N/A"  # the current ECC mode: Enabled, Disabled, N/A
+    driver_version: str | None = None  # the host driver's release
 
     @property
     def mig_capable(self) -> bool:

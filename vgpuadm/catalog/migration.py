@@ -13,10 +13,14 @@ Mode.live_move / Mode.room_on); the rules they share are here:
   other; the 80 GB PCIe H100 not with the 94 GB NVL one) — the model names compared as pci.ids prints them [I: the
   release notes name the pairs, not the ids].
 - QEMU ≥ 8.2 refuses post-copy with a VFIO device: a live move of a VM with one is pre-copy only.
+- Both GPUs need the same ECC setting, and the host drivers compatible releases (NVIDIA's vGPU user guide, "Migrating
+  a VM Configured with vGPU"; which releases pair is in each release's notes, so vgpuadm asks for the same release
+  branch, 580.x with 580.x [I]). Compared where both hosts' drivers report them (`nvidia-smi -q`: GpuDriver).
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +33,7 @@ FORBIDDING_PARAMS = ("enable_uvm", "enable_debugging", "enable_profiling")  # vg
 HOPPER = ("H100", "H200", "H800")
 POSTCOPY = "post-copy was asked for: QEMU 8.2 and later refuse post-copy with a VFIO device (drop --postcopy)"
 MAX_TARGET_GPUS = 1024  # GPUs one target inventory may list
+_VERSION = re.compile(r"[0-9][0-9.]{0,31}")  # a driver release, as inventory-v1.schema.json's driver_version
 _TYPE_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
 _HINT = "pass the target's `vgpuadm inventory --json` (schema vgpuadm-inventory/1)"
 
@@ -46,6 +51,14 @@ class Landing:
 
 
 @dataclass(frozen=True)
+class GpuDriver:
+    """What a GPU's driver reports of it that a live move needs to match on both hosts (None: not reported)."""
+
+    ecc: str | None = None  # Enabled | Disabled
+    version: str | None = None  # the host driver's release, 580.159.04
+
+
+@dataclass(frozen=True)
 class TargetGpu:
     """One physical GPU of the target host, as its inventory lists it."""
 
@@ -54,6 +67,7 @@ class TargetGpu:
     vendor_id: str | None
     device_id: str | None
     whole_gpu_free: bool
+    driver: GpuDriver = GpuDriver()
 
 
 @dataclass(frozen=True)
@@ -105,6 +119,26 @@ def board_pair(source: str | None, target: str | None) -> str | None:
     return None
 
 
+def driver_rule(source: GpuDriver | None, target: TargetGpu | None) -> str | None:
+    """Why a vGPU cannot move live from a GPU whose driver reports `source` to the target GPU (None: it can, or what
+    it needs is not reported on one side: `compared` says which)."""
+    if source is None or target is None:
+        return None
+    there = target.driver
+    if source.ecc and there.ecc and source.ecc != there.ecc:
+        return (f"ECC is {source.ecc.lower()} here and {there.ecc.lower()} on the target's {target.address}: NVIDIA "
+                "migrates a vGPU only between GPUs with the same ECC setting")  # fmt: skip
+    if source.version and there.version and source.version.split(".")[0] != there.version.split(".")[0]:
+        return (f"the host drivers are of different release branches ({source.version} here, {there.version} on "
+                "the target): NVIDIA migrates a vGPU live only between releases its notes pair")  # fmt: skip
+    return None
+
+
+def compared(source: GpuDriver | None, target: TargetGpu | None) -> bool:
+    """Whether both hosts' drivers report what driver_rule compares."""
+    return bool(source and target and source.ecc and source.version and target.driver.ecc and target.driver.version)
+
+
 def target_host(doc: Mapping[str, Any], where: str) -> TargetHost:
     """The TargetHost of an inventory document already checked by report/merge.load_report (schema, host, types
     rows); its gpus[] are checked here: one UsageError naming `where` on the first value out of its grammar."""
@@ -124,7 +158,13 @@ def target_host(doc: Mapping[str, Any], where: str) -> TargetHost:
         if not all(v is None or (isinstance(v, str) and len(v) <= 80 and v.isprintable()) for v in texts):
             raise bad(f"gpus[] {address}: model, vendor_id and device_id are short printable text or null")
         whole = row.get("whole_gpu_free")  # 1: the whole GPU is free for passthrough; 0 or null: it is not
-        gpus[address] = TargetGpu(address, texts[0], texts[1], texts[2], type(whole) is int and whole > 0)
+        ecc, version = row.get("ecc"), row.get("driver_version")
+        if ecc not in (None, "Enabled", "Disabled") or not (
+            version is None or (isinstance(version, str) and _VERSION.fullmatch(version))
+        ):
+            raise bad(f"gpus[] {address}: ecc is Enabled or Disabled, driver_version a release such as 580.159.04")
+        gpus[address] = TargetGpu(address, texts[0], texts[1], texts[2], type(whole) is int and whole > 0,
+                                  GpuDriver(ecc, version))  # fmt: skip
     types: dict[str, tuple[str, tuple[tuple[str, int], ...]]] = {}
     for t in doc.get("types", ()):
         if not _TYPE_ID_CHARS.issuperset(t["type_id"]) or not 0 < len(t["type_id"]) <= 64:

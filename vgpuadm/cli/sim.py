@@ -97,11 +97,28 @@ def build_app() -> Any:
         ctx: typer.Context,
         directory: str = typer.Argument(..., help="A simulated host root."),
         driver: str = typer.Argument("nvidia", help="The driver reloaded: nvidia (default), or mtty, mdpy, mbochs."),
-    ) -> None:
+        version: str = typer.Option(None, "--version", metavar="RELEASE",
+                                    help="Load this nvidia release instead (an upgrade), e.g. 580.82.07."),
+    ) -> None:  # fmt: skip
         """Reload a driver on a simulated host: every GPU it drives loses its state as at `sim reset`."""
-        for name, lost in api.sim_reload_driver(directory, driver).items():
+        for name, lost in api.sim_reload_driver(directory, driver, version).items():
             ctx.obj["console"].line(f"reloaded {driver} on {name}: " + (f"lost {', '.join(lost)}" if lost else
                                                                        "it had nothing to lose"))  # fmt: skip
+
+    @app.command("ecc", epilog="Example: vgpuadm sim ecc /tmp/h200-host 0000:18:00.0 off")
+    def ecc_cmd(
+        ctx: typer.Context,
+        directory: str = typer.Argument(..., help="A simulated host root."),
+        gpu: str = typer.Argument(..., help="The GPU's PCI address (its PF)."),
+        state: str = typer.Argument(..., metavar="on|off", help="ECC on or off."),
+    ) -> None:
+        """Turn a simulated GPU's ECC on or off, as `nvidia-smi -e` and the GPU reset that applies it do."""
+        from vgpuadm.errors import UsageError
+
+        if state not in ("on", "off"):
+            raise UsageError(f"ECC state {state!r} is neither on nor off", "e.g. vgpuadm sim ecc DIR GPU off")
+        address = api.sim_ecc(directory, gpu, state == "on")
+        ctx.obj["console"].line(f"ECC of GPU {address} on {directory} is {state}")
 
     @app.command(
         "fail",

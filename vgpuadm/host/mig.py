@@ -70,7 +70,7 @@ def read(root: HostRoot) -> list[MigGpu]:
             for i in instances if i.gpu == g.index
         )  # fmt: skip
         out.append(MigGpu(g.index, g.address, g.product, g.mig_current, g.mig_pending, g.virtualization_mode,
-                          g.host_vgpu_mode, tuple(profs), gis))  # fmt: skip
+                          g.host_vgpu_mode, tuple(profs), gis, g.ecc, g.driver_version))  # fmt: skip
     return out
 
 

@@ -63,9 +63,9 @@ def inventory(
                 source = f"libvirt:{s.uri}"
             except LibvirtMissingError as exc:  # the rest of the host can still be read
                 warnings.append(f"owners unknown: {exc.message}; {exc.hint}")
-        mig = _mig_occupancy(s, found, warnings)
+        mig, driver = _driver_state(s, found, warnings)
         doc = build_inventory(snap, found, host=host or s.root.hostname(), generated_at=_now(), source=source,
-                              running=running, mig=mig)  # fmt: skip
+                              running=running, mig=mig, driver=driver)  # fmt: skip
         if usage and found is not None and doc["devices"]:
             now = usage_by_device(s, found)
             for row in doc["devices"]:
@@ -97,23 +97,29 @@ def _saved_only(saved: list[str], directory: str, unowned: int) -> str:
             "domain of the host (`virsh dumpxml DOMAIN`) for a complete answer")  # fmt: skip
 
 
-def _mig_occupancy(s: Session, found: Domains | None, warnings: list[str]) -> dict[str, dict[str, Any]] | None:
-    """GPU-instance occupancy per MIG-capable GPU (None on hosts without NVIDIA GPUs or nvidia-smi); owners (the
-    domain scan's users(), as every reader) and who vgpuadm made an instance for come from `found` (unknown, null,
-    when it is None)."""
+def _driver_state(
+    s: Session, found: Domains | None, warnings: list[str]
+) -> tuple[dict[str, dict[str, Any]] | None, dict[str, dict[str, str]]]:
+    """What the NVIDIA driver reports (nothing on hosts without NVIDIA GPUs or nvidia-smi): GPU-instance occupancy
+    per MIG-capable GPU, and per GPU its ECC mode and the driver's release (what a live migration needs equal on
+    both hosts). Owners (the domain scan's users(), as every reader) and who vgpuadm made an instance for come from
+    `found` (unknown, null, when it is None)."""
     if not any(fn.vendor_id == "0x10de" for fn in s.snap.functions.values()) or nvidia_smi.locate(s.root) is None:
-        return None
+        return None, {}
     try:
-        gpus = [g for g in host_mig.read(s.root) if g.mig_capable]
+        reported = host_mig.read(s.root)
     except VgpuadmError as exc:
         warnings.append(f"MIG state not read: {exc.message}")
-        return None
+        return None, {}
+    driver = {g.address: {k: v for k, v in (("ecc", g.ecc), ("driver_version", g.driver_version)) if v not in
+                          (None, "N/A")} for g in reported}  # fmt: skip
+    gpus = [g for g in reported if g.mig_capable]
     owners = made = None
     if found is not None:
         owners = {key: name for (_, key), name in found.users().items()}
         made = made_by(found.allocations, s.snap.physical_gpu)
     rows = instance_rows(gpus, owners, made)
-    return {g.address: gpu_occupancy(g, rows) for g in gpus}
+    return {g.address: gpu_occupancy(g, rows) for g in gpus}, driver
 
 
 def device_users(

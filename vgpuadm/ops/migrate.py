@@ -3,8 +3,10 @@ and ask the pure check (plan/migration.py) how each device can move there."""
 
 from __future__ import annotations
 
-from vgpuadm.catalog.migration import target_host
+from vgpuadm.catalog.migration import GpuDriver, target_host
 from vgpuadm.errors import UsageError
+from vgpuadm.host import nvidia_smi
+from vgpuadm.host.nvidia_smi_vgpu import parse_query_xml
 from vgpuadm.io import remote
 from vgpuadm.ops.session import Session
 from vgpuadm.plan import migration
@@ -42,4 +44,15 @@ def check(
         if d is None:
             s.virt.xml(vm)  # raises NotFoundError naming the domain
             return migration.check(s.snap, vm, None, (), target, postcopy=postcopy, offline=offline)
-        return migration.check(s.snap, d.name, d.running, d.allocations, target, postcopy=postcopy, offline=offline)
+        return migration.check(s.snap, d.name, d.running, d.allocations, target, postcopy=postcopy, offline=offline,
+                               drivers=_drivers(s))  # fmt: skip
+
+
+def _drivers(s: Session) -> dict[str, GpuDriver]:
+    """What this host's NVIDIA driver reports per GPU that a live move needs to match (`nvidia-smi -q -x`; nothing
+    without nvidia-smi or when it fails: the check then says what it did not compare)."""
+    if nvidia_smi.locate(s.root) is None:
+        return {}
+    result = nvidia_smi.capture(s.root, nvidia_smi.QUERY_XML)
+    gpus = parse_query_xml(result.stdout.encode()) if result is not None and result.returncode == 0 else []
+    return {g.address: GpuDriver(None if g.ecc == "N/A" else g.ecc, g.driver_version) for g in gpus}

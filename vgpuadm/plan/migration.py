@@ -6,19 +6,19 @@ Pure."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from vgpuadm import modes
-from vgpuadm.catalog.migration import POSTCOPY, TargetHost
+from vgpuadm.catalog.migration import POSTCOPY, GpuDriver, TargetHost, compared, driver_rule
 from vgpuadm.model import Allocation, HostSnapshot
 
 SCHEMA = "vgpuadm-migrate-check/1"
 MOVES = ("live", "cold", "no")  # best first
 NOT_COMPARED = (
-    "not compared (the target's inventory does not list them): the GPUs' ECC settings and the vGPU manager "
-    "versions, which NVIDIA requires to match for a live move"
+    "not compared (the driver of this host or of the target does not report them): the GPUs' ECC settings and the "
+    "host driver releases, which NVIDIA requires to match for a live move"
 )
 
 
@@ -83,12 +83,15 @@ def check(
     *,
     postcopy: bool = False,
     offline: bool = False,
+    drivers: Mapping[str, GpuDriver] | None = None,
 ) -> MoveCheck:
     """Each of `domain`'s recorded devices against the target: a device the target has no room for cannot move; one
-    its mode cannot move live (or a board pair, or post-copy for a VFIO device) moves only cold."""
+    its mode cannot move live (or a board pair, GPUs whose drivers differ, or post-copy for a VFIO device) moves only
+    cold. `drivers`: what this host's driver reports per physical GPU (GpuDriver)."""
     taken: Counter[str] = Counter()
     out: list[DeviceMove] = []
     reasons: tuple[str, ...]
+    uncompared = False
     for a in sorted(allocations, key=lambda a: (a.slot is None, a.slot or 0)):
         mode = modes.for_name(a.mode)
         landing = mode.room_on(snap, target, a, taken)
@@ -98,9 +101,12 @@ def check(
             if landing.take is not None:
                 taken[landing.take] += 1
             vfio = POSTCOPY if postcopy and mode.hostdev else None
-            reasons = tuple(r for r in (mode.live_move(a), landing.not_live, vfio) if r)
+            source = (drivers or {}).get(snap.physical_gpu(mode.host_device(a) or ""))
+            there = target.gpus.get(landing.gpu) if landing.gpu else None
+            reasons = tuple(r for r in (mode.live_move(a), landing.not_live, driver_rule(source, there), vfio) if r)
             move = "cold" if reasons else "live"
+            uncompared |= move == "live" and landing.gpu is not None and not compared(source, there)
         out.append(DeviceMove(mode.handle(a) or mode.describe(a), mode.describe(a), a.mode, a.type_id, move,
                               landing.gpu, reasons))  # fmt: skip
-    notes = (NOT_COMPARED,) if any(d.move == "live" and d.target_gpu for d in out) else ()
+    notes = (NOT_COMPARED,) if uncompared else ()
     return MoveCheck(domain, running, offline, target.name, tuple(out), notes)

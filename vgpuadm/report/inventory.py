@@ -81,10 +81,12 @@ def inventory(
     source: str = "",
     running: Collection[str] | None = None,
     mig: dict[str, dict[str, Any]] | None = None,
+    driver: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The inventory document of one host (schema vgpuadm-inventory/1). `running`: the domains that run (None:
     not known, e.g. from saved XML); a device is then held by a running domain or reserved by a stopped one.
-    `mig`: per MIG-capable GPU its GPU-instance occupancy (report/mig.gpu_occupancy), shown as the row's `mig`."""
+    `mig`: per MIG-capable GPU its GPU-instance occupancy (report/mig.gpu_occupancy), shown as the row's `mig`.
+    `driver`: per GPU what its driver reports of it (`ecc`, `driver_version`), added to the GPU's row."""
     warnings = list(snap.warnings)
     gpus = _physical_gpus(snap)
     allocations = domains.allocations if domains is not None else None
@@ -102,6 +104,7 @@ def inventory(
     for row in gpu_rows:
         if mig and row["address"] in mig:
             row["mig"] = mig[row["address"]]
+        row.update((driver or {}).get(row["address"], {}))
     device_rows = [_device_row(snap, d, owners, unrecorded, allocations is not None) for d in devices]
     for row in device_rows:
         row["held"] = None if running is None or row["domain"] is None else (

@@ -40,6 +40,8 @@ from vgpuadm.sim.state import SimHost, load_model, root_lock
 from vgpuadm.sim.tools import install_tool
 
 WRAPPER = "/usr/bin/nvidia-smi"
+DRIVER_VERSION = "580.159.04"  # the real H200's (shared/fixtures/real); `sim reload-driver --version` changes it
+ECC_DEFAULT = "Enabled"  # [I] data-center boards ship with ECC on; `vgpuadm sim ecc` changes it
 INVALID = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
 
 # The real H200's `mig -lgip` frame (81 columns, driver 580.159.04), verbatim.
@@ -189,7 +191,7 @@ def scheduler_state(model: dict[str, Any]) -> str:
 
 def query_xml(model: dict[str, Any]) -> str:
     """`-q -x`, the fields vgpuadm reads (the real document has ~300 more)."""
-    states = model.get("mig") or {}
+    states, ecc = model.get("mig") or {}, model.get("ecc") or {}
     gpus = []
     for pf in migmodel.gpu_order(model):
         st = states.get(pf)
@@ -198,10 +200,13 @@ def query_xml(model: dict[str, Any]) -> str:
             f'\t<gpu id="{mig.nv_address(pf)}">\n\t\t<product_name>{escape(_product(model, pf))}</product_name>\n'
             f"\t\t<mig_mode>\n\t\t\t<current_mig>{cur}</current_mig>\n\t\t\t<pending_mig>{pend}</pending_mig>\n"
             "\t\t</mig_mode>\n\t\t<gpu_virtualization_mode>\n\t\t\t<virtualization_mode>Host VGPU</virtualization_mode>\n"
-            "\t\t\t<host_vgpu_mode>SR-IOV</host_vgpu_mode>\n\t\t</gpu_virtualization_mode>\n\t</gpu>\n"
+            "\t\t\t<host_vgpu_mode>SR-IOV</host_vgpu_mode>\n\t\t</gpu_virtualization_mode>\n"
+            f"\t\t<ecc_mode>\n\t\t\t<current_ecc>{ecc.get(pf, ECC_DEFAULT)}</current_ecc>\n"
+            f"\t\t\t<pending_ecc>{ecc.get(pf, ECC_DEFAULT)}</pending_ecc>\n\t\t</ecc_mode>\n\t</gpu>\n"
         )
-    return (f'<?xml version="1.0" ?>\n<nvidia_smi_log>\n\t<attached_gpus>{len(gpus)}</attached_gpus>\n'
-            + "".join(gpus) + "</nvidia_smi_log>\n")  # fmt: skip
+    version = escape(str(model.get("driver_version", DRIVER_VERSION)))
+    return (f'<?xml version="1.0" ?>\n<nvidia_smi_log>\n\t<driver_version>{version}</driver_version>\n'
+            f"\t<attached_gpus>{len(gpus)}</attached_gpus>\n" + "".join(gpus) + "</nvidia_smi_log>\n")  # fmt: skip
 
 
 def _selected(model: dict[str, Any], index: int | None) -> list[tuple[int, str, dict[str, Any]]]:

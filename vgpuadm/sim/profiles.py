@@ -735,7 +735,7 @@ def build(profile: str, root: str) -> Model:
 NVIDIA_SMI_PATH = "usr/bin/nvidia-smi"  # sim/nvidia_smi.py answers it (installed here: it imports this module)
 
 
-_MODEL_MAPS = ("drivers", "mdev_parents", "sriov", "pools", "vendor_vfio", "mig", "hetero")  # str → entry
+_MODEL_MAPS = ("drivers", "mdev_parents", "sriov", "pools", "vendor_vfio", "mig", "hetero", "ecc")  # str → entry
 
 
 def check_model(model: Any, where: str) -> Model:
@@ -758,6 +758,10 @@ def check_model(model: Any, where: str) -> Model:
         problem = "an entry of sriov, vendor_vfio, pools, mig or hetero is not a mapping"
     elif not isinstance(model.get("faults", []), list) or not isinstance(model.get("next_iommu_group", 0), int):
         problem = "faults or next_iommu_group has the wrong type"
+    elif not isinstance(model.get("driver_version", ""), str) or not all(
+        v in ("Enabled", "Disabled") for v in model.get("ecc", {}).values()
+    ):
+        problem = "driver_version is no text, or an ecc entry is neither Enabled nor Disabled"
     if problem is not None:
         raise UsageError(f"{where}: {problem}", hint)
     return model

@@ -25,6 +25,8 @@ kernel is the independent oracle: this module knows the driver's behaviour, neve
 
 from __future__ import annotations
 
+import re
+
 from vgpuadm.errors import UsageError
 from vgpuadm.model import pci_address
 from vgpuadm.sim import gim, hetero, mdevs, mig, pci, usage, vendor_vfio
@@ -32,6 +34,30 @@ from vgpuadm.sim.state import SimHost, load_model, require_simulated, root_lock
 from vgpuadm.sim.tree import PCI_DEVICES
 
 VENDOR_DRIVER = "nvidia"
+_VERSION = re.compile(r"[0-9]{1,4}(?:\.[0-9]{1,4}){1,3}")  # 580.159.04
+
+
+def _require_gpu(host: SimHost, root: str, address: str) -> None:
+    known = gpus(host)
+    if address not in known:
+        raise UsageError(
+            f"{address} is no GPU of the simulated host {root}",
+            f"its GPUs: {', '.join(known)}" if known else "this simulated host has no GPU",
+        )
+
+
+def set_ecc(root: str, gpu: str, enabled: bool) -> str:
+    """`nvidia-smi -i GPU -e 0|1` and the reset that applies it: the GPU's ECC mode is `enabled` from then on
+    [I: the simulator applies it at once, as after that reset]. Its canonical address; UsageError for an address that
+    is no GPU of the host."""
+    require_simulated(root)
+    address = pci_address(gpu)
+    with root_lock(root):
+        host = SimHost(root, load_model(root))
+        _require_gpu(host, root, address)
+        host.model.setdefault("ecc", {})[address] = "Enabled" if enabled else "Disabled"
+        mig.save(host)
+    return address
 
 
 def gpus(host: SimHost) -> list[str]:
@@ -98,22 +124,27 @@ def reset(root: str, gpu: str, keep_vfs: bool = False) -> tuple[str, list[str]]:
     address = pci_address(gpu)
     with root_lock(root):
         host = SimHost(root, load_model(root))
-        known = gpus(host)
-        if address not in known:
-            raise UsageError(
-                f"{address} is no GPU of the simulated host {root}",
-                f"its GPUs: {', '.join(known)}" if known else "this simulated host has no GPU",
-            )
+        _require_gpu(host, root, address)
         return address, _forget(host, address, keep_vfs)
 
 
-def reload_driver(root: str, driver: str = VENDOR_DRIVER) -> dict[str, list[str]]:
+def reload_driver(root: str, driver: str = VENDOR_DRIVER, version: str | None = None) -> dict[str, list[str]]:
     """Unload and load `driver` again: every GPU it drives loses its runtime state as at a reset; for a virtual mdev
     parent's driver (mtty, mdpy, mbochs: the parent's name) the parent's mdevs go. GPU or parent → what it lost.
-    UsageError when no device of the host uses `driver`."""
+    `version`: the vendor driver loaded is that release (an upgrade); nvidia-smi reports it from then on.
+    UsageError when no device of the host uses `driver`, or for a version that is no driver release."""
     require_simulated(root)
+    if version is not None and (driver != VENDOR_DRIVER or not _VERSION.fullmatch(version)):
+        raise UsageError(
+            f"{version!r} is no {VENDOR_DRIVER} driver release" if driver == VENDOR_DRIVER
+            else f"--version is for the {VENDOR_DRIVER} driver, not {driver}",
+            "a release reads like 580.159.04",
+        )  # fmt: skip
     with root_lock(root):
         host = SimHost(root, load_model(root))
+        if version is not None:
+            host.model["driver_version"] = version
+            mig.save(host)
         pfs = [pf for pf in gpus(host) if host.native_driver(pf) == driver]
         virtual = [n for n in host.model["mdev_parents"] if n == driver and n not in host.model["drivers"]]
         if not pfs and not virtual:
