@@ -1,14 +1,32 @@
 """`vgpuadm migrate check`: read this host (the VM's recorded devices, the snapshot) and the target's inventory,
-and ask the pure check (plan/migration.py) how each device can move there."""
+and ask the pure check (plan/migration.py) how each device can move there. `migrate prepare|run|abort`: a cold
+move, this host's part through its own Session and the target's through its vgpuadm (io/remote.py Peer: `migrate
+incoming|settle|abort` there), whose JSON answer is checked where it enters (_answer, schema migrate-step)."""
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+import orjson
+
+from vgpuadm import schemas
 from vgpuadm.catalog.migration import target_host
-from vgpuadm.errors import UsageError
+from vgpuadm.errors import CapacityError, ConflictError, HostIOError, UsageError, VgpuadmError
+from vgpuadm.executor import load_drivers
+from vgpuadm.host.inputs import read_input
 from vgpuadm.io import remote
+from vgpuadm.model import Allocation, mdev_uuid
+from vgpuadm.ops.guest import Progress, allocation_json
 from vgpuadm.ops.session import Session
+from vgpuadm.plan import guest as planner
 from vgpuadm.plan import migration
+from vgpuadm.plan.domains import with_recorded
 from vgpuadm.report.merge import MAX_REPORT, load_report, parse_report
+from vgpuadm.steps import Plan
+from vgpuadm.virt import xml
 
 TARGET_HINT = (
     "give the target's libvirt URI (--to qemu+ssh://root@gpu2/system: its vgpuadm is asked over ssh), or "
@@ -43,3 +61,252 @@ def check(
             s.virt.xml(vm)  # raises NotFoundError naming the domain
             return migration.check(s.snap, vm, None, (), target, postcopy=postcopy, offline=offline)
         return migration.check(s.snap, d.name, d.running, d.allocations, target, postcopy=postcopy, offline=offline)
+
+
+# -- moving it: `migrate prepare|run|abort` here, `migrate incoming|settle|abort` on the target ----------------------
+
+STEP_SCHEMA = "vgpuadm-migrate-step/1"
+MAX_ANSWER = 4 * 1024 * 1024  # bytes of the target's answer to one migrate verb
+MAX_DEFINITION = 1024 * 1024  # bytes of the domain definition the target is given
+DEFINITION_HINT = "this verb is the target's part of `vgpuadm migrate run`: run that on the source host"
+
+
+@dataclass
+class MoveStep:
+    """One host's part of a move (the answer of `migrate incoming|settle|abort --json`, checked where it enters):
+    the steps it ran (or would run), where the move stands there afterwards, and what the domain records there."""
+
+    domain: str
+    host: str
+    dry_run: bool
+    changed: bool
+    state: str
+    steps: list[str]
+    devices: list[Allocation] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": STEP_SCHEMA, "domain": self.domain, "host": self.host, "dry_run": self.dry_run,
+                "changed": self.changed, "state": self.state, "steps": self.steps,
+                "devices": [allocation_json(a) for a in self.devices]}  # fmt: skip
+
+
+@dataclass
+class MoveResult:
+    """What `migrate prepare|run|abort` did (or, dry, would do) on each host, in order: (where, step) pairs."""
+
+    domain: str
+    target: str
+    dry_run: bool
+    state: str
+    steps: list[tuple[str, str]]
+    devices: list[Allocation]  # what the domain records on the target afterwards
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": STEP_SCHEMA, "domain": self.domain, "host": self.target, "dry_run": self.dry_run,
+                "changed": bool(self.steps) and not self.dry_run, "state": self.state,
+                "steps": [f"{where}: {step}" for where, step in self.steps],
+                "devices": [allocation_json(a) for a in self.devices]}  # fmt: skip
+
+
+def _answer(data: bytes, peer: remote.Peer, vm: str) -> MoveStep:
+    """The target's answer, checked against its schema (migrate-step) and grammars here, where it enters."""
+    where = f"the answer {peer.name} sent"
+    try:
+        doc = orjson.loads(data)
+        schemas.validate("migrate-step", doc)
+    except (ValueError, UnicodeDecodeError):
+        raise HostIOError(f"{where} is not JSON", "check the vgpuadm version there") from None
+    except jsonschema.ValidationError as exc:
+        raise HostIOError(f"{where} is no vgpuadm-migrate-step/1 document: {exc.message[:120]}",
+                          "check the vgpuadm version there (both hosts need the same)") from None  # fmt: skip
+    if doc["domain"] != vm:
+        raise HostIOError(f"{where} is about domain {doc['domain'][:80]!r}, not {vm}", "check the vgpuadm there")
+    devices = []
+    for d in doc["devices"]:
+        a = Allocation(vm, d["mode"], d["type_id"], d["parent"], d["uuid"], address=d["address"], params=d["params"],
+                       slot=d["slot"], extra=d["options"])  # fmt: skip
+        xml.metadata_xml([a])  # the metadata grammar (mode, option names and values), as if recorded here
+        devices.append(a)
+    return MoveStep(vm, doc["host"], doc["dry_run"], doc["changed"], doc["state"], doc["steps"], devices)
+
+
+def _call(
+    peer: remote.Peer, args: list[str], vm: str, *, stdin: bytes | None = None, dry_run: bool = False
+) -> MoveStep:
+    return _answer(peer.call([*args, *(["--dry-run"] if dry_run else [])], MAX_ANSWER, stdin=stdin), peer, vm)
+
+
+def _marking(plan: Plan) -> list[str]:
+    """A mark plan's one step, in the words of its summary (its DefineDomain says only what it records)."""
+    return [f"step 1/1 {plan.summary}"] if plan.steps else []
+
+
+def _state(allocations: list[Allocation]) -> str:
+    return migration.moving(allocations) or "none"
+
+
+def incoming(
+    root: str | None, vm: str, definition: str, type_name: str, count: int, *, uuids: tuple[str, ...] = (),
+    params: tuple[str, ...] = (), display: bool = False, ramfb: bool = False, connect: str | None = None,
+    dry_run: bool = False,
+) -> MoveStep:  # fmt: skip
+    """The target's part of a move (`migrate incoming`, run by the source's `migrate prepare|run`): define domain
+    `vm` from `definition` (its XML without vgpuadm's devices and metadata, read from a file or stdin) and give it
+    `count` devices of `type_name` through this host's own planner, recorded as incoming. Done already (the same
+    move run again after it stopped): nothing to do."""
+    text = read_input(definition, "domain definition", DEFINITION_HINT, limit=MAX_DEFINITION, pipes=True)
+    try:
+        portable = text.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError("the domain definition is not UTF-8", DEFINITION_HINT) from None
+    name, _uuid = xml.domain_identity(xml.parse_domain(portable))
+    if name != vm or xml.parse_allocations(portable):
+        raise UsageError(f"the domain definition is not domain {vm}'s without vgpuadm metadata", DEFINITION_HINT)
+    checked = tuple(mdev_uuid(u, "the source's mdev UUIDs") for u in uuids)
+    with Session.changing(root, connect, dry_run=dry_run) as s:
+        d = s.domains().by_name.get(vm)
+        if d is not None and migration.moving(d.allocations) == migration.INCOMING:
+            return MoveStep(vm, s.host_key, dry_run, False, migration.INCOMING, [], list(d.allocations))
+        if d is not None or vm in s.virt.list_domains():
+            raise ConflictError(f"domain {vm} is defined on this host already",
+                                f"undefine it here (virsh undefine {vm}) or move the VM to another host")  # fmt: skip
+        planning = with_recorded(s.snap, s.domains())
+        [made] = planner.plan_create_many(planning, [(portable, count)], type_name, display=display, ramfb=ramfb,
+                                          params=params, taken=s.domains().users(), uuids=checked)  # fmt: skip
+        plan = migration.incoming_plan(vm, portable, made.plan, made.after, s.host_key, "incoming")
+        s.execute(plan, dry_run=dry_run)
+        after = migration.marked(made.after, migration.INCOMING)
+        return MoveStep(vm, s.host_key, dry_run, not dry_run, migration.INCOMING, plan.describe(), after)
+
+
+def settle(root: str | None, vm: str, *, connect: str | None = None, dry_run: bool = False) -> MoveStep:
+    """The target's last part (`migrate settle`): the domain's devices here stop recording the move."""
+    with Session.changing(root, connect, dry_run=dry_run) as s:
+        d = s.domains().by_name.get(vm)
+        if d is None:
+            s.virt.xml(vm)  # NotFoundError naming the domain
+            raise ConflictError(f"domain {vm}'s vgpuadm metadata names another host", "settle it on that host")
+        if migration.moving(d.allocations) != migration.INCOMING:
+            return MoveStep(vm, s.host_key, dry_run, False, _state(list(d.allocations)), [], list(d.allocations))
+        plan = migration.mark_plan(vm, list(d.allocations), None, s.host_key, d.xml)
+        s.execute(plan, dry_run=dry_run)
+        return MoveStep(vm, s.host_key, dry_run, not dry_run, "moved", _marking(plan),
+                        migration.marked(d.allocations, None))  # fmt: skip
+
+
+def abort_here(root: str | None, vm: str, *, connect: str | None = None, dry_run: bool = False) -> MoveStep:
+    """Undo this host's part of a move that stopped half-way: an incoming domain is undefined and its devices
+    freed; an outgoing one's devices stop recording the move (the VM stays here as it was). Nothing to do for a
+    domain that records no move, or that is not here."""
+    with Session.changing(root, connect, dry_run=dry_run) as s:
+        d = s.domains().by_name.get(vm)
+        state = migration.moving(d.allocations) if d is not None else None
+        if d is None or state is None:
+            return MoveStep(vm, s.host_key, dry_run, False, "none", [], list(d.allocations) if d else [])
+        owned = list(d.allocations)
+        if state == migration.OUTGOING:
+            plan = migration.mark_plan(vm, owned, None, s.host_key, d.xml)
+            after, lines = migration.marked(owned, None), _marking(plan)
+        else:
+            plan = migration.leaving_plan(s.snap, vm, s.virt.xml(vm, secure=True), owned,
+                                          load_drivers(s.root.path), "the move is aborted")  # fmt: skip
+            after, lines = [], plan.describe()
+        s.execute(plan, dry_run=dry_run)
+        return MoveStep(vm, s.host_key, dry_run, not dry_run, "none", lines, after)
+
+
+def abort(root: str | None, vm: str, *, to: str | None = None, target_root: str | None = None,
+          connect: str | None = None, dry_run: bool = False) -> MoveResult:  # fmt: skip
+    """`migrate abort`: the target's part undone first (when it is named), then this host's."""
+    steps: list[tuple[str, str]] = []
+    name = "this host"
+    if to or target_root:
+        peer = remote.peer(to, target_root)
+        name = peer.name
+        there = _call(peer, ["migrate", "abort", "--vm", vm, "--json"], vm, dry_run=dry_run)
+        steps += [(peer.name, step) for step in there.steps]
+    here = abort_here(root, vm, connect=connect, dry_run=dry_run)
+    steps += [("this host", step) for step in here.steps]
+    return MoveResult(vm, name, dry_run, "none", steps, [])
+
+
+def move(root: str | None, vm: str, *, to: str | None = None, target_root: str | None = None,
+         connect: str | None = None, dry_run: bool = False, offline: bool = False, finish: bool = True,
+         progress: Progress | None = None) -> MoveResult:  # fmt: skip
+    """`migrate run` (`finish`) and `migrate prepare` (not `finish`): move `vm` to the target with its domain
+    stopped. Check (the target's inventory), mark its devices outgoing here, have the target make its own and
+    record them incoming (`migrate incoming`); then, to finish, undefine the domain and free its devices here and
+    have the target drop the mark (`migrate settle`). A failure before the domain leaves this host undoes the
+    target's part (`migrate abort` there) and the mark here; a move that stopped half-way goes on when run again."""
+    peer = remote.peer(to, target_root)
+    where = f"the inventory {peer.name} sent"
+    target = target_host(parse_report(peer.call(["inventory", "--json"], MAX_REPORT), where), where)
+    steps: list[tuple[str, str]] = []
+    with Session.changing(root, connect, dry_run=dry_run) as s:
+        if target_root and os.path.realpath(target_root) == os.path.realpath(s.root.path):
+            raise UsageError("the target is this host", "give another host's root (--target-root) or URI (--to)")
+        d = s.domains().by_name.get(vm)
+        if d is None:
+            s.virt.xml(vm)  # raises NotFoundError naming the domain
+            raise ConflictError(f"domain {vm}'s vgpuadm metadata names another host", "move it from that host")
+        owned = list(d.allocations)
+        if d.running:
+            raise ConflictError(f"domain {vm} is running: vgpuadm moves a VM with its domain stopped (cold)",
+                                f"shut it down (virsh shutdown {vm}) and run this again")  # fmt: skip
+        req = migration.request(vm, owned)
+        if migration.moving(owned) != migration.OUTGOING:
+            verdict = migration.check(s.snap, vm, d.running, owned, target, offline=offline)
+            blocked = next((dev for dev in verdict.devices if dev.move == "no"), None)
+            if blocked is not None:
+                raise CapacityError(f"domain {vm} cannot move to {peer.name}: {blocked.what}: {blocked.reasons[0]}",
+                                    "see `vgpuadm migrate check` for each device")  # fmt: skip
+        secure = s.virt.xml(vm, secure=True)
+        portable = migration.portable_xml(secure, owned).encode()
+        mark = migration.mark_plan(vm, owned, migration.OUTGOING, s.host_key, d.xml)
+        s.execute(mark, dry_run=dry_run, progress=progress)
+        steps += [("this host", step) for step in _marking(mark)]
+        try:
+            there = _call(peer, [*req.argv(vm), "--definition", "-"], vm, stdin=portable, dry_run=dry_run)
+        except VgpuadmError as exc:
+            _undo_mark(s, vm, dry_run, exc)
+            raise
+        steps += [(peer.name, step) for step in there.steps]
+        if not finish:
+            return MoveResult(vm, peer.name, dry_run, migration.OUTGOING, steps, there.devices)
+        s.refresh()
+        current = s.virt.xml(vm, secure=True) if not dry_run else secure
+        leave = migration.leaving_plan(s.snap, vm, current, migration.marked(owned, migration.OUTGOING),
+                                       load_drivers(s.root.path), f"moved to {peer.name}")  # fmt: skip
+        try:
+            s.execute(leave, dry_run=dry_run, progress=progress)
+        except VgpuadmError as exc:  # the executor put this host back; the target's part goes
+            _abort_there(peer, vm, exc)
+            _undo_mark(s, vm, dry_run, exc)
+            raise
+        steps += [("this host", step) for step in leave.describe()]
+    if dry_run:
+        steps.append((peer.name, f"record domain {vm}'s devices as settled (the move is over)"))
+        return MoveResult(vm, peer.name, dry_run, "moved", steps, there.devices)
+    done = _call(peer, ["migrate", "settle", "--vm", vm, "--json"], vm)
+    steps += [(peer.name, step) for step in done.steps]
+    return MoveResult(vm, peer.name, dry_run, "moved", steps, done.devices)
+
+
+def _undo_mark(s: Session, vm: str, dry_run: bool, exc: VgpuadmError) -> None:
+    """The outgoing mark of `vm` dropped again after the move failed (`exc`); when that fails too, the hint says
+    how to finish."""
+    if dry_run:
+        return
+    try:
+        s.refresh()
+        d = s.domains().by_name[vm]
+        s.execute(migration.mark_plan(vm, list(d.allocations), None, s.host_key, d.xml))
+    except (VgpuadmError, KeyError):
+        exc.hint += f"; then `vgpuadm migrate abort --vm {vm}` here"
+
+
+def _abort_there(peer: remote.Peer, vm: str, exc: VgpuadmError) -> None:
+    try:
+        _call(peer, ["migrate", "abort", "--vm", vm, "--json"], vm)
+    except VgpuadmError as failed:
+        exc.hint += f"; the target's part stays ({failed.message}): `vgpuadm migrate abort --vm {vm}` there"
