@@ -88,7 +88,8 @@ class Peer:
 
     def call(self, args: list[str], limit: int, *, stdin: bytes | None = None, timeout: float = TIMEOUT) -> bytes:
         """The standard output of `vgpuadm ARGS` on the target (VgpuadmError naming the host when it fails)."""
-        shown = f"{'ssh ' + self.name + ' ' if self.ssh else ''}vgpuadm {' '.join(args[:2])}"
+        verb = f"vgpuadm {' '.join(args[:2])}"
+        shown = f"ssh {self.name} {verb}" if self.ssh else f"{verb} on {self.name}"
         hint = (f"check `ssh {self.name} vgpuadm {' '.join(args[:2])}` by hand (vgpuadm must be on its PATH)" if self.ssh
                 else f"check `vgpuadm --root {self.argv[-1]} {' '.join(args[:2])}` by hand")  # fmt: skip
         return run([*self.argv, *args], self.name, limit, timeout, what=shown, hint=hint, stdin=stdin)
@@ -153,6 +154,7 @@ def _run(argv: list[str], host: str, limit: int, timeout: float, what: str, hint
         proc.stdout.close()
         proc.stderr.close()
     if code != 0:
-        first = next((line.strip() for line in err.splitlines() if line.strip()), f"exit status {code}")[:200]
-        raise VgpuadmError(f"{what} failed: {first.removeprefix('error: ')}", hint)
+        first = next((line.strip() for line in err.splitlines() if line.strip()), f"exit status {code}")[:400]
+        theirs = next((line.strip()[6:] for line in err.splitlines() if line.startswith("hint: ")), "")[:400]
+        raise VgpuadmError(f"{what} failed: {first.removeprefix('error: ')}", theirs or hint)
     return bytes(out)

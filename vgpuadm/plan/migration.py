@@ -14,7 +14,7 @@ from typing import Any
 from vgpuadm import modes
 from vgpuadm.catalog.migration import POSTCOPY, TargetHost
 from vgpuadm.errors import ConflictError
-from vgpuadm.model import Allocation, HostSnapshot
+from vgpuadm.model import MIGRATION, Allocation, HostSnapshot
 from vgpuadm.plan import guest
 from vgpuadm.steps import DefineDomain, DomainDefinition, Plan, Step
 from vgpuadm.virt import xml
@@ -118,7 +118,6 @@ def check(
 # one journaled plan under its own lock, and the mark in each host's metadata says where a move that stopped
 # half-way stands (`show`, `inventory`): `migrate run` again goes on from there, `migrate abort` goes back.
 
-MIGRATION = "migration"  # the metadata option of a device on the move (virt/xml.py holds its grammar)
 INCOMING = "incoming"
 OUTGOING = "outgoing"
 MAX_DEVICES = 64  # devices one moved domain may ask the target for
@@ -126,7 +125,7 @@ MAX_DEVICES = 64  # devices one moved domain may ask the target for
 
 def moving(allocations: Iterable[Allocation]) -> str | None:
     """Where a domain's move stands on this host, as its devices record it: incoming, outgoing, or None."""
-    return next((a.extra[MIGRATION] for a in allocations if MIGRATION in a.extra), None)
+    return next((a.moving for a in allocations if a.moving), None)
 
 
 def marked(allocations: Iterable[Allocation], state: str | None) -> list[Allocation]:
