@@ -154,7 +154,8 @@ def _run(argv: list[str], host: str, limit: int, timeout: float, what: str, hint
         proc.stdout.close()
         proc.stderr.close()
     if code != 0:
-        first = next((line.strip() for line in err.splitlines() if line.strip()), f"exit status {code}")[:400]
+        lines = [line.strip() for line in err.splitlines() if line.strip()]  # ssh's own warnings come first
+        first = next((x for x in lines if x.startswith("error: ")), lines[0] if lines else f"exit status {code}")[:400]
         theirs = next((line.strip()[6:] for line in err.splitlines() if line.startswith("hint: ")), "")[:400]
         raise VgpuadmError(f"{what} failed: {first.removeprefix('error: ')}", theirs or hint)
     return bytes(out)
