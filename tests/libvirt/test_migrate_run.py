@@ -172,6 +172,15 @@ def test_a_move_stopped_after_prepare_shows_on_both_hosts_and_goes_on_or_back(tm
         ]
         table = vgpuadm(root, "inventory").out
         assert f"mv-half (stopped: reserved; {state}: vgpuadm migrate)" in table, table
+        r = vgpuadm(root, "reconcile", "--fix")  # the devices are owned: no leak; the move is said
+        assert r.out.splitlines() == ["journal: no interrupted change", "no leaked devices"]
+        assert r.err.splitlines() == [
+            f"warning: domain mv-half is {state}: its move to or from another host stopped half-way (`vgpuadm migrate "
+            "run --vm mv-half` on the source goes on, `vgpuadm migrate abort --vm mv-half` goes back)"
+        ]
+        doc = json.loads(vgpuadm(root, "reconcile", "--json").out)
+        validate("reconcile", doc)
+        assert doc["moving"] == [{"domain": "mv-half", "state": state}]
     r = vgpuadm(src, "migrate", "abort", "--vm", "mv-half", "--target-root", str(dst))
     assert (r.code, r.err) == (0, ""), r.err
     assert r.out.splitlines() == [
