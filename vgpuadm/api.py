@@ -95,9 +95,9 @@ if TYPE_CHECKING:
     from vgpuadm.ops.migrate import abort as migrate_abort
     from vgpuadm.ops.migrate import abort_here as migrate_abort_here
     from vgpuadm.ops.migrate import check as migrate_check
+    from vgpuadm.ops.migrate import finish as migrate_finish
     from vgpuadm.ops.migrate import incoming as migrate_incoming
     from vgpuadm.ops.migrate import move as migrate_move
-    from vgpuadm.ops.migrate import settle as migrate_settle
     from vgpuadm.ops.snapshot import import_ as snapshot_import
     from vgpuadm.ops.snapshot import take as snapshot
     from vgpuadm.ops.udev import install as udev_install
@@ -212,9 +212,9 @@ _HOMES: dict[str, tuple[str, str]] = {
     "migrate_abort": ("vgpuadm.ops.migrate", "abort"),
     "migrate_abort_here": ("vgpuadm.ops.migrate", "abort_here"),
     "migrate_check": ("vgpuadm.ops.migrate", "check"),
+    "migrate_finish": ("vgpuadm.ops.migrate", "finish"),
     "migrate_incoming": ("vgpuadm.ops.migrate", "incoming"),
     "migrate_move": ("vgpuadm.ops.migrate", "move"),
-    "migrate_settle": ("vgpuadm.ops.migrate", "settle"),
     "reconcile": ("vgpuadm.ops.declarative", "reconcile"),
     "recover": ("vgpuadm.ops.host", "recover"),
     "resolve_root": ("vgpuadm.host.root", "resolve_root"),

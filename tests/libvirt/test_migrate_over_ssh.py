@@ -122,7 +122,7 @@ def test_uris_that_must_not_reach_ssh_are_refused_where_they_enter(tmp_path: Pat
 
 
 def test_a_shut_off_vm_moves_over_ssh(tmp_path: Path, sshd) -> None:
-    """`migrate run --to qemu+ssh://…`: the target's part (`vgpuadm migrate incoming|settle`, the domain's
+    """`migrate run --to qemu+ssh://…`: the target's part (`vgpuadm migrate incoming|finish`, the domain's
     definition on its standard input) runs through the real sshd as on another machine."""
     authority, dst, query = sshd
     src = tmp_path / "src"

@@ -10,7 +10,16 @@ import json
 import re
 from pathlib import Path
 
-from tests.libvirt.embedded_host import EMBED_ETC, allocations, define, hostdev_keys, mdevs, vgpuadm
+from tests.libvirt.embedded_host import (
+    EMBED_ETC,
+    allocations,
+    define,
+    define_xml,
+    domain_xml,
+    hostdev_keys,
+    mdevs,
+    vgpuadm,
+)
 from vgpuadm.executor import CRASH_HOOK
 from vgpuadm.schemas import validate
 from vgpuadm.sim.profiles import build
@@ -213,3 +222,44 @@ def test_a_target_killed_mid_way_is_recovered_and_the_source_stays(tmp_path: Pat
     assert _state(dst)[2]  # the target's journal is pending
     assert vgpuadm(dst, "recover").code == 0
     assert (_state(src), _state(dst)) == before
+
+
+def test_hostdevs_vgpuadm_does_not_record_keep_the_vm_here(tmp_path: Path) -> None:
+    """A hostdev attached by hand names a device of this host: the definition the target would get must not carry
+    it (the source refuses; the target refuses a definition with any hostdev, whoever sends it)."""
+    src, dst = _hosts(tmp_path, "p4", "mv-hand")
+    assert vgpuadm(src, "create", "--type", "nvidia-63", "--vm", "mv-hand").code == 0
+    nic = ("<hostdev mode='subsystem' type='pci' managed='yes'><source><address domain='0x0000' bus='0x07' "
+           "slot='0x00' function='0x0'/></source></hostdev>")  # fmt: skip
+    text = domain_xml(src, "mv-hand").replace("</devices>", nic + "</devices>")
+    define_xml(src, text)
+    before = (_state(src), _state(dst))
+    r = _run(src, dst, "mv-hand")
+    assert (r.code, r.out) == (5, "")
+    assert r.err.splitlines() == [
+        "error: domain mv-hand has hostdevs vgpuadm does not record (0000:07:00.0): they name this host's devices",
+        "hint: detach them (virsh edit mv-hand), or record them with `vgpuadm adopt --vm mv-hand`, and run this again",
+    ]
+    assert (_state(src), _state(dst)) == before
+    definition = tmp_path / "mv-hand.xml"
+    definition.write_text(re.sub(r"<metadata>.*</metadata>", "", text, flags=re.S))
+    r = vgpuadm(dst, "migrate", "incoming", "--vm", "mv-hand", "--type", "nvidia-63", "--definition", str(definition))
+    assert (r.code, r.out, r.err.splitlines()[0]) == (2, "", "error: the domain definition is not domain mv-hand's "
+                                                      "without vgpuadm metadata and hostdevs")  # fmt: skip
+    assert _state(dst) == before[1]
+
+
+def test_a_finished_move_is_not_aborted_and_finish_says_it_is_over(tmp_path: Path) -> None:
+    src, dst = _hosts(tmp_path, "p4", "mv-done")
+    assert vgpuadm(src, "create", "--type", "nvidia-63", "--vm", "mv-done").code == 0
+    assert _run(src, dst, "mv-done").code == 0
+    moved = _state(dst)
+    r = vgpuadm(src, "migrate", "abort", "--vm", "mv-done", "--target-root", str(dst))
+    assert (r.code, r.out) == (5, "")
+    assert r.err.splitlines() == [
+        "error: domain mv-done is not on this host: its move is done, the target's domain is the VM now",
+        "hint: end the move there: `vgpuadm migrate finish --vm mv-done` on the target",
+    ]
+    r = vgpuadm(dst, "migrate", "finish", "--vm", "mv-done")
+    assert (r.code, r.out, r.err) == (0, "nothing to do: domain mv-done records no move here\n", "")
+    assert _state(dst) == moved

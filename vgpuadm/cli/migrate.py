@@ -1,7 +1,7 @@
 """`vgpuadm migrate check`: how each of a VM's devices can move to another host — live, only with the VM stopped
 (cold), or not at all, with the reason (ops/migrate.py, plan/migration.py; schema migrate-check). `migrate prepare`,
-`run` and `abort` move it (cold) and undo a move that stopped half-way; `migrate incoming` and `settle` are the
-target's part, run there by the source's vgpuadm (hidden; schema migrate-step)."""
+`run` and `abort` move it (cold) and undo a move that stopped half-way, `finish` ends one on the target; `migrate
+incoming` is the target's part, run there by the source's vgpuadm (hidden; schema migrate-step)."""
 
 from typing import Any
 
@@ -175,15 +175,17 @@ def register(app: Any) -> None:
         report(ctx.obj["console"], result, as_json, f"prepared incoming domain {vm}",
                f"would prepare incoming domain {vm}")  # fmt: skip
 
-    @group.command("settle", hidden=True)
-    def settle_cmd(
+    @group.command("finish", epilog="Example: vgpuadm migrate finish --vm web01   # on the target")
+    def finish_cmd(
         ctx: typer.Context,
-        vm: str = typer.Option(..., "--vm", metavar="NAME"),
+        vm: str = typer.Option(..., "--vm", help="The domain that moved here.", metavar="NAME"),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
     ) -> None:
-        """The target's last part of `migrate run`: the domain's devices stop recording the move."""
-        result = api.migrate_settle(ctx.obj["root"], vm, connect=ctx.obj.get("connect"), dry_run=dry_run)
-        report(ctx.obj["console"], result, as_json, f"settled domain {vm}", f"would settle domain {vm}")
+        """On the target: record the move as over (its devices stop being incoming). `migrate run` does it last;
+        run it by hand when that last step failed after the domain left the source."""
+        result = api.migrate_finish(ctx.obj["root"], vm, connect=ctx.obj.get("connect"), dry_run=dry_run)
+        report(ctx.obj["console"], result, as_json, f"finished the move of domain {vm}",
+               f"would finish the move of domain {vm}")  # fmt: skip
 
     app.add_typer(group, name="migrate")

@@ -1,7 +1,7 @@
 """`vgpuadm migrate check`: read this host (the VM's recorded devices, the snapshot) and the target's inventory,
 and ask the pure check (plan/migration.py) how each device can move there. `migrate prepare|run|abort`: a cold
 move, this host's part through its own Session and the target's through its vgpuadm (io/remote.py Peer: `migrate
-incoming|settle|abort` there), whose JSON answer is checked where it enters (_answer, schema migrate-step)."""
+incoming|finish|abort` there), whose JSON answer is checked where it enters (_answer, schema migrate-step)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def check(
         return migration.check(s.snap, d.name, d.running, d.allocations, target, postcopy=postcopy, offline=offline)
 
 
-# -- moving it: `migrate prepare|run|abort` here, `migrate incoming|settle|abort` on the target ----------------------
+# -- moving it: `migrate prepare|run|abort` here, `migrate incoming|finish|abort` on the target ----------------------
 
 STEP_SCHEMA = "vgpuadm-migrate-step/1"
 MAX_ANSWER = 4 * 1024 * 1024  # bytes of the target's answer to one migrate verb
@@ -73,7 +73,7 @@ DEFINITION_HINT = "this verb is the target's part of `vgpuadm migrate run`: run 
 
 @dataclass
 class MoveStep:
-    """One host's part of a move (the answer of `migrate incoming|settle|abort --json`, checked where it enters):
+    """One host's part of a move (the answer of `migrate incoming|finish|abort --json`, checked where it enters):
     the steps it ran (or would run), where the move stands there afterwards, and what the domain records there."""
 
     domain: str
@@ -160,8 +160,9 @@ def incoming(
     except UnicodeDecodeError:
         raise UsageError("the domain definition is not UTF-8", DEFINITION_HINT) from None
     name, _uuid = xml.domain_identity(xml.parse_domain(portable))
-    if name != vm or xml.parse_allocations(portable):
-        raise UsageError(f"the domain definition is not domain {vm}'s without vgpuadm metadata", DEFINITION_HINT)
+    if name != vm or xml.parse_allocations(portable) or xml.parse_hostdevs(portable):
+        raise UsageError(f"the domain definition is not domain {vm}'s without vgpuadm metadata and hostdevs",
+                         DEFINITION_HINT)  # fmt: skip
     checked = tuple(mdev_uuid(u, "the source's mdev UUIDs") for u in uuids)
     with Session.changing(root, connect, dry_run=dry_run) as s:
         d = s.domains().by_name.get(vm)
@@ -179,13 +180,13 @@ def incoming(
         return MoveStep(vm, s.host_key, dry_run, not dry_run, migration.INCOMING, plan.describe(), after)
 
 
-def settle(root: str | None, vm: str, *, connect: str | None = None, dry_run: bool = False) -> MoveStep:
-    """The target's last part (`migrate settle`): the domain's devices here stop recording the move."""
+def finish(root: str | None, vm: str, *, connect: str | None = None, dry_run: bool = False) -> MoveStep:
+    """The target's last part (`migrate finish`): the domain's devices here stop recording the move."""
     with Session.changing(root, connect, dry_run=dry_run) as s:
         d = s.domains().by_name.get(vm)
         if d is None:
             s.virt.xml(vm)  # NotFoundError naming the domain
-            raise ConflictError(f"domain {vm}'s vgpuadm metadata names another host", "settle it on that host")
+            raise ConflictError(f"domain {vm}'s vgpuadm metadata names another host", "finish it on that host")
         if migration.moving(d.allocations) != migration.INCOMING:
             return MoveStep(vm, s.host_key, dry_run, False, _state(list(d.allocations)), [], list(d.allocations))
         plan = migration.mark_plan(vm, list(d.allocations), None, s.host_key, d.xml)
@@ -222,6 +223,10 @@ def abort(root: str | None, vm: str, *, to: str | None = None, target_root: str 
     name = "this host"
     if to or target_root:
         peer = remote.peer(to, target_root)
+        with Session.read(root, connect) as s:
+            if vm not in s.domains().by_name:  # it left: the target's copy is the VM now
+                raise ConflictError(f"domain {vm} is not on this host: its move is done, the target's domain is the "
+                                    f"VM now", f"end the move there: `vgpuadm migrate finish --vm {vm}` on the target")  # fmt: skip
         name = peer.name
         there = _call(peer, ["migrate", "abort", "--vm", vm, "--json"], vm, dry_run=dry_run)
         steps += [(peer.name, step) for step in there.steps]
@@ -236,7 +241,7 @@ def move(root: str | None, vm: str, *, to: str | None = None, target_root: str |
     """`migrate run` (`finish`) and `migrate prepare` (not `finish`): move `vm` to the target with its domain
     stopped. Check (the target's inventory), mark its devices outgoing here, have the target make its own and
     record them incoming (`migrate incoming`); then, to finish, undefine the domain and free its devices here and
-    have the target drop the mark (`migrate settle`). A failure before the domain leaves this host undoes the
+    have the target drop the mark (`migrate finish`). A failure before the domain leaves this host undoes the
     target's part (`migrate abort` there) and the mark here; a move that stopped half-way goes on when run again."""
     peer = remote.peer(to, target_root)
     where = f"the inventory {peer.name} sent"
@@ -254,6 +259,10 @@ def move(root: str | None, vm: str, *, to: str | None = None, target_root: str |
             raise ConflictError(f"domain {vm} is running: vgpuadm moves a VM with its domain stopped (cold)",
                                 f"shut it down (virsh shutdown {vm}) and run this again")  # fmt: skip
         req = migration.request(vm, owned)
+        if d.unrecorded():
+            raise ConflictError(f"domain {vm} has hostdevs vgpuadm does not record ({d.unrecorded()[0][1]}): they "
+                                "name this host's devices", f"detach them (virsh edit {vm}), or record them with "
+                                f"`vgpuadm adopt --vm {vm}`, and run this again")  # fmt: skip
         if migration.moving(owned) != migration.OUTGOING:
             verdict = migration.check(s.snap, vm, d.running, owned, target, offline=offline)
             blocked = next((dev for dev in verdict.devices if dev.move == "no"), None)
@@ -287,7 +296,12 @@ def move(root: str | None, vm: str, *, to: str | None = None, target_root: str |
     if dry_run:
         steps.append((peer.name, f"record domain {vm}'s devices as settled (the move is over)"))
         return MoveResult(vm, peer.name, dry_run, "moved", steps, there.devices)
-    done = _call(peer, ["migrate", "settle", "--vm", vm, "--json"], vm)
+    try:
+        done = _call(peer, ["migrate", "finish", "--vm", vm, "--json"], vm)
+    except VgpuadmError as exc:
+        raise HostIOError(f"domain {vm} moved to {peer.name}, but it did not record the move as over: {exc.message}",
+                          f"run `vgpuadm migrate finish --vm {vm}` there (never `migrate abort`: the VM is there now)"
+                          ) from None  # fmt: skip
     steps += [(peer.name, step) for step in done.steps]
     return MoveResult(vm, peer.name, dry_run, "moved", steps, done.devices)
 
