@@ -9,7 +9,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
 import orjson
 
 from vgpuadm import schemas
@@ -108,9 +107,11 @@ class MoveResult:
                 "devices": [allocation_json(a) for a in self.devices]}  # fmt: skip
 
 
-def _answer(data: bytes, peer: remote.Peer, vm: str) -> MoveStep:
-    """The target's answer, checked against its schema (migrate-step) and grammars here, where it enters."""
-    where = f"the answer {peer.name} sent"
+def parse_answer(data: bytes, where: str, vm: str) -> MoveStep:
+    """The target's answer (`where` names it), checked against its schema (migrate-step) and the metadata's
+    grammars here, where it enters: HostIOError on the first thing out of them."""
+    import jsonschema  # heavy (~40 ms): only on the path that has an answer to check, never for `migrate check`
+
     try:
         doc = orjson.loads(data)
         schemas.validate("migrate-step", doc)
@@ -125,7 +126,10 @@ def _answer(data: bytes, peer: remote.Peer, vm: str) -> MoveStep:
     for d in doc["devices"]:
         a = Allocation(vm, d["mode"], d["type_id"], d["parent"], d["uuid"], address=d["address"], params=d["params"],
                        slot=d["slot"], extra=d["options"])  # fmt: skip
-        xml.metadata_xml([a])  # the metadata grammar (mode, option names and values), as if recorded here
+        try:
+            xml.metadata_xml([a])  # the metadata grammar (mode, option names and values), as if recorded here
+        except VgpuadmError as exc:
+            raise HostIOError(f"{where}: device #{d['slot']}: {exc.message}", "check the vgpuadm there") from None
         devices.append(a)
     return MoveStep(vm, doc["host"], doc["dry_run"], doc["changed"], doc["state"], doc["steps"], devices)
 
@@ -133,7 +137,8 @@ def _answer(data: bytes, peer: remote.Peer, vm: str) -> MoveStep:
 def _call(
     peer: remote.Peer, args: list[str], vm: str, *, stdin: bytes | None = None, dry_run: bool = False
 ) -> MoveStep:
-    return _answer(peer.call([*args, *(["--dry-run"] if dry_run else [])], MAX_ANSWER, stdin=stdin), peer, vm)
+    data = peer.call([*args, *(["--dry-run"] if dry_run else [])], MAX_ANSWER, stdin=stdin)
+    return parse_answer(data, f"the answer {peer.name} sent", vm)
 
 
 def _marking(plan: Plan) -> list[str]:
