@@ -263,3 +263,25 @@ def test_a_finished_move_is_not_aborted_and_finish_says_it_is_over(tmp_path: Pat
     r = vgpuadm(dst, "migrate", "finish", "--vm", "mv-done")
     assert (r.code, r.out, r.err) == (0, "nothing to do: domain mv-done records no move here\n", "")
     assert _state(dst) == moved
+
+
+def test_a_source_killed_as_the_domain_leaves_is_recovered_and_the_move_goes_on(tmp_path: Path) -> None:
+    """After `migrate prepare`, `migrate run` has only the source's leaving plan to run (the mark and the target's
+    part are there already); killed right after its first step (the domain undefined, its mdev still there), the
+    source's `vgpuadm recover` defines the domain again, still outgoing, and `migrate run` again finishes."""
+    src, dst = _hosts(tmp_path, "p4", "mv-kill")
+    assert vgpuadm(src, "create", "--type", "nvidia-63", "--vm", "mv-kill").code == 0
+    (u0,) = mdevs(src)
+    assert vgpuadm(src, "migrate", "prepare", "--vm", "mv-kill", "--target-root", str(dst)).code == 0
+    prepared = (_state(src), _state(dst))
+    r = _run(src, dst, "mv-kill", env={CRASH_HOOK: "1"})
+    assert r.code != 0
+    assert (_state(src)[1], mdevs(src), _state(src)[2]) == ({}, [u0], True)  # undefined, not freed, journal pending
+    assert _state(dst) == prepared[1]
+    r = vgpuadm(src, "recover")
+    assert r.code == 0, r.err
+    assert _state(src) == prepared[0]
+    assert [a.moving for a in allocations(src, "mv-kill")] == ["outgoing"]
+    r = _run(src, dst, "mv-kill")
+    assert (r.code, r.err) == (0, ""), r.err
+    assert (_state(src)[1], mdevs(src), mdevs(dst), allocations(dst, "mv-kill")[0].moving) == ({}, [], [u0], None)
