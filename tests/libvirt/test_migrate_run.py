@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 from tests.libvirt.embedded_host import (
@@ -285,3 +286,27 @@ def test_a_source_killed_as_the_domain_leaves_is_recovered_and_the_move_goes_on(
     r = _run(src, dst, "mv-kill")
     assert (r.code, r.err) == (0, ""), r.err
     assert (_state(src)[1], mdevs(src), mdevs(dst), allocations(dst, "mv-kill")[0].moving) == ({}, [], [u0], None)
+
+
+def _gpu_instances(root: Path) -> list[tuple[str, int]]:
+    out = subprocess.run([f"{root}/usr/bin/nvidia-smi", "mig", "-lgi"], capture_output=True, text=True, check=False)
+    return sorted((line.split()[3], int(line.split()[6].split(":")[0])) for line in out.stdout.splitlines()
+                  if line.startswith("|") and "MIG" in line)  # fmt: skip
+
+
+def test_a_mig_backed_vgpu_moves_with_its_gpu_instance(tmp_path: Path) -> None:
+    """The target's planner makes the GPU instance, as its `create` would (its MIG mode on: with it off, its
+    inventory lists no MIG-backed type, and `migrate check` finds none there); the source gives back the instance
+    vgpuadm made for the vGPU, as its `destroy` would."""
+    src, dst = _hosts(tmp_path, "h200-mig", "mv-mig")
+    assert vgpuadm(src, "create", "--type", "H200X-1-18C", "--vm", "mv-mig").code == 0
+    assert _gpu_instances(src) == [("1g.18gb", 6)]
+    assert vgpuadm(dst, "mig", "enable", "--gpu", "0000:18:00.0").code == 0  # a GPU with MIG off lists no such type
+    r = _run(src, dst, "mv-mig")
+    assert (r.code, r.err) == (0, ""), r.err
+    assert (
+        r.out.splitlines()[-2] == "  this host: step 3/3 destroy MIG GPU instance 1 (1g.18gb at slot 6) on 0000:18:00.0"
+    )
+    assert (_gpu_instances(src), _gpu_instances(dst)) == ([], [("1g.18gb", 6)])
+    (moved,) = allocations(dst, "mv-mig")
+    assert (moved.type_id, moved.extra) == ("nvidia-1414", {"mig_instance": "19:6"})

@@ -15,16 +15,18 @@ from vgpuadm import schemas
 from vgpuadm.catalog.migration import target_host
 from vgpuadm.errors import CapacityError, ConflictError, HostIOError, UsageError, VgpuadmError
 from vgpuadm.executor import load_drivers
+from vgpuadm.host import mig as host_mig
 from vgpuadm.host.inputs import read_input
 from vgpuadm.io import remote
 from vgpuadm.model import Allocation, mdev_uuid
 from vgpuadm.ops.guest import Progress, allocation_json
 from vgpuadm.ops.session import Session
+from vgpuadm.plan import devices as device_plans
 from vgpuadm.plan import guest as planner
 from vgpuadm.plan import migration
 from vgpuadm.plan.domains import with_recorded
 from vgpuadm.report.merge import MAX_REPORT, load_report, parse_report
-from vgpuadm.steps import Plan
+from vgpuadm.steps import Plan, Step
 from vgpuadm.virt import xml
 
 TARGET_HINT = (
@@ -177,8 +179,11 @@ def incoming(
             raise ConflictError(f"domain {vm} is defined on this host already",
                                 f"undefine it here (virsh undefine {vm}) or move the VM to another host")  # fmt: skip
         planning = with_recorded(s.snap, s.domains())
+        mig = host_mig.read_host(s.root) if device_plans.mig_may_need(planning, [type_name]) else device_plans.NO_MIG
+        planning = device_plans.mig_project(planning, mig, [type_name])  # as `create` plans a MIG-backed type
         [made] = planner.plan_create_many(planning, [(portable, count)], type_name, display=display, ramfb=ramfb,
-                                          params=params, taken=s.domains().users(), uuids=checked)  # fmt: skip
+                                          params=params, taken=s.domains().users(), uuids=checked,
+                                          mig=mig)  # fmt: skip
         plan = migration.incoming_plan(vm, portable, made.plan, made.after, s.host_key, "incoming")
         s.execute(plan, dry_run=dry_run)
         after = migration.marked(made.after, migration.INCOMING)
@@ -214,8 +219,8 @@ def abort_here(root: str | None, vm: str, *, connect: str | None = None, dry_run
             plan = migration.mark_plan(vm, owned, None, s.host_key, d.xml)
             after, lines = migration.marked(owned, None), _marking(plan)
         else:
-            plan = migration.leaving_plan(s.snap, vm, s.virt.xml(vm, secure=True), owned,
-                                          load_drivers(s.root.path), "the move is aborted")  # fmt: skip
+            plan = migration.leaving_plan(s.snap, vm, s.virt.xml(vm, secure=True), owned, load_drivers(s.root.path),
+                                          "the move is aborted", _mig_release(s, owned))  # fmt: skip
             after, lines = [], plan.describe()
         s.execute(plan, dry_run=dry_run)
         return MoveStep(vm, s.host_key, dry_run, not dry_run, "none", lines, after)
@@ -290,7 +295,7 @@ def move(root: str | None, vm: str, *, to: str | None = None, target_root: str |
         s.refresh()
         current = s.virt.xml(vm, secure=True) if not dry_run else secure
         leave = migration.leaving_plan(s.snap, vm, current, migration.marked(owned, migration.OUTGOING),
-                                       load_drivers(s.root.path), f"moved to {peer.name}")  # fmt: skip
+                                       load_drivers(s.root.path), f"moved to {peer.name}", _mig_release(s, owned))  # fmt: skip
         try:
             s.execute(leave, dry_run=dry_run, progress=progress)
         except VgpuadmError as exc:  # the executor put this host back; the target's part goes
@@ -309,6 +314,13 @@ def move(root: str | None, vm: str, *, to: str | None = None, target_root: str |
                           ) from None  # fmt: skip
     steps += [(peer.name, step) for step in done.steps]
     return MoveResult(vm, peer.name, dry_run, "moved", steps, done.devices)
+
+
+def _mig_release(s: Session, gone: list[Allocation]) -> list[Step]:
+    """The MIG GPU instances vgpuadm made for the devices `gone` (as `destroy` releases them)."""
+    if not any("mig_instance" in a.extra for a in gone):
+        return []
+    return device_plans.mig_release(s.snap, host_mig.read_host(s.root), gone)[0]
 
 
 def _undo_mark(s: Session, vm: str, dry_run: bool, exc: VgpuadmError) -> None:

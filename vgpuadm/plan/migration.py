@@ -165,6 +165,9 @@ def request(domain: str, allocations: Sequence[Allocation]) -> Request:
     if not allocations:
         raise ConflictError(f"domain {domain} records no vgpuadm device: nothing of vgpuadm's to move",
                             "move it with libvirt (virsh migrate --offline --persistent --undefinesource)")  # fmt: skip
+    if any(a.on_demand for a in allocations):
+        raise ConflictError(f"domain {domain} has devices made on demand (when it starts): vgpuadm does not move "
+                            "those yet", "record them on the target by hand (vgpuadm create --on-demand there)")  # fmt: skip
     for a in allocations:
         why = modes.of(a).move_refusal(a)
         if why is not None:
@@ -209,8 +212,9 @@ def mark_plan(domain: str, owned: Sequence[Allocation], state: str | None, host:
 
 
 def leaving_plan(snap: HostSnapshot, domain: str, definition: str, owned: Sequence[Allocation],
-                 drivers: dict[str, str], why: str) -> Plan:  # fmt: skip
+                 drivers: dict[str, str], why: str, release: Sequence[Step] = ()) -> Plan:  # fmt: skip
     """Undefine the domain (`definition`: its whole persistent XML, which undo defines again), then free its devices
-    on this host: the source's end of a cold move, or an incoming domain's abort."""
-    steps = [DomainDefinition(domain, definition, False, via=why), *guest.remove_steps(snap, owned, drivers)]
+    on this host, then `release` (the MIG GPU instances vgpuadm made for them): the source's end of a cold move, or
+    an incoming domain's abort."""
+    steps = [DomainDefinition(domain, definition, False, via=why), *guest.remove_steps(snap, owned, drivers), *release]
     return Plan(tuple(steps), f"undefine domain {domain} and free its {len(owned)} device(s) here ({why})")
