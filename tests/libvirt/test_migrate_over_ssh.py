@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -148,3 +149,25 @@ def test_a_shut_off_vm_moves_over_ssh(tmp_path: Path, sshd) -> None:
         "hint: undefine it here (virsh undefine mg-move) or move the VM to another host",
     ]
     assert [a.extra for a in allocations(src, "mg-move")] == [{"display": "off"}]
+
+
+def test_the_remote_command_line_carries_each_argument_as_one_word(tmp_path: Path, sshd) -> None:
+    """ssh hands the remote command to the target's shell as one string: a domain name and vgpu_params with spaces
+    and shell syntax reach the target's vgpuadm each as one argument, and nothing runs (the `touch` would make its
+    file in the ssh user's home, where the remote shell starts)."""
+    authority, dst, query = sshd
+    src = tmp_path / "src"
+    build("p4", str(src))
+    marker = Path.home() / f"vgpuadm-pwned-{uuid.uuid4().hex}"
+    vm = f"mg $(touch {marker.name}) x"
+    define(src, vm)
+    assert vgpuadm(src, "create", "--type", "nvidia-63", "--vm", vm, "--param", "frame_rate_limiter=0",
+                   "--param", "enable_uvm=0").code == 0  # fmt: skip
+    try:
+        r = vgpuadm(src, "migrate", "run", "--vm", vm, "--to", f"qemu+ssh://{authority}/system{query}")
+        assert not marker.exists()
+    finally:
+        marker.unlink(missing_ok=True)
+    assert (r.code, r.err) == (0, ""), r.err
+    (moved,) = allocations(dst, vm)
+    assert moved.params == "frame_rate_limiter=0, enable_uvm=0"

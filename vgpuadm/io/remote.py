@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import select
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -92,7 +93,9 @@ class Peer:
         shown = f"ssh {self.name} {verb}" if self.ssh else f"{verb} on {self.name}"
         hint = (f"check `ssh {self.name} vgpuadm {' '.join(args[:2])}` by hand (vgpuadm must be on its PATH)" if self.ssh
                 else f"check `vgpuadm --root {self.argv[-1]} {' '.join(args[:2])}` by hand")  # fmt: skip
-        return run([*self.argv, *args], self.name, limit, timeout, what=shown, hint=hint, stdin=stdin)
+        # ssh joins the remote command into one string for the target's shell: each argument quoted, one word there
+        words = [shlex.quote(a) for a in args] if self.ssh else args
+        return run([*self.argv, *words], self.name, limit, timeout, what=shown, hint=hint, stdin=stdin)
 
 
 def peer(to: str | None, target_root: str | None) -> Peer:
