@@ -14,11 +14,12 @@ MOVE_WORDS = {"live": "can move live", "cold": "can move only stopped (cold)", "
 
 
 def check(console: Console, root: str | None, connect: str | None, vm: str, to: str | None,
-          target_inventory: str | None, postcopy: bool, offline: bool, as_json: bool) -> int:  # fmt: skip
+          target_inventory: str | None, postcopy: bool, offline: bool, as_json: bool,
+          target_root: str | None = None) -> int:  # fmt: skip
     """Print the check; the exit code: 0 when the VM can move the way asked (live while it runs, unless
     --offline; else cold), 1 when it cannot."""
     result = api.migrate_check(root, vm, connect=connect, to=to, target_inventory=target_inventory,
-                               postcopy=postcopy, offline=offline)  # fmt: skip
+                               postcopy=postcopy, offline=offline, target_root=target_root)  # fmt: skip
     if as_json:
         console.json(result.to_json())
         return 0 if result.ok else 1
@@ -83,13 +84,15 @@ def register(app: Any) -> None:
         to: str = typer.Option(None, "--to", metavar="URI", help="The target's libvirt URI; without --target-inventory its vgpuadm is asked over ssh (qemu+ssh://)."),
         target_inventory: str = typer.Option(None, "--target-inventory", metavar="FILE",
                                              help="The target host's `vgpuadm inventory --json`."),
+        target_root: str = typer.Option(None, "--target-root", metavar="DIR",
+                                        help="A simulated target host on this machine (a root `vgpuadm sim init` made)."),
         postcopy: bool = typer.Option(False, "--postcopy", help="Check a post-copy move (refused with VFIO)."),
         offline: bool = typer.Option(False, "--offline", help="Check a move with the VM stopped (cold)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON (schemas/migrate-check.schema.json)."),
     ) -> None:  # fmt: skip
         """Say per device whether the VM can move to the target live, only stopped, or not at all, and why."""
         code = check(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), vm, to, target_inventory,
-                     postcopy, offline, as_json)  # fmt: skip
+                     postcopy, offline, as_json, target_root)  # fmt: skip
         if code:
             raise typer.Exit(code)
 

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from vgpuadm import schemas
-from vgpuadm.catalog.migration import target_host
+from vgpuadm.catalog.migration import TargetHost, target_host
 from vgpuadm.errors import CapacityError, ConflictError, HostIOError, UsageError, VgpuadmError
 from vgpuadm.executor import load_drivers
 from vgpuadm.host import mig as host_mig
@@ -44,12 +44,15 @@ def check(
     target_inventory: str | None = None,
     postcopy: bool = False,
     offline: bool = False,
+    target_root: str | None = None,
 ) -> migration.MoveCheck:
-    """How each device of `vm` can move to the target host: the one `target_inventory` describes, else the one the
-    libvirt URI `to` names, whose vgpuadm is asked over ssh (NotFoundError: no such domain; UsageError: no target
+    """How each device of `vm` can move to the target host: the one `target_inventory` describes, else the simulated
+    host `target_root` on this machine, else the one the libvirt URI `to` names, whose vgpuadm is asked over ssh (NotFoundError: no such domain; UsageError: no target
     or a bad inventory; HostIOError: the target did not answer)."""
     if target_inventory:
         target = target_host(load_report(target_inventory), target_inventory)
+    elif target_root:
+        target = _target_inventory(remote.peer(None, target_root))
     elif to:
         argv, host = remote.ssh_command(to)
         where = f"the inventory {host} sent"
@@ -254,8 +257,7 @@ def move(root: str | None, vm: str, *, to: str | None = None, target_root: str |
     have the target drop the mark (`migrate finish`). A failure before the domain leaves this host undoes the
     target's part (`migrate abort` there) and the mark here; a move that stopped half-way goes on when run again."""
     peer = remote.peer(to, target_root)
-    where = f"the inventory {peer.name} sent"
-    target = target_host(parse_report(peer.call(["inventory", "--json"], MAX_REPORT), where), where)
+    target = _target_inventory(peer)
     steps: list[tuple[str, str]] = []
     with Session.changing(root, connect, dry_run=dry_run) as s:
         if target_root and os.path.realpath(target_root) == os.path.realpath(s.root.path):
@@ -321,6 +323,12 @@ def _mig_release(s: Session, gone: list[Allocation]) -> list[Step]:
     if not any("mig_instance" in a.extra for a in gone):
         return []
     return device_plans.mig_release(s.snap, host_mig.read_host(s.root), gone)[0]
+
+
+def _target_inventory(peer: remote.Peer) -> TargetHost:
+    """The target's `vgpuadm inventory --json`, checked where it enters (report/merge.py, catalog/migration.py)."""
+    where = f"the inventory {peer.name} sent"
+    return target_host(parse_report(peer.call(["inventory", "--json"], MAX_REPORT), where), where)
 
 
 def _undo_mark(s: Session, vm: str, dry_run: bool, exc: VgpuadmError) -> None:
