@@ -310,3 +310,15 @@ def test_a_mig_backed_vgpu_moves_with_its_gpu_instance(tmp_path: Path) -> None:
     assert (_gpu_instances(src), _gpu_instances(dst)) == ([], [("1g.18gb", 6)])
     (moved,) = allocations(dst, "mv-mig")
     assert (moved.type_id, moved.extra) == ("nvidia-1414", {"mig_instance": "19:6"})
+
+
+def test_an_mdev_on_an_sriov_vf_moves_to_a_vf_of_the_target(tmp_path: Path) -> None:
+    """Layout B (an A100's mdev on one of its VFs): the same mdev mode, placed by the target on a VF of its own."""
+    src, dst = _hosts(tmp_path, "a100-mdev-vf", "mv-b")
+    assert vgpuadm(src, "create", "--type", "A100-10C", "--vm", "mv-b").code == 0
+    (u0,) = mdevs(src)
+    parent = allocations(src, "mv-b")[0].parent
+    r = _run(src, dst, "mv-b")
+    assert (r.code, r.err) == (0, ""), r.err
+    (moved,) = allocations(dst, "mv-b")
+    assert (mdevs(src), mdevs(dst), moved.uuid, moved.type_id, moved.parent) == ([], [u0], u0, "nvidia-471", parent)
