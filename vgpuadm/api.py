@@ -92,7 +92,12 @@ if TYPE_CHECKING:
     )
     from vgpuadm.ops.mdevctl import export as mdevctl_export
     from vgpuadm.ops.mdevctl import import_ as mdevctl_import
+    from vgpuadm.ops.migrate import abort as migrate_abort
+    from vgpuadm.ops.migrate import abort_here as migrate_abort_here
     from vgpuadm.ops.migrate import check as migrate_check
+    from vgpuadm.ops.migrate import finish as migrate_finish
+    from vgpuadm.ops.migrate import incoming as migrate_incoming
+    from vgpuadm.ops.migrate import move as migrate_move
     from vgpuadm.ops.snapshot import import_ as snapshot_import
     from vgpuadm.ops.snapshot import take as snapshot
     from vgpuadm.ops.udev import install as udev_install
@@ -206,7 +211,12 @@ _HOMES: dict[str, tuple[str, str]] = {
     "plan_vf_type": ("vgpuadm.plan.devices", "plan_vf_type"),
     "plan_vfio_bind": ("vgpuadm.plan.devices", "plan_vfio_bind"),
     "plan_vfio_restore": ("vgpuadm.ops.host", "plan_vfio_restore"),
+    "migrate_abort": ("vgpuadm.ops.migrate", "abort"),
+    "migrate_abort_here": ("vgpuadm.ops.migrate", "abort_here"),
     "migrate_check": ("vgpuadm.ops.migrate", "check"),
+    "migrate_finish": ("vgpuadm.ops.migrate", "finish"),
+    "migrate_incoming": ("vgpuadm.ops.migrate", "incoming"),
+    "migrate_move": ("vgpuadm.ops.migrate", "move"),
     "reconcile": ("vgpuadm.ops.declarative", "reconcile"),
     "recover": ("vgpuadm.ops.host", "recover"),
     "resolve_root": ("vgpuadm.host.root", "resolve_root"),

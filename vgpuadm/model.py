@@ -638,6 +638,15 @@ class Allocation(_Record):
         """Made when the domain starts and removed when it stops (libvirt's qemu hook, `vgpuadm hook run`)."""
         return self.extra.get("on_demand") == "yes"
 
+    @property
+    def moving(self) -> str | None:
+        """Where a move of its domain to another host stands here (`vgpuadm migrate`): "incoming", "outgoing", or
+        None when it is not on the move."""
+        return self.extra.get(MIGRATION)
+
+
+MIGRATION = "migration"  # the metadata option of a device on the move (its grammar: virt/xml.py)
+
 
 # -- id grammars, parsed once here ------------------------------------------------------------------------------------
 

@@ -712,6 +712,23 @@ class DefineDomain(Step):
         return f"{' and '.join(parts)}, and {meta}"
 
 
+@step_kind("domain-definition")
+@dataclass(frozen=True)
+class DomainDefinition(Step):
+    """Define the domain from its whole persistent XML `xml` (`defined`), or undefine it (not `defined`; `xml` is
+    the definition it had, which undo defines again): a cold migration's two ends (`vgpuadm migrate run`). `via`
+    names the move for people. Undo: the opposite."""
+
+    domain: str
+    xml: str = field(metadata=check(element(("<domain ", "<domain>"), 1024 * 1024)))
+    defined: bool
+    via: str = field(default="", metadata=check(line(512)))
+
+    def describe(self) -> str:
+        verb = "define" if self.defined else "undefine"
+        return f"{verb} domain {self.domain}" + (f" ({self.via})" if self.via else "")
+
+
 @step_kind("set-virtio-gl")
 @dataclass(frozen=True)
 class SetVirtioGl(Step):

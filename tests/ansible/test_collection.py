@@ -14,7 +14,7 @@ import yaml
 
 from tests.ansible.lab import BIN, REPO, ansible_env
 
-MODULES = ("vgpu_allocation", "vgpu_inventory")
+MODULES = ("vgpu_allocation", "vgpu_inventory", "vgpu_migration")
 PLAYBOOKS = ("provision.yml", "release.yml", "fleet-report.yml")
 
 

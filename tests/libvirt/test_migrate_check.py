@@ -195,3 +195,18 @@ def test_a_bad_target_inventory_is_one_line_naming_the_file(tmp_path: Path) -> N
         "hint: give the target's libvirt URI (--to qemu+ssh://root@gpu2/system: its vgpuadm is asked over ssh), or run "
         "`vgpuadm inventory --json > target.json` there and pass --target-inventory target.json",
     ])  # fmt: skip
+
+
+def test_a_simulated_target_on_this_machine_is_read_by_its_own_vgpuadm(tmp_path: Path) -> None:
+    """--target-root DIR: the target's `vgpuadm --root DIR inventory --json` runs as its own process (as over ssh);
+    the answer is the one its inventory file gives. A directory that is no simulated host is refused."""
+    src = _host(tmp_path, "p4", "src", "mg-local")
+    assert vgpuadm(src, "create", "--type", "nvidia-63", "--vm", "mg-local").code == 0
+    dst = _host(tmp_path, "p4", "dst")
+    by_root = vgpuadm(src, "migrate", "check", "--vm", "mg-local", "--target-root", str(dst), "--json")
+    by_file = vgpuadm(src, "migrate", "check", "--vm", "mg-local", "--target-inventory",
+                      str(_inventory(dst, tmp_path, "dst")), "--json")  # fmt: skip
+    assert (by_root.code, by_root.err) == (0, ""), by_root.err
+    assert json.loads(by_root.out) == json.loads(by_file.out)
+    r = vgpuadm(src, "migrate", "check", "--vm", "mg-local", "--target-root", str(tmp_path))
+    assert (r.code, r.err.splitlines()[0]) == (2, f"error: --target-root {tmp_path} is no simulated host")

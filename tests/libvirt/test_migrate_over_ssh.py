@@ -1,7 +1,8 @@
 """`vgpuadm migrate check --to qemu+ssh://…` reads the target host through a real OpenSSH server (Debian's sshd on
 127.0.0.1, its own host key and config in the test's directory): the target's vgpuadm runs there with the simulated
 target root in its environment (`environment=` in authorized_keys), exactly as `ssh HOST vgpuadm inventory --json`
-would on another machine. And the URIs that must never reach ssh's command line are refused where they enter."""
+(and the target's part of `migrate run`) would on another machine. And the URIs that must never reach ssh's command
+line are refused where they enter."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.libvirt.embedded_host import define, vgpuadm
+from tests.libvirt.embedded_host import EMBED_ETC, allocations, define, hostdev_keys, mdevs, vgpuadm
 from vgpuadm.sim.profiles import build
 
 SSHD = "/usr/sbin/sshd"
@@ -118,3 +120,54 @@ def test_uris_that_must_not_reach_ssh_are_refused_where_they_enter(tmp_path: Pat
     r = vgpuadm(src, "migrate", "check", "--vm", "any", "--to", uri)
     assert r.code == 2 and r.err.splitlines()[0].endswith(error), r.err
     assert not (tmp_path / "x").exists() and not Path("x").exists()
+
+
+def test_a_shut_off_vm_moves_over_ssh(tmp_path: Path, sshd) -> None:
+    """`migrate run --to qemu+ssh://…`: the target's part (`vgpuadm migrate incoming|finish`, the domain's
+    definition on its standard input) runs through the real sshd as on another machine."""
+    authority, dst, query = sshd
+    src = tmp_path / "src"
+    build("p4", str(src))
+    define(src, "mg-move")
+    assert vgpuadm(src, "create", "--type", "nvidia-63", "--vm", "mg-move").code == 0
+    (uuid,) = mdevs(src)
+    uri = f"qemu+ssh://{authority}/system{query}"
+    host = authority.split("@")[1].split(":")[0]
+    r = vgpuadm(src, "migrate", "run", "--vm", "mg-move", "--to", uri)
+    assert (r.code, r.err) == (0, ""), r.err
+    assert r.out.splitlines()[0] == f"moved domain mg-move to {host}:"
+    assert r.out.splitlines()[-1] == f"  {host}: step 1/1 record domain mg-move's devices as settled (the move is over)"
+    assert (mdevs(src), mdevs(dst), hostdev_keys(dst, "mg-move")) == ([], [uuid], [uuid])
+    assert not (src / EMBED_ETC / "mg-move.xml").exists()
+    # the target refuses a second copy of the domain: the source stays as it was
+    define(src, "mg-move")
+    assert vgpuadm(src, "create", "--type", "nvidia-63", "--vm", "mg-move").code == 0
+    r = vgpuadm(src, "migrate", "run", "--vm", "mg-move", "--to", uri)
+    assert (r.code, r.out) == (1, "")
+    assert r.err.splitlines() == [
+        f"error: ssh {host} vgpuadm migrate incoming failed: domain mg-move is defined on this host already",
+        "hint: undefine it here (virsh undefine mg-move) or move the VM to another host",
+    ]
+    assert [a.extra for a in allocations(src, "mg-move")] == [{"display": "off"}]
+
+
+def test_the_remote_command_line_carries_each_argument_as_one_word(tmp_path: Path, sshd) -> None:
+    """ssh hands the remote command to the target's shell as one string: a domain name and vgpu_params with spaces
+    and shell syntax reach the target's vgpuadm each as one argument, and nothing runs (the `touch` would make its
+    file in the ssh user's home, where the remote shell starts)."""
+    authority, dst, query = sshd
+    src = tmp_path / "src"
+    build("p4", str(src))
+    marker = Path.home() / f"vgpuadm-pwned-{uuid.uuid4().hex}"
+    vm = f"mg $(touch {marker.name}) x"
+    define(src, vm)
+    assert vgpuadm(src, "create", "--type", "nvidia-63", "--vm", vm, "--param", "frame_rate_limiter=0",
+                   "--param", "enable_uvm=0").code == 0  # fmt: skip
+    try:
+        r = vgpuadm(src, "migrate", "run", "--vm", vm, "--to", f"qemu+ssh://{authority}/system{query}")
+        assert not marker.exists()
+    finally:
+        marker.unlink(missing_ok=True)
+    assert (r.code, r.err) == (0, ""), r.err
+    (moved,) = allocations(dst, vm)
+    assert moved.params == "frame_rate_limiter=0, enable_uvm=0"

@@ -65,6 +65,8 @@ VALID: dict[str, dict[str, Any]] = {
     "set-virtio-gl": {"domain": "web01", "rendernode": "/dev/dri/renderD128", "graphics": "egl-headless",
                       "enable": True, "previous_video": "vga"},
     "set-sriov-autoprobe": {"pf": "0000:01:00.0", "enabled": False, "previous": True},
+    "domain-definition": {"domain": "web01", "xml": "<domain type='kvm'><name>web01</name></domain>",
+                          "defined": True, "via": "incoming"},
 }  # fmt: skip
 
 ENTITY = "<!DOCTYPE hostdev [<!ENTITY x SYSTEM 'file:///etc/shadow'>]>"
@@ -94,6 +96,10 @@ HOSTILE: list[tuple[str, str, Any]] = [
     ("define-domain", "detach", "<interface type='bridge'/>"),
     ("define-domain", "element", "<domain/>"),
     ("define-domain", "attached", "x\nerror: forged line"),
+    ("domain-definition", "xml", ENTITY + "<domain type='kvm'><name>&x;</name></domain>"),
+    ("domain-definition", "xml", "<hostdev mode='subsystem' type='pci'/>"),
+    ("domain-definition", "xml", "<domain>" + "x" * (1024 * 1024) + "</domain>"),
+    ("domain-definition", "via", "x\nerror: forged line"),
     ("set-virtio-gl", "rendernode", "/dev/dri/../../etc/shadow"),
     ("set-virtio-gl", "graphics", "vnc' autoport='yes"),
     ("set-virtio-gl", "previous_video", "vga'/><disk"),

@@ -119,6 +119,10 @@ def reconcile(console: Console, root: str | None, connect: str | None, fix: bool
         console.line(f"{len(result.leaks)} leaked device(s); `vgpuadm reconcile --fix` removes them")
     for line in result.lost:
         console.warn(f"recorded but missing: {line} (run `vgpuadm restore`)")
+    for domain, state in result.moving:
+        console.warn(f"domain {domain} is {state}: its move to or from another host stopped half-way (`vgpuadm "
+                     f"migrate run --vm {domain}` on the source goes on, `vgpuadm migrate abort --vm {domain}` goes "
+                     "back)")  # fmt: skip
 
 
 def mdevctl_export(console: Console, root: str | None, connect: str | None, domain_xml_dir: str | None,

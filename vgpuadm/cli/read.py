@@ -197,6 +197,9 @@ def show(console: Console, root: str | None, vm: str, as_json: bool, connect: st
     console.line(f"domain {view['domain']} ({state}), uuid {view['uuid'] or '-'}: {len(devices)} vgpuadm device(s)")
     if view["changed"]:
         console.line(f"last changed by vgpuadm: {view['changed']}")
+    if view.get("moving"):
+        console.line(f"moving: {view['moving']} (vgpuadm migrate: `migrate run` again goes on, `migrate abort` "
+                     "goes back)")  # fmt: skip
     if not devices:
         console.line(f"it owns nothing vgpuadm made; give it one: vgpuadm create --type T --vm {vm}")
         return

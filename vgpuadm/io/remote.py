@@ -5,22 +5,37 @@ The URI is checked against its grammar here, where it enters, before any part of
 the scheme, a user and host name (never one starting with `-`, and `--` ends ssh's options before the host
 anyway), a port, the path libvirt names (/system or /session) and the query parameters libvirt's ssh transport
 takes — `keyfile` (ssh -i) and `no_verify=1` (no host key check, as libvirt does) are used; those about libvirtd's
-own socket (socket, netcat, no_tty, mode, proxy, command) do not concern this call and are let through."""
+own socket (socket, netcat, no_tty, mode, proxy, command) do not concern this call and are let through.
+
+The same way runs the target's side of `migrate prepare|run|abort` (a Peer: `ssh … vgpuadm migrate incoming …`,
+the domain's definition on its standard input). A simulated target host on this machine (`--target-root DIR`, a
+root `vgpuadm sim build` made) is reached as this machine's vgpuadm with `--root DIR`, in its own process: libvirt
+allows one embedded driver root per process, and the target takes its own lock as another host would."""
 
 from __future__ import annotations
 
 import os
 import re
 import select
+import shlex
 import subprocess
+import sys
+import tempfile
 import time
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from vgpuadm.errors import UsageError, VgpuadmError
+from vgpuadm.host.root import HostRoot
 
 TIMEOUT = 60.0  # seconds for the whole remote call (ssh's own connect timeout is 10)
 REMOTE_COMMAND = ("vgpuadm", "inventory", "--json")
 _HINT = "give the target's libvirt URI, e.g. --to qemu+ssh://root@gpu2/system, or --target-inventory FILE"
+_ROOT_HINT = (
+    "--target-root names a simulated host on this machine (made by `vgpuadm sim build`); reach a real host "
+    "with --to qemu+ssh://HOST/system"
+)
 _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 _HOST = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*|[0-9a-f:.]{2,45}")
 _LIBVIRTD_PARAMS = frozenset(("socket", "netcat", "no_tty", "mode", "proxy", "command", "name"))
@@ -28,6 +43,12 @@ _LIBVIRTD_PARAMS = frozenset(("socket", "netcat", "no_tty", "mode", "proxy", "co
 
 def ssh_command(uri: str) -> tuple[list[str], str]:
     """The ssh command line that runs `vgpuadm inventory --json` on the host `uri` names, and that host's name."""
+    argv, host = ssh_prefix(uri)
+    return [*argv, *REMOTE_COMMAND[1:]], host
+
+
+def ssh_prefix(uri: str) -> tuple[list[str], str]:
+    """The ssh command line that runs `vgpuadm` (arguments to follow) on the host `uri` names, and its name."""
     if len(uri) > 1024 or not uri.isprintable():
         raise UsageError("--to is not a libvirt URI", _HINT)
     try:
@@ -54,14 +75,61 @@ def ssh_command(uri: str) -> tuple[list[str], str]:
         argv += ["-p", str(port)]
     if user is not None:
         argv += ["-l", user]
-    return [*argv, "--", host, *REMOTE_COMMAND], host
+    return [*argv, "--", host, REMOTE_COMMAND[0]], host
 
 
-def run(argv: list[str], host: str, limit: int, timeout: float = TIMEOUT) -> bytes:
-    """The standard output of `argv` (at most `limit` bytes, within `timeout` seconds); VgpuadmError naming `host`
-    when ssh or the remote vgpuadm fails, says too much or takes too long (the call is then killed)."""
+@dataclass(frozen=True)
+class Peer:
+    """The target host's vgpuadm: `argv` runs it (arguments to follow); `name` names the host in messages; `ssh`:
+    reached over ssh (else a simulated host on this machine)."""
+
+    argv: tuple[str, ...]
+    name: str
+    ssh: bool
+
+    def call(self, args: list[str], limit: int, *, stdin: bytes | None = None, timeout: float = TIMEOUT) -> bytes:
+        """The standard output of `vgpuadm ARGS` on the target (VgpuadmError naming the host when it fails)."""
+        verb = f"vgpuadm {' '.join(args[:2])}"
+        shown = f"ssh {self.name} {verb}" if self.ssh else f"{verb} on {self.name}"
+        hint = (f"check `ssh {self.name} vgpuadm {' '.join(args[:2])}` by hand (vgpuadm must be on its PATH)" if self.ssh
+                else f"check `vgpuadm --root {self.argv[-1]} {' '.join(args[:2])}` by hand")  # fmt: skip
+        # ssh joins the remote command into one string for the target's shell: each argument quoted, one word there
+        words = [shlex.quote(a) for a in args] if self.ssh else args
+        return run([*self.argv, *words], self.name, limit, timeout, what=shown, hint=hint, stdin=stdin)
+
+
+def peer(to: str | None, target_root: str | None) -> Peer:
+    """The target's vgpuadm: over ssh for a qemu+ssh:// `to`, else the simulated host `target_root` on this
+    machine (checked here: an existing directory holding a simulated host, named by its real path)."""
+    if target_root is not None:
+        if len(target_root) > 4096 or not target_root.isprintable() or not os.path.isdir(target_root):
+            raise UsageError(f"--target-root {target_root[:80]!r} is no directory", _ROOT_HINT)
+        path = os.path.realpath(target_root)
+        if not HostRoot(path).simulated:
+            raise UsageError(f"--target-root {path[:80]} is no simulated host", _ROOT_HINT)
+        return Peer((sys.executable, "-m", "vgpuadm", "--root", path), f"the simulated host {path}", False)
+    if to is None:
+        raise UsageError("the target host is missing: give --to URI or --target-root DIR", _HINT)
+    argv, host = ssh_prefix(to)
+    return Peer(tuple(argv), host, True)
+
+
+def run(argv: list[str], host: str, limit: int, timeout: float = TIMEOUT, *, what: str = "",
+        hint: str = "", stdin: bytes | None = None) -> bytes:  # fmt: skip
+    """The standard output of `argv` (at most `limit` bytes, within `timeout` seconds; `stdin` its input);
+    VgpuadmError naming `host` when ssh or the remote vgpuadm fails (`what` it ran, `hint` the fix), says too much
+    or takes too long (the call is then killed)."""
+    what = what or f"ssh {host} vgpuadm inventory --json"
+    hint = hint or "check `ssh HOST vgpuadm inventory --json` by hand (vgpuadm must be on its PATH)"
+    with tempfile.TemporaryFile() as given:  # the input from a file: nothing to interleave with reading the output
+        given.write(stdin or b"")
+        given.seek(0)
+        return _run(argv, host, limit, timeout, what, hint, given if stdin is not None else subprocess.DEVNULL)
+
+
+def _run(argv: list[str], host: str, limit: int, timeout: float, what: str, hint: str, stdin: Any) -> bytes:
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as exc:
         raise VgpuadmError(f"cannot run ssh: {exc.strerror}", "install the OpenSSH client (openssh-client)") from None
     assert proc.stdout is not None and proc.stderr is not None
@@ -89,7 +157,8 @@ def run(argv: list[str], host: str, limit: int, timeout: float = TIMEOUT) -> byt
         proc.stdout.close()
         proc.stderr.close()
     if code != 0:
-        first = next((line.strip() for line in err.splitlines() if line.strip()), f"exit status {code}")[:200]
-        raise VgpuadmError(f"ssh {host} vgpuadm inventory --json failed: {first}",
-                          "check `ssh HOST vgpuadm inventory --json` by hand (vgpuadm must be on its PATH)")  # fmt: skip
+        lines = [line.strip() for line in err.splitlines() if line.strip()]  # ssh's own warnings come first
+        first = next((x for x in lines if x.startswith("error: ")), lines[0] if lines else f"exit status {code}")[:400]
+        theirs = next((line.strip()[6:] for line in err.splitlines() if line.startswith("hint: ")), "")[:400]
+        raise VgpuadmError(f"{what} failed: {first.removeprefix('error: ')}", theirs or hint)
     return bytes(out)

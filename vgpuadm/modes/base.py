@@ -215,6 +215,11 @@ class Mode(ABC):
         caller) and the GPU, or why the target has nothing for it."""
         return Landing(why_not=f"vgpuadm does not move {self.name} devices")
 
+    def move_refusal(self, a: Allocation) -> str | None:
+        """Why `vgpuadm migrate prepare|run` cannot make `a`'s device on the target from its type, as `create` makes
+        one there (None: it can)."""
+        return f"vgpuadm does not move {self.name} devices to another host yet"
+
     def plan_instance(self, snapshot: HostSnapshot, t: VgpuType, ask: Instance) -> Made:
         """One more device of `t` on the parent placement chose: the steps that make it and what a domain's
         allocation of it records."""

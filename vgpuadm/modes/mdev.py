@@ -100,6 +100,10 @@ class MdevMode(Mode):
     def room_on(self, snapshot: HostSnapshot, target: TargetHost, a: Allocation, taken: Counter[str]) -> Landing:
         return type_room(snapshot, target, a, taken)
 
+    def move_refusal(self, a: Allocation) -> str | None:
+        """The target makes an mdev of the same type (its own placement), taking the same UUID where it is free."""
+        return None
+
     def describe(self, a: Allocation) -> str:
         return f"mdev {a.uuid} ({a.type_id})"
 

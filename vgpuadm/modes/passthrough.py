@@ -71,6 +71,13 @@ class PassthroughMode(Mode):
             return Landing(why_not=f"the target has no free whole {model} GPU")
         return Landing(take=f"gpu@{free[0].address}", gpu=free[0].address)
 
+    def move_refusal(self, a: Allocation) -> str | None:
+        """A whole GPU is the operator's to choose on the target (its IOMMU group, its boot VGA role): vgpuadm does
+        not pick one for a moved VM."""
+        gpu = a.parent or a.address
+        return (f"a GPU passed through whole ({gpu}) is not moved by vgpuadm: release it (vgpuadm release --gpu "
+                f"{gpu}), move the VM, then pass a GPU through on the target (vgpuadm passthrough)")  # fmt: skip
+
     def usage(self, snapshot: HostSnapshot, a: Allocation, driver: DriverUsage) -> GpuUsage | None:
         """A whole GPU has no vGPU record: its GPU's own figures, when the host driver still sees it (bound to
         vfio-pci for a guest it does not: then there are none)."""

@@ -107,6 +107,10 @@ class VfVgpuMode(Mode):
     def room_on(self, snapshot: HostSnapshot, target: TargetHost, a: Allocation, taken: Counter[str]) -> Landing:
         return type_room(snapshot, target, a, taken)
 
+    def move_refusal(self, a: Allocation) -> str | None:
+        """The target gives the domain one of its own VFs set to the same type (the hostdev names that VF)."""
+        return None
+
     def describe(self, a: Allocation) -> str:
         return f"VF {a.address} ({a.type_id})"
 

@@ -35,13 +35,13 @@ from vgpuadm.io.domainxml import read_libvirt_domains
 from vgpuadm.model import HostSnapshot
 from vgpuadm.plan.domains import Domains
 from vgpuadm.sim.kernel import SimKernel
-from vgpuadm.steps import AttachHostdev, DefineDomain, DetachHostdev, Plan, SetMetadata
+from vgpuadm.steps import AttachHostdev, DefineDomain, DetachHostdev, DomainDefinition, Plan, SetMetadata
 from vgpuadm.virt.conn import VirtConn, choose_uri, embed_uri
 from vgpuadm.virt.handlers import HANDLERS as LIBVIRT_HANDLERS
 from vgpuadm.virt.xml import NS
 
 Progress = Callable[[int, int, str], None]
-LIBVIRT_STEPS = (AttachHostdev, DetachHostdev, SetMetadata, DefineDomain)
+LIBVIRT_STEPS = (AttachHostdev, DetachHostdev, SetMetadata, DefineDomain, DomainDefinition)
 LIBVIRT_STEP_KINDS = frozenset(cls.kind for cls in LIBVIRT_STEPS)
 
 WITH_LIBVIRT = {**executor.HANDLERS, **handlers(LIBVIRT_HANDLERS)}  # what a Session's plans run through

@@ -29,6 +29,7 @@ from vgpuadm.catalog import capacity
 from vgpuadm.catalog.mig import MigHost
 from vgpuadm.errors import CapacityError, ConflictError, NotFoundError, UsageError
 from vgpuadm.model import (
+    MDEV_KEY,
     PCI_KEY,
     Allocation,
     DeviceMode,
@@ -216,7 +217,7 @@ def give_vgpus(
     snap: HostSnapshot, targets: Sequence[tuple[Target, int]], type_id: str, *, hints: dict[str, Any], params: str,
     display: Mapping[str, str], taken: dict[str, str], have: Sequence[str], on_demand: bool, idle: HostSnapshot,
     mig: MigHost, turn_off: str, gone: Collection[Allocation] = (),
-    at: Callable[[str], AbstractContextManager[None]] | None = None,
+    at: Callable[[str], AbstractContextManager[None]] | None = None, chosen: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[list[Given], MigHost]:  # fmt: skip
     """`count` more devices of `type_id` for each target domain, in its free metadata slots: the one vGPU path of
     `create` and `apply -f`. The mdev UUIDs derive from (host, domain UUID, slot) and must be free; every device is
@@ -224,12 +225,15 @@ def give_vgpus(
     (plan/devices.mig_for_vgpus, the MIG state carried from one domain to the next) and are checked against its display.
     `on_demand`: nothing is made; each request is placed on the `idle` host (it must fit once enough others stop),
     and a VF chosen now is added to `taken`. `gone`: the devices the same plan takes away first (their UUIDs are
-    free). `at(phase)` ("placement", "mig", "display") wraps each phase's errors."""
+    free). `at(phase)` ("placement", "mig", "display") wraps each phase's errors. `chosen`: per domain, the UUIDs
+    its new devices take, in slot order, instead of derived ones (a moved domain keeps its source's where free)."""
     wants: list[tuple[Target, list[int], list[str]]] = []
     with _located(at, "placement"):
         for t, count in targets:
             slots = free_slots({a.slot for a in t.owned}, max(count, 0))
             uuids = [device_uuid(snap.machine_id, t.uuid, slot) for slot in slots]
+            picked = list((chosen or {}).get(t.name, ()))[: len(uuids)]
+            uuids = picked + uuids[len(picked) :]
             _check_free_uuids(snap, t, uuids, {a.uuid for a in gone if a.uuid})
             wants.append((t, slots, uuids))
     out = [Given() for _ in wants]
@@ -304,6 +308,7 @@ def plan_create_many(
     taken: Users | None = None,
     on_demand: bool = False,
     mig: MigHost = device_plans.NO_MIG,
+    uuids: Sequence[str] = (),
 ) -> list[DomainPlan]:
     """Give each domain (its XML, the total count of `type_name` it should own) what it lacks, through the one vGPU
     path (give_vgpus): every device placed together, each domain its own plan — create, attach, record — so that it
@@ -312,7 +317,10 @@ def plan_create_many(
 
     `on_demand`: nothing is made now; each domain's request is recorded (type, count, hints, params) with the
     hostdev it will use — the deterministic mdev UUID, or a layout C VF chosen now — and `vgpuadm hook run` makes
-    the devices when the domain starts. Each request must fit the host with no vGPU running (capacity.idle)."""
+    the devices when the domain starts. Each request must fit the host with no vGPU running (capacity.idle).
+
+    `uuids`: the mdev UUIDs one domain's new devices take, in slot order, where no mdev and no domain here has them
+    (a domain moved from another host keeps its hostdevs' UUIDs: `migrate incoming`); else all are derived."""
 
     if ramfb and not display:
         raise UsageError("--ramfb needs --display on", "ramfb shows firmware output on the vGPU's display")
@@ -341,9 +349,14 @@ def plan_create_many(
             for a in sorted((a for a in t.owned if a.type_id == type_id), key=lambda a: a.slot)[:count]]  # fmt: skip
     extra = {"display": "on" if display else "off", **({"ramfb": "on"} if ramfb else {})}
     hints = {"gpu": pci_address(gpu) if gpu and growing else None, "policy": policy, "numa": numa}
+    if uuids and len(targets) != 1:
+        raise UsageError("given UUIDs are for one domain", "give one domain")
+    used = {key for kind, key in (taken or {}) if kind == MDEV_KEY} | set(snap.mdevs)
+    free = [u for u in uuids if u not in used]
+    chosen = {targets[0][0].name: free if len(free) == len(uuids) else []} if uuids else None  # all or none
     given, _mig = give_vgpus(snap, targets, type_id, hints=hints, params=joined, display=extra,
                              taken=pci_taken(taken), have=kept, on_demand=on_demand, idle=capacity.idle(snap)
-                             if on_demand else snap, mig=mig, turn_off="use --display off")  # fmt: skip
+                             if on_demand else snap, mig=mig, turn_off="use --display off", chosen=chosen)  # fmt: skip
     out = []
     for (t, _need), g in zip(targets, given, strict=True):
         if t.name in shrink:

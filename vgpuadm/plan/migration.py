@@ -1,18 +1,23 @@
 """`vgpuadm migrate check`: whether each device of a VM can move to a target host live, only with the VM stopped
 (cold), or not at all, and why. Each mode answers for its devices (Mode.live_move, Mode.room_on) against the target's
 inventory (catalog/migration.py TargetHost); the devices of one VM are counted against each other on the target.
-Pure."""
+And the plans of a cold move on each host (`migrate prepare|run|abort`, below). Pure."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from vgpuadm import modes
 from vgpuadm.catalog.migration import POSTCOPY, GpuDriver, TargetHost, compared, driver_rule
-from vgpuadm.model import Allocation, HostSnapshot
+from vgpuadm.errors import ConflictError
+from vgpuadm.model import MIGRATION, Allocation, HostSnapshot
+from vgpuadm.plan import guest
+from vgpuadm.steps import DefineDomain, DomainDefinition, Plan, Step
+from vgpuadm.virt import xml
 
 SCHEMA = "vgpuadm-migrate-check/1"
 MOVES = ("live", "cold", "no")  # best first
@@ -110,3 +115,112 @@ def check(
                               landing.gpu, reasons))  # fmt: skip
     notes = (NOT_COMPARED,) if uncompared else ()
     return MoveCheck(domain, running, offline, target.name, tuple(out), notes)
+
+
+# -- moving it (`vgpuadm migrate prepare|run|abort`): a cold move, each host through its own planner ------------------
+# The source marks the domain's devices outgoing; the target defines the domain without them (`portable_xml`), makes
+# its own devices of the same type (`request`: the source's mdev UUIDs where they are free there) and records them
+# incoming; the source undefines the domain and frees its devices; the target drops the mark. Each host's part is
+# one journaled plan under its own lock, and the mark in each host's metadata says where a move that stopped
+# half-way stands (`show`, `inventory`): `migrate run` again goes on from there, `migrate abort` goes back.
+
+INCOMING = "incoming"
+OUTGOING = "outgoing"
+MAX_DEVICES = 64  # devices one moved domain may ask the target for
+
+
+def moving(allocations: Iterable[Allocation]) -> str | None:
+    """Where a domain's move stands on this host, as its devices record it: incoming, outgoing, or None."""
+    return next((a.moving for a in allocations if a.moving), None)
+
+
+def marked(allocations: Iterable[Allocation], state: str | None) -> list[Allocation]:
+    """The allocations recording `state` (incoming, outgoing; None: no move)."""
+    out = []
+    for a in allocations:
+        extra = {k: v for k, v in a.extra.items() if k != MIGRATION}
+        out.append(dataclasses.replace(a, extra={**extra, MIGRATION: state} if state else extra))
+    return out
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the target's `vgpuadm migrate incoming` is asked to make for the domain: `count` devices of `type_id`,
+    taking the source's mdev `uuids` where they are free there, with its vgpu_params and display."""
+
+    count: int
+    type_id: str
+    uuids: tuple[str, ...] = ()
+    params: str | None = None
+    display: bool = False
+    ramfb: bool = False
+
+    def argv(self, vm: str) -> list[str]:
+        """The target's command line (after `vgpuadm`)."""
+        out = ["migrate", "incoming", "--vm", vm, "--type", self.type_id, "--count", str(self.count), "--json"]
+        for u in self.uuids:
+            out += ["--uuid", u]
+        if self.params:
+            out += ["--param", self.params]
+        return out + ["--display", "on" if self.display else "off"] + (["--ramfb"] if self.ramfb else [])
+
+
+def request(domain: str, allocations: Sequence[Allocation]) -> Request:
+    """The target's part of moving `domain`'s recorded devices; ConflictError when a device's mode does not move
+    (Mode.move_refusal) or the devices differ (one type, vgpu_params and display for all: one create there)."""
+    if not allocations:
+        raise ConflictError(f"domain {domain} records no vgpuadm device: nothing of vgpuadm's to move",
+                            "move it with libvirt (virsh migrate --offline --persistent --undefinesource)")  # fmt: skip
+    if any(a.on_demand for a in allocations):
+        raise ConflictError(f"domain {domain} has devices made on demand (when it starts): vgpuadm does not move "
+                            "those yet", "record them on the target by hand (vgpuadm create --on-demand there)")  # fmt: skip
+    for a in allocations:
+        why = modes.of(a).move_refusal(a)
+        if why is not None:
+            raise ConflictError(f"domain {domain}: {why}", "see `vgpuadm migrate check` for each device")
+    first = allocations[0]
+    shape = {(a.mode, a.type_id, a.params, modes.of(a).display(a)) for a in allocations}
+    if len(shape) > 1 or not first.type_id or len(allocations) > MAX_DEVICES:
+        raise ConflictError(f"domain {domain}'s devices differ in type, vgpu_params or display: vgpuadm moves a "
+                            "domain whose devices are alike", "move the others' devices by hand")  # fmt: skip
+    display, ramfb = modes.of(first).display(first)
+    uuids = tuple(a.uuid for a in sorted(allocations, key=lambda a: a.slot) if a.uuid)
+    return Request(len(allocations), first.type_id, uuids, first.params, display, ramfb)
+
+
+def portable_xml(domain_xml: str, allocations: Iterable[Allocation]) -> str:
+    """The domain's definition without the hostdevs its vgpuadm metadata records and without that metadata: what
+    the target defines before it gives the domain its own devices."""
+    hostdevs = "".join(modes.hostdev_xml(a) for a in allocations if modes.of(a).hostdev)
+    return xml.redefine(domain_xml, remove=hostdevs, element="")
+
+
+def incoming_plan(vm: str, portable: str, made: Plan, after: Sequence[Allocation], host: str, via: str) -> Plan:
+    """The target's plan: define the domain from `portable`, then the create plan `made` with its definition
+    recording the devices `after` as incoming."""
+    steps: list[Step] = [DomainDefinition(vm, portable, True, via=via)]
+    for s in made.steps:
+        if isinstance(s, DefineDomain):
+            s = dataclasses.replace(s, element=xml.metadata_xml(marked(after, INCOMING), host), previous="")
+        steps.append(s)
+    return Plan(tuple(steps), f"prepare domain {vm} here ({via}): {made.summary}")
+
+
+def mark_plan(domain: str, owned: Sequence[Allocation], state: str | None, host: str, domain_xml: str) -> Plan:
+    """Record the domain's devices as `state` (None: drop the mark); empty when they record it already."""
+    if moving(owned) == state:
+        return Plan((), f"domain {domain} is {state or 'not moving'} already")
+    after = marked(owned, state)
+    word = f"as {state}" if state else "as settled (the move is over)"
+    return Plan(
+        (guest.redefine_step(domain, owned, after, host, domain_xml),), f"record domain {domain}'s devices {word}"
+    )
+
+
+def leaving_plan(snap: HostSnapshot, domain: str, definition: str, owned: Sequence[Allocation],
+                 drivers: dict[str, str], why: str, release: Sequence[Step] = ()) -> Plan:  # fmt: skip
+    """Undefine the domain (`definition`: its whole persistent XML, which undo defines again), then free its devices
+    on this host, then `release` (the MIG GPU instances vgpuadm made for them): the source's end of a cold move, or
+    an incoming domain's abort."""
+    steps = [DomainDefinition(domain, definition, False, via=why), *guest.remove_steps(snap, owned, drivers), *release]
+    return Plan(tuple(steps), f"undefine domain {domain} and free its {len(owned)} device(s) here ({why})")

@@ -106,6 +106,10 @@ def inventory(
             row["mig"] = mig[row["address"]]
         row.update((driver or {}).get(row["address"], {}))
     device_rows = [_device_row(snap, d, owners, unrecorded, allocations is not None) for d in devices]
+    moving = {modes.of(a).device_id(a): a.moving for a in allocations or [] if a.moving}
+    for row in device_rows:
+        if row["id"] in moving:  # a move to or from another host stopped half-way (vgpuadm migrate)
+            row["moving"] = moving[row["id"]]
     for row in device_rows:
         row["held"] = None if running is None or row["domain"] is None else (
             "running" if row["domain"] in running else "stopped")  # fmt: skip

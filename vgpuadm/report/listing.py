@@ -236,6 +236,7 @@ def vm_view(
     `mode_of` is the registry's modes.of, passed in: this module, on the fast path of the device lists, does not
     import the modes (nor the steps and libvirt XML they import)."""
     devices = []
+    allocations = list(allocations)
     for a in sorted(allocations, key=lambda a: a.slot):
         mode = mode_of(a)
         where = a.parent or a.address
@@ -256,7 +257,9 @@ def vm_view(
                 "present": mode.present(snap, a),
             }
         )
-    return {"domain": name, "uuid": uuid, "running": running, "changed": changed, "devices": devices}
+    view = {"domain": name, "uuid": uuid, "running": running, "changed": changed, "devices": devices}
+    moving = next((a.moving for a in allocations if a.moving), None)
+    return {**view, "moving": moving} if moving else view
 
 
 def now_line(now: dict[str, Any]) -> str:

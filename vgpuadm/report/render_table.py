@@ -221,7 +221,8 @@ def _owner(device: dict[str, Any]) -> str:
     if not device["owned"]:
         return f"{UNOWNED} (leak)"
     held = {"running": "running", "stopped": "stopped: reserved"}.get(device.get("held") or "")
-    notes = [n for n in (held, NOT_RECORDED if device.get("recorded") is False else None) if n]
+    moving = f"{device['moving']}: vgpuadm migrate" if device.get("moving") else None
+    notes = [n for n in (held, NOT_RECORDED if device.get("recorded") is False else None, moving) if n]
     return f"{device['domain']} ({'; '.join(notes)})" if notes else str(device["domain"])
 
 

@@ -394,13 +394,15 @@ class VirtConn:
         self._domains[dom.name()] = dom
         return str(dom.name())
 
-    def undefine(self, name: str) -> None:
+    def undefine(self, name: str, *, keep_nvram: bool = False) -> None:
+        """Undefine the domain (stopped first when it runs); its NVRAM file goes too unless `keep_nvram`."""
         libvirt = _libvirt()
+        nvram = "VIR_DOMAIN_UNDEFINE_KEEP_NVRAM" if keep_nvram else "VIR_DOMAIN_UNDEFINE_NVRAM"
         try:
             dom = self.domain(name)
             if dom.isActive():
                 dom.destroy()
-            dom.undefineFlags(getattr(libvirt, "VIR_DOMAIN_UNDEFINE_NVRAM", 0))
+            dom.undefineFlags(getattr(libvirt, nvram, 0))
         except libvirt.libvirtError as exc:
             raise self._fail(exc, f"undefining '{name}'", name) from None
         self._domains.pop(name, None)

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from vgpuadm.errors import ConflictError, UsageError, VgpuadmError
+from vgpuadm.errors import ConflictError, NotFoundError, UsageError, VgpuadmError
 from vgpuadm.model import MDEV_KEY
 from vgpuadm.polling import wait_until
-from vgpuadm.steps import AttachHostdev, DefineDomain, DetachHostdev, SetMetadata, SetVirtioGl
+from vgpuadm.steps import AttachHostdev, DefineDomain, DetachHostdev, DomainDefinition, SetMetadata, SetVirtioGl
 from vgpuadm.virt.xml import (
     NS,
     PREFIX,
@@ -248,7 +248,36 @@ def _virtio_gl(s: SetVirtioGl, ctx: Any, enable: bool) -> None:
         virt.define(without_virtio_gl(current, s.rendernode, s.previous_video))
 
 
+def _exists(virt: Any, domain: str) -> bool:
+    try:
+        virt.domain(domain)
+    except NotFoundError:
+        return False
+    return True
+
+
+def _definition(s: DomainDefinition, ctx: Any, defined: bool) -> None:
+    """Define the domain from the step's XML, or undefine it (never a running one: a cold move's source is shut
+    off; its NVRAM file stays, for the operator to copy); each only when it is not so already."""
+    virt = _virt(ctx)
+    if _exists(virt, s.domain) == defined:
+        return
+    if defined:
+        virt.define(s.xml)
+        return
+    if virt.is_active(s.domain):
+        raise ConflictError(f"domain {s.domain} is running: it is not undefined", f"shut it down (virsh shutdown "
+                            f"{s.domain}) and run the command again")  # fmt: skip
+    virt.undefine(s.domain, keep_nvram=True)
+
+
 HANDLERS: list[tuple[Any, ...]] = [
+    (
+        DomainDefinition,
+        lambda s, ctx: _definition(s, ctx, s.defined),
+        lambda s, ctx: _definition(s, ctx, not s.defined),
+        lambda s, ctx: _exists(_virt(ctx), s.domain) == s.defined,
+    ),
     (AttachHostdev, _attach, _undo_attach, lambda s, ctx: has_hostdev(ctx, s.domain, s.device_xml)),
     (DetachHostdev, _detach, _undo_detach, lambda s, ctx: not has_hostdev(ctx, s.domain, s.device_xml)),
     (SetMetadata, _set_metadata, _undo_metadata, _metadata_applied),

@@ -22,6 +22,7 @@ from lxml import etree
 from vgpuadm.errors import ConflictError, UsageError
 from vgpuadm.model import (
     MDEV_KEY,
+    MIGRATION,
     PARENT_PATTERN,
     PCI_KEY,
     PCI_PATTERN,
@@ -63,6 +64,7 @@ _OPTION_GRAMMAR = {
     "force": re.compile(r"^yes$"),
     "mig_instance": re.compile(r"^[0-9]{1,3}:[0-9]{1,2}$"),  # the GPU instance vgpuadm made for it: profile id:start
     "placement_id": re.compile(r"^[0-9]{1,4}$"),
+    MIGRATION: re.compile(r"^(?:incoming|outgoing)$"),  # a device on the move (`vgpuadm migrate`, until it ends)
 }
 
 # The metadata's `changed` stamp: UTC to the second, as the executor writes it.
