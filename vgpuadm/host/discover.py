@@ -7,7 +7,6 @@ Layout detection follows shared/docs/vgpu-sysfs.md §0, from sysfs only, never f
 from __future__ import annotations
 
 import errno
-import functools
 import os
 
 from vgpuadm.catalog import sriov_boards
@@ -298,15 +297,23 @@ def _make_type(parent: str, layout: Layout, d: str, type_id: str, a: dict[str, s
         if raw is None:
             raise HostIOError(f"{path} is missing", path=path) from None
         raise HostIOError(f"{path} holds {raw.strip()[:40]!r}, not an integer", path=path) from None
-    name, description, device_api, profile, max_instances, fb, attrs = _describe(
-        type_id, a["name"], a["description"], a["device_api"]
-    )
+    key = (type_id, a["name"], a["description"], a["device_api"])
+    described = _DESCRIBED.get(key)
+    if described is None:
+        described = _DESCRIBED[key] = _describe(*key)
+    name, description, device_api, profile, max_instances, fb, attrs = described
     return VgpuType(
         parent, layout, type_id, name, profile, available, max_instances, fb, device_api, description, dict(attrs)
     )
 
 
-@functools.cache
+# _describe's answers by its arguments (as functools.cache, whose import brings collections onto the read path).
+_DESCRIBED: dict[
+    tuple[str, str | None, str | None, str | None],
+    tuple[str, str, str, str, int | None, int | None, dict[str, str | int]],
+] = {}
+
+
 def _describe(
     type_id: str, raw_name: str | None, raw_description: str | None, raw_device_api: str | None
 ) -> tuple[str, str, str, str, int | None, int | None, dict[str, str | int]]:

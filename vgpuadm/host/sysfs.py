@@ -18,7 +18,6 @@ from __future__ import annotations
 import errno as errno_mod
 import os
 import stat
-from collections.abc import Callable
 
 from vgpuadm.errors import HostIOError, NotFoundError
 
@@ -37,6 +36,7 @@ _SMALL = 256
 
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Protocol
 
     class Writer(Protocol):
