@@ -146,25 +146,27 @@ def _read_functions(sysfs: Sysfs, warnings: list[str], listed: dict[int, list[st
 def _read_function(sysfs: Sysfs, addr: str, class_code: str, warnings: list[str]) -> PciFunction:
     d = f"{PCI_DEVICES}/{addr}"
     real = sysfs.resolve_link(d)
-    # One scandir tells which optional attributes and links exist, so absent ones cost no failed open().
-    entries = sysfs.entries(real)
-    numbered = [e for e in entries if e.startswith("virtfn") and e[6:].isdecimal()]  # virtfn<N>, as ^virtfn(\d+)$
-    # Every link read relative to one descriptor of the directory; an error raised where it was read one by one.
-    links = sysfs.link_names(real, [*numbered, *(n for n in ("iommu_group", "driver", "physfn") if entries.get(n))])
-    virtfns = []
-    for entry in numbered:
-        target = links[entry]
-        if isinstance(target, HostIOError):
-            raise target
-        if target:
-            virtfns.append((int(entry[6:]), target))
+    # The directory's scandir, links and attributes through one descriptor of it (Sysfs.scan).
+    with sysfs.scan(real) as dir_:
+        # One scandir tells which optional attributes and links exist, so absent ones cost no failed open().
+        entries = dir_.entries()
+        numbered = [e for e in entries if e.startswith("virtfn") and e[6:].isdecimal()]  # ^virtfn(\d+)$
+        # A link's error is raised where it would have been read one by one.
+        links = dir_.link_names([*numbered, *(n for n in ("iommu_group", "driver", "physfn") if entries.get(n))])
+        virtfns = []
+        for entry in numbered:
+            target = links[entry]
+            if isinstance(target, HostIOError):
+                raise target
+            if target:
+                virtfns.append((int(entry[6:]), target))
 
-    # The attributes present, read relative to the device directory: no path walk through the bus symlink per
-    # file. On any error the single reads below run instead, so messages name the path users know.
-    try:
-        got = sysfs.read_attrs(real, tuple(n for n in _FUNCTION_ATTRS if n in entries))
-    except HostIOError:
-        got = {}
+        # The attributes present. On any error the single reads below run instead, so messages name the path
+        # users know.
+        try:
+            got = dir_.read_attrs(tuple(n for n in _FUNCTION_ATTRS if n in entries))
+        except HostIOError:
+            got = {}
 
     def text(name: str) -> str | None:
         return got[name] if got.get(name) is not None else sysfs.read_opt(f"{d}/{name}")
@@ -264,8 +266,7 @@ def _read_mdev_parents(
             physfn = fn.physfn if fn else sysfs.link_name(f"{d}/physfn")
             layout = Layout.MDEV_VF if physfn else Layout.MDEV_PF
             real = fn.sysfs_path if fn else sysfs.resolve_link(d)
-            type_dir = f"{real}/mdev_supported_types"
-            raw = sysfs.read_tree(type_dir, dict.fromkeys(sysfs.listdir(type_dir), _TYPE_ATTRS)) if with_types else {}
+            raw = sysfs.read_subdirs(f"{real}/mdev_supported_types", _TYPE_ATTRS) if with_types else {}
             types = []
             for type_id, attrs in raw.items():
                 try:
