@@ -102,7 +102,9 @@ def main() -> None:
     for name, s in stats.items():
         print(s.line(name, a.runs))
     base = stats["python -c pass"]
-    print(f"ratio (bytecode cached): {ratios(stats['vgpuadm --root p4 types --json'], base)}   target <= 2.00x (issue #36)")
+    print(
+        f"ratio (bytecode cached): {ratios(stats['vgpuadm --root p4 types --json'], base)}   target <= 2.00x (issue #36)"
+    )
     print(f"ratio of the hook: {ratios(stats[HOOK], base)}")
     print(f"ratio of a start+stop cycle's hook calls: {ratios(stats[CYCLE], base)}   target <= 1.00x")
     if a.before:
