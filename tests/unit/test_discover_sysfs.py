@@ -105,10 +105,10 @@ def _same_as_one_path_at_a_time(s: Sysfs, host: str, links: list[str], attrs: tu
 
 
 def test_one_scan_answers_as_the_reads_one_path_at_a_time(tree, tmp_path_factory):
-    """Sysfs.scan (one descriptor for a directory's entries, links and attributes) and read_subdirs (one for a
-    listing and its reads) answer exactly as entries, link_names, read_attrs, listdir and read_tree do on a root:
-    links inside and out of the root, dangling ones, missing and unreadable attributes, missing directories and a
-    file where a directory is asked for."""
+    """Sysfs.scan (one descriptor for a directory's entries, links, attributes and bus entries) and read_subdirs
+    (one for a listing and its reads) answer exactly as entries, link_names, read_attrs, resolve_link, listdir and
+    read_tree do on a root: links inside and out of the root, dangling ones, missing and unreadable attributes,
+    missing directories and a file where a directory is asked for."""
     d = tree / "sys/devices/pci0000:00/0000:01:00.0"
     (tree / "sys/kernel/iommu_groups/7").mkdir(parents=True)
     os.symlink("../../../kernel/iommu_groups/7", d / "iommu_group")
@@ -123,6 +123,16 @@ def test_one_scan_answers_as_the_reads_one_path_at_a_time(tree, tmp_path_factory
     for h in [host, f"{host}/gone", f"{host}/vendor", f"{host}/mdev_supported_types"]:
         for attrs in [("vendor", "missing", "big"), ("device_api",), ("name", "available_instances")]:
             _same_as_one_path_at_a_time(s, h, links, attrs)
+    bus = tree / "sys/bus/pci/devices"
+    os.symlink("/etc", bus / "0000:02:00.0")  # out of /sys
+    os.symlink("../../../../outside", bus / "0000:03:00.0")
+    (bus / "0000:04:00.0").mkdir()  # no link
+    names = ["0000:01:00.0", "0000:02:00.0", "0000:03:00.0", "0000:04:00.0", "0000:05:00.0"]
+    for h in ["/sys/bus/pci/devices", "/sys/bus/gone"]:
+        with s.scan(h) as dir_:
+            assert [_answers(dir_.resolve_link, n) for n in names] == [
+                _answers(s.resolve_link, f"{h}/{n}") for n in names
+            ]
     with s.scan(host) as dir_:
         assert _answers(dir_.link_names, ["driver", "iommu_group"]) == {
             "driver": (f"refusing {host}/driver: it leads outside the host root's /sys (to {outside})", errno.EXDEV),
@@ -137,3 +147,5 @@ def test_one_scan_answers_as_the_reads_one_path_at_a_time_on_slash():
     for attrs in [("mtu", "address", "missing"), ("uevent",)]:
         _same_as_one_path_at_a_time(s, "/sys/devices/virtual/net/lo", ["subsystem", "nothing"], attrs)
         _same_as_one_path_at_a_time(s, "/sys/devices/virtual/net/gone", ["subsystem"], attrs)
+    with s.scan("/sys/class/net") as dir_:
+        assert _answers(dir_.resolve_link, "lo") == _answers(s.resolve_link, "/sys/class/net/lo")

@@ -132,6 +132,9 @@ class _NotedScan(DirScan):
     def link_names(self, names: list[str]) -> dict[str, str | HostIOError | None]:
         return self.sysfs.link_names(self.host_dir, names)
 
+    def resolve_link(self, name: str) -> str:
+        return self.sysfs.resolve_link(f"{self.host_dir}/{name}")
+
     def read_attrs(self, names: tuple[str, ...]) -> dict[str, str | None]:
         return self.sysfs.read_attrs(self.host_dir, names)
 

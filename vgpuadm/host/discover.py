@@ -16,7 +16,7 @@ from vgpuadm.errors import HostIOError
 from vgpuadm.host import nvidia_smi
 from vgpuadm.host.pciids import model_names
 from vgpuadm.host.root import HostRoot
-from vgpuadm.host.sysfs import Sysfs, check_root
+from vgpuadm.host.sysfs import DirScan, Sysfs, check_root
 from vgpuadm.model import (
     HostSnapshot,
     Layout,
@@ -118,24 +118,25 @@ def _read_functions(sysfs: Sysfs, warnings: list[str], listed: dict[int, list[st
     out: dict[str, PciFunction] = {}
     skipped: set[str] = set()
     todo = list(wanted)
-    while todo:
-        addr = todo.pop()
-        if addr in out or addr in skipped or addr not in classes:
-            continue
-        try:
-            fn = _read_function(sysfs, addr, classes[addr], warnings)
-        except HostIOError as exc:
-            warnings.append(f"skipped PCI function {addr}: {exc.message}")
-            skipped.add(addr)
-            continue
-        out[addr] = fn
-        todo.extend(fn.virtfns)
-        if fn.physfn:
-            todo.append(fn.physfn)
-        if fn.iommu_group is not None and fn.is_display:
-            members = listed[fn.iommu_group] = sysfs.listdir(f"{IOMMU_GROUPS}/{fn.iommu_group}/devices")
-            todo.extend(members)
-        todo.extend(a for a in by_slot.get(fn.slot, ()) if a != addr)
+    with sysfs.scan(PCI_DEVICES) as bus:  # every function's bus entry read through one descriptor
+        while todo:
+            addr = todo.pop()
+            if addr in out or addr in skipped or addr not in classes:
+                continue
+            try:
+                fn = _read_function(sysfs, bus, addr, classes[addr], warnings)
+            except HostIOError as exc:
+                warnings.append(f"skipped PCI function {addr}: {exc.message}")
+                skipped.add(addr)
+                continue
+            out[addr] = fn
+            todo.extend(fn.virtfns)
+            if fn.physfn:
+                todo.append(fn.physfn)
+            if fn.iommu_group is not None and fn.is_display:
+                members = listed[fn.iommu_group] = sysfs.listdir(f"{IOMMU_GROUPS}/{fn.iommu_group}/devices")
+                todo.extend(members)
+            todo.extend(a for a in by_slot.get(fn.slot, ()) if a != addr)
     for addr, fn in list(out.items()):
         if fn.physfn and fn.physfn not in out:  # a VF stands with its PF: the snapshot never names a missing one
             warnings.append(f"skipped PCI function {addr}: its PF {fn.physfn} was skipped")
@@ -143,9 +144,10 @@ def _read_functions(sysfs: Sysfs, warnings: list[str], listed: dict[int, list[st
     return dict(sorted(out.items()))
 
 
-def _read_function(sysfs: Sysfs, addr: str, class_code: str, warnings: list[str]) -> PciFunction:
+def _read_function(sysfs: Sysfs, bus: DirScan, addr: str, class_code: str, warnings: list[str]) -> PciFunction:
+    """`bus`: Sysfs.scan of PCI_DEVICES, where the function's entry is."""
     d = f"{PCI_DEVICES}/{addr}"
-    real = sysfs.resolve_link(d)
+    real = bus.resolve_link(addr)
     # The directory's scandir, links and attributes through one descriptor of it (Sysfs.scan).
     with sysfs.scan(real) as dir_:
         # One scandir tells which optional attributes and links exist, so absent ones cost no failed open().

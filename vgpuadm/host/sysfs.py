@@ -499,7 +499,10 @@ class Sysfs:
         """Follow one link whose directory holds no links itself (/sys/bus/pci/devices/X, /sys/class/mdev_bus/X,
         /sys/bus/mdev/devices/U): readlink + normpath, much cheaper than realpath. Not a link → the path. On a root
         other than / the result must stay under /sys (every later open checks where it really leads)."""
-        target = self.readlink(host_path)
+        return self._resolved(host_path, self.readlink(host_path))
+
+    def _resolved(self, host_path: str, target: str | None) -> str:
+        """resolve_link's answer for the link `host_path` holding `target` (None: not a link)."""
         if target is None:
             return host_path
         if target.startswith("/"):
@@ -554,6 +557,17 @@ class DirScan:
         if self.fd is None:
             return self.sysfs.link_names(self.host_dir, names)
         return self.sysfs._links_at(self.fd, self.host_dir, names)
+
+    def resolve_link(self, name: str) -> str:
+        """resolve_link(host_dir/name), the link read relative to the directory (/sys/bus/pci/devices: one
+        directory open and check for every function's bus entry, not one each)."""
+        if self.fd is None:
+            return self.sysfs.resolve_link(f"{self.host_dir}/{name}")
+        try:
+            target: str | None = os.readlink(name, dir_fd=self.fd)
+        except OSError:
+            target = None
+        return self.sysfs._resolved(f"{self.host_dir}/{name}", target)
 
     def read_attrs(self, names: tuple[str, ...]) -> dict[str, str | None]:
         if self.fd is None:
