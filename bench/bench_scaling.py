@@ -1,7 +1,8 @@
 """How discovery's cost grows with the host: synthetic layout-B hosts of 16, 64, 256 and 1,024 VFs (16 VFs per PF,
 --types mdev types per VF), timed in this process doing what `vgpuadm types --json` does minus printing (snapshot
-with types + the type rows, the cyclic collector paused as cli/fast.py pauses it), against the floor for the same data: one os.open+os.read+os.close of every attribute file that
-very discovery opened (recorded with an audit hook on `open`), in a plain loop.
+with types + the type rows, the cyclic collector paused as cli/fast.py pauses it), against the floor for the same
+data: one os.open+os.read+os.close of every attribute file that very discovery opened (recorded with an audit hook
+on `open`), in a plain loop.
 
 Target: cost per VF flat (linear growth) and the 1,024-VF host within 1.5× of the open+read floor. Interleaved
 (discovery, floor, discovery, …), median of --runs. Usage: .venv/bin/python bench/bench_scaling.py [--runs 5]
