@@ -9,7 +9,8 @@ ratio of `hook run` itself is reported. Runs are interleaved (timing.py) so both
 compiled bytecode, so the runs use a bytecode cache (PYTHONPYCACHEPREFIX in a temp dir, PYTHONDONTWRITEBYTECODE
 removed); `--no-bytecode` adds the case where sources are compiled on every run. Also lists any heavy module that
 leaked onto the fast path (python -X importtime).
-`--before TREE` also times `types --json` from TREE (PYTHONPATH), interleaved, for a before/after in the same run.
+`--before TREE` also times `types --json` from TREE (PYTHONPATH), interleaved, for a before/after in the same run;
+each tree then runs through the command script its own install makes (timing.installed_command).
 Usage: python bench/bench_cold_start.py [--runs 20] [--no-bytecode] [--before TREE]
 """
 
@@ -23,7 +24,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from timing import compare, ratios
+from timing import compare, installed_command, ratios
 
 HEAVY = (
     "typer",
@@ -87,17 +88,23 @@ def main() -> None:
             ]  # fmt: skip
         envs = {}
         if a.before:
-            commands[BEFORE] = cmd
+            # Each tree as `pip install` makes its command (timing.installed_command): the entry-point script pip
+            # writes imports `re`, the script a tree ships may not.
             here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            commands["vgpuadm --root p4 types --json"] = [py, installed_command(here, tmp), *cmd[2:]]
+            commands[BEFORE] = [py, installed_command(os.path.abspath(a.before), tmp), *cmd[2:]]
             envs["vgpuadm --root p4 types --json"] = {**env, "PYTHONPATH": here}  # both sides pay the same path
             envs[BEFORE] = {**env, "PYTHONPATH": os.path.abspath(a.before)}
             envs[BEFORE]["PYTHONPYCACHEPREFIX"] += "-before"
+        compare(commands, 1, env, envs)  # every command once: the before tree compiles its bytecode
         stats = compare(commands, a.runs, env, envs)
         mods = imported_modules(cmd, env)
     for name, s in stats.items():
         print(s.line(name, a.runs))
     base = stats["python -c pass"]
-    print(f"ratio (bytecode cached): {ratios(stats['vgpuadm --root p4 types --json'], base)}   target <= 3.00x")
+    print(
+        f"ratio (bytecode cached): {ratios(stats['vgpuadm --root p4 types --json'], base)}   target <= 2.00x (issue #36)"
+    )
     print(f"ratio of the hook: {ratios(stats[HOOK], base)}")
     print(f"ratio of a start+stop cycle's hook calls: {ratios(stats[CYCLE], base)}   target <= 1.00x")
     if a.before:

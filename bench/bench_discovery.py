@@ -4,7 +4,8 @@ Both run the same way: `unshare -m sh -c 'mount --bind ROOT/sys /sys && CMD'` (n
 namespace and mount cost, and both read the same /sys. Runs are interleaved (timing.py); prints wall-clock and CPU
 (user+sys) medians and minima and the ratio vgpuadm/mdevctl (target ≤ 1.0).
 `--before TREE` also times TREE's vgpuadm (PYTHONPATH), interleaved, for a before/after in the same run; both sides
-then run with PYTHONPATH set (this tree for after), so they pay the same environment.
+then run with PYTHONPATH set (this tree for after), so they pay the same environment, each through the command
+script its own install makes (timing.installed_command).
 Usage: python bench/bench_discovery.py [--runs 10] [--pfs 8 --vfs 16 --types 20] [--before TREE]
 """
 
@@ -19,7 +20,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from synth_host import build
-from timing import compare, ratios
+from timing import compare, installed_command, ratios
 
 
 def main() -> None:
@@ -52,8 +53,12 @@ def main() -> None:
         if a.before:
             here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
             before = os.path.abspath(a.before)
-            commands["vgpuadm types --json"] = in_ns(f"PYTHONPATH={here} {vgpuadm} types --json")
-            commands["vgpuadm types --json (before)"] = in_ns(f"PYTHONPATH={before} {vgpuadm} types --json")
+            # Each tree through the command script its own install makes (the entry point pip writes imports re).
+            ours, theirs = installed_command(here, tmp), installed_command(before, tmp)
+            commands["vgpuadm types --json"] = in_ns(f"PYTHONPATH={here} {sys.executable} {ours} types --json")
+            commands["vgpuadm types --json (before)"] = in_ns(
+                f"PYTHONPATH={before} {sys.executable} {theirs} types --json"
+            )
         compare(commands, 2, env)  # warm the dentry, page and bytecode caches
         stats = compare(commands, a.runs, env)
     n = a.pfs * a.vfs

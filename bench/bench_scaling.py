@@ -1,18 +1,21 @@
 """How discovery's cost grows with the host: synthetic layout-B hosts of 16, 64, 256 and 1,024 VFs (16 VFs per PF,
 --types mdev types per VF), timed in this process doing what `vgpuadm types --json` does minus printing (snapshot
-with types + the type rows), against the floor for the same data: one os.open+os.read+os.close of every attribute file that
-very discovery opened (recorded with an audit hook on `open`), in a plain loop.
+with types + the type rows, the cyclic collector paused as cli/fast.py pauses it), against the floor for the same
+data: one os.open+os.read+os.close of every attribute file that very discovery opened (recorded with an audit hook
+on `open`), in a plain loop.
 
 Target: cost per VF flat (linear growth) and the 1,024-VF host within 1.5× of the open+read floor. Interleaved
 (discovery, floor, discovery, …), median of --runs. Usage: .venv/bin/python bench/bench_scaling.py [--runs 5]
 [--sizes 16,64,256,1024] [--types 20] [--before TREE]   (smoke: --runs 1 --sizes 16 --types 2). Trees in --tmpdir
 (/var/tmp). `--before TREE`: on each host, a child process per run and tree (PYTHONPATH=TREE, then this tree),
-alternating, each timing one discovery against the floor; prints both trees' medians and after/before.
+alternating, each timing one discovery against the floor; prints both trees' medians and after/before. With
+`--slash` each child reads the host as `/` (unshare -m, the tree bind-mounted on /sys: no confinement checks).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -52,7 +55,15 @@ def _audit(event: str, args: tuple[object, ...]) -> None:
 
 
 def discover(root: str) -> int:
-    return len(type_rows(snapshot(HostRoot(root).sysfs(), types=True), None, False, None))
+    # As cli/fast.py runs `types --json`: with the cyclic collector paused (it would only walk the records and rows,
+    # none of which is freed before the command ends: 10-15 % of this at 1,024 VFs).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return len(type_rows(snapshot(HostRoot(root).sysfs(), types=True), None, False, None))
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def opened_files(root: str) -> list[str]:
@@ -77,54 +88,69 @@ def floor(paths: list[str]) -> int:
     return n
 
 
-def interleaved(root: str, runs: int) -> tuple[int, list[str], list[float], list[float]]:
+def interleaved(root: str, runs: int) -> tuple[int, list[str], list[float], list[float], list[float], list[float]]:
     """Discovery and the floor on an existing host, `runs` times interleaved (after one warming discovery): the
-    type count, the files discovery opened, and the seconds of each run of each."""
+    type count, the files discovery opened, and the seconds of each run of each, wall-clock then CPU (this
+    process's: under load the wall-clock times stretch with the other processes)."""
     types = discover(root)  # warm the dentry and page caches
     paths = opened_files(root)
     ours: list[float] = []
     base: list[float] = []
+    ours_cpu: list[float] = []
+    base_cpu: list[float] = []
     for _ in range(runs):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         discover(root)
         ours.append(time.perf_counter() - start)
-        start = time.perf_counter()
+        ours_cpu.append(time.process_time() - cpu)
+        start, cpu = time.perf_counter(), time.process_time()
         floor(paths)
         base.append(time.perf_counter() - start)
-    return types, paths, ours, base
+        base_cpu.append(time.process_time() - cpu)
+    return types, paths, ours, base, ours_cpu, base_cpu
 
 
 def measure(root: str, runs: int) -> None:
     """--measure: `interleaved` on an existing host, as JSON."""
-    types, paths, ours, base = interleaved(root, runs)
-    print(json.dumps({"types": types, "files": len(paths), "ours": ours, "floor": base}))
+    types, paths, ours, base, ours_cpu, base_cpu = interleaved(root, runs)
+    print(json.dumps({"types": types, "files": len(paths), "ours": ours, "floor": base, "ours_cpu": ours_cpu,
+                      "floor_cpu": base_cpu}))  # fmt: skip
 
 
 def compare_trees(a: argparse.Namespace) -> None:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     trees = {"before": os.path.abspath(a.before), "after": here}
-    print(f"discovery vs the open+read floor, before/after (a child per run and tree, alternating; load average "
-          f"{os.getloadavg()[0]:.1f} at start)")  # fmt: skip
+    where = "on / (unshare -m, the tree bind-mounted on /sys)" if a.slash else "on a --root tree"
+    print(f"discovery vs the open+read floor {where}, before/after (a child per run and tree, alternating; load "
+          f"average {os.getloadavg()[0]:.1f} at start)")  # fmt: skip
     for n in (int(s) for s in a.sizes.split(",")):
         tmp = tempfile.mkdtemp(prefix=f"bench-scaling-{n}-", dir=a.tmpdir)
         got: dict[str, list[tuple[float, float]]] = {k: [] for k in trees}
+        got_cpu: dict[str, list[tuple[float, float]]] = {k: [] for k in trees}
         try:
             root = os.path.join(tmp, "host")
             build(root, max(1, n // 16), min(n, 16), a.types)
             for _ in range(a.runs):
                 for name, tree in trees.items():
-                    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--measure", root, "--runs", "1"],
-                                         env=dict(os.environ, PYTHONPATH=tree), capture_output=True, text=True,
+                    child = [sys.executable, os.path.abspath(__file__), "--measure", root, "--runs", "1"]
+                    if a.slash:  # the host's tree as / sees it: bind-mounted on /sys in a mount namespace
+                        child = ["unshare", "-m", "sh", "-c", 'mount --bind "$0/sys" /sys && exec "$@"', root,
+                                 *child[:3], "/", *child[4:]]  # fmt: skip
+                    out = subprocess.run(child, env=dict(os.environ, PYTHONPATH=tree), capture_output=True, text=True,
                                          check=True, cwd="/").stdout  # fmt: skip
                     r = json.loads(out)
                     got[name].append((r["ours"][0], r["floor"][0]))
+                    got_cpu[name].append((r["ours_cpu"][0], r["floor_cpu"][0]))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         med = {k: (statistics.median(o for o, _ in v), statistics.median(o / f for o, f in v)) for k, v in got.items()}
+        cpu = {k: statistics.median(o for o, _ in v) for k, v in got_cpu.items()}
         for k in trees:
             print(f"{n:>6} VFs {k:>6}: discovery median {med[k][0] * 1000:8.1f} ms, ratio to the floor median "
-                  f"{med[k][1]:.2f}  (runs: {', '.join(f'{o / f:.2f}' for o, f in got[k])})")  # fmt: skip
-        print(f"{n:>6} VFs after/before discovery: {med['after'][0] / med['before'][0]:.2f}")
+                  f"{med[k][1]:.2f}  (runs: {', '.join(f'{o / f:.2f}' for o, f in got[k])}); CPU {cpu[k] * 1000:.1f} "
+                  f"ms, ratio {statistics.median(o / f for o, f in got_cpu[k]):.2f}")  # fmt: skip
+        print(f"{n:>6} VFs after/before discovery: {med['after'][0] / med['before'][0]:.2f}, CPU "
+              f"{cpu['after'] / cpu['before']:.2f}")  # fmt: skip
 
 
 def main() -> None:
@@ -134,6 +160,7 @@ def main() -> None:
     ap.add_argument("--types", type=int, default=20)
     ap.add_argument("--tmpdir", default="/var/tmp")
     ap.add_argument("--before", metavar="TREE", help="also time this source tree, a child process per run")
+    ap.add_argument("--slash", action="store_true", help="with --before: each host on / (needs root and unshare)")
     ap.add_argument("--measure", metavar="ROOT", help=argparse.SUPPRESS)  # a child of --before
     a = ap.parse_args()
     sys.addaudithook(_audit)
@@ -150,7 +177,7 @@ def main() -> None:
         try:
             root = os.path.join(tmp, "host")
             build(root, max(1, n // 16), min(n, 16), a.types)
-            types, paths, ours, base = interleaved(root, a.runs)
+            types, paths, ours, base, _, _ = interleaved(root, a.runs)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         rows.append((n, types, len(paths), statistics.median(ours), statistics.median(base)))

@@ -54,3 +54,26 @@ def bytecode_env(cache_dir: str, base: dict[str, str] | None = None) -> dict[str
     env = {k: v for k, v in (base if base is not None else os.environ).items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = cache_dir
     return env
+
+
+# What pip writes for a [project.scripts] entry point (vgpuadm's command before scripts/vgpuadm).
+_PIP_SCRIPT = """import re
+import sys
+from vgpuadm.cli.app import main
+if __name__ == '__main__':
+    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
+    sys.exit(main())
+"""
+
+
+def installed_command(tree: str, tmp: str) -> str:
+    """The script `pip install TREE` makes the `vgpuadm` command: the tree's scripts/vgpuadm when it ships one, else
+    pip's entry-point script (written to `tmp`), so that a --before tree runs as it was installed."""
+    own = os.path.join(tree, "scripts", "vgpuadm")
+    if os.path.isfile(own):
+        return own
+    os.makedirs(os.path.join(tmp, "entry-point"), exist_ok=True)
+    path = os.path.join(tmp, "entry-point", "vgpuadm")
+    with open(path, "w") as f:
+        f.write(_PIP_SCRIPT)
+    return path

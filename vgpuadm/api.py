@@ -7,7 +7,7 @@ tests/unit/test_api_surface.py keeps equal to _HOMES."""
 
 from __future__ import annotations
 
-import importlib
+import sys
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands and the hook (bench_cold_start.py)
 if TYPE_CHECKING:
@@ -246,7 +246,14 @@ def __getattr__(name: str) -> Any:
         module, attr = _HOMES[name]
     except KeyError:
         raise AttributeError(f"module 'vgpuadm.api' has no attribute {name!r}") from None
-    home = importlib.import_module(module)
-    value = getattr(home, attr) if hasattr(home, attr) else importlib.import_module(f"{module}.{attr}")
+    home = _import(module)
+    value = getattr(home, attr) if hasattr(home, attr) else _import(f"{module}.{attr}")
     globals()[name] = value
     return value
+
+
+def _import(module: str) -> Any:
+    """importlib.import_module of an absolute name, without importing importlib (and its warnings) on the read
+    commands' path (bench/bench_cold_start.py)."""
+    __import__(module)
+    return sys.modules[module]

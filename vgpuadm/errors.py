@@ -6,7 +6,10 @@ The CLI prints `error: <message>` and `hint: <hint>` and exits with `exit_code`;
 from __future__ import annotations
 
 import errno as _errno
-from collections.abc import Callable, Sequence
+
+TYPE_CHECKING = False  # `collections` stays off the fast path of the read commands (bench/bench_cold_start.py)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 FREE = "{free}"  # where a hint says how to free the devices in the way (VgpuadmError's `blockers`); see free_clause
 

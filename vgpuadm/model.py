@@ -13,8 +13,6 @@ them dataclass-like (PEP 681), so it still checks construction, `dataclasses.rep
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from vgpuadm.errors import UsageError
 
 # A device UUID as sysfs, libvirt and vgpuadm write it (lower-case, 8-4-4-4-12); compiled where it is matched.
@@ -28,6 +26,7 @@ PARENT_PATTERN = PCI_PATTERN + r"|[A-Za-z][A-Za-z0-9_-]{0,63}"
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from enum import StrEnum
     from typing import Any, ClassVar, TypeVar, dataclass_transform
 
     _T = TypeVar("_T")
@@ -39,6 +38,73 @@ else:
 
     def _record(cls):
         return cls
+
+    class _StrEnumType(type):
+        """The metaclass of StrEnum at run time (for mypy, StrEnum is enum.StrEnum): the `enum` module, with the
+        functools and collections it imports, was ~3 ms of every cold start (bench/bench_cold_start.py) for three
+        enums. Members keep what enum.StrEnum gives and callers rely on: each is an instance of its class and a str
+        equal to (and hashing as) its value; `Layout("mdev-pf")` (or a member) is the member, anything else a
+        ValueError with enum's message; iteration and len() in definition order; a member cannot be reassigned."""
+
+        def __new__(mcs, name, bases, namespace):
+            values = {k: v for k, v in namespace.items() if not k.startswith("_") and type(v) is str}
+            cls = super().__new__(mcs, name, bases, {k: v for k, v in namespace.items() if k not in values})
+            members = []
+            for key, value in values.items():
+                member = str.__new__(cls, value)
+                member._name_, member._value_ = key, value
+                type.__setattr__(cls, key, member)
+                members.append(member)
+            cls._members_ = tuple(members)
+            cls._by_value_ = {m._value_: m for m in members}
+            return cls
+
+        def __call__(cls, value):
+            try:
+                return cls._by_value_[value]
+            except (KeyError, TypeError):
+                raise ValueError(f"{value!r} is not a valid {cls.__qualname__}") from None
+
+        def __iter__(cls):
+            return iter(cls._members_)
+
+        def __len__(cls):
+            return len(cls._members_)
+
+        def __setattr__(cls, name, value):
+            if isinstance(cls.__dict__.get(name), cls):
+                raise AttributeError(f"cannot reassign member {name!r}")
+            super().__setattr__(name, value)
+
+        def __repr__(cls):
+            return f"<enum {cls.__name__!r}>"
+
+    class StrEnum(str, metaclass=_StrEnumType):
+        """enum.StrEnum's members as callers use them: `.name`, `.value` (a plain str), enum's repr, str() and
+        format() as the value; copies and pickles are the member itself."""
+
+        @property
+        def name(self):
+            return self._name_
+
+        @property
+        def value(self):
+            return self._value_
+
+        def __repr__(self):
+            return f"<{type(self).__name__}.{self._name_}: {self._value_!r}>"
+
+        __str__ = str.__str__
+        __format__ = str.__format__
+
+        def __reduce_ex__(self, protocol):
+            return type(self), (self._value_,)
+
+        def __copy__(self):
+            return self
+
+        def __deepcopy__(self, memo):
+            return self
 
 
 class Layout(StrEnum):

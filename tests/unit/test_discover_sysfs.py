@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
@@ -72,3 +73,79 @@ def test_writer_is_made_on_first_write_only(tree):
     assert made == []
     s.write("/sys/bus/pci/drivers_probe", "0000:01:00.0")
     assert made == ["made", ("/sys/bus/pci/drivers_probe", "0000:01:00.0")]
+
+
+def _answers(call, *args):  # type: ignore[no-untyped-def]
+    try:
+        return _shown(call(*args))
+    except HostIOError as exc:
+        return ("error", exc.message, exc.errno)
+
+
+def _shown(value):  # type: ignore[no-untyped-def]
+    """HostIOErrors as their message and errno (two raised separately are distinct objects)."""
+    if isinstance(value, dict):
+        return {k: (v.message, v.errno) if isinstance(v, HostIOError) else v for k, v in value.items()}
+    return value
+
+
+def _same_as_one_path_at_a_time(s: Sysfs, host: str, links: list[str], attrs: tuple[str, ...]) -> None:
+    one = _answers(s.entries, host)
+    scan = s.scan(host)
+    assert _answers(lambda: scan.__enter__().entries()) == one
+    scan.__exit__(None, None, None)
+    if isinstance(one, tuple):
+        return
+    with s.scan(host) as dir_:
+        got = [_answers(dir_.entries), _answers(dir_.link_names, links), _answers(dir_.read_attrs, attrs)]
+    assert got == [one, _answers(s.link_names, host, links), _answers(s.read_attrs, host, attrs)]
+    assert _answers(s.read_subdirs, host, attrs) == _answers(
+        lambda: s.read_tree(host, dict.fromkeys(s.listdir(host), attrs))
+    )
+
+
+def test_one_scan_answers_as_the_reads_one_path_at_a_time(tree, tmp_path_factory):
+    """Sysfs.scan (one descriptor for a directory's entries, links, attributes and bus entries) and read_subdirs
+    (one for a listing and its reads) answer exactly as entries, link_names, read_attrs, resolve_link, listdir and
+    read_tree do on a root: links inside and out of the root, dangling ones, missing and unreadable attributes,
+    missing directories and a file where a directory is asked for."""
+    d = tree / "sys/devices/pci0000:00/0000:01:00.0"
+    (tree / "sys/kernel/iommu_groups/7").mkdir(parents=True)
+    os.symlink("../../../kernel/iommu_groups/7", d / "iommu_group")
+    outside = os.path.realpath(tmp_path_factory.mktemp("outside"))
+    os.symlink(outside, d / "driver")  # out of the root
+    os.symlink("../gone", d / "physfn")  # dangling
+    (d / "device_api").mkdir()  # reading it fails: EISDIR
+    (d / "mdev_supported_types/nvidia-64").mkdir()
+    s = Sysfs(str(tree))
+    host = "/sys/devices/pci0000:00/0000:01:00.0"
+    links = ["iommu_group", "driver", "physfn", "nothing"]
+    for h in [host, f"{host}/gone", f"{host}/vendor", f"{host}/mdev_supported_types"]:
+        for attrs in [("vendor", "missing", "big"), ("device_api",), ("name", "available_instances")]:
+            _same_as_one_path_at_a_time(s, h, links, attrs)
+    bus = tree / "sys/bus/pci/devices"
+    os.symlink("/etc", bus / "0000:02:00.0")  # out of /sys
+    os.symlink("../../../../outside", bus / "0000:03:00.0")
+    (bus / "0000:04:00.0").mkdir()  # no link
+    names = ["0000:01:00.0", "0000:02:00.0", "0000:03:00.0", "0000:04:00.0", "0000:05:00.0"]
+    for h in ["/sys/bus/pci/devices", "/sys/bus/gone"]:
+        with s.scan(h) as dir_:
+            assert [_answers(dir_.resolve_link, n) for n in names] == [
+                _answers(s.resolve_link, f"{h}/{n}") for n in names
+            ]
+    with s.scan(host) as dir_:
+        assert _answers(dir_.link_names, ["driver", "iommu_group"]) == {
+            "driver": (f"refusing {host}/driver: it leads outside the host root's /sys (to {outside})", errno.EXDEV),
+            "iommu_group": "7",
+        }
+
+
+@pytest.mark.skipif(not os.path.isdir("/sys/devices/virtual/net/lo"), reason="no /sys/devices/virtual/net/lo here")
+def test_one_scan_answers_as_the_reads_one_path_at_a_time_on_slash():
+    """The same on `/` (no confinement: paths as they are), on this machine's own loopback device."""
+    s = Sysfs("/")
+    for attrs in [("mtu", "address", "missing"), ("uevent",)]:
+        _same_as_one_path_at_a_time(s, "/sys/devices/virtual/net/lo", ["subsystem", "nothing"], attrs)
+        _same_as_one_path_at_a_time(s, "/sys/devices/virtual/net/gone", ["subsystem"], attrs)
+    with s.scan("/sys/class/net") as dir_:
+        assert _answers(dir_.resolve_link, "lo") == _answers(s.resolve_link, "/sys/class/net/lo")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -100,7 +102,34 @@ def test_fast_path_imports_stay_light(sim_host, profile):
              "typing", "difflib", "vgpuadm.steps", "vgpuadm.sim.kernel", "vgpuadm.executor", "vgpuadm.virt"}  # fmt: skip
     assert loaded & heavy == set()
     assert loaded & {"dataclasses", "inspect", "ast", "re", "typing", "json"} == set()
+    # Nor enum, functools, collections, contextlib or importlib: ~4 ms of a ~25 ms run (bench/README.md).
+    assert loaded & {"enum", "functools", "collections", "collections.abc", "contextlib", "importlib"} == set()
     assert "vgpuadm.host.discover" in loaded
+
+
+@pytest.mark.process
+def test_the_installed_command_imports_no_re(sim_host):
+    """The `vgpuadm` command pip installs is scripts/vgpuadm (pyproject.toml's shared script), not pip's entry-point
+    script, which imports `re` (and with it enum, functools, collections) for every run; `types --json` run
+    through it loads none of them, and its output is the module's."""
+    import subprocess
+    import sys
+    import tomllib
+
+    top = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((top / "pyproject.toml").read_text())
+    assert "scripts" not in project["project"]
+    assert project["tool"]["hatch"]["build"]["targets"]["wheel"]["shared-scripts"] == {"scripts/vgpuadm": "vgpuadm"}
+    argv = ["--root", str(sim_host("p4")), "types", "--json"]
+    env = dict(os.environ, PYTHONPATH=str(top))
+    r = subprocess.run([sys.executable, "-X", "importtime", str(top / "scripts/vgpuadm"), *argv],
+                       capture_output=True, text=True, env=env, cwd="/", check=True)  # fmt: skip
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert "vgpuadm.cli.app" in loaded
+    assert loaded & {"re", "enum", "functools", "collections", "contextlib", "importlib", "typing"} == set()
+    module = subprocess.run([sys.executable, "-m", "vgpuadm", *argv], capture_output=True, text=True, env=env,
+                            cwd="/", check=True)  # fmt: skip
+    assert (r.stdout, r.returncode) == (module.stdout, 0) and r.stdout.startswith("[")
 
 
 def test_fast_read_path_leaves_the_garbage_collector_as_it_found_it(sim_host, cli):

@@ -6,13 +6,13 @@ Accepted spellings (shared/docs/vgpu-sysfs.md §2.2): `nvidia-63`, `GRID P4-1Q`,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-
 from vgpuadm.errors import NotFoundError
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
     from vgpuadm.model import VgpuType
 
 # The parsers below split instead of using regular expressions: importing `re` and compiling the patterns cost

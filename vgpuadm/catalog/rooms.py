@@ -2,15 +2,13 @@
 
 Part of the one capacity model: catalog/capacity.py re-exports the rules here and holds the rest (placement's
 reasons, projections, MIG and heterogeneous placements). It is its own module because the read path
-(`vgpuadm types --json`, cli/fast.py) reads it: it imports no dataclasses, typing or json
+(`vgpuadm types --json`, cli/fast.py) reads it: it imports no dataclasses, typing, json or collections
 (bench/bench_cold_start.py). `gpu_rooms(snapshot, awaiting)` is the one answer `types` (fits_on_gpu), `inventory`
 (free, room per GPU, stranded) and their renderers read. Capacity reserved for devices that domains record but
 that do not exist now (after a reboot, awaiting `vgpuadm restore`) is counted neither used nor free.
 """
 
 from __future__ import annotations
-
-from collections import Counter
 
 from vgpuadm.catalog.boards import board_framebuffer_mib
 from vgpuadm.catalog.naming import describe_nvidia_name
@@ -149,8 +147,8 @@ def type_room(
     held = [r.reserved_for for r in running if r.reserved_for]
     if held:  # the kernel counts a reserved instance as free: take it from its parent's count, and say why
         mine = [r for r in running if r.reserved_for and r.type_id == t.type_id]
-        taken = Counter(r.parent for r in mine)
-        kernel = [e.with_available(max(0, e.available_instances - taken[e.parent])) for e in entries]
+        taken = _count(r.parent for r in mine)
+        kernel = [e.with_available(max(0, e.available_instances - taken.get(e.parent, 0))) for e in entries]
         room = _room(rule, vfs, entries if t.layout.one_vgpu_per_vf else kernel, running, total_fb)
         room = room.but(used=room.used - len(mine), reserved=len(mine))
         live = [r for r in running if not r.reserved_for]
@@ -230,10 +228,18 @@ def whole_gpu_room(devices: int) -> int:
     return 0 if devices else 1
 
 
+def _count(items: Iterable[str]) -> dict[str, int]:
+    """collections.Counter's counts (collections stays off the read path)."""
+    out: dict[str, int] = {}
+    for item in items:
+        out[item] = out.get(item, 0) + 1
+    return out
+
+
 def reserved_for(domains: Iterable[str]) -> str:
     """`reserved for web01 (3 devices awaiting `vgpuadm restore`)`: who holds capacity that does not exist now."""
     parts = [f"{d} ({n} device{'s' if n != 1 else ''} awaiting `vgpuadm restore`)"
-             for d, n in sorted(Counter(domains).items())]  # fmt: skip
+             for d, n in sorted(_count(domains).items())]  # fmt: skip
     return "reserved for " + ", ".join(parts)
 
 

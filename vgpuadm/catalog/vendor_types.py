@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from vgpuadm.catalog.boards import equal_size_max
 from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.model import Layout, VgpuType, nvidia_type_id
+
+TYPE_CHECKING = False  # `collections` stays off the fast path of the read commands (bench/bench_cold_start.py)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 
 def vendor_vf_types(address: str, creatable: Iterable[tuple[int, str]]) -> tuple[VgpuType, ...]:

@@ -6,7 +6,6 @@ user. Plain `--json` read commands skip typer entirely (cli/fast.py)."""
 import itertools
 import os
 import sys
-from collections.abc import Sequence
 
 from vgpuadm.cli import fast, params
 from vgpuadm.cli.console import Console, OutputClosed
@@ -14,6 +13,7 @@ from vgpuadm.errors import EXIT_CODES, Interrupted, NeedsRootError, UsageError, 
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 EPILOG = (
@@ -56,7 +56,7 @@ def completing() -> bool:
     return any(k.startswith("_VGPUADM_COMPLETE") for k in os.environ)
 
 
-def command_word(argv: Sequence[str]) -> str | None:
+def command_word(argv: "Sequence[str]") -> str | None:
     """The top-level command argv invokes (the first word after the global options), or None (bare `vgpuadm`,
     `--help`, `--version`, `--install-completion`, …)."""
     i = 0
@@ -73,7 +73,7 @@ def command_word(argv: Sequence[str]) -> str | None:
     return None
 
 
-def modules_for(argv: Sequence[str]) -> "tuple[str, ...] | None":
+def modules_for(argv: "Sequence[str]") -> "tuple[str, ...] | None":
     """The command modules one run needs: only the invoked command's (its sibling commands' modules are not
     imported, nor their typer commands built: bench/bench_provision.py), or None for the whole app — no command
     word, an unknown one (click's own error names the near misses), a command reading the whole tree, and shell
@@ -266,7 +266,7 @@ def click_error_class() -> "Any":
     return next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
-def run(argv: Sequence[str], console: Console | None = None) -> int:
+def run(argv: "Sequence[str]", console: Console | None = None) -> int:
     """Run the CLI on argv; returns the exit code. Tests call this in-process.
 
     A reader that goes away (`vgpuadm inventory | head -1`) is not an error: exit 0, no traceback, no message;
@@ -292,7 +292,7 @@ def _discard(stream: "Any") -> None:
     os.close(null)
 
 
-def _run(argv: Sequence[str], console: Console) -> int:
+def _run(argv: "Sequence[str]", console: Console) -> int:
     try:
         for arg in argv:  # Python holds undecodable bytes as surrogates: no name, path or value of ours has them
             if not arg.isascii() and any("\udc80" <= c <= "\udcff" for c in arg):
@@ -351,7 +351,7 @@ def _run(argv: Sequence[str], console: Console) -> int:
         return _fail(console, argv, err, 70)
 
 
-def _fail(console: Console, argv: Sequence[str], exc: VgpuadmError, code: int | None = None) -> int:
+def _fail(console: Console, argv: "Sequence[str]", exc: VgpuadmError, code: int | None = None) -> int:
     """The error line (and hint) on stderr; under --json (or --format json) also the error as a JSON object on
     stdout, unless the command already printed its document (restore prints its result, then fails)."""
     code = exc.exit_code if code is None else code
@@ -361,7 +361,7 @@ def _fail(console: Console, argv: Sequence[str], exc: VgpuadmError, code: int | 
     return code
 
 
-def _wants_json(argv: Sequence[str]) -> bool:
+def _wants_json(argv: "Sequence[str]") -> bool:
     args = list(argv)
     args = args[: args.index("--")] if "--" in args else args
     return (

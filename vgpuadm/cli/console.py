@@ -3,14 +3,13 @@ line each (`error: …` then `hint: …`). rich is imported only when a table or
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import Callable, Iterator, Sequence
 
 from vgpuadm.errors import VgpuadmError
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
     from typing import Any, TextIO
 
 
@@ -105,24 +104,10 @@ class Console:
             for line in textwrap.wrap(note, width):
                 self.line(line)
 
-    @contextlib.contextmanager
-    def progress(self, label: str) -> Iterator[Callable[[int, int, str], None]]:
-        """A callback `(done, total, text)` for long plans: a rich progress bar on a terminal, else one line per
-        step (`[3/12] create mdev …`) so logs and tests see every step."""
-        if not self.out.isatty():
-            yield lambda i, n, text: self.line(f"[{i}/{n}] {text}")
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-        with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                      console=_rich_console(self.out), transient=False) as bar:  # fmt: skip
-            task = bar.add_task("", total=None)
-
-            def step(i: int, n: int, text: str) -> None:
-                bar.update(task, completed=i - 1, total=n, description=text)
-
-            yield step
-            bar.update(task, completed=bar.tasks[0].total or 0)
+    def progress(self, label: str) -> _Progress:
+        """A context whose value is a callback `(done, total, text)` for long plans: a rich progress bar on a
+        terminal, else one line per step (`[3/12] create mdev …`) so logs and tests see every step."""
+        return _Progress(self, label)
 
     def warn(self, text: str) -> None:
         self.err.write(f"warning: {one_line(text)}\n")
@@ -167,6 +152,42 @@ class SyslogConsole(Console):
         caller that reads nothing there (udevd) loses nothing, an operator who typed the command sees why."""
         self._log(self._syslog.LOG_ERR, f"error: {exc.message}" + (f" (hint: {exc.hint})" if exc.hint else ""))
         super().error(exc)
+
+
+class _Progress:
+    """Console.progress. A class, not contextlib.contextmanager: contextlib (with functools and collections) stays
+    off the read commands' path (bench/bench_cold_start.py)."""
+
+    def __init__(self, console: Console, label: str) -> None:
+        self.console = console
+        self.label = label
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __enter__(self) -> Callable[[int, int, str], None]:
+        console = self.console
+        if not console.out.isatty():
+            return lambda i, n, text: console.line(f"[{i}/{n}] {text}")
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        bar = Progress(TextColumn(self.label), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                       console=_rich_console(console.out), transient=False)  # fmt: skip
+        bar.__enter__()
+        self.bar, self.task = bar, bar.add_task("", total=None)
+
+        def step(i: int, n: int, text: str) -> None:
+            bar.update(self.task, completed=i - 1, total=n, description=text)
+
+        return step
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if self.bar is None:
+            return
+        try:
+            if exc is None:
+                self.bar.update(self.task, completed=self.bar.tasks[0].total or 0)
+        finally:
+            self.bar.__exit__(kind, exc, tb)
 
 
 def logged(console: Console, run: Callable[[], object]) -> int:

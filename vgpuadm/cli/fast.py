@@ -12,9 +12,11 @@ otherwise) goes to the typer app, which owns the real parsing and messages."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from vgpuadm.cli.console import Console
+
+TYPE_CHECKING = False  # `typing` and `collections` stay off the fast path (bench/bench_cold_start.py)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 _RESTORE_OPTIONS = ("--domain-xml-dir", "--timeout")
 

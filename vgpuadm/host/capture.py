@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from vgpuadm.errors import HostIOError, UsageError
 from vgpuadm.host.files import read_beneath
-from vgpuadm.host.sysfs import Sysfs
+from vgpuadm.host.sysfs import DirScan, Sysfs
 
 MAX_FILE = 1 << 20  # bytes copied of one file (sysfs attributes hold at most a page)
 MAX_MEMBERS = 200_000  # paths in one snapshot (a 16-GPU layout B host has ~60,000)
@@ -79,6 +79,14 @@ class RecordingSysfs(Sysfs):
                 self._note(f"{host_dir}/{sub}/{name}" if sub else f"{host_dir}/{name}", "read")
         return super().read_tree(host_dir, wanted)
 
+    def read_subdirs(self, host_dir: str, names: tuple[str, ...]) -> dict[str, dict[str, str | None]]:
+        # As Sysfs.read_subdirs is defined: through the noting listdir and read_tree.
+        return self.read_tree(host_dir, dict.fromkeys(self.listdir(host_dir), names))
+
+    def scan(self, host_dir: str) -> DirScan:
+        # As Sysfs.scan answers: through the noting entries, link_names and read_attrs, one path at a time.
+        return _NotedScan(self, host_dir)
+
     def exists(self, host_path: str) -> bool:
         self._note(host_path, "exists")
         return super().exists(host_path)
@@ -110,6 +118,25 @@ class RecordingSysfs(Sysfs):
 
     def write(self, host_path: str, data: str, hint: str = "") -> None:
         raise UsageError("a snapshot never writes to the host", "this is a bug in the snapshot's reader")
+
+
+class _NotedScan(DirScan):
+    """RecordingSysfs.scan: each read through the RecordingSysfs's own, by path, so that each is noted."""
+
+    def __enter__(self) -> DirScan:
+        return self
+
+    def entries(self) -> dict[str, bool]:
+        return self.sysfs.entries(self.host_dir)
+
+    def link_names(self, names: list[str]) -> dict[str, str | HostIOError | None]:
+        return self.sysfs.link_names(self.host_dir, names)
+
+    def resolve_link(self, name: str) -> str:
+        return self.sysfs.resolve_link(f"{self.host_dir}/{name}")
+
+    def read_attrs(self, names: tuple[str, ...]) -> dict[str, str | None]:
+        return self.sysfs.read_attrs(self.host_dir, names)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ Layout detection follows shared/docs/vgpu-sysfs.md §0, from sysfs only, never f
 from __future__ import annotations
 
 import errno
-import functools
 import os
 
 from vgpuadm.catalog import sriov_boards
@@ -17,7 +16,7 @@ from vgpuadm.errors import HostIOError
 from vgpuadm.host import nvidia_smi
 from vgpuadm.host.pciids import model_names
 from vgpuadm.host.root import HostRoot
-from vgpuadm.host.sysfs import Sysfs, check_root
+from vgpuadm.host.sysfs import DirScan, Sysfs, check_root
 from vgpuadm.model import (
     HostSnapshot,
     Layout,
@@ -119,24 +118,25 @@ def _read_functions(sysfs: Sysfs, warnings: list[str], listed: dict[int, list[st
     out: dict[str, PciFunction] = {}
     skipped: set[str] = set()
     todo = list(wanted)
-    while todo:
-        addr = todo.pop()
-        if addr in out or addr in skipped or addr not in classes:
-            continue
-        try:
-            fn = _read_function(sysfs, addr, classes[addr], warnings)
-        except HostIOError as exc:
-            warnings.append(f"skipped PCI function {addr}: {exc.message}")
-            skipped.add(addr)
-            continue
-        out[addr] = fn
-        todo.extend(fn.virtfns)
-        if fn.physfn:
-            todo.append(fn.physfn)
-        if fn.iommu_group is not None and fn.is_display:
-            members = listed[fn.iommu_group] = sysfs.listdir(f"{IOMMU_GROUPS}/{fn.iommu_group}/devices")
-            todo.extend(members)
-        todo.extend(a for a in by_slot.get(fn.slot, ()) if a != addr)
+    with sysfs.scan(PCI_DEVICES) as bus:  # every function's bus entry read through one descriptor
+        while todo:
+            addr = todo.pop()
+            if addr in out or addr in skipped or addr not in classes:
+                continue
+            try:
+                fn = _read_function(sysfs, bus, addr, classes[addr], warnings)
+            except HostIOError as exc:
+                warnings.append(f"skipped PCI function {addr}: {exc.message}")
+                skipped.add(addr)
+                continue
+            out[addr] = fn
+            todo.extend(fn.virtfns)
+            if fn.physfn:
+                todo.append(fn.physfn)
+            if fn.iommu_group is not None and fn.is_display:
+                members = listed[fn.iommu_group] = sysfs.listdir(f"{IOMMU_GROUPS}/{fn.iommu_group}/devices")
+                todo.extend(members)
+            todo.extend(a for a in by_slot.get(fn.slot, ()) if a != addr)
     for addr, fn in list(out.items()):
         if fn.physfn and fn.physfn not in out:  # a VF stands with its PF: the snapshot never names a missing one
             warnings.append(f"skipped PCI function {addr}: its PF {fn.physfn} was skipped")
@@ -144,28 +144,31 @@ def _read_functions(sysfs: Sysfs, warnings: list[str], listed: dict[int, list[st
     return dict(sorted(out.items()))
 
 
-def _read_function(sysfs: Sysfs, addr: str, class_code: str, warnings: list[str]) -> PciFunction:
+def _read_function(sysfs: Sysfs, bus: DirScan, addr: str, class_code: str, warnings: list[str]) -> PciFunction:
+    """`bus`: Sysfs.scan of PCI_DEVICES, where the function's entry is."""
     d = f"{PCI_DEVICES}/{addr}"
-    real = sysfs.resolve_link(d)
-    # One scandir tells which optional attributes and links exist, so absent ones cost no failed open().
-    entries = sysfs.entries(real)
-    numbered = [e for e in entries if e.startswith("virtfn") and e[6:].isdecimal()]  # virtfn<N>, as ^virtfn(\d+)$
-    # Every link read relative to one descriptor of the directory; an error raised where it was read one by one.
-    links = sysfs.link_names(real, [*numbered, *(n for n in ("iommu_group", "driver", "physfn") if entries.get(n))])
-    virtfns = []
-    for entry in numbered:
-        target = links[entry]
-        if isinstance(target, HostIOError):
-            raise target
-        if target:
-            virtfns.append((int(entry[6:]), target))
+    real = bus.resolve_link(addr)
+    # The directory's scandir, links and attributes through one descriptor of it (Sysfs.scan).
+    with sysfs.scan(real) as dir_:
+        # One scandir tells which optional attributes and links exist, so absent ones cost no failed open().
+        entries = dir_.entries()
+        numbered = [e for e in entries if e.startswith("virtfn") and e[6:].isdecimal()]  # ^virtfn(\d+)$
+        # A link's error is raised where it would have been read one by one.
+        links = dir_.link_names([*numbered, *(n for n in ("iommu_group", "driver", "physfn") if entries.get(n))])
+        virtfns = []
+        for entry in numbered:
+            target = links[entry]
+            if isinstance(target, HostIOError):
+                raise target
+            if target:
+                virtfns.append((int(entry[6:]), target))
 
-    # The attributes present, read relative to the device directory: no path walk through the bus symlink per
-    # file. On any error the single reads below run instead, so messages name the path users know.
-    try:
-        got = sysfs.read_attrs(real, tuple(n for n in _FUNCTION_ATTRS if n in entries))
-    except HostIOError:
-        got = {}
+        # The attributes present. On any error the single reads below run instead, so messages name the path
+        # users know.
+        try:
+            got = dir_.read_attrs(tuple(n for n in _FUNCTION_ATTRS if n in entries))
+        except HostIOError:
+            got = {}
 
     def text(name: str) -> str | None:
         return got[name] if got.get(name) is not None else sysfs.read_opt(f"{d}/{name}")
@@ -265,8 +268,7 @@ def _read_mdev_parents(
             physfn = fn.physfn if fn else sysfs.link_name(f"{d}/physfn")
             layout = Layout.MDEV_VF if physfn else Layout.MDEV_PF
             real = fn.sysfs_path if fn else sysfs.resolve_link(d)
-            type_dir = f"{real}/mdev_supported_types"
-            raw = sysfs.read_tree(type_dir, dict.fromkeys(sysfs.listdir(type_dir), _TYPE_ATTRS)) if with_types else {}
+            raw = sysfs.read_subdirs(f"{real}/mdev_supported_types", _TYPE_ATTRS) if with_types else {}
             types = []
             for type_id, attrs in raw.items():
                 try:
@@ -298,15 +300,23 @@ def _make_type(parent: str, layout: Layout, d: str, type_id: str, a: dict[str, s
         if raw is None:
             raise HostIOError(f"{path} is missing", path=path) from None
         raise HostIOError(f"{path} holds {raw.strip()[:40]!r}, not an integer", path=path) from None
-    name, description, device_api, profile, max_instances, fb, attrs = _describe(
-        type_id, a["name"], a["description"], a["device_api"]
-    )
+    key = (type_id, a["name"], a["description"], a["device_api"])
+    described = _DESCRIBED.get(key)
+    if described is None:
+        described = _DESCRIBED[key] = _describe(*key)
+    name, description, device_api, profile, max_instances, fb, attrs = described
     return VgpuType(
         parent, layout, type_id, name, profile, available, max_instances, fb, device_api, description, dict(attrs)
     )
 
 
-@functools.cache
+# _describe's answers by its arguments (as functools.cache, whose import brings collections onto the read path).
+_DESCRIBED: dict[
+    tuple[str, str | None, str | None, str | None],
+    tuple[str, str, str, str, int | None, int | None, dict[str, str | int]],
+] = {}
+
+
 def _describe(
     type_id: str, raw_name: str | None, raw_description: str | None, raw_device_api: str | None
 ) -> tuple[str, str, str, str, int | None, int | None, dict[str, str | int]]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import errno as errno_mod
 import os
 import stat
-from collections.abc import Callable
 
 from vgpuadm.errors import HostIOError, NotFoundError
 
@@ -37,6 +36,7 @@ _SMALL = 256
 
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Protocol
 
     class Writer(Protocol):
@@ -261,56 +261,85 @@ class Sysfs:
             return {sub: dict.fromkeys(names) for sub, names in wanted.items()}
         except OSError as exc:
             raise self._fail("opening", host_dir, exc) from None
+        try:
+            return self._read_at(dfd, host_dir, wanted)
+        finally:
+            os.close(dfd)
+
+    def read_subdirs(self, host_dir: str, names: tuple[str, ...]) -> dict[str, dict[str, str | None]]:
+        """read_tree(host_dir, {sub: names for every sub in listdir(host_dir)}), the listing and the reads through
+        one descriptor of the directory (an mdev parent's types: one directory open and check, not two)."""
+        try:
+            dfd = self.open_dir(host_dir)
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise self._fail("listing", host_dir, exc) from None
+        try:
+            try:
+                subs = sorted(os.listdir(dfd))
+            except OSError as exc:
+                raise self._fail("listing", host_dir, exc) from None
+            return self._read_at(dfd, host_dir, dict.fromkeys(subs, names))
+        finally:
+            os.close(dfd)
+
+    def scan(self, host_dir: str) -> DirScan:
+        """One directory read through one descriptor of it: `with sysfs.scan(d) as dir_:` then dir_.entries(),
+        dir_.link_names(…), dir_.read_attrs(…) answer as entries(d), link_names(d, …) and read_attrs(d, …) do (a PCI
+        function's scandir, links and attributes: one directory open and check, not three). Opening it fails as
+        entries(d) fails; a missing directory has no entries."""
+        return DirScan(self, host_dir)
+
+    def _read_at(self, dfd: int, host_dir: str, wanted: dict[str, tuple[str, ...]]) -> dict[str, dict[str, str | None]]:
+        """read_tree's reads, relative to `dfd`, a checked descriptor of `host_dir` (left open)."""
         out: dict[str, dict[str, str | None]] = {}
         open_, read, close = os.open, os.read, os.close  # locals: this loop runs once per file
         confined = bool(self._inside)
         flags = _O_READ | _O_CONFINED if confined else _O_READ
-        try:
-            for sub, names in wanted.items():
-                attrs: dict[str, str | None] = {}
-                base = f"{sub}/" if sub else ""
-                sfd = dfd
-                if confined and sub:
-                    # A subdirectory that is a link could lead anywhere: open it without following, read in it.
+        for sub, names in wanted.items():
+            attrs: dict[str, str | None] = {}
+            base = f"{sub}/" if sub else ""
+            sfd = dfd
+            if confined and sub:
+                # A subdirectory that is a link could lead anywhere: open it without following, read in it.
+                try:
+                    sfd = open_(sub, _O_DIR | os.O_NOFOLLOW, dir_fd=dfd)
+                except FileNotFoundError:
+                    out[sub] = dict.fromkeys(names)
+                    continue
+                except OSError as exc:
+                    if exc.errno in (errno_mod.ELOOP, errno_mod.ENOTDIR) and self.readlink(f"{host_dir}/{sub}"):
+                        raise self._link_refused(f"{host_dir}/{sub}") from None
+                    raise self._fail("opening", f"{host_dir}/{sub}", exc) from None
+                base = ""
+            try:
+                for name in names:
+                    rel = base + name
                     try:
-                        sfd = open_(sub, _O_DIR | os.O_NOFOLLOW, dir_fd=dfd)
+                        fd = open_(rel, flags, dir_fd=sfd)
                     except FileNotFoundError:
-                        out[sub] = dict.fromkeys(names)
+                        attrs[name] = None
                         continue
                     except OSError as exc:
-                        if exc.errno in (errno_mod.ELOOP, errno_mod.ENOTDIR) and self.readlink(f"{host_dir}/{sub}"):
-                            raise self._link_refused(f"{host_dir}/{sub}") from None
-                        raise self._fail("opening", f"{host_dir}/{sub}", exc) from None
-                    base = ""
-                try:
-                    for name in names:
-                        rel = base + name
-                        try:
-                            fd = open_(rel, flags, dir_fd=sfd)
-                        except FileNotFoundError:
-                            attrs[name] = None
-                            continue
-                        except OSError as exc:
-                            if confined and exc.errno == errno_mod.ELOOP:
-                                raise self._link_refused(f"{host_dir}/{base or sub + '/'}{name}") from None
-                            raise self._fail("reading", f"{host_dir}/{rel}", exc) from None
-                        try:
-                            data = read(fd, _SMALL)
-                            if len(data) == _SMALL:
-                                while chunk := read(fd, _CHUNK):
-                                    data += chunk
-                        except OSError as exc:
-                            raise self._fail("reading", f"{host_dir}/{rel}", exc) from None
-                        finally:
-                            close(fd)
-                        # Positional arguments: keywords cost a parse per call.
-                        attrs[name] = data.decode("utf-8", "replace").removesuffix("\n")
-                finally:
-                    if sfd != dfd:
-                        close(sfd)
-                out[sub] = attrs
-        finally:
-            close(dfd)
+                        if confined and exc.errno == errno_mod.ELOOP:
+                            raise self._link_refused(f"{host_dir}/{base or sub + '/'}{name}") from None
+                        raise self._fail("reading", f"{host_dir}/{rel}", exc) from None
+                    try:
+                        data = read(fd, _SMALL)
+                        if len(data) == _SMALL:
+                            while chunk := read(fd, _CHUNK):
+                                data += chunk
+                    except OSError as exc:
+                        raise self._fail("reading", f"{host_dir}/{rel}", exc) from None
+                    finally:
+                        close(fd)
+                    # Positional arguments: keywords cost a parse per call.
+                    attrs[name] = data.decode("utf-8", "replace").removesuffix("\n")
+            finally:
+                if sfd != dfd:
+                    close(sfd)
+            out[sub] = attrs
         return out
 
     def read_int(self, host_path: str, base: int = 10) -> int | None:
@@ -428,27 +457,35 @@ class Sysfs:
                     out[name] = exc
             return out
         try:
-            for name in names:
-                try:
-                    target = os.readlink(name, dir_fd=dfd)
-                except OSError:
-                    target = ""
-                if not target:
-                    out[name] = None
-                    continue
-                host_path, real = f"{host_dir}/{name}", f"{self._prefix}{host_dir}/{name}"
-                try:  # as _check_link, relative to the directory's descriptor
-                    fd = os.open(name, _O_PATH, dir_fd=dfd)
-                except OSError:  # dangling: where it would lead, from the resolved directory holding it
-                    where = os.path.normpath(os.path.join(os.path.realpath(self._prefix + host_dir), target))
-                else:
-                    try:
-                        where = self._where(fd, real)
-                    finally:
-                        os.close(fd)
-                out[name] = os.path.basename(target) if self._is_inside(where) else self._escape(host_path, where)
+            return self._links_at(dfd, host_dir, names)
         finally:
             os.close(dfd)
+
+    def _links_at(self, dfd: int, host_dir: str, names: list[str]) -> dict[str, str | HostIOError | None]:
+        """link_names' reads, relative to `dfd`, a checked descriptor of `host_dir` (left open)."""
+        out: dict[str, str | HostIOError | None] = {}
+        for name in names:
+            try:
+                target = os.readlink(name, dir_fd=dfd)
+            except OSError:
+                target = ""
+            if not target:
+                out[name] = None
+                continue
+            if not self._inside:
+                out[name] = os.path.basename(target)
+                continue
+            host_path, real = f"{host_dir}/{name}", f"{self._prefix}{host_dir}/{name}"
+            try:  # as _check_link, relative to the directory's descriptor
+                fd = os.open(name, _O_PATH, dir_fd=dfd)
+            except OSError:  # dangling: where it would lead, from the resolved directory holding it
+                where = os.path.normpath(os.path.join(os.path.realpath(self._prefix + host_dir), target))
+            else:
+                try:
+                    where = self._where(fd, real)
+                finally:
+                    os.close(fd)
+            out[name] = os.path.basename(target) if self._is_inside(where) else self._escape(host_path, where)
         return out
 
     def resolve(self, host_path: str) -> str:
@@ -462,7 +499,10 @@ class Sysfs:
         """Follow one link whose directory holds no links itself (/sys/bus/pci/devices/X, /sys/class/mdev_bus/X,
         /sys/bus/mdev/devices/U): readlink + normpath, much cheaper than realpath. Not a link → the path. On a root
         other than / the result must stay under /sys (every later open checks where it really leads)."""
-        target = self.readlink(host_path)
+        return self._resolved(host_path, self.readlink(host_path))
+
+    def _resolved(self, host_path: str, target: str | None) -> str:
+        """resolve_link's answer for the link `host_path` holding `target` (None: not a link)."""
         if target is None:
             return host_path
         if target.startswith("/"):
@@ -480,6 +520,59 @@ class Sysfs:
             self.writer.write(host_path, data)
         except OSError as exc:
             raise self._fail(f"writing {data.strip()!r} to", host_path, exc, hint) from None
+
+
+class DirScan:
+    """Sysfs.scan: a checked descriptor of one directory (none when it does not exist), closed on leaving."""
+
+    def __init__(self, sysfs: Sysfs, host_dir: str) -> None:
+        self.sysfs = sysfs
+        self.host_dir = host_dir
+        self.fd: int | None = None
+
+    def __enter__(self) -> DirScan:
+        try:
+            self.fd = self.sysfs.open_dir(self.host_dir)
+        except FileNotFoundError:
+            self.fd = None
+        except OSError as exc:
+            raise self.sysfs._fail("listing", self.host_dir, exc) from None
+        return self
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def entries(self) -> dict[str, bool]:
+        if self.fd is None:
+            return {}
+        try:
+            with os.scandir(self.fd) as it:
+                return {e.name: e.is_symlink() for e in it}
+        except OSError as exc:
+            raise self.sysfs._fail("listing", self.host_dir, exc) from None
+
+    def link_names(self, names: list[str]) -> dict[str, str | HostIOError | None]:
+        if self.fd is None:
+            return self.sysfs.link_names(self.host_dir, names)
+        return self.sysfs._links_at(self.fd, self.host_dir, names)
+
+    def resolve_link(self, name: str) -> str:
+        """resolve_link(host_dir/name), the link read relative to the directory (/sys/bus/pci/devices: one
+        directory open and check for every function's bus entry, not one each)."""
+        if self.fd is None:
+            return self.sysfs.resolve_link(f"{self.host_dir}/{name}")
+        try:
+            target: str | None = os.readlink(name, dir_fd=self.fd)
+        except OSError:
+            target = None
+        return self.sysfs._resolved(f"{self.host_dir}/{name}", target)
+
+    def read_attrs(self, names: tuple[str, ...]) -> dict[str, str | None]:
+        if self.fd is None:
+            return dict.fromkeys(names)
+        return self.sysfs._read_at(self.fd, self.host_dir, {"": names})[""]
 
 
 def check_root(root: str) -> None:
