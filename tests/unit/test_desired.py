@@ -94,6 +94,22 @@ def test_plan_errors_point_at_file_line_and_key(text: str, message: str) -> None
     assert info.value.hint
 
 
+def test_one_parse_keeps_the_yaml_version_aliases_and_lines_of_each_load() -> None:
+    """The plan is parsed once and built twice (values, line marks) from the same events: a `%YAML 1.1` directive
+    still makes `yes` a boolean, an alias and a merge key still copy values, and keys a merge brought in still
+    take their mapping's line."""
+    with pytest.raises(UsageError) as info:
+        parse_plan("%YAML 1.1\n---\nvms: {web01: {type: yes}}\n")
+    assert info.value.message == "plan.yaml:3: vms.web01.type: must be a string, not True"
+    assert parse_plan("vms: {web01: {type: yes}}\n").vms["web01"].type == "yes"
+    plan = parse_plan("vms:\n  a: &a {type: nvidia-63, count: 2}\n  b: *a\n  c:\n    <<: *a\n    count: 3\n")
+    assert [(v.name, v.type, v.count, v.line, v.key_lines) for v in plan.vms.values()] == [
+        ("a", "nvidia-63", 2, 2, {"type": 2, "count": 2}),
+        ("b", "nvidia-63", 2, 3, {"type": 2, "count": 2}),
+        ("c", "nvidia-63", 3, 4, {"type": 5, "count": 6}),
+    ]
+
+
 def test_unreadable_plan_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"cannot read plan .*/nope.yaml"):
         load_plan(str(tmp_path / "nope.yaml"))
