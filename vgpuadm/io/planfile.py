@@ -21,7 +21,7 @@ from vgpuadm.errors import UsageError
 from vgpuadm.host.inputs import read_input, read_stream
 from vgpuadm.model import PCI_HINT, pci_address
 from vgpuadm.plan.desired import DesiredPlan, Display, GpuSpec, VmSpec, format_params
-from vgpuadm.schemas import load
+from vgpuadm.schemas import conforms, load
 
 # -- loading ------------------------------------------------------------------------------------------------------
 
@@ -235,12 +235,14 @@ def _path_to(tree: Any, start: tuple[int, int], path: tuple[str, ...]) -> tuple[
 
 
 def _validate(data: Any, marks: Any, source: str) -> None:
-    from jsonschema import Draft202012Validator
-
     vms = data.get("vms") if isinstance(data, dict) else None
     if isinstance(vms, dict) and len(vms) > MAX_VMS:
         raise _fault(source, _key_line(marks, ["vms"]), ["vms"], f"{len(vms)} VMs, more than {MAX_VMS}",
                      "split the plan: one host runs far fewer VMs")  # fmt: skip
+    if conforms(plan_schema(), data):
+        return
+    from jsonschema import Draft202012Validator  # lazily: ~50 ms of imports, only to name a plan's fault
+
     validator = Draft202012Validator(plan_schema())
     errors = sorted(
         validator.iter_errors(data), key=lambda e: (_at(marks, [str(p) for p in e.absolute_path])[1], e.path)
