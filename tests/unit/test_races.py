@@ -134,6 +134,8 @@ def test_the_lock_counts_a_threads_holds_and_excludes_other_threads_and_descript
     assert (lock.lock_counter, lock.is_locked) == (0, False)
     with FileLock(path) as again:
         assert again.lock_counter == 1
+        with pytest.raises(RuntimeError, match="already locked by this thread through another FileLock"):
+            FileLock(path).acquire()  # waiting for itself would hang
 
 
 def test_the_lock_file_is_never_opened_through_a_link(tmp_path: Path) -> None:

@@ -17,11 +17,16 @@ from types import TracebackType
 POLL = 0.05  # seconds between tries while waiting with a timeout
 
 
+_THREAD = threading.local()  # .paths: the lock files the calling thread holds, through any FileLock
+
+
 class LockTimeout(Exception):
     """The lock was still held by another descriptor when the timeout ran out."""
 
 
 class FileLock:
+    """An exclusive flock on `path`, held per thread (see the module docstring)."""
+
     def __init__(self, path: str, mode: int = 0o644) -> None:
         self.path, self.mode = path, mode
         self._held = threading.local()  # .fd, .count of the calling thread
@@ -41,6 +46,9 @@ class FileLock:
         if self.lock_counter:
             self._held.count += 1
             return
+        held = _THREAD.__dict__.setdefault("paths", set())
+        if timeout is None and self.path in held:  # it would wait for itself for ever
+            raise RuntimeError(f"{self.path} is already locked by this thread through another FileLock")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, self.mode)
         try:
             if timeout is None:
@@ -51,6 +59,7 @@ class FileLock:
             os.close(fd)
             raise
         self._held.fd, self._held.count = fd, 1
+        held.add(self.path)
 
     def release(self) -> None:
         """Give up one hold; the last closes the descriptor, which drops the flock."""
@@ -59,6 +68,7 @@ class FileLock:
         self._held.count -= 1
         if self._held.count == 0:
             fd, self._held.fd = self._held.fd, None
+            _THREAD.__dict__.setdefault("paths", set()).discard(self.path)
             os.close(fd)
 
     def __enter__(self) -> FileLock:
