@@ -40,6 +40,7 @@ import stat
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -744,60 +745,30 @@ def _run_wave(
         except BaseException as exc:
             return [None], exc
         return [_attempt(step, ctx)], None
-    pool = _Pool([unit.steps[n] for n in wave], ctx, min(ctx.workers, len(wave)))
-    failed = False
+    stopped = threading.Event()  # set at a failure (in the worker that saw it) or an interrupt: no step starts after
+
+    def run(step: Step) -> _Attempt | None:
+        if stopped.is_set():
+            return None  # never started: nothing to undo
+        attempt = _attempt(step, ctx)
+        if attempt.error is not None:
+            stopped.set()
+        return attempt
+
+    pool = ThreadPoolExecutor(min(ctx.workers, len(wave)))  # libvirt's calls release the GIL
+    futures = [pool.submit(run, unit.steps[n]) for n in wave]
+    failed, interrupt = False, None
     try:
         for k, n in enumerate(wave):
             if progress and not failed:
                 progress(n + 1, total, unit.steps[n].describe())
-            attempt = pool.result(k)
+            attempt = futures[k].result()
             failed = failed or (attempt is not None and attempt.error is not None)
     except BaseException as exc:
-        pool.stop()
-        return pool.results, exc
-    return pool.results, None
-
-
-class _Pool:
-    """Threads running a wave's steps in order of index (libvirt's calls release the GIL); after a step fails, no
-    further one starts."""
-
-    def __init__(self, steps: list[Step], ctx: ExecContext, workers: int) -> None:
-        self.steps = steps
-        self.results: list[_Attempt | None] = [None] * len(steps)
-        self._ready = [threading.Event() for _ in steps]
-        self._todo = iter(range(len(steps)))
-        self._lock = threading.Lock()
-        self._stopped = False
-        self._threads = [threading.Thread(target=self._work, args=(ctx,), daemon=True) for _ in range(workers)]
-        for t in self._threads:
-            t.start()
-
-    def _work(self, ctx: ExecContext) -> None:
-        while True:
-            with self._lock:
-                k = next(self._todo, None)
-                if k is not None and self._stopped:  # never started: its result stays None
-                    for j in (k, *self._todo):
-                        self._ready[j].set()
-                    k = None
-            if k is None:
-                return
-            attempt = _attempt(self.steps[k], ctx)
-            self.results[k] = attempt
-            if attempt.error is not None:
-                self._stopped = True
-            self._ready[k].set()
-
-    def result(self, k: int) -> _Attempt | None:
-        self._ready[k].wait()
-        return self.results[k]
-
-    def stop(self) -> None:
-        """No further step starts; the ones running finish (a libvirt call cannot be abandoned half-way)."""
-        self._stopped = True
-        for t in self._threads:
-            t.join()
+        stopped.set()
+        interrupt = exc
+    pool.shutdown(wait=True, cancel_futures=True)  # the running steps finish (a libvirt call cannot be abandoned)
+    return [None if f.cancelled() else f.result() for f in futures], interrupt
 
 
 def _crash_after(ctx: ExecContext) -> int:
