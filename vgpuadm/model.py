@@ -17,7 +17,6 @@ import os
 import sys
 from enum import StrEnum
 from importlib.machinery import PathFinder
-from typing import Any
 
 from vgpuadm.errors import UsageError
 
