@@ -737,6 +737,8 @@ def _run_wave(
     failure; after a failure no further step of the wave starts. Returns each step's attempt (None: it never
     started) and what stopped this thread while it waited (^C), if anything."""
     total = len(unit.steps)
+    if not wave:  # the journal could not record even its first step: nothing runs
+        return [], None
     if len(wave) == 1:
         step = unit.steps[wave[0]]
         try:
