@@ -20,6 +20,7 @@ import pytest
 
 from vgpuadm.cli.app import run
 from vgpuadm.cli.console import Console
+from vgpuadm.host.flock import FileLock
 from vgpuadm.sim.profiles import build
 from vgpuadm.virt import xml
 
@@ -83,8 +84,6 @@ def libvirtd(tmp_path_factory: pytest.TempPathFactory) -> str:
     import shutil
     import subprocess
     import time
-
-    from filelock import FileLock
 
     if _libvirtd_answers(SYSTEM_URI):
         return SYSTEM_URI

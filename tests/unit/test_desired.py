@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
+from typing import Any
 
+import jsonschema
 import pytest
+from ruamel.yaml import YAML
 
 from vgpuadm.errors import ConflictError, UsageError
 from vgpuadm.io.planfile import load_plan, parse_plan
@@ -19,6 +23,8 @@ from vgpuadm.plan.desired import (
     format_params,
     params_equal,
 )
+from vgpuadm.schemas import conforms
+from vgpuadm.schemas import load as load_schema
 
 PLAN = """\
 version: 1
@@ -92,6 +98,63 @@ def test_plan_errors_point_at_file_line_and_key(text: str, message: str) -> None
         parse_plan(text)
     assert info.value.message.startswith(message)
     assert info.value.hint
+
+
+def test_one_parse_keeps_the_yaml_version_aliases_and_lines_of_each_load() -> None:
+    """The plan is parsed once and built twice (values, line marks) from the same events: a `%YAML 1.1` directive
+    still makes `yes` a boolean, an alias and a merge key still copy values, and keys a merge brought in still
+    take their mapping's line."""
+    with pytest.raises(UsageError) as info:
+        parse_plan("%YAML 1.1\n---\nvms: {web01: {type: yes}}\n")
+    assert info.value.message == "plan.yaml:3: vms.web01.type: must be a string, not True"
+    assert parse_plan("vms: {web01: {type: yes}}\n").vms["web01"].type == "yes"
+    plan = parse_plan("vms:\n  a: &a {type: nvidia-63, count: 2}\n  b: *a\n  c:\n    <<: *a\n    count: 3\n")
+    assert [(v.name, v.type, v.count, v.line, v.key_lines) for v in plan.vms.values()] == [
+        ("a", "nvidia-63", 2, 2, {"type": 2, "count": 2}),
+        ("b", "nvidia-63", 2, 3, {"type": 2, "count": 2}),
+        ("c", "nvidia-63", 3, 4, {"type": 5, "count": 6}),
+    ]
+
+
+def _plan_like(rnd: random.Random) -> Any:
+    """A document shaped like a plan, right or wrong at any level (for test_schema_check_…)."""
+    values: list[Any] = [0, 1, 2, 30, 31, 64, 65, -1, True, False, None, "", "x", "nvidia-63", "pack", "best",
+                         "0000:01:00.0", "01:00.0", "1:0.0", "0000:01:00.0\n", 1.0, 1.5, "equal-share", [], {},
+                         ["0000:01:00.0"], ["0000:01:00.0", "0000:01:00.0"], ["x"], {"gpu": "01:00.0"}, {"gpu": "x"},
+                         {"enabled": True}, {"enabled": 1}, {"a": "b", "c": 1, "d": True}, {"a": 1.5}, {1: 2}]  # fmt: skip
+    good = {"type": "nvidia-63", "count": 2, "policy": "spread", "display": {"enabled": True, "ramfb": True},
+            "params": {"frame_rate_limiter": False}, "passthrough": ["0000:65:00.0"], "virtio_gl": {"gpu": "01:00.0"},
+            "gpu": "0000:01:00.0", "numa": 0, "on_demand": True}  # fmt: skip
+    keys = [*good, "colour"]
+    vms = {rnd.choice(["web01", "a.b", "-x", "x y", "", 1]): {k: good.get(k) if rnd.random() < 0.5 else
+           rnd.choice(values) for k in rnd.sample(keys, rnd.randint(0, 4))} for _ in range(rnd.randint(0, 4))}  # fmt: skip
+    doc: dict[str, Any] = {"vms": vms} if rnd.random() < 0.9 else {}
+    if rnd.random() < 0.3:
+        doc["version"] = rnd.choice([1, 2, True, 1.0, "1"])
+    if rnd.random() < 0.3:
+        doc["defaults"] = {"policy": rnd.choice(["pack", "x"]), "display": rnd.choice([{"enabled": False}, {"x": 1}])}
+    if rnd.random() < 0.3:
+        doc["gpus"] = {rnd.choice(["0000:01:00.0", "zz", 5]): rnd.choice([{}, {"scheduler": "equal-share",
+                       "timeslice_ms": rnd.randint(0, 40)}, {"mig": rnd.choice([{"enabled": True}, {}])}, None])}  # fmt: skip
+    return doc if rnd.random() < 0.97 else rnd.choice([[], 1, "x", None])
+
+
+def test_schema_check_without_jsonschema_passes_only_what_jsonschema_passes() -> None:
+    """A plan that `conforms` skips jsonschema (its import is a twentieth of an `apply -f`): it may leave a valid
+    document to jsonschema, never pass one jsonschema refuses; the plans of this file conform."""
+    schema = load_schema("plan-v1")
+    validator = jsonschema.Draft202012Validator(schema)
+    rnd, passed = random.Random(7), 0
+    for _ in range(3000):
+        doc = _plan_like(rnd)
+        if conforms(schema, doc):
+            passed += 1
+            assert not list(validator.iter_errors(doc)), doc
+    assert passed > 100
+    for text in (PLAN, "version: 1\ngpus: {01:00.0: {scheduler: fixed-share, timeslice_ms: 3, mig: {enabled: false}}}\n"
+                 "vms: {a: {passthrough: 0000:65:00.0, virtio_gl: true}, b: {type: x, params: 'a=1'}}\n"):  # fmt: skip
+        assert conforms(schema, YAML(typ="safe", pure=True).load(text))
+    assert not conforms(schema, {"vms": {"a": {"type": "x", "count": 0}}})
 
 
 def test_unreadable_plan_names_the_file(tmp_path: Path) -> None:

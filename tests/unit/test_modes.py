@@ -3,6 +3,7 @@ hostdev specs, and idempotence (apply, plan again → empty)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
@@ -314,3 +315,35 @@ def test_each_mode_and_enabler_declares_what_a_gpu_reset_loses():
         ("params", ("vgpu_params",)),
         ("vfio", ("vfio-pci binds of the GPU's functions", "VF binds to vfio-pci")),
     ]
+
+
+def test_entry_points_are_read_only_when_a_distribution_may_declare_a_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """model.mode_entry_points skips importlib.metadata (~20 ms of imports) only when no dist-info or egg-info on
+    sys.path has an entry_points.txt naming the group; a zip, an egg or another distribution finder is left to
+    importlib.metadata."""
+    site = tmp_path / "site"
+    info = site / "other-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "entry_points.txt").write_text("[console_scripts]\nother = other:main\n")
+    (site / "plain.egg-info").write_text("Metadata-Version: 2.1\n")  # a PKG-INFO file: no entry points
+    monkeypatch.setattr("sys.path", [str(site), str(tmp_path / "missing")])
+    assert (model._may_declare_modes(), model.mode_entry_points()) == (False, [])
+    (info / "entry_points.txt").write_text("[vgpuadm.modes]\nserial = vgpuadm_serial_port:MODE\n")
+    assert model._may_declare_modes()
+    assert [(ep.name, ep.value) for ep in model.mode_entry_points()] == [("serial", "vgpuadm_serial_port:MODE")]
+    (info / "entry_points.txt").unlink()
+    assert not model._may_declare_modes()
+    (tmp_path / "lib.zip").write_bytes(b"PK\x05\x06" + bytes(18))
+    monkeypatch.setattr("sys.path", [str(site), str(tmp_path / "lib.zip")])
+    assert model._may_declare_modes()
+    monkeypatch.setattr("sys.path", [str(site)])
+
+    class Finder:
+        @staticmethod
+        def find_distributions(*_args: object) -> list[object]:
+            return []
+
+    monkeypatch.setattr("sys.meta_path", [*sys.meta_path, Finder])
+    assert model._may_declare_modes()

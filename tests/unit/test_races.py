@@ -9,6 +9,8 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from vgpuadm.cli.app import run
 from vgpuadm.cli.console import Console
 from vgpuadm.errors import ConflictError
 from vgpuadm.executor import CRASH_HOOK, JOURNAL, ExecContext, execute, read_journal
+from vgpuadm.host.flock import FileLock, LockTimeout
 from vgpuadm.sim.treestate import diff, tree_state
 
 GPU = "0000:01:00.0"
@@ -66,7 +69,8 @@ def test_sixteen_processes_race_for_the_last_four(sim_host: Callable[[str], Path
     codes = sorted(code for code, _, _ in results)
     assert codes == [0] * 4 + [4] * 12, results
     for code, _out, err in results:
-        err = "".join(line for line in err.splitlines(True) if not line.startswith("warning: waiting for pid "))
+        # a waiter names the holder, or "another process" when the holder has not written its name yet (under load)
+        err = "".join(line for line in err.splitlines(True) if not line.startswith("warning: waiting for "))
         if code:
             assert err.startswith(f"error: No room for 1 × nvidia-63 on {GPU}: {GPU}: no free instances of nvidia-63")
     snap = api.discover(str(root))
@@ -99,6 +103,47 @@ def test_lock_held_by_another_process_is_a_clear_conflict(sim_host: Callable[[st
         holder.kill()
         holder.wait()
     assert api.discover(str(root)).mdevs == {}
+
+
+def test_the_lock_counts_a_threads_holds_and_excludes_other_threads_and_descriptors(tmp_path: Path) -> None:
+    """host/flock.py (the host lock's and the simulated kernel's): re-entrant within a thread; another thread, or
+    another FileLock on the same file, waits (here: times out) as another process would; the file is 0600 as asked."""
+    path = str(tmp_path / "lock")
+    lock = FileLock(path, mode=0o600)
+    lock.acquire(timeout=0)
+    lock.acquire()
+    assert (lock.lock_counter, lock.is_locked, os.stat(path).st_mode & 0o777) == (2, True, 0o600)
+    seen: list[object] = []
+
+    def other_thread() -> None:
+        seen.append(lock.lock_counter)
+        start = time.monotonic()
+        try:
+            lock.acquire(timeout=0.2)
+        except LockTimeout:
+            seen.append(round(time.monotonic() - start, 1))
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    worker.join()
+    assert seen == [0, 0.2]
+    with pytest.raises(LockTimeout):
+        FileLock(path).acquire(timeout=0)
+    lock.release()
+    assert lock.lock_counter == 1
+    lock.release()
+    assert (lock.lock_counter, lock.is_locked) == (0, False)
+    with FileLock(path) as again:
+        assert again.lock_counter == 1
+        with pytest.raises(RuntimeError, match="already locked by this thread through another FileLock"):
+            FileLock(path).acquire()  # waiting for itself would hang
+
+
+def test_the_lock_file_is_never_opened_through_a_link(tmp_path: Path) -> None:
+    (tmp_path / "lock").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OSError, match="Too many levels of symbolic links"):
+        FileLock(str(tmp_path / "lock")).acquire(timeout=0)
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def _crash_after_two(root: Path) -> tuple[dict[str, object], list[str]]:

@@ -40,16 +40,16 @@ import stat
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
-
-from filelock import FileLock, Timeout
 
 from vgpuadm.errors import ConflictError, HostIOError, Interrupted, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor.hints import errno_hint
 from vgpuadm.executor.journalcheck import check_document, check_owner, check_progress_state
 from vgpuadm.host import root as host_root
 from vgpuadm.host.files import BeneathError, fsync_dir, write_beneath
+from vgpuadm.host.flock import FileLock, LockTimeout
 from vgpuadm.host.root import check_exists, check_writable
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.steps import Plan, Step
@@ -125,7 +125,7 @@ def handler_for(step: Step, table: Mapping[type, Handler] | None = None) -> Hand
 
 # --- lock ---------------------------------------------------------------------------------------------------------
 
-_LOCKS: dict[tuple[int, str], FileLock] = {}  # per pid: filelock refuses an instance inherited across fork()
+_LOCKS: dict[tuple[int, str], FileLock] = {}  # per pid: a child of fork() shares its parent's descriptor
 _LOCKS_GUARD = threading.Lock()
 MAX_OWNER = 4096  # the owner file holds {"pid": N, "argv": [...]}; a bigger one is not ours
 
@@ -197,11 +197,11 @@ def _acquire(lock: FileLock, root: str, owner: str, wait: float) -> None:
     try:
         lock.acquire(timeout=0)
         return
-    except Timeout:
+    except LockTimeout:
         pass
     holder = lock_holder(root, owner)
     if not holder:  # the holder has the lock but has not written its name yet
-        with contextlib.suppress(Timeout):
+        with contextlib.suppress(LockTimeout):
             lock.acquire(timeout=min(0.5, wait))
             return
         holder = lock_holder(root, owner)
@@ -213,7 +213,7 @@ def _acquire(lock: FileLock, root: str, owner: str, wait: float) -> None:
         LOCK_POLICY.on_wait(f"waiting for {holder} (up to {wait:g} s; --no-wait fails at once)")
     try:
         lock.acquire(timeout=wait)
-    except Timeout:
+    except LockTimeout:
         raise ConflictError(
             f"another vgpuadm is changing this host: {lock_holder(root, owner) or holder}, still after {wait:g} s",
             hint,
@@ -737,6 +737,8 @@ def _run_wave(
     failure; after a failure no further step of the wave starts. Returns each step's attempt (None: it never
     started) and what stopped this thread while it waited (^C), if anything."""
     total = len(unit.steps)
+    if not wave:  # the journal could not record even its first step: nothing runs
+        return [], None
     if len(wave) == 1:
         step = unit.steps[wave[0]]
         try:
@@ -745,60 +747,30 @@ def _run_wave(
         except BaseException as exc:
             return [None], exc
         return [_attempt(step, ctx)], None
-    pool = _Pool([unit.steps[n] for n in wave], ctx, min(ctx.workers, len(wave)))
-    failed = False
+    stopped = threading.Event()  # set at a failure (in the worker that saw it) or an interrupt: no step starts after
+
+    def run(step: Step) -> _Attempt | None:
+        if stopped.is_set():
+            return None  # never started: nothing to undo
+        attempt = _attempt(step, ctx)
+        if attempt.error is not None:
+            stopped.set()
+        return attempt
+
+    pool = ThreadPoolExecutor(min(ctx.workers, len(wave)))  # libvirt's calls release the GIL
+    futures = [pool.submit(run, unit.steps[n]) for n in wave]
+    failed, interrupt = False, None
     try:
         for k, n in enumerate(wave):
             if progress and not failed:
                 progress(n + 1, total, unit.steps[n].describe())
-            attempt = pool.result(k)
+            attempt = futures[k].result()
             failed = failed or (attempt is not None and attempt.error is not None)
     except BaseException as exc:
-        pool.stop()
-        return pool.results, exc
-    return pool.results, None
-
-
-class _Pool:
-    """Threads running a wave's steps in order of index (libvirt's calls release the GIL); after a step fails, no
-    further one starts."""
-
-    def __init__(self, steps: list[Step], ctx: ExecContext, workers: int) -> None:
-        self.steps = steps
-        self.results: list[_Attempt | None] = [None] * len(steps)
-        self._ready = [threading.Event() for _ in steps]
-        self._todo = iter(range(len(steps)))
-        self._lock = threading.Lock()
-        self._stopped = False
-        self._threads = [threading.Thread(target=self._work, args=(ctx,), daemon=True) for _ in range(workers)]
-        for t in self._threads:
-            t.start()
-
-    def _work(self, ctx: ExecContext) -> None:
-        while True:
-            with self._lock:
-                k = next(self._todo, None)
-                if k is not None and self._stopped:  # never started: its result stays None
-                    for j in (k, *self._todo):
-                        self._ready[j].set()
-                    k = None
-            if k is None:
-                return
-            attempt = _attempt(self.steps[k], ctx)
-            self.results[k] = attempt
-            if attempt.error is not None:
-                self._stopped = True
-            self._ready[k].set()
-
-    def result(self, k: int) -> _Attempt | None:
-        self._ready[k].wait()
-        return self.results[k]
-
-    def stop(self) -> None:
-        """No further step starts; the ones running finish (a libvirt call cannot be abandoned half-way)."""
-        self._stopped = True
-        for t in self._threads:
-            t.join()
+        stopped.set()
+        interrupt = exc
+    pool.shutdown(wait=True, cancel_futures=True)  # the running steps finish (a libvirt call cannot be abandoned)
+    return [None if f.cancelled() else f.result() for f in futures], interrupt
 
 
 def _crash_after(ctx: ExecContext) -> int:

@@ -2,8 +2,9 @@
 
 Every error names the place: `plan.yaml:7: vms.web01.count: must be ≥ 1`. ruamel.yaml reads the plan as YAML 1.2
 (core schema: unquoted `0000:01:00.0` is a string, not a YAML 1.1 base-60 number; only true/false are booleans) and
-refuses duplicate keys itself. The plan is loaded twice from the same text: as plain Python values (the safe
-loader) to validate and convert, and round-trip, whose maps and lists know the line of every key and value (`.lc`).
+refuses duplicate keys itself. The plan is parsed once, into events that are screened, then built twice from them: as
+plain Python values (the safe loader) to validate and convert, and round-trip, whose maps and lists know the line of
+every key and value (`.lc`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from vgpuadm.errors import UsageError
 from vgpuadm.host.inputs import read_input, read_stream
 from vgpuadm.model import PCI_HINT, pci_address
 from vgpuadm.plan.desired import DesiredPlan, Display, GpuSpec, VmSpec, format_params
-from vgpuadm.schemas import load
+from vgpuadm.schemas import conforms, load
 
 # -- loading ------------------------------------------------------------------------------------------------------
 
@@ -56,9 +57,10 @@ def parse_plan(text: str, source: str = "plan.yaml") -> DesiredPlan:
     from ruamel.yaml.reader import ReaderError
 
     try:
-        _screen(YAML(typ="safe", pure=True).parse(text), source)
-        marks = YAML(typ="rt").load(text)  # CommentedMap / CommentedSeq: .lc holds every key's and value's line
-        data = YAML(typ="safe", pure=True).load(text)  # pure: the C parser would read YAML 1.1
+        events = _screen(YAML(typ="safe", pure=True).parse(text), source)  # pure: the C parser would read YAML 1.1
+        # CommentedMap / CommentedSeq: .lc holds every key's and value's line
+        marks = _construct(YAML(typ="rt"), events)
+        data = _construct(YAML(typ="safe", pure=True), events)
     except DuplicateKeyError as exc:
         raise _duplicate_key(text, exc, source) from None
     except MarkedYAMLError as exc:
@@ -91,18 +93,55 @@ MAX_DIGITS = 64  # a plain number longer than this is no count (Python refuses i
 MAX_VMS = 1024  # VMs in one plan: far more than a host runs, and what --check plans in seconds
 
 
-def _screen(events: Any, source: str) -> None:
+class _Replay:
+    """The parser's side of a ruamel loader, serving events parsed once (what its composer asks of a parser)."""
+
+    def __init__(self, events: list[Any]) -> None:
+        self._events, self._next = events, 0
+
+    def check_event(self, *choices: Any) -> bool:
+        if self._next >= len(self._events):
+            return False
+        return not choices or isinstance(self._events[self._next], choices)
+
+    def peek_event(self) -> Any:
+        return self._events[self._next]
+
+    def get_event(self) -> Any:
+        self._next += 1
+        return self._events[self._next - 1]
+
+    def dispose(self) -> None:
+        pass
+
+
+def _construct(yaml: Any, events: list[Any]) -> Any:
+    """The document `yaml` (a ruamel.yaml YAML) loads from the screened `events`: scanning and parsing, most of a
+    load's time, happen once for the plain values and the line marks both. Its composer and constructor are ruamel's;
+    the parser it would make is replaced (ruamel keeps it in `_parser`, made on first use)."""
+    from ruamel.yaml.events import DocumentStartEvent
+
+    # the version a `%YAML 1.1` directive asks for: what the resolver reads when the loader has no scanner of its own
+    yaml.version = next((ev.version for ev in events if isinstance(ev, DocumentStartEvent)), None)
+    yaml._parser = _Replay(events)
+    return yaml.constructor.get_single_data()
+
+
+def _screen(events: Any, source: str) -> list[Any]:
     """Refuse, from the parser's events (iterative: no recursion, nothing built yet), what a plan never needs and
     an attacker would use: nesting deeper than MAX_DEPTH, more than MAX_ALIASES aliases, an alias to a node that
     is still open (a self-referencing structure), any explicit tag (`!!python/object`, `!custom`), and a document
     of more than MAX_NODES values once its aliases are expanded (each alias counts the size of the subtree it
-    names, a merge key `<<: *a` too: 30 doubling aliases make 2^30 values, under the alias limit)."""
+    names, a merge key `<<: *a` too: 30 doubling aliases make 2^30 values, under the alias limit). Returns the events,
+    for _construct."""
     from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, NodeEvent, ScalarEvent
 
     open_nodes: list[list[Any]] = []  # [anchor, expanded size so far] of each open collection
     sizes: dict[str, int] = {}  # anchor → its subtree's expanded size
     aliases = total = 0
+    seen: list[Any] = []
     for ev in events:
+        seen.append(ev)
         line = ev.start_mark.line + 1 if ev.start_mark is not None else 0
         if isinstance(ev, AliasEvent):
             aliases += 1
@@ -140,6 +179,7 @@ def _screen(events: Any, source: str) -> None:
             anchor, size = open_nodes.pop()
             if anchor is not None:
                 sizes[anchor] = size
+    return seen
 
 
 def plan_from_data(data: Mapping[str, Any], source: str = "plan") -> DesiredPlan:
@@ -195,12 +235,14 @@ def _path_to(tree: Any, start: tuple[int, int], path: tuple[str, ...]) -> tuple[
 
 
 def _validate(data: Any, marks: Any, source: str) -> None:
-    from jsonschema import Draft202012Validator
-
     vms = data.get("vms") if isinstance(data, dict) else None
     if isinstance(vms, dict) and len(vms) > MAX_VMS:
         raise _fault(source, _key_line(marks, ["vms"]), ["vms"], f"{len(vms)} VMs, more than {MAX_VMS}",
                      "split the plan: one host runs far fewer VMs")  # fmt: skip
+    if conforms(plan_schema(), data):
+        return
+    from jsonschema import Draft202012Validator  # lazily: ~50 ms of imports, only to name a plan's fault
+
     validator = Draft202012Validator(plan_schema())
     errors = sorted(
         validator.iter_errors(data), key=lambda e: (_at(marks, [str(p) for p in e.absolute_path])[1], e.path)

@@ -25,7 +25,16 @@ kind, a restore phase, a hostdev other than an mdev or a PCI one."""
 import dataclasses
 
 from vgpuadm.errors import UsageError
-from vgpuadm.model import MODES_GROUP, Allocation, DeviceKey, HostSnapshot, Layout, VgpuType, declare_device_mode
+from vgpuadm.model import (
+    MODES_GROUP,
+    Allocation,
+    DeviceKey,
+    HostSnapshot,
+    Layout,
+    VgpuType,
+    declare_device_mode,
+    mode_entry_points,
+)
 from vgpuadm.modes import mdev, mig, passthrough, sriov, vf_pool, vf_vgpu, virtio_gpu
 from vgpuadm.modes.base import Mode
 from vgpuadm.virt import xml
@@ -60,9 +69,7 @@ def register(mode: Mode) -> Mode:
 
 def _load_entry_points() -> None:
     """Register the modes installed distributions declare (see the module's docstring)."""
-    from importlib.metadata import entry_points  # ~30 ms where nothing imported it before (the typer CLI has)
-
-    for ep in sorted(entry_points(group=MODES_GROUP), key=lambda ep: ep.name):
+    for ep in mode_entry_points():
         try:
             mode = ep.load()
             if getattr(mode, "name", None) != ep.name:
