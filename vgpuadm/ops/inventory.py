@@ -1,16 +1,10 @@
-"""`vgpuadm inventory`: one host's report (snapshot + this host's domains, from libvirt or saved XML) and the fleet
-merge of many hosts' reports. The rows and the capacity figures are report/inventory.py's (pure)."""
+"""`vgpuadm inventory`: one host's report (snapshot + this host's domains, from libvirt or saved XML); the fleet
+merge of many hosts' reports is ops/fleet.py's. The rows and the capacity figures are report/inventory.py's (pure)."""
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
-import pickle
-import signal
-import threading
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from vgpuadm import modes
@@ -21,17 +15,13 @@ from vgpuadm.host import nvidia_smi
 from vgpuadm.io.domainxml import read_domain_dir
 from vgpuadm.model import Allocation, HostSnapshot
 from vgpuadm.ops.exporter import read_driver
+from vgpuadm.ops.fleet import timestamp
 from vgpuadm.ops.session import Session
 from vgpuadm.plan.domains import Domains
 from vgpuadm.report.inventory import inventory as build_inventory
 from vgpuadm.report.listing import vm_rows, vm_view
-from vgpuadm.report.merge import Fold, load_report
 from vgpuadm.report.mig import gpu_occupancy, instance_rows, made_by
 from vgpuadm.report.usage import join, usage_now
-
-
-def _now() -> str:
-    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def inventory(
@@ -68,7 +58,7 @@ def inventory(
             except LibvirtMissingError as exc:  # the rest of the host can still be read
                 warnings.append(f"owners unknown: {exc.message}; {exc.hint}")
         mig = _mig_occupancy(s, found, warnings)
-        doc = build_inventory(snap, found, host=host or s.root.hostname(), generated_at=_now(), source=source,
+        doc = build_inventory(snap, found, host=host or s.root.hostname(), generated_at=timestamp(), source=source,
                               running=running, mig=mig)  # fmt: skip
         if usage and found is not None and doc["devices"]:
             now = usage_by_device(s, found)
@@ -185,110 +175,3 @@ def usage_by_device(s: Session, domains: Domains) -> dict[tuple[str, str], dict[
         if row.record is not None and row.labels[2]:
             now.setdefault((row.labels[0], row.labels[2]), usage_now(row.record))
     return now
-
-
-# The fleet merge folds shares of the reports in forked processes when there are enough of them: parsing the JSON
-# is most of the time and orjson holds the GIL. A share below this many reports is not worth a process.
-MERGE_SHARE = 500
-MAX_MERGE_PROCESSES = 8
-
-
-def merge_inventories(paths: list[str], *, processes: int | None = None) -> dict[str, Any]:
-    """The fleet report (vgpuadm-fleet/1) of host inventory files; any bad file stops it with its name.
-
-    Streamed: each report is read, checked and folded in before the next one is read. Loading 10,000 reports
-    first held ~2 GB of parsed JSON, which the cyclic GC rescanned again and again while orjson allocated; the GC
-    is also paused for the merge (it makes no reference cycles). 2.5× less CPU at 2,000 reports.
-
-    Consecutive shares of the paths are folded at once, one per CPU (`processes`, by default the CPUs this
-    process may run on, at most MAX_MERGE_PROCESSES, and one per MERGE_SHARE reports), and joined in path order:
-    the same document, and the same first error (the first bad file in path order), as one fold."""
-    if processes is None:
-        processes = min(len(os.sched_getaffinity(0)), MAX_MERGE_PROCESSES, len(paths) // MERGE_SHARE)
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        # a fork copies only the calling thread: one that holds a lock would leave it held in the child
-        forks = processes > 1 and threading.active_count() == 1
-        return (_fold_in_processes(paths, processes) if forks else _fold(paths)).document(_now())
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _fold(paths: Sequence[str]) -> Fold:
-    fold = Fold()
-    fold.add((p, load_report(p, rows=False)) for p in paths)
-    return fold
-
-
-def _fold_in_processes(paths: list[str], processes: int) -> Fold:
-    """Fold the first share here while a forked child folds each later share; each child sends its Fold, or the
-    hosts it folded and its error, pickled through a pipe. A child that fails otherwise (killed, out of memory,
-    an error that is no VgpuadmError) has its share folded here after the shares before it, so what is raised is
-    what one fold raises."""
-    n = len(paths)
-    shares = [paths[n * k // processes : n * (k + 1) // processes] for k in range(processes)]
-    children: list[tuple[int, int, list[str]]] = []  # pid, read end of its pipe, its share
-    try:
-        for share in shares[1:]:
-            read_end, write_end = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # the child: never returns into the caller
-                code = 1
-                try:
-                    os.close(read_end)
-                    _send(write_end, _fold_share(share))
-                    code = 0
-                finally:
-                    os._exit(code)  # no atexit handlers, no freeing of what it parsed
-            os.close(write_end)
-            children.append((pid, read_end, share))
-        fold = _fold(shares[0])  # its error is the first in path order: raised at once
-        while children:
-            pid, read_end, share = children[0]
-            data = _receive(read_end)
-            children.pop(0)
-            os.close(read_end)
-            ok = os.waitpid(pid, 0)[1] == 0
-            part = pickle.loads(data) if ok and data else None
-            if part is None:
-                fold.join(_fold(share))
-                continue
-            later, error = part
-            fold.join(later)
-            if error is not None:
-                raise error
-        return fold
-    finally:
-        for pid, read_end, _ in children:  # an error or an interrupt here: the children are not waited for
-            os.close(read_end)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-
-
-def _fold_share(paths: list[str]) -> tuple[Fold, VgpuadmError | None]:
-    """A share's Fold and no error, or the Fold of the hosts before its first bad file (sums cleared) and that
-    file's error."""
-    fold = Fold()
-    try:
-        fold.add((p, load_report(p, rows=False)) for p in paths)
-    except VgpuadmError as exc:
-        done = Fold()
-        done.hosts = fold.hosts
-        return done, exc
-    return fold, None
-
-
-def _send(fd: int, value: Any) -> None:
-    data = memoryview(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
-    while data:
-        data = data[os.write(fd, data) :]
-
-
-def _receive(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)

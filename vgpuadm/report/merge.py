@@ -18,8 +18,8 @@ import orjson
 
 from vgpuadm.errors import UsageError
 from vgpuadm.host.inputs import read_input
-from vgpuadm.report.inventory import SCHEMA as HOST_SCHEMA
-from vgpuadm.report.inventory import type_order
+from vgpuadm.model import INVENTORY_SCHEMA as HOST_SCHEMA
+from vgpuadm.model import type_id_order
 
 SCHEMA = "vgpuadm-fleet/1"
 MAX_REPORT = 16 * 1024 * 1024  # bytes of one host's inventory; larger files are refused before reading
@@ -396,7 +396,7 @@ class Fold:
                 }
                 for type_id, (name, fb, used, free, stranded, reserved, most, with_room, per_host) in self.types.items()
             ),
-            key=type_order,
+            key=lambda row: type_id_order(row["type_id"]),
         )
         free_fb = sum(h["framebuffer_free_mib"] for h in hosts)
         locked_fb = sum(h["framebuffer_locked_free_mib"] for h in hosts)
