@@ -239,7 +239,8 @@ class Fold:
     def __init__(self) -> None:
         self.seen: dict[str, str] = {}  # host name → its source
         self.hosts: list[dict[str, Any]] = []
-        # type_id → [name, framebuffer, used, free, stranded, reserved, max, hosts with room, per-host rows]
+        # type_id → [name, framebuffer, used, free, stranded, reserved, max, hosts with room, per host: its name,
+        # used, free, stranded one after the other (flat: the rows are made once, at the end; a child sends less)]
         self.types: dict[str, list[Any]] = {}
         self.leaks: list[dict[str, Any]] = []
         self.missing: list[dict[str, Any]] = []
@@ -317,7 +318,7 @@ class Fold:
                         acc[6] = None if most is None or acc[6] is None else acc[6] + most
                         if free:
                             acc[7] += 1
-                        acc[8].append({"host": name, "used": used, "free": free, "stranded": stranded})
+                        acc[8] += (name, used, free, stranded)  # per host: its row in document()
                 except (KeyError, TypeError):
                     check_report(doc, source)  # raises, naming the first wrong value
                     raise UsageError(f"{source}: a types[] row has the wrong type", _HINT) from None
@@ -390,7 +391,10 @@ class Fold:
                     "reserved": reserved,
                     "max": most,
                     "hosts_with_room": with_room,
-                    "hosts": per_host,
+                    "hosts": [
+                        {"host": h, "used": u, "free": f, "stranded": st}
+                        for h, u, f, st in zip(*[iter(per_host)] * 4, strict=True)
+                    ],
                     "framebuffer_used_mib": used * fb if fb is not None else None,
                     "framebuffer_free_mib": free * fb if fb is not None else None,
                 }
