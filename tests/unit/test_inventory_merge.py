@@ -3,7 +3,9 @@ host), fragmentation, leaks, every output format, and one-line errors naming the
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -234,3 +236,19 @@ def test_an_error_in_a_late_share_is_the_one_folds_error(reports, tmp_path, host
     with pytest.raises(UsageError) as e:
         api.merge_inventories(paths, processes=3)
     assert (type(e.value), e.value.message, e.value.hint) == serial
+
+
+def test_a_share_no_child_can_be_started_for_is_folded_here(reports, tmp_path, monkeypatch):
+    """The system refusing a fork (mocked: os.fork raises EAGAIN, as under a process limit, which cannot be set for
+    one call) leaves the shares to this process: the same document and the same first error."""
+
+    def refused() -> int:
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", refused)
+    paths = _fleet_of(reports, tmp_path, ["a100-0", "p4-0", "p4-1", "a100-1", "p4-2", "p4-0"])
+    serial, parallel = _serial_and_in_processes(paths[:5], 3)
+    assert parallel == serial and isinstance(serial, bytes)
+    serial, parallel = _serial_and_in_processes(paths, 3)
+    assert parallel == serial == (UsageError, f"host 'p4-0' appears in both {paths[1]} and {paths[5]}",
+                                  "merge one report per host; regenerate the stale one or rename it with --host")  # fmt: skip

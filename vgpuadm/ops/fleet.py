@@ -60,34 +60,21 @@ def _fold(paths: Sequence[str]) -> Fold:
 
 def _fold_in_processes(paths: list[str], processes: int) -> Fold:
     """Fold the first share here while a forked child folds each later share; each child sends its Fold, or the
-    hosts it folded and its error, pickled through a pipe. A child that fails otherwise (killed, out of memory,
-    an error that is no VgpuadmError) has its share folded here after the shares before it, so what is raised is
-    what one fold raises."""
+    hosts it folded and its error, pickled through a pipe (its own, from a fork of this process: nothing else
+    writes there). A share no child could be started for (fork or pipe refused), or whose child fails otherwise
+    (killed, out of memory, an error that is no VgpuadmError), is folded here after the shares before it: what is
+    raised is what one fold raises."""
     n = len(paths)
     shares = [paths[n * k // processes : n * (k + 1) // processes] for k in range(processes)]
-    children: list[tuple[int, int, list[str]]] = []  # pid, read end of its pipe, its share
+    children: list[tuple[int, int] | None] = []  # per later share: its child's pid and the read end of its pipe
     try:
         for share in shares[1:]:
-            read_end, write_end = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # the child: never returns into the caller
-                code = 1
-                try:
-                    os.close(read_end)
-                    _send(write_end, _fold_share(share))
-                    code = 0
-                finally:
-                    os._exit(code)  # no atexit handlers, no freeing of what it parsed
-            os.close(write_end)
-            children.append((pid, read_end, share))
+            children.append(_start(share) if None not in children else None)
         fold = _fold(shares[0])  # its error is the first in path order: raised at once
-        while children:
-            pid, read_end, share = children[0]
-            data = _receive(read_end)
-            children.pop(0)
-            os.close(read_end)
-            ok = os.waitpid(pid, 0)[1] == 0
-            part = pickle.loads(data) if ok and data else None
+        for k, share in enumerate(shares[1:]):
+            child = children[k]
+            part = _result(*child) if child is not None else None
+            children[k] = None
             if part is None:
                 fold.join(_fold(share))
                 continue
@@ -97,11 +84,46 @@ def _fold_in_processes(paths: list[str], processes: int) -> Fold:
                 raise error
         return fold
     finally:
-        for pid, read_end, _ in children:  # an error or an interrupt here: the children are not waited for
+        for child in children:  # an error or an interrupt: the children still running are stopped
+            if child is not None:
+                with contextlib.suppress(OSError):  # closed already when the interrupt came after that
+                    os.close(child[1])
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child[0], signal.SIGKILL)
+                os.waitpid(child[0], 0)
+
+
+def _start(share: list[str]) -> tuple[int, int] | None:
+    """A child folding `share` (its pid, the read end of its pipe), or None when the system refuses one."""
+    try:
+        read_end, write_end = os.pipe()
+    except OSError:
+        return None
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        return None
+    if pid == 0:  # the child: never returns into the caller
+        code = 1
+        try:
             os.close(read_end)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+            _send(write_end, _fold_share(share))
+            code = 0
+        finally:
+            os._exit(code)  # no atexit handlers, no freeing of what it parsed
+    os.close(write_end)
+    return pid, read_end
+
+
+def _result(pid: int, read_end: int) -> tuple[Fold, VgpuadmError | None] | None:
+    """What the child sent once it has ended well, None when it failed."""
+    data = _receive(read_end)
+    os.close(read_end)
+    status = os.waitpid(pid, 0)[1]
+    part: tuple[Fold, VgpuadmError | None] | None = pickle.loads(data) if status == 0 and data else None
+    return part
 
 
 def _fold_share(paths: list[str]) -> tuple[Fold, VgpuadmError | None]:
