@@ -4,10 +4,13 @@ host), fragmentation, leaks, every output format, and one-line errors naming the
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import os
+import pickle
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -172,16 +175,29 @@ def _fleet_of(reports: list[str], directory: Path, hosts: list[str]) -> list[str
     return paths
 
 
-def _serial_and_in_processes(paths: list[str], processes: int) -> tuple[Any, Any]:
-    """What one fold of `paths` gives (document or error), and what folding them in `processes` shares at once
-    (forked children) gives; the error as (class, message, hint)."""
-    results = []
-    for fold in (lambda: fleet._fold(paths), lambda: fleet._fold_in_processes(paths, processes)):
-        try:
-            results.append(orjson.dumps(fold().document("T")))
-        except UsageError as exc:
-            results.append((type(exc), exc.message, exc.hint))
-    return results[0], results[1]
+def _outcome(fold: Callable[[], Any]) -> Any:
+    """The fleet document's bytes (generated_at "T"), or the error as (class, message, hint)."""
+    try:
+        return orjson.dumps(fold().document("T"))
+    except UsageError as exc:
+        return (type(exc), exc.message, exc.hint)
+
+
+def _serial_and_in_processes(paths: list[str], processes: int, chunks: int | None = None) -> tuple[Any, Any]:
+    """What one fold of `paths` gives, and what folding them in `chunks` chunks taken by `processes` processes
+    (forked children) gives."""
+    return _outcome(lambda: fleet._fold(paths)), _outcome(lambda: fleet._fold_in_processes(paths, processes, chunks))
+
+
+def _joined_from_anywhere(paths: list[str], size: int) -> set[Any]:
+    """What joining chunks of `size` paths gives for every choice of the chunks a child folded (sent pickled)
+    and those folded here: which process takes which chunk is up to the scheduler."""
+    chunks = [paths[i : i + size] for i in range(0, len(paths), size)]
+    outcomes = set()
+    for elsewhere in itertools.product((False, True), repeat=len(chunks)):
+        done = {k: pickle.loads(pickle.dumps(fleet._fold_share(c))) for k, c in enumerate(chunks) if elsewhere[k]}
+        outcomes.add(_outcome(lambda done=done: fleet._join(chunks, done)))
+    return outcomes
 
 
 @pytest.mark.process
@@ -190,9 +206,10 @@ def test_the_merge_in_processes_writes_what_one_fold_writes(reports, tmp_path):
     first share has only A100 types, so later shares add types; leaks, missing and warnings in host order)."""
     hosts = [f"a100-{i}" for i in range(4)] + [f"p4-{i}" for i in range(5)] + ["a100-x", "p4-x"]
     paths = _fleet_of(reports, tmp_path, hosts)
-    for processes in (2, 3, 4, len(paths)):
-        serial, parallel = _serial_and_in_processes(paths, processes)
+    for processes, chunks in ((2, None), (3, 3), (3, None), (4, 5), (len(paths), len(paths))):
+        serial, parallel = _serial_and_in_processes(paths, processes, chunks)
         assert parallel == serial
+    assert _joined_from_anywhere(paths, 3) == {serial}
     doc = json.loads(serial)
     assert [h["host"] for h in doc["hosts"]] == hosts
     assert [leak["host"] for leak in doc["leaks"]] == [h for h in hosts if h.startswith("p4")]
@@ -217,7 +234,8 @@ def test_the_merge_in_processes_writes_what_one_fold_writes(reports, tmp_path):
     ],
 )
 def test_an_error_in_a_late_share_is_the_one_folds_error(reports, tmp_path, hosts, bad, message):
-    """Three shares of two files: the error raised is the first in path order, with one fold's exact message."""
+    """Three chunks of two files (and one a file), wherever each is folded: the error raised is the first in path
+    order, with one fold's exact message."""
     paths = _fleet_of(reports, tmp_path, hosts)
     for i, how in bad.items():
         doc = json.loads(Path(paths[i]).read_text())
@@ -230,8 +248,10 @@ def test_an_error_in_a_late_share_is_the_one_folds_error(reports, tmp_path, host
             Path(paths[i]).write_text(json.dumps(doc))
         else:
             Path(paths[i]).unlink()
-    serial, parallel = _serial_and_in_processes(paths, 3)
-    assert parallel == serial
+    for chunks in (3, 6):
+        serial, parallel = _serial_and_in_processes(paths, 3, chunks)
+        assert parallel == serial
+    assert _joined_from_anywhere(paths, 2) == _joined_from_anywhere(paths, 1) == {serial}
     assert serial[0] is UsageError and serial[1].startswith(message.format(*paths)), serial
     with pytest.raises(UsageError) as e:
         api.merge_inventories(paths, processes=3)
@@ -247,8 +267,8 @@ def test_a_share_no_child_can_be_started_for_is_folded_here(reports, tmp_path, m
 
     monkeypatch.setattr(os, "fork", refused)
     paths = _fleet_of(reports, tmp_path, ["a100-0", "p4-0", "p4-1", "a100-1", "p4-2", "p4-0"])
-    serial, parallel = _serial_and_in_processes(paths[:5], 3)
+    serial, parallel = _serial_and_in_processes(paths[:5], 3, 3)
     assert parallel == serial and isinstance(serial, bytes)
-    serial, parallel = _serial_and_in_processes(paths, 3)
+    serial, parallel = _serial_and_in_processes(paths, 3, 3)
     assert parallel == serial == (UsageError, f"host 'p4-0' appears in both {paths[1]} and {paths[5]}",
                                   "merge one report per host; regenerate the stale one or rename it with --host")  # fmt: skip

@@ -27,6 +27,7 @@ def timestamp() -> str:
 # is most of the time and orjson holds the GIL. A share below this many reports is not worth a process.
 MERGE_SHARE = 500
 MAX_MERGE_PROCESSES = 8
+CHUNKS_PER_PROCESS = 16  # the reports are dealt out in this many chunks per process, each taken by the first free
 
 
 def merge_inventories(paths: list[str], *, processes: int | None = None) -> dict[str, Any]:
@@ -58,43 +59,77 @@ def _fold(paths: Sequence[str]) -> Fold:
     return fold
 
 
-def _fold_in_processes(paths: list[str], processes: int) -> Fold:
-    """Fold the first share here while a forked child folds each later share; each child sends its Fold, or the
-    hosts it folded and its error, pickled through a pipe (its own, from a fork of this process: nothing else
-    writes there). A share no child could be started for (fork or pipe refused), or whose child fails otherwise
-    (killed, out of memory, an error that is no VgpuadmError), is folded here after the shares before it: what is
-    raised is what one fold raises."""
+def _fold_in_processes(paths: list[str], processes: int, count: int | None = None) -> Fold:
+    """Fold `paths` in CHUNKS_PER_PROCESS × `processes` consecutive chunks, taken in order by this process and
+    `processes` - 1 forked children as each is free (a busy CPU's process takes fewer: the last to end waits for
+    one chunk at most), then join the chunks' Folds in path order: the document and the first error of one fold.
+    A child sends its chunks' Folds (or the hosts before a chunk's first bad file, and its error) pickled through
+    its own pipe when no chunk is left. A chunk no child could take (fork or pipe refused) or whose child failed
+    (killed, out of memory, an error that is no VgpuadmError) is folded here when its turn comes."""
     n = len(paths)
-    shares = [paths[n * k // processes : n * (k + 1) // processes] for k in range(processes)]
-    children: list[tuple[int, int] | None] = []  # per later share: its child's pid and the read end of its pipe
+    count = count or processes * CHUNKS_PER_PROCESS
+    chunks = [paths[n * k // count : n * (k + 1) // count] for k in range(count)]
+    # The chunks' numbers, all written before any child starts (a few KiB: within a pipe's buffer) and the write
+    # end closed: a read of 4 bytes takes the next number, an empty read says none is left.
+    tasks, write_end = os.pipe()
     try:
-        for share in shares[1:]:
-            children.append(_start(share) if None not in children else None)
-        fold = _fold(shares[0])  # its error is the first in path order: raised at once
-        for k, share in enumerate(shares[1:]):
-            child = children[k]
-            part = _result(*child) if child is not None else None
-            children[k] = None
-            if part is None:
-                fold.join(_fold(share))
-                continue
-            later, error = part
-            fold.join(later)
-            if error is not None:
-                raise error
-        return fold
+        os.write(write_end, b"".join(k.to_bytes(4, "little") for k in range(count)))
     finally:
-        for child in children:  # an error or an interrupt: the children still running are stopped
-            if child is not None:
-                with contextlib.suppress(OSError):  # closed already when the interrupt came after that
-                    os.close(child[1])
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(child[0], signal.SIGKILL)
-                os.waitpid(child[0], 0)
+        os.close(write_end)
+    children: list[tuple[int, int]] = []  # each child's pid and the read end of its pipe
+    try:
+        for _ in range(processes - 1):
+            child = _start(tasks, chunks)
+            if child is None:
+                break
+            children.append(child)
+        done = _fold_chunks(tasks, chunks)
+        os.close(tasks)
+        tasks = -1
+        while children:
+            done.update(_result(*children[0]))
+            children.pop(0)
+        return _join(chunks, done)
+    finally:
+        if tasks >= 0:
+            os.close(tasks)
+        for pid, read_end in children:  # an error or an interrupt: the children still running are stopped
+            with contextlib.suppress(OSError):  # closed already when the interrupt came after that
+                os.close(read_end)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
 
 
-def _start(share: list[str]) -> tuple[int, int] | None:
-    """A child folding `share` (its pid, the read end of its pipe), or None when the system refuses one."""
+def _join(chunks: list[list[str]], done: dict[int, tuple[Fold, VgpuadmError | None]]) -> Fold:
+    """The chunks' Folds (`done`: chunk number → its Fold and error, wherever it was folded) joined in path order
+    up to the first error; a chunk not in `done` is folded here when its turn comes."""
+    fold = Fold()
+    for k, chunk in enumerate(chunks):
+        later, error = done[k] if k in done else _fold_share(chunk)
+        fold.join(later)
+        if error is not None:
+            raise error
+    return fold
+
+
+def _fold_chunks(tasks: int, chunks: list[list[str]]) -> dict[int, tuple[Fold, VgpuadmError | None]]:
+    """Fold the chunks whose numbers this process takes from `tasks`, until none is left or one has a bad file:
+    then the numbers left are taken out too (those chunks come after it: they do not count), so every process
+    stops."""
+    done = {}
+    while number := os.read(tasks, 4):
+        k = int.from_bytes(number, "little")
+        done[k] = _fold_share(chunks[k])
+        if done[k][1] is not None:
+            while os.read(tasks, 1 << 16):
+                pass
+    return done
+
+
+def _start(tasks: int, chunks: list[list[str]]) -> tuple[int, int] | None:
+    """A child folding chunks it takes from `tasks` (its pid, the read end of its pipe), or None when the system
+    refuses one."""
     try:
         read_end, write_end = os.pipe()
     except OSError:
@@ -109,7 +144,7 @@ def _start(share: list[str]) -> tuple[int, int] | None:
         code = 1
         try:
             os.close(read_end)
-            _send(write_end, _fold_share(share))
+            _send(write_end, _fold_chunks(tasks, chunks))
             code = 0
         finally:
             os._exit(code)  # no atexit handlers, no freeing of what it parsed
@@ -117,18 +152,18 @@ def _start(share: list[str]) -> tuple[int, int] | None:
     return pid, read_end
 
 
-def _result(pid: int, read_end: int) -> tuple[Fold, VgpuadmError | None] | None:
-    """What the child sent once it has ended well, None when it failed."""
+def _result(pid: int, read_end: int) -> dict[int, tuple[Fold, VgpuadmError | None]]:
+    """What the child sent once it has ended well (chunk number → its Fold and error), nothing when it failed."""
     data = _receive(read_end)
     os.close(read_end)
     status = os.waitpid(pid, 0)[1]
-    part: tuple[Fold, VgpuadmError | None] | None = pickle.loads(data) if status == 0 and data else None
-    return part
+    done: dict[int, tuple[Fold, VgpuadmError | None]] = pickle.loads(data) if status == 0 and data else {}
+    return done
 
 
 def _fold_share(paths: list[str]) -> tuple[Fold, VgpuadmError | None]:
-    """A share's Fold and no error, or the Fold of the hosts before its first bad file (sums cleared) and that
-    file's error."""
+    """The Fold of consecutive `paths` and no error, or the Fold of the hosts before their first bad file (sums
+    cleared) and that file's error."""
     fold = Fold()
     try:
         fold.add((p, load_report(p, rows=False)) for p in paths)
