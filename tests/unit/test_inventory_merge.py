@@ -195,7 +195,7 @@ def _joined_from_anywhere(paths: list[str], size: int) -> set[Any]:
     chunks = [paths[i : i + size] for i in range(0, len(paths), size)]
     outcomes = set()
     for elsewhere in itertools.product((False, True), repeat=len(chunks)):
-        done = {k: pickle.loads(pickle.dumps(fleet._fold_share(c))) for k, c in enumerate(chunks) if elsewhere[k]}
+        done = {k: pickle.loads(pickle.dumps(fleet._fold_chunk(c))) for k, c in enumerate(chunks) if elsewhere[k]}
         outcomes.add(_outcome(lambda done=done: fleet._join(chunks, done)))
     return outcomes
 

@@ -23,11 +23,12 @@ def timestamp() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-# The fleet merge folds shares of the reports in forked processes when there are enough of them: parsing the JSON
-# is most of the time and orjson holds the GIL. A share below this many reports is not worth a process.
+# The fleet merge folds the reports in forked processes too when there are enough of them: parsing the JSON is
+# most of the time and orjson holds the GIL. Fewer than this many reports per process are not worth a process.
 MERGE_SHARE = 500
 MAX_MERGE_PROCESSES = 8
 CHUNKS_PER_PROCESS = 16  # the reports are dealt out in this many chunks per process, each taken by the first free
+MAX_CHUNKS = 4096  # their numbers, 4 bytes each, must fit in a pipe's buffer (64 KiB) before anyone reads them
 
 
 def merge_inventories(paths: list[str], *, processes: int | None = None) -> dict[str, Any]:
@@ -37,9 +38,9 @@ def merge_inventories(paths: list[str], *, processes: int | None = None) -> dict
     first held ~2 GB of parsed JSON, which the cyclic GC rescanned again and again while orjson allocated; the GC
     is also paused for the merge (it makes no reference cycles). 2.5× less CPU at 2,000 reports.
 
-    Consecutive shares of the paths are folded at once, one per CPU (`processes`, by default the CPUs this
-    process may run on, at most MAX_MERGE_PROCESSES, and one per MERGE_SHARE reports), and joined in path order:
-    the same document, and the same first error (the first bad file in path order), as one fold."""
+    With many reports, chunks of consecutive paths are folded at once in `processes` processes (by default one
+    per CPU this process may run on, at most MAX_MERGE_PROCESSES, and one per MERGE_SHARE reports) and joined in
+    path order: the same document, and the same first error (the first bad file in path order), as one fold."""
     if processes is None:
         processes = min(len(os.sched_getaffinity(0)), MAX_MERGE_PROCESSES, len(paths) // MERGE_SHARE)
     enabled = gc.isenabled()
@@ -67,11 +68,14 @@ def _fold_in_processes(paths: list[str], processes: int, count: int | None = Non
     its own pipe when no chunk is left. A chunk no child could take (fork or pipe refused) or whose child failed
     (killed, out of memory, an error that is no VgpuadmError) is folded here when its turn comes."""
     n = len(paths)
-    count = count or processes * CHUNKS_PER_PROCESS
+    count = max(1, min(count or processes * CHUNKS_PER_PROCESS, n, MAX_CHUNKS))
     chunks = [paths[n * k // count : n * (k + 1) // count] for k in range(count)]
-    # The chunks' numbers, all written before any child starts (a few KiB: within a pipe's buffer) and the write
-    # end closed: a read of 4 bytes takes the next number, an empty read says none is left.
-    tasks, write_end = os.pipe()
+    # The chunks' numbers, all written before any child starts and the write end closed: a read of 4 bytes takes
+    # the next number, an empty read says none is left.
+    try:
+        tasks, write_end = os.pipe()
+    except OSError:  # no descriptor left: one fold here
+        return _fold(paths)
     try:
         os.write(write_end, b"".join(k.to_bytes(4, "little") for k in range(count)))
     finally:
@@ -106,7 +110,7 @@ def _join(chunks: list[list[str]], done: dict[int, tuple[Fold, VgpuadmError | No
     up to the first error; a chunk not in `done` is folded here when its turn comes."""
     fold = Fold()
     for k, chunk in enumerate(chunks):
-        later, error = done[k] if k in done else _fold_share(chunk)
+        later, error = done[k] if k in done else _fold_chunk(chunk)
         fold.join(later)
         if error is not None:
             raise error
@@ -120,7 +124,7 @@ def _fold_chunks(tasks: int, chunks: list[list[str]]) -> dict[int, tuple[Fold, V
     done = {}
     while number := os.read(tasks, 4):
         k = int.from_bytes(number, "little")
-        done[k] = _fold_share(chunks[k])
+        done[k] = _fold_chunk(chunks[k])
         if done[k][1] is not None:
             while os.read(tasks, 1 << 16):
                 pass
@@ -161,7 +165,7 @@ def _result(pid: int, read_end: int) -> dict[int, tuple[Fold, VgpuadmError | Non
     return done
 
 
-def _fold_share(paths: list[str]) -> tuple[Fold, VgpuadmError | None]:
+def _fold_chunk(paths: list[str]) -> tuple[Fold, VgpuadmError | None]:
     """The Fold of consecutive `paths` and no error, or the Fold of the hosts before their first bad file (sums
     cleared) and that file's error."""
     fold = Fold()
