@@ -255,7 +255,7 @@ class Fold:
         self.seen = {h["host"]: h["source"] for h in self.hosts}
 
     def join(self, later: Fold) -> None:
-        """Fold in `later`, the fold of the reports that come after this one's; a host both name is refused as
+        """Fold in `later`, the fold of the reports that come after this one's; a host both hold is refused as
         one fold would refuse it (at the first such host of `later`)."""
         seen = self.seen
         for h in later.hosts:
