@@ -165,12 +165,16 @@ def test_a_wrong_types_row_value_in_the_merge_is_the_checks_message(reports, tmp
 
 
 def _fleet_of(reports: list[str], directory: Path, hosts: list[str]) -> list[str]:
-    """One report file per name in `hosts` ("a100-…" the A100 host's report, any other the P4 host's), in order."""
+    """One report file per name in `hosts` ("a100-…" the A100 host's report, any other the P4 host's; "…-nomax"
+    without its types' maxima, as a report that could not say them), in order."""
     docs = {"p4": json.loads(Path(reports[0]).read_text()), "a100": json.loads(Path(reports[1]).read_text())}
     paths = []
     for i, host in enumerate(hosts):
+        doc = dict(docs["a100" if host.startswith("a100") else "p4"], host=host)
+        if host.endswith("-nomax"):
+            doc["types"] = [dict(row, max=None) for row in doc["types"]]
         path = directory / f"{i:02d}-{host}.json"
-        path.write_text(json.dumps(dict(docs["a100" if host.startswith("a100") else "p4"], host=host)))
+        path.write_text(json.dumps(doc))
         paths.append(str(path))
     return paths
 
@@ -204,7 +208,7 @@ def _joined_from_anywhere(paths: list[str], size: int) -> set[Any]:
 def test_the_merge_in_processes_writes_what_one_fold_writes(reports, tmp_path):
     """Shares folded in forked children and joined in path order: byte for byte the one fold's document (the
     first share has only A100 types, so later shares add types; leaks, missing and warnings in host order)."""
-    hosts = [f"a100-{i}" for i in range(4)] + [f"p4-{i}" for i in range(5)] + ["a100-x", "p4-x"]
+    hosts = [f"a100-{i}" for i in range(4)] + [f"p4-{i}" for i in range(5)] + ["a100-x-nomax", "p4-x"]
     paths = _fleet_of(reports, tmp_path, hosts)
     for processes, chunks in ((2, None), (3, 3), (3, None), (4, 5), (len(paths), len(paths))):
         serial, parallel = _serial_and_in_processes(paths, processes, chunks)
@@ -213,6 +217,8 @@ def test_the_merge_in_processes_writes_what_one_fold_writes(reports, tmp_path):
     doc = json.loads(serial)
     assert [h["host"] for h in doc["hosts"]] == hosts
     assert [leak["host"] for leak in doc["leaks"]] == [h for h in hosts if h.startswith("p4")]
+    a100 = [t for t in doc["types"] if any(h["host"] == "a100-x-nomax" for h in t["hosts"])]
+    assert a100 and all(t["max"] is None for t in a100)  # a host that cannot say a maximum: the fleet cannot
     assert api.merge_inventories(paths, processes=3) | {"generated_at": "T"} == doc
 
 
