@@ -1,7 +1,8 @@
 """Before/after of the fleet merge across source trees: bench_merge.py's reports (3 simulated 8×P4 hosts written
 out --hosts times), then `api.merge_inventories` of all of them timed in a fresh process per tree, the trees
 alternating run by run (A, B, A, B, …), each from `/` with PYTHONPATH on its tree. Prints per tree the median wall
-and CPU seconds and the CPU ratio of the last tree to the first.
+and CPU seconds (CPU: the merge's process and the processes it forks to fold shares of the reports) and the wall and
+CPU ratios of the last tree to the first.
 Usage: .venv/bin/python bench/bench_merge_trees.py [--hosts 10000] [--runs 5] BEFORE_TREE AFTER_TREE
 (smoke: --hosts 6 --runs 1 . .)
 """
@@ -21,10 +22,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_merge import variants
 
+# CPU: the merge's own and that of the processes it forked and waited for (RUSAGE_CHILDREN)
 CHILD = (
-    "import glob, sys, time; from vgpuadm import api; paths = sorted(glob.glob(sys.argv[1] + '/*.json')); "
-    "w, c = time.perf_counter(), time.process_time(); fleet = api.merge_inventories(paths); "
-    "print(time.perf_counter() - w, time.process_time() - c, fleet['totals']['hosts'], api.__file__)"
+    "import glob, resource, sys, time; from vgpuadm import api; paths = sorted(glob.glob(sys.argv[1] + '/*.json'));"
+    " kids = lambda: (lambda r: r.ru_utime + r.ru_stime)(resource.getrusage(resource.RUSAGE_CHILDREN)); "
+    "w, c, k = time.perf_counter(), time.process_time(), kids(); fleet = api.merge_inventories(paths); "
+    "print(time.perf_counter() - w, time.process_time() - c, kids() - k, fleet['totals']['hosts'], api.__file__)"
 )
 
 
@@ -44,20 +47,23 @@ def main() -> None:
             with open(os.path.join(reports, f"node{i:04d}.json"), "wb") as f:
                 f.write(orjson.dumps(dict(docs[i % len(docs)], host=f"node{i:04d}.example"),
                                      option=orjson.OPT_INDENT_2))  # fmt: skip
-        runs: list[list[tuple[float, float]]] = [[] for _ in trees]
+        runs: list[list[tuple[float, float, float]]] = [[] for _ in trees]  # wall, own CPU, children's CPU
         for _ in range(a.runs):
             for k, tree in enumerate(trees):
                 out = subprocess.run([sys.executable, "-c", CHILD, reports], env=dict(os.environ, PYTHONPATH=tree),
                                      capture_output=True, text=True, check=True, cwd="/").stdout.split()  # fmt: skip
-                assert int(out[2]) == a.hosts and out[3].startswith(tree + "/"), out
-                runs[k].append((float(out[0]), float(out[1])))
+                assert int(out[3]) == a.hosts and out[4].startswith(tree + "/"), out
+                runs[k].append((float(out[0]), float(out[1]), float(out[2])))
     print(f"merge of {a.hosts} reports × 8 GPUs, {a.runs} runs per tree (load average {os.getloadavg()[0]:.1f})")
-    cpu = []
+    cpu, wall = [], []
     for tree, r in zip(trees, runs, strict=True):
-        cpu.append(statistics.median(c for _, c in r))
-        print(f"  {tree}: median {statistics.median(w for w, _ in r):.3f} s wall, {cpu[-1]:.3f} s CPU   "
-              f"CPU runs {', '.join(f'{c:.2f}' for _, c in r)}")  # fmt: skip
-    print(f"  CPU last / first tree: {cpu[-1] / cpu[0]:.2f}")
+        cpu.append(statistics.median(c + k for _, c, k in r))
+        wall.append(statistics.median(w for w, _, _ in r))
+        print(f"  {tree}: median {wall[-1]:.3f} s wall (min {min(w for w, _, _ in r):.3f}), {cpu[-1]:.3f} s CPU "
+              f"(the merge's process {statistics.median(c for _, c, _ in r):.3f} s, its children "
+              f"{statistics.median(k for _, _, k in r):.3f} s)\n"
+              f"    wall runs {', '.join(f'{w:.2f}' for w, _, _ in r)}; CPU runs {', '.join(f'{c + k:.2f}' for _, c, k in r)}")  # fmt: skip
+    print(f"  CPU last / first tree: {cpu[-1] / cpu[0]:.2f}; wall last / first tree: {wall[-1] / wall[0]:.2f}")
 
 
 if __name__ == "__main__":

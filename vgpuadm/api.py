@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from vgpuadm.ops.exporter import serve as exporter_serve
     from vgpuadm.ops.exporter import uninstall as exporter_uninstall
     from vgpuadm.ops.exporter import write_loop as exporter_write
+    from vgpuadm.ops.fleet import merge_inventories
     from vgpuadm.ops.guest import (
         GuestResult,
     )
@@ -86,7 +87,6 @@ if TYPE_CHECKING:
         device_users,
         domain_allocations,
         inventory,
-        merge_inventories,
         show_vm,
         vms,
     )
@@ -199,7 +199,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "mdevctl": ("vgpuadm.ops", "mdevctl"),
     "mdevctl_export": ("vgpuadm.ops.mdevctl", "export"),
     "mdevctl_import": ("vgpuadm.ops.mdevctl", "import_"),
-    "merge_inventories": ("vgpuadm.ops.inventory", "merge_inventories"),
+    "merge_inventories": ("vgpuadm.ops.fleet", "merge_inventories"),
     "mig": ("vgpuadm.ops", "mig"),
     "open_sysfs": ("vgpuadm.ops.host", "open_sysfs"),
     "original_drivers": ("vgpuadm.ops.host", "original_drivers"),

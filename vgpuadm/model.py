@@ -827,6 +827,7 @@ def pci_key(address: str) -> DeviceKey:
     return (PCI_KEY, address)
 
 
+INVENTORY_SCHEMA = "vgpuadm-inventory/1"  # `vgpuadm inventory --json` (report/inventory.py), what merge reads
 NVIDIA_TYPE_PREFIX = "nvidia-"  # NVIDIA's vGPU type ids: nvidia-63 (an mdev type dir), nvidia-1414 (layout C)
 
 
@@ -838,6 +839,13 @@ def nvidia_type_id(number: int) -> str:
 def is_nvidia_type(type_id: str) -> bool:
     """Whether `type_id` names an NVIDIA vGPU type (nvidia-63; nvidia-<number> on layout C)."""
     return type_id.startswith(NVIDIA_TYPE_PREFIX)
+
+
+def type_id_order(type_id: str) -> tuple[str, int, str]:
+    """The order type rows are listed in: by the id's prefix, then by the number after its last "-" as a number
+    (nvidia-63 before nvidia-100)."""
+    prefix, _, num = type_id.rpartition("-")
+    return (prefix, int(num), "") if num.isdigit() else (type_id, 0, "")
 
 
 def nvidia_type_number(type_id: str) -> int | None:

@@ -3,17 +3,25 @@ host), fragmentation, leaks, every output format, and one-line errors naming the
 
 from __future__ import annotations
 
+import errno
+import itertools
 import json
+import os
+import pickle
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from tests.unit.inventory_setup import P4_UUIDS as U
 from tests.unit.inventory_setup import p4_busy
 from vgpuadm import api
 from vgpuadm.errors import UsageError
+from vgpuadm.ops import fleet
 from vgpuadm.schemas import validate
 
 
@@ -154,3 +162,119 @@ def test_a_wrong_types_row_value_in_the_merge_is_the_checks_message(reports, tmp
     with pytest.raises(UsageError) as e:
         api.merge_inventories([str(bad)])
     assert e.value.message.startswith(f"{bad}: a types[] row lacks one of ")
+
+
+def _fleet_of(reports: list[str], directory: Path, hosts: list[str]) -> list[str]:
+    """One report file per name in `hosts` ("a100-…" the A100 host's report, any other the P4 host's; "…-nomax"
+    without its types' maxima, as a report that could not say them), in order."""
+    docs = {"p4": json.loads(Path(reports[0]).read_text()), "a100": json.loads(Path(reports[1]).read_text())}
+    paths = []
+    for i, host in enumerate(hosts):
+        doc = dict(docs["a100" if host.startswith("a100") else "p4"], host=host)
+        if host.endswith("-nomax"):
+            doc["types"] = [dict(row, max=None) for row in doc["types"]]
+        path = directory / f"{i:02d}-{host}.json"
+        path.write_text(json.dumps(doc))
+        paths.append(str(path))
+    return paths
+
+
+def _outcome(fold: Callable[[], Any]) -> Any:
+    """The fleet document's bytes (generated_at "T"), or the error as (class, message, hint)."""
+    try:
+        return orjson.dumps(fold().document("T"))
+    except UsageError as exc:
+        return (type(exc), exc.message, exc.hint)
+
+
+def _serial_and_in_processes(paths: list[str], processes: int, chunks: int | None = None) -> tuple[Any, Any]:
+    """What one fold of `paths` gives, and what folding them in `chunks` chunks taken by `processes` processes
+    (forked children) gives."""
+    return _outcome(lambda: fleet._fold(paths)), _outcome(lambda: fleet._fold_in_processes(paths, processes, chunks))
+
+
+def _joined_from_anywhere(paths: list[str], size: int) -> set[Any]:
+    """What joining chunks of `size` paths gives for every choice of the chunks a child folded (sent pickled)
+    and those folded here: which process takes which chunk is up to the scheduler."""
+    chunks = [paths[i : i + size] for i in range(0, len(paths), size)]
+    outcomes = set()
+    for elsewhere in itertools.product((False, True), repeat=len(chunks)):
+        done = {k: pickle.loads(pickle.dumps(fleet._fold_chunk(c))) for k, c in enumerate(chunks) if elsewhere[k]}
+        outcomes.add(_outcome(lambda done=done: fleet._join(chunks, done)))
+    return outcomes
+
+
+@pytest.mark.process
+def test_the_merge_in_processes_writes_what_one_fold_writes(reports, tmp_path):
+    """Shares folded in forked children and joined in path order: byte for byte the one fold's document (the
+    first share has only A100 types, so later shares add types; leaks, missing and warnings in host order)."""
+    hosts = [f"a100-{i}" for i in range(4)] + [f"p4-{i}" for i in range(5)] + ["a100-x-nomax", "p4-x"]
+    paths = _fleet_of(reports, tmp_path, hosts)
+    for processes, chunks in ((2, None), (3, 3), (3, None), (4, 5), (len(paths), len(paths))):
+        serial, parallel = _serial_and_in_processes(paths, processes, chunks)
+        assert parallel == serial
+    assert _joined_from_anywhere(paths, 3) == {serial}
+    doc = json.loads(serial)
+    assert [h["host"] for h in doc["hosts"]] == hosts
+    assert [leak["host"] for leak in doc["leaks"]] == [h for h in hosts if h.startswith("p4")]
+    a100 = [t for t in doc["types"] if any(h["host"] == "a100-x-nomax" for h in t["hosts"])]
+    assert a100 and all(t["max"] is None for t in a100)  # a host that cannot say a maximum: the fleet cannot
+    assert api.merge_inventories(paths, processes=3) | {"generated_at": "T"} == doc
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(
+    ("hosts", "bad", "message"),
+    [
+        # a bad file in the last share; another in the second share comes first
+        (["p4-0", "p4-1", "p4-2", "p4-3", "p4-4", "p4-5"], {5: "cut"}, "{5} is not valid JSON"),
+        (["p4-0", "p4-1", "p4-2", "p4-3", "p4-4", "p4-5"], {3: "schema", 5: "cut"}, "{3} has schema"),
+        # a host again in a later share, or twice in one share: the first repeat in path order
+        (["p4-0", "p4-1", "p4-2", "p4-3", "p4-2", "p4-0"], {}, "host 'p4-2' appears in both {2} and {4}"),
+        (["p4-0", "p4-1", "p4-2", "p4-2", "p4-4", "p4-0"], {}, "host 'p4-2' appears in both {2} and {3}"),
+        (["p4-0", "p4-1", "p4-2", "p4-3", "p4-0", "p4-0"], {}, "host 'p4-0' appears in both {0} and {4}"),
+        (["p4-0", "p4-1", "p4-2", "p4-3", "p4-4", "p4-1"], {}, "host 'p4-1' appears in both {1} and {5}"),
+        # a wrong types[] value and a repeated host in one late file: the value first, as one fold says
+        (["p4-0", "p4-1", "p4-2", "p4-3", "p4-4", "p4-0"], {5: "types"}, "{5}: types[1].used has the wrong type"),
+        (["p4-0", "p4-1", "p4-2", "p4-3", "p4-4", "p4-0"], {4: "missing"}, "cannot read {4}: No such file"),
+    ],
+)
+def test_an_error_in_a_late_share_is_the_one_folds_error(reports, tmp_path, hosts, bad, message):
+    """Three chunks of two files (and one a file), wherever each is folded: the error raised is the first in path
+    order, with one fold's exact message."""
+    paths = _fleet_of(reports, tmp_path, hosts)
+    for i, how in bad.items():
+        doc = json.loads(Path(paths[i]).read_text())
+        if how == "cut":
+            Path(paths[i]).write_text(json.dumps(doc)[:300])
+        elif how == "schema":
+            Path(paths[i]).write_text(json.dumps(dict(doc, schema="vgpuadm-inventory/2")))
+        elif how == "types":
+            doc["types"][1]["used"] = True
+            Path(paths[i]).write_text(json.dumps(doc))
+        else:
+            Path(paths[i]).unlink()
+    for chunks in (3, 6):
+        serial, parallel = _serial_and_in_processes(paths, 3, chunks)
+        assert parallel == serial
+    assert _joined_from_anywhere(paths, 2) == _joined_from_anywhere(paths, 1) == {serial}
+    assert serial[0] is UsageError and serial[1].startswith(message.format(*paths)), serial
+    with pytest.raises(UsageError) as e:
+        api.merge_inventories(paths, processes=3)
+    assert (type(e.value), e.value.message, e.value.hint) == serial
+
+
+def test_a_share_no_child_can_be_started_for_is_folded_here(reports, tmp_path, monkeypatch):
+    """The system refusing a fork (mocked: os.fork raises EAGAIN, as under a process limit, which cannot be set for
+    one call) leaves the shares to this process: the same document and the same first error."""
+
+    def refused() -> int:
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", refused)
+    paths = _fleet_of(reports, tmp_path, ["a100-0", "p4-0", "p4-1", "a100-1", "p4-2", "p4-0"])
+    serial, parallel = _serial_and_in_processes(paths[:5], 3, 3)
+    assert parallel == serial and isinstance(serial, bytes)
+    serial, parallel = _serial_and_in_processes(paths, 3, 3)
+    assert parallel == serial == (UsageError, f"host 'p4-0' appears in both {paths[1]} and {paths[5]}",
+                                  "merge one report per host; regenerate the stale one or rename it with --host")  # fmt: skip

@@ -39,10 +39,10 @@ from vgpuadm.catalog.capacity import (
     whole_gpu_room,
 )
 from vgpuadm.catalog.naming import describe_nvidia_name
-from vgpuadm.model import PCI_KEY, Allocation, HostSnapshot, Layout, VgpuType
+from vgpuadm.model import INVENTORY_SCHEMA, PCI_KEY, Allocation, HostSnapshot, Layout, VgpuType, type_id_order
 from vgpuadm.plan.domains import Domains
 
-SCHEMA = "vgpuadm-inventory/1"
+SCHEMA = INVENTORY_SCHEMA
 
 
 @dataclass
@@ -368,7 +368,7 @@ def _type_rows(gpus: dict[str, _Gpu], rooms: dict[str, GpuRoom]) -> list[dict[st
         if fb is not None:
             row["framebuffer_used_mib"] = row["used"] * fb
             row["framebuffer_free_mib"] = row["free"] * fb
-    return sorted(rows.values(), key=type_order)
+    return sorted(rows.values(), key=lambda row: type_id_order(row["type_id"]))
 
 
 def _type_row(type_id: str, name: str, profile: str, layout: str, fb: int | None) -> dict[str, Any]:
@@ -377,11 +377,6 @@ def _type_row(type_id: str, name: str, profile: str, layout: str, fb: int | None
         "used": 0, "free": 0, "max": 0, "stranded": 0, "reserved": 0, "framebuffer_used_mib": None, "framebuffer_free_mib": None,
         "gpus": [],
     }  # fmt: skip
-
-
-def type_order(row: dict[str, Any]) -> tuple[str, int, str]:
-    prefix, _, num = row["type_id"].rpartition("-")
-    return (prefix, int(num), "") if num.isdigit() else (row["type_id"], 0, "")
 
 
 # -- rows -----------------------------------------------------------------------------------------------------

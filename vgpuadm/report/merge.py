@@ -18,8 +18,8 @@ import orjson
 
 from vgpuadm.errors import UsageError
 from vgpuadm.host.inputs import read_input
-from vgpuadm.report.inventory import SCHEMA as HOST_SCHEMA
-from vgpuadm.report.inventory import type_order
+from vgpuadm.model import INVENTORY_SCHEMA as HOST_SCHEMA
+from vgpuadm.model import type_id_order
 
 SCHEMA = "vgpuadm-fleet/1"
 MAX_REPORT = 16 * 1024 * 1024  # bytes of one host's inventory; larger files are refused before reading
@@ -217,141 +217,216 @@ def _check_values(doc: dict[str, Any], path: str) -> None:
 def merge(reports: Iterable[tuple[str, dict[str, Any]]], *, generated_at: str) -> dict[str, Any]:
     """Merge (source file, host document) pairs into the fleet document. Duplicate hosts are refused. `reports`
     may be a generator: each document is folded in and dropped before the next is read."""
-    seen: dict[str, str] = {}
-    hosts: list[dict[str, Any]] = []
-    types: dict[str, list[Any]] = {}  # type_id → its sums so far (a list: the fold runs per host and type)
-    row_values = _TYPE_GET
-    leaks: list[dict[str, Any]] = []
-    missing: list[dict[str, Any]] = []
-    warnings: list[str] = []
-    gpus_locked = gpus_empty = 0
-    for source, doc in reports:
-        name = doc["host"]
-        try:  # the types[] rows, checked as they are folded in (load_report(rows=False) left them)
-            for t in doc["types"]:
-                type_id, name_, fb, used, free, stranded, most = row_values(t)
-                reserved = t.get("reserved", 0)
-                if not (
-                    type(type_id) is str
-                    and type(used) is int
-                    and type(free) is int
-                    and type(stranded) is int
-                    and type(reserved) is int
-                    and type(name_) in _TEXT_OR_NONE
-                    and type(fb) in _INT_OR_NONE
-                    and type(most) in _INT_OR_NONE
-                ):
-                    raise TypeError
-                acc = types.get(type_id)
-                if acc is None:  # [name, framebuffer, used, free, stranded, reserved, max, hosts with room, hosts]
-                    acc = types[type_id] = [name_, fb, 0, 0, 0, 0, 0, 0, []]
-                acc[2] += used
-                acc[3] += free
-                acc[4] += stranded
-                acc[5] += reserved
-                acc[6] = None if most is None or acc[6] is None else acc[6] + most
-                if free:
-                    acc[7] += 1
-                acc[8].append({"host": name, "used": used, "free": free, "stranded": stranded})
-        except (KeyError, TypeError):
-            check_report(doc, source)  # raises, naming the first wrong value
-            raise UsageError(f"{source}: a types[] row has the wrong type", _HINT) from None
-        if name in seen:
-            raise UsageError(
-                f"host {name!r} appears in both {seen[name]} and {source}",
-                "merge one report per host; regenerate the stale one or rename it with --host",
-            )
-        seen[name] = source
-        s = doc["summary"]
-        hosts.append(
-            {
-                "host": name,
-                "source": source,
-                "generated_at": doc["generated_at"],
-                "ownership_source": doc.get("ownership_source"),
-                "gpus": s["gpus"],
-                "devices": s["devices"],
-                "owned": s.get("owned"),
-                "unowned": s.get("unowned"),
-                "not_recorded": s.get("not_recorded"),  # owned, attached without vgpuadm (None: an older report)
-                "missing": s["missing"],
-                "framebuffer_total_mib": s["framebuffer_total_mib"],
-                "framebuffer_used_mib": s["framebuffer_used_mib"],
-                "framebuffer_free_mib": s["framebuffer_free_mib"],
-                "framebuffer_reserved_mib": s.get("framebuffer_reserved_mib", 0),  # awaiting `vgpuadm restore`
-                "framebuffer_locked_free_mib": s["framebuffer_locked_free_mib"],
-                # what the capacity model says no type can fill; a report older than the field: its locked free
-                "framebuffer_stranded_mib": s.get("framebuffer_stranded_mib", s["framebuffer_locked_free_mib"]),
-            }
-        )
-        for g in doc["gpus"]:
-            if g.get("locked_to"):
-                gpus_locked += 1
-            elif not g.get("devices") and g.get("framebuffer_total_mib"):
-                gpus_empty += 1
-        for d in doc["devices"]:
-            if d.get("owned") is False:
-                leaks.append(
+    fold = Fold()
+    fold.add(reports)
+    return fold.document(generated_at)
+
+
+def _duplicate(name: str, first: str, source: str) -> UsageError:
+    return UsageError(
+        f"host {name!r} appears in both {first} and {source}",
+        "merge one report per host; regenerate the stale one or rename it with --host",
+    )
+
+
+class Fold:
+    """The sums of the hosts folded in so far, in their order. Consecutive shares of one list of reports may be
+    folded apart (in other processes: a Fold pickles) and joined in order: the result, and the first error, are
+    those of one fold of the whole list."""
+
+    __slots__ = ("gpus_empty", "gpus_locked", "hosts", "leaks", "missing", "seen", "types", "warnings")
+
+    def __init__(self) -> None:
+        self.seen: dict[str, str] = {}  # host name → its source
+        self.hosts: list[dict[str, Any]] = []
+        # type_id → [name, framebuffer, used, free, stranded, reserved, max, hosts with room, per host: its name,
+        # used, free, stranded one after the other (flat: the rows are made once, at the end; a child sends less)]
+        self.types: dict[str, list[Any]] = {}
+        self.leaks: list[dict[str, Any]] = []
+        self.missing: list[dict[str, Any]] = []
+        self.warnings: list[str] = []
+        self.gpus_locked = self.gpus_empty = 0
+
+    def __getstate__(self) -> tuple[Any, ...]:  # `seen` is the hosts' names again: not sent
+        return (self.hosts, self.types, self.leaks, self.missing, self.warnings, self.gpus_locked, self.gpus_empty)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.hosts, self.types, self.leaks, self.missing, self.warnings, self.gpus_locked, self.gpus_empty = state
+        self.seen = {h["host"]: h["source"] for h in self.hosts}
+
+    def join(self, later: Fold) -> None:
+        """Fold in `later`, the fold of the reports that come after this one's; a host both hold is refused as
+        one fold would refuse it (at the first such host of `later`)."""
+        seen = self.seen
+        for h in later.hosts:
+            name = h["host"]
+            if name in seen:
+                raise _duplicate(name, seen[name], h["source"])
+            seen[name] = h["source"]
+        self.hosts += later.hosts
+        types = self.types
+        for type_id, more in later.types.items():
+            acc = types.get(type_id)
+            if acc is None:
+                types[type_id] = more
+                continue
+            acc[2] += more[2]
+            acc[3] += more[3]
+            acc[4] += more[4]
+            acc[5] += more[5]
+            acc[6] = None if acc[6] is None or more[6] is None else acc[6] + more[6]
+            acc[7] += more[7]
+            acc[8] += more[8]
+        self.leaks += later.leaks
+        self.missing += later.missing
+        self.warnings += later.warnings
+        self.gpus_locked += later.gpus_locked
+        self.gpus_empty += later.gpus_empty
+
+    def add(self, reports: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        """Fold in (source file, host document) pairs, in order. On an error the hosts before the bad report are
+        in `hosts` (the sums may hold part of the bad one)."""
+        seen, hosts, types, leaks = self.seen, self.hosts, self.types, self.leaks
+        missing, warnings = self.missing, self.warnings
+        row_values = _TYPE_GET
+        gpus_locked = gpus_empty = 0
+        try:
+            for source, doc in reports:
+                name = doc["host"]
+                try:  # the types[] rows, checked as they are folded in (load_report(rows=False) left them)
+                    for t in doc["types"]:
+                        type_id, name_, fb, used, free, stranded, most = row_values(t)
+                        reserved = t.get("reserved", 0)
+                        if not (
+                            type(type_id) is str
+                            and type(used) is int
+                            and type(free) is int
+                            and type(stranded) is int
+                            and type(reserved) is int
+                            and type(name_) in _TEXT_OR_NONE
+                            and type(fb) in _INT_OR_NONE
+                            and type(most) in _INT_OR_NONE
+                        ):
+                            raise TypeError
+                        acc = types.get(type_id)
+                        if acc is None:
+                            acc = types[type_id] = [name_, fb, 0, 0, 0, 0, 0, 0, []]
+                        acc[2] += used
+                        acc[3] += free
+                        acc[4] += stranded
+                        acc[5] += reserved
+                        acc[6] = None if most is None or acc[6] is None else acc[6] + most
+                        if free:
+                            acc[7] += 1
+                        acc[8] += (name, used, free, stranded)  # per host: its row in document()
+                except (KeyError, TypeError):
+                    check_report(doc, source)  # raises, naming the first wrong value
+                    raise UsageError(f"{source}: a types[] row has the wrong type", _HINT) from None
+                if name in seen:
+                    raise _duplicate(name, seen[name], source)
+                seen[name] = source
+                s = doc["summary"]
+                hosts.append(
                     {
                         "host": name,
-                        "id": d["id"],
-                        "kind": d["kind"],
-                        "type_id": d.get("type_id"),
-                        "physical_gpu": d.get("physical_gpu"),
-                        "parent": d.get("parent"),
+                        "source": source,
+                        "generated_at": doc["generated_at"],
+                        "ownership_source": doc.get("ownership_source"),
+                        "gpus": s["gpus"],
+                        "devices": s["devices"],
+                        "owned": s.get("owned"),
+                        "unowned": s.get("unowned"),
+                        "not_recorded": s.get("not_recorded"),  # owned, attached without vgpuadm (None: older)
+                        "missing": s["missing"],
+                        "framebuffer_total_mib": s["framebuffer_total_mib"],
+                        "framebuffer_used_mib": s["framebuffer_used_mib"],
+                        "framebuffer_free_mib": s["framebuffer_free_mib"],
+                        "framebuffer_reserved_mib": s.get("framebuffer_reserved_mib", 0),  # awaiting `restore`
+                        "framebuffer_locked_free_mib": s["framebuffer_locked_free_mib"],
+                        # what the capacity model says no type can fill; a report older than the field: locked free
+                        "framebuffer_stranded_mib": s.get("framebuffer_stranded_mib", s["framebuffer_locked_free_mib"]),
                     }
                 )
-        if doc["missing"]:  # most hosts have none: no generator to set up
-            missing.extend({"host": name, **m} for m in doc["missing"])
-        if doc["warnings"]:
-            warnings.extend(f"{name}: {w}" for w in doc["warnings"])
-    if not hosts:
-        raise UsageError("no inventory files to merge", "pass one or more files: vgpuadm inventory merge A.json B.json")
-    type_rows = sorted(
-        (
-            {
-                "type_id": type_id,
-                "name": name,
-                "framebuffer_mib": fb,
-                "used": used,
-                "free": free,
-                "stranded": stranded,
-                "reserved": reserved,
-                "max": most,
-                "hosts_with_room": with_room,
-                "hosts": per_host,
-                "framebuffer_used_mib": used * fb if fb is not None else None,
-                "framebuffer_free_mib": free * fb if fb is not None else None,
-            }
-            for type_id, (name, fb, used, free, stranded, reserved, most, with_room, per_host) in types.items()
-        ),
-        key=type_order,
-    )
-    free_fb = sum(h["framebuffer_free_mib"] for h in hosts)
-    locked_fb = sum(h["framebuffer_locked_free_mib"] for h in hosts)
-    return {
-        "schema": SCHEMA,
-        "generated_at": generated_at,
-        "totals": {
-            "hosts": len(hosts),
-            "gpus": sum(h["gpus"] for h in hosts),
-            "devices": sum(h["devices"] for h in hosts),
-            "unowned": len(leaks),
-            "missing": len(missing),
-            "framebuffer_total_mib": sum(h["framebuffer_total_mib"] for h in hosts),
-            "framebuffer_used_mib": sum(h["framebuffer_used_mib"] for h in hosts),
-            "framebuffer_free_mib": free_fb,
-        },
-        "fragmentation": {
-            "gpus_locked": gpus_locked,
-            "gpus_empty": gpus_empty,
-            "framebuffer_free_mib": free_fb,
-            "framebuffer_locked_free_mib": locked_fb,
-            "locked_share": round(locked_fb / free_fb, 4) if free_fb else 0.0,
-        },
-        "hosts": hosts,
-        "types": type_rows,
-        "leaks": leaks,
-        "missing": missing,
-        "warnings": warnings,
-    }
+                for g in doc["gpus"]:
+                    if g.get("locked_to"):
+                        gpus_locked += 1
+                    elif not g.get("devices") and g.get("framebuffer_total_mib"):
+                        gpus_empty += 1
+                for d in doc["devices"]:
+                    if d.get("owned") is False:
+                        leaks.append(
+                            {
+                                "host": name,
+                                "id": d["id"],
+                                "kind": d["kind"],
+                                "type_id": d.get("type_id"),
+                                "physical_gpu": d.get("physical_gpu"),
+                                "parent": d.get("parent"),
+                            }
+                        )
+                if doc["missing"]:  # most hosts have none: no generator to set up
+                    missing.extend({"host": name, **m} for m in doc["missing"])
+                if doc["warnings"]:
+                    warnings.extend(f"{name}: {w}" for w in doc["warnings"])
+        finally:
+            self.gpus_locked += gpus_locked
+            self.gpus_empty += gpus_empty
+
+    def document(self, generated_at: str) -> dict[str, Any]:
+        """The fleet document (vgpuadm-fleet/1) of the hosts folded in."""
+        hosts, leaks, missing = self.hosts, self.leaks, self.missing
+        if not hosts:
+            raise UsageError(
+                "no inventory files to merge", "pass one or more files: vgpuadm inventory merge A.json B.json"
+            )
+        type_rows = sorted(
+            (
+                {
+                    "type_id": type_id,
+                    "name": name,
+                    "framebuffer_mib": fb,
+                    "used": used,
+                    "free": free,
+                    "stranded": stranded,
+                    "reserved": reserved,
+                    "max": most,
+                    "hosts_with_room": with_room,
+                    "hosts": [
+                        {"host": h, "used": u, "free": f, "stranded": st}
+                        for h, u, f, st in zip(*[iter(per_host)] * 4, strict=True)
+                    ],
+                    "framebuffer_used_mib": used * fb if fb is not None else None,
+                    "framebuffer_free_mib": free * fb if fb is not None else None,
+                }
+                for type_id, (name, fb, used, free, stranded, reserved, most, with_room, per_host) in self.types.items()
+            ),
+            key=lambda row: type_id_order(row["type_id"]),
+        )
+        free_fb = sum(h["framebuffer_free_mib"] for h in hosts)
+        locked_fb = sum(h["framebuffer_locked_free_mib"] for h in hosts)
+        return {
+            "schema": SCHEMA,
+            "generated_at": generated_at,
+            "totals": {
+                "hosts": len(hosts),
+                "gpus": sum(h["gpus"] for h in hosts),
+                "devices": sum(h["devices"] for h in hosts),
+                "unowned": len(leaks),
+                "missing": len(missing),
+                "framebuffer_total_mib": sum(h["framebuffer_total_mib"] for h in hosts),
+                "framebuffer_used_mib": sum(h["framebuffer_used_mib"] for h in hosts),
+                "framebuffer_free_mib": free_fb,
+            },
+            "fragmentation": {
+                "gpus_locked": self.gpus_locked,
+                "gpus_empty": self.gpus_empty,
+                "framebuffer_free_mib": free_fb,
+                "framebuffer_locked_free_mib": locked_fb,
+                "locked_share": round(locked_fb / free_fb, 4) if free_fb else 0.0,
+            },
+            "hosts": hosts,
+            "types": type_rows,
+            "leaks": leaks,
+            "missing": missing,
+            "warnings": self.warnings,
+        }
