@@ -23,17 +23,7 @@ if TYPE_CHECKING:
     from vgpuadm.io.unitfile import exec_start
     from vgpuadm.ops import declarative, guest, hook, mdevctl, udevrun, unit
     from vgpuadm.ops import mig as mig
-    from vgpuadm.ops.declarative import (
-        ApplyResult,
-        DriftResult,
-        ReconcileResult,
-        RestoreResult,
-        apply_desired,
-        apply_plan_file,
-        reconcile,
-        restore,
-        restore_check,
-    )
+    from vgpuadm.ops.declarative import ApplyResult, ReconcileResult, apply_desired, apply_plan_file, reconcile
     from vgpuadm.ops.demo import DemoResult
     from vgpuadm.ops.demo import run as demo
     from vgpuadm.ops.doctor import doctor
@@ -93,6 +83,7 @@ if TYPE_CHECKING:
     from vgpuadm.ops.mdevctl import export as mdevctl_export
     from vgpuadm.ops.mdevctl import import_ as mdevctl_import
     from vgpuadm.ops.migrate import check as migrate_check
+    from vgpuadm.ops.restore import DriftResult, RestoreResult, restore, restore_check
     from vgpuadm.ops.snapshot import import_ as snapshot_import
     from vgpuadm.ops.snapshot import take as snapshot
     from vgpuadm.ops.udev import install as udev_install
@@ -160,9 +151,9 @@ _HOMES: dict[str, tuple[str, str]] = {
     "DemoResult": ("vgpuadm.ops.demo", "DemoResult"),
     "GuestResult": ("vgpuadm.ops.guest", "GuestResult"),
     "ReconcileResult": ("vgpuadm.ops.declarative", "ReconcileResult"),
-    "RestoreResult": ("vgpuadm.ops.declarative", "RestoreResult"),
-    "DriftResult": ("vgpuadm.ops.declarative", "DriftResult"),
-    "restore_check": ("vgpuadm.ops.declarative", "restore_check"),
+    "RestoreResult": ("vgpuadm.ops.restore", "RestoreResult"),
+    "DriftResult": ("vgpuadm.ops.restore", "DriftResult"),
+    "restore_check": ("vgpuadm.ops.restore", "restore_check"),
     "UnitResult": ("vgpuadm.ops.unit", "UnitResult"),
     "apply": ("vgpuadm.ops.host", "apply"),
     "apply_desired": ("vgpuadm.ops.declarative", "apply_desired"),
@@ -208,7 +199,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "reconcile": ("vgpuadm.ops.declarative", "reconcile"),
     "recover": ("vgpuadm.ops.host", "recover"),
     "resolve_root": ("vgpuadm.host.root", "resolve_root"),
-    "restore": ("vgpuadm.ops.declarative", "restore"),
+    "restore": ("vgpuadm.ops.restore", "restore"),
     "run_host_verb": ("vgpuadm.ops.host", "run"),
     "set_lock_policy": ("vgpuadm.executor", "set_lock_policy"),
     "show_vm": ("vgpuadm.ops.inventory", "show_vm"),

@@ -9,6 +9,8 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from vgpuadm.cli.app import run
 from vgpuadm.cli.console import Console
 from vgpuadm.errors import ConflictError
 from vgpuadm.executor import CRASH_HOOK, JOURNAL, ExecContext, execute, read_journal
+from vgpuadm.polling import FileLock, LockTimeout
 from vgpuadm.sim.treestate import diff, tree_state
 
 GPU = "0000:01:00.0"
@@ -99,6 +102,79 @@ def test_lock_held_by_another_process_is_a_clear_conflict(sim_host: Callable[[st
         holder.kill()
         holder.wait()
     assert api.discover(str(root)).mdevs == {}
+
+
+@pytest.mark.process
+def test_file_lock_waits_for_another_process_and_counts_its_own_holds(tmp_path: Path) -> None:
+    """polling.FileLock (the host lock's, without the filelock package): an flock another process holds is waited
+    for up to the timeout (0: one try), then LockTimeout; in the holding thread it is re-entrant and only the last
+    release lets go; the file is made with the mode asked whatever the umask."""
+    path = tmp_path / "lock"
+    old = os.umask(0o077)
+    try:
+        lock = FileLock(str(path), mode=0o640)
+        with lock:
+            assert (lock.is_locked, lock.lock_counter, oct(path.stat().st_mode & 0o777)) == (True, 1, "0o640")
+            lock.acquire(timeout=0)
+            assert lock.lock_counter == 2
+            lock.release()
+            assert lock.lock_counter == 1
+    finally:
+        os.umask(old)
+    assert (lock.is_locked, lock.lock_counter) == (False, 0)
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(path)!r}, os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX)\n"
+         "print('held', flush=True); sys.stdin.readline()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(LockTimeout):
+            lock.acquire(timeout=0)
+        start = time.monotonic()
+        with pytest.raises(LockTimeout):
+            lock.acquire(timeout=0.3)
+        assert 0.3 <= time.monotonic() - start < 5
+        assert (lock.is_locked, lock.lock_counter) == (False, 0)
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        lock.acquire(timeout=10)  # the holder exits: its flock goes with it
+        assert lock.lock_counter == 1
+        lock.release()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_file_lock_makes_another_thread_wait(tmp_path: Path) -> None:
+    """Another thread of the process waits for the holding thread as another process would (filelock's locks
+    were per thread): it does not enter the hold."""
+    lock = FileLock(str(tmp_path / "lock"))
+    got: list[object] = []
+
+    def other(timeout: float) -> None:
+        try:
+            lock.acquire(timeout=timeout)
+            got.append(lock.lock_counter)
+            lock.release()
+        except LockTimeout as exc:
+            got.append(exc)
+
+    with lock:
+        t = threading.Thread(target=other, args=(0,))
+        t.start()
+        t.join()
+        assert isinstance(got.pop(), LockTimeout)
+        t = threading.Thread(target=other, args=(10,))
+        t.start()
+        time.sleep(0.2)
+        assert got == []
+    t.join()
+    assert got == [1]
+    assert (lock.is_locked, lock.lock_counter) == (False, 0)
 
 
 def _crash_after_two(root: Path) -> tuple[dict[str, object], list[str]]:

@@ -43,8 +43,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from vgpuadm.errors import ConflictError, HostIOError, Interrupted, UnsafeError, UsageError, VgpuadmError
 from vgpuadm.executor.hints import errno_hint
 from vgpuadm.executor.journalcheck import check_document, check_owner, check_progress_state
@@ -52,6 +50,7 @@ from vgpuadm.host import root as host_root
 from vgpuadm.host.files import BeneathError, fsync_dir, write_beneath
 from vgpuadm.host.root import check_exists, check_writable
 from vgpuadm.host.sysfs import Sysfs
+from vgpuadm.polling import FileLock, LockTimeout
 from vgpuadm.steps import Plan, Step
 
 # Relative to the root (host/root.py holds the host paths).
@@ -125,7 +124,7 @@ def handler_for(step: Step, table: Mapping[type, Handler] | None = None) -> Hand
 
 # --- lock ---------------------------------------------------------------------------------------------------------
 
-_LOCKS: dict[tuple[int, str], FileLock] = {}  # per pid: filelock refuses an instance inherited across fork()
+_LOCKS: dict[tuple[int, str], FileLock] = {}  # per pid: an instance inherited across fork() holds nothing here
 _LOCKS_GUARD = threading.Lock()
 MAX_OWNER = 4096  # the owner file holds {"pid": N, "argv": [...]}; a bigger one is not ours
 
@@ -197,11 +196,11 @@ def _acquire(lock: FileLock, root: str, owner: str, wait: float) -> None:
     try:
         lock.acquire(timeout=0)
         return
-    except Timeout:
+    except LockTimeout:
         pass
     holder = lock_holder(root, owner)
     if not holder:  # the holder has the lock but has not written its name yet
-        with contextlib.suppress(Timeout):
+        with contextlib.suppress(LockTimeout):
             lock.acquire(timeout=min(0.5, wait))
             return
         holder = lock_holder(root, owner)
@@ -213,7 +212,7 @@ def _acquire(lock: FileLock, root: str, owner: str, wait: float) -> None:
         LOCK_POLICY.on_wait(f"waiting for {holder} (up to {wait:g} s; --no-wait fails at once)")
     try:
         lock.acquire(timeout=wait)
-    except Timeout:
+    except LockTimeout:
         raise ConflictError(
             f"another vgpuadm is changing this host: {lock_holder(root, owner) or holder}, still after {wait:g} s",
             hint,

@@ -14,10 +14,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from filelock import FileLock
-
 from vgpuadm.errors import UsageError
 from vgpuadm.host.sysfs import SIM_MARKER
+from vgpuadm.polling import FileLock
 from vgpuadm.sim.profiles import SRIOV_CONFIGURE_DRIVERS, HostBuilder, check_model
 from vgpuadm.sim.tree import IOMMU_GROUPS, MDEV_DEVICES, PCI_DEVICES, TreeBuilder
 
