@@ -14,8 +14,13 @@ tmpfs, so nothing is written to the host's. Needs root, mdevctl, unshare, and no
 mdevctl): there mdevctl's writes land in plain files and make no device, so only vgpuadm's side is checked and the
 ratio compares unequal work (a smoke run, not a measurement).
 
+`--before TREE`: also time TREE's vgpuadm (a checkout), interleaved; both trees' vgpuadm and templates/ are then
+copied (with their bytecode) into the bench's temporary directory first, so that both load from the same file system
+(in the lane's guest the checkout is on a cached 9p mount, which a TREE elsewhere is not).
+
 Usage: .venv/bin/python bench/bench_restore_kernel.py [--runs 5] [--warmup 1] [--result FILE] [--json FILE] [--sim]
-(the kernel lane's guest test test_restore_vs_mdevctl.py runs it with --result and --json).
+[--before TREE] (the kernel lane's guest test test_restore_vs_mdevctl.py runs it with --result and --json, and
+with --before TREE when run-lane.sh is given VGPUADM_KERNEL_RESTORE_BEFORE=TREE).
 """
 
 from __future__ import annotations
@@ -116,6 +121,7 @@ def main() -> None:
     ap.add_argument("--json", metavar="FILE", help="the devices defined and what each side made in its last run")
     ap.add_argument("--sim", action="store_true", help="on a simulated kernel-samples host (smoke only)")
     ap.add_argument("--tmpdir", default=tempfile.gettempdir())
+    ap.add_argument("--before", metavar="TREE", help="also time this checkout's vgpuadm restore, interleaved")
     a = ap.parse_args()
     if os.geteuid() != 0 or not shutil.which("mdevctl") or not shutil.which("unshare"):
         sys.exit("needs root, mdevctl and unshare")
@@ -148,6 +154,16 @@ def run(a: argparse.Namespace, py: str, work: str) -> None:
     vgpuadm = [py, "-m", "vgpuadm", *(["--root", root] if a.sim else []), "restore", "--domain-xml-dir", domains]
     sides = {"vgpuadm restore": [vgpuadm], "mdevctl start-parent-mdevs": [
         ["mdevctl", "start-parent-mdevs", p] for p in parents]}  # fmt: skip
+    envs = dict.fromkeys(sides, env)
+    if a.before:
+        sides["vgpuadm restore (before)"] = [vgpuadm]
+        here = os.path.dirname(os.path.dirname(os.path.abspath(api.__file__)))
+        for name, tree in (("vgpuadm restore", here), ("vgpuadm restore (before)", a.before)):
+            copy = os.path.join(work, "trees", "before" if name.endswith("(before)") else "after")
+            for part in ("vgpuadm", "templates"):
+                if os.path.isdir(os.path.join(tree, part)):
+                    shutil.copytree(os.path.join(tree, part), os.path.join(copy, part), symlinks=True)
+            envs[name] = dict(env, PYTHONPATH=copy)
     times: dict[str, list[float]] = {k: [] for k in sides}
     cpus: dict[str, list[float]] = {k: [] for k in sides}
     made: dict[str, list[Device]] = {}
@@ -161,7 +177,7 @@ def run(a: argparse.Namespace, py: str, work: str) -> None:
     for n in range(a.warmup + a.runs):
         for name, argvs in sides.items():
             clear()
-            wall, cpu = timed(argvs, env)
+            wall, cpu = timed(argvs, envs[name])
             made[name] = present(root)
             if made[name] != devices and not (a.sim and name.startswith("mdevctl")):
                 sys.exit(f"{name} made {len(made[name])} of the {len(devices)} defined mdevs: {made[name][:4]}…")
@@ -187,6 +203,11 @@ def run(a: argparse.Namespace, py: str, work: str) -> None:
     for name in sides:
         print(f"  {name:28s} wall runs {', '.join(f'{x:.2f}' for x in times[name])}; "
               f"CPU runs {', '.join(f'{x:.2f}' for x in cpus[name])}")  # fmt: skip
+    if a.before:
+        b = "vgpuadm restore (before)"
+        line += (f"; before ({a.before}): {med[b]:.2f} s wall, {cpu[b]:.2f} s CPU, ratio {med[b] / med[m]:.2f}× wall, "
+                 f"{cpu[b] / cpu[m]:.2f}× CPU; after / before {med[v] / med[b]:.2f} wall, {cpu[v] / cpu[b]:.2f} CPU")  # fmt: skip
+        print(f"  before{line.rsplit('; before', 1)[1]}")
     if a.result:
         with open(a.result, "w") as f:
             f.write(line + "\n")
