@@ -113,6 +113,37 @@ def timed(argvs: list[list[str]], env: dict[str, str]) -> tuple[float, float]:
     return elapsed, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
+def profile_summary(path: str) -> str:
+    """Where one restore's time went (cProfile, cumulative seconds): the imports, the parts of the restore, and
+    the 25 functions of vgpuadm with the most cumulative time."""
+    import io
+    import pstats
+
+    st = pstats.Stats(path)
+    parts = {
+        "imports (importlib _find_and_load)": ("importlib._bootstrap", "_find_and_load"),
+        "ops/restore.restore": ("ops/restore.py", "restore"),
+        "Session.changing": ("ops/session.py", "changing"),
+        "host snapshot (discover.snapshot)": ("host/discover.py", "snapshot"),
+        "saved domains (read_domain_dir)": ("io/domainxml.py", "read_domain_dir"),
+        "recover": ("executor/__init__.py", "recover"),
+        "rebuild": ("ops/restore.py", "rebuild"),
+        "execute_units": ("executor/__init__.py", "execute_units"),
+        "sysfs writes": ("host/sysfs.py", "write"),
+    }
+    cum = {label: 0.0 for label in parts}
+    for (file, _line, name), (_cc, _nc, _tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
+        for label, (where, fn) in parts.items():
+            if name == fn and where in file:
+                cum[label] = max(cum[label], ct)
+    out = io.StringIO()
+    out.write(f"one vgpuadm restore under cProfile: {st.total_tt:.2f} s\n")  # type: ignore[attr-defined]
+    out.writelines(f"  {label:40s} {seconds:7.2f} s\n" for label, seconds in cum.items())
+    st.stream = out  # type: ignore[attr-defined]
+    st.sort_stats("cumulative").print_stats("vgpuadm", 25)
+    return out.getvalue()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
@@ -122,6 +153,9 @@ def main() -> None:
     ap.add_argument("--sim", action="store_true", help="on a simulated kernel-samples host (smoke only)")
     ap.add_argument("--tmpdir", default=tempfile.gettempdir())
     ap.add_argument("--before", metavar="TREE", help="also time this checkout's vgpuadm restore, interleaved")
+    ap.add_argument(
+        "--profile", metavar="FILE", help="then profile one more vgpuadm restore (cProfile): a summary here"
+    )
     a = ap.parse_args()
     if os.geteuid() != 0 or not shutil.which("mdevctl") or not shutil.which("unshare"):
         sys.exit("needs root, mdevctl and unshare")
@@ -184,6 +218,11 @@ def run(a: argparse.Namespace, py: str, work: str) -> None:
             if n >= a.warmup:
                 times[name].append(wall)
                 cpus[name].append(cpu)
+    if a.profile:
+        clear()
+        timed([[py, "-m", "cProfile", "-o", os.path.join(work, "restore.prof"), *vgpuadm[1:]]], env)
+        with open(a.profile, "w") as f:
+            f.write(profile_summary(os.path.join(work, "restore.prof")))
     clear()
     if a.json:
         with open(a.json, "w") as f:
