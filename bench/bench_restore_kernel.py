@@ -14,9 +14,10 @@ tmpfs, so nothing is written to the host's. Needs root, mdevctl, unshare, and no
 mdevctl): there mdevctl's writes land in plain files and make no device, so only vgpuadm's side is checked and the
 ratio compares unequal work (a smoke run, not a measurement).
 
-`--before TREE`: also time TREE's vgpuadm (a checkout), interleaved; both trees' vgpuadm and templates/ are then
-copied (with their bytecode) into the bench's temporary directory first, so that both load from the same file system
-(in the lane's guest the checkout is on a cached 9p mount, which a TREE elsewhere is not).
+vgpuadm runs as an installed copy does (`installed`: this checkout's vgpuadm copied with its bytecode into the bench's
+temporary directory, `python -S` with the copy and site-packages as its path), not from the checkout: in the lane's
+guest the checkout is on 9p. `--before TREE`: also time TREE's vgpuadm (a checkout, compiled), the same way,
+interleaved.
 
 Usage: .venv/bin/python bench/bench_restore_kernel.py [--runs 5] [--warmup 1] [--result FILE] [--json FILE] [--sim]
 [--before TREE] (the kernel lane's guest test test_restore_vs_mdevctl.py runs it with --result and --json, and
@@ -99,13 +100,26 @@ def define(root: str, work: str, devices: list[Device]) -> str:
     return domains
 
 
-def timed(argvs: list[list[str]], env: dict[str, str]) -> tuple[float, float]:
+def installed(env: dict[str, str], tree: str, copy: str) -> dict[str, str]:
+    """The environment that runs `tree`'s vgpuadm as an installed one runs at boot: its vgpuadm and templates/ copied
+    (with their bytecode) into `copy`, on the bench's file system, and `python -S` with that copy and this
+    interpreter's site-packages as the whole path. In the lane's guest the checkout is reached over 9p, and the
+    editable install's .pth puts its uncached root on sys.path: every top-level import would stat it on the host
+    (a round trip under TCG), which an installed vgpuadm, and mdevctl, never pay."""
+    for part in ("vgpuadm", "templates"):
+        if os.path.isdir(os.path.join(tree, part)):
+            shutil.copytree(os.path.join(tree, part), os.path.join(copy, part), symlinks=True)
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    return dict(env, PYTHONPATH=os.pathsep.join([copy, *site]))
+
+
+def timed(argvs: list[list[str]], env: dict[str, str], cwd: str) -> tuple[float, float]:
     """(wall, CPU) seconds of these commands run one after the other; CPU is user+sys of them and their children."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     for argv in argvs:
-        # cwd "/": `python -m` puts the working directory first on sys.path, ahead of PYTHONPATH
-        r = subprocess.run(argv, capture_output=True, text=True, env=env, cwd="/")
+        # cwd: `python -m` puts the working directory first on sys.path (the bench's own, holding no vgpuadm)
+        r = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
         if r.returncode != 0:
             sys.exit(f"{' '.join(argv[:6])}… failed: {(r.stderr or r.stdout).strip()[-500:]}")
     elapsed = time.perf_counter() - start
@@ -185,19 +199,16 @@ def run(a: argparse.Namespace, py: str, work: str) -> None:
     devices = plan(root)
     domains = define(root, work, devices)
     parents = sorted({p for _, _, p in devices})
-    vgpuadm = [py, "-m", "vgpuadm", *(["--root", root] if a.sim else []), "restore", "--domain-xml-dir", domains]
+    vgpuadm = [py, "-S", "-m", "vgpuadm", *(["--root", root] if a.sim else []), "restore", "--domain-xml-dir", domains]
     sides = {"vgpuadm restore": [vgpuadm], "mdevctl start-parent-mdevs": [
         ["mdevctl", "start-parent-mdevs", p] for p in parents]}  # fmt: skip
-    envs = dict.fromkeys(sides, env)
+    trees = {"vgpuadm restore": os.path.dirname(os.path.dirname(os.path.abspath(api.__file__)))}
     if a.before:
         sides["vgpuadm restore (before)"] = [vgpuadm]
-        here = os.path.dirname(os.path.dirname(os.path.abspath(api.__file__)))
-        for name, tree in (("vgpuadm restore", here), ("vgpuadm restore (before)", a.before)):
-            copy = os.path.join(work, "trees", "before" if name.endswith("(before)") else "after")
-            for part in ("vgpuadm", "templates"):
-                if os.path.isdir(os.path.join(tree, part)):
-                    shutil.copytree(os.path.join(tree, part), os.path.join(copy, part), symlinks=True)
-            envs[name] = dict(env, PYTHONPATH=copy)
+        trees["vgpuadm restore (before)"] = a.before
+    envs = dict.fromkeys(sides, env)
+    for name, tree in trees.items():
+        envs[name] = installed(env, tree, os.path.join(work, "before" if name.endswith("(before)") else "after"))
     times: dict[str, list[float]] = {k: [] for k in sides}
     cpus: dict[str, list[float]] = {k: [] for k in sides}
     made: dict[str, list[Device]] = {}
@@ -211,7 +222,7 @@ def run(a: argparse.Namespace, py: str, work: str) -> None:
     for n in range(a.warmup + a.runs):
         for name, argvs in sides.items():
             clear()
-            wall, cpu = timed(argvs, envs[name])
+            wall, cpu = timed(argvs, envs[name], work)
             made[name] = present(root)
             if made[name] != devices and not (a.sim and name.startswith("mdevctl")):
                 sys.exit(f"{name} made {len(made[name])} of the {len(devices)} defined mdevs: {made[name][:4]}…")
@@ -220,7 +231,8 @@ def run(a: argparse.Namespace, py: str, work: str) -> None:
                 cpus[name].append(cpu)
     if a.profile:
         clear()
-        timed([[py, "-m", "cProfile", "-o", os.path.join(work, "restore.prof"), *vgpuadm[1:]]], env)
+        profiled = [py, "-S", "-m", "cProfile", "-o", os.path.join(work, "restore.prof"), *vgpuadm[2:]]
+        timed([profiled], envs["vgpuadm restore"], work)
         with open(a.profile, "w") as f:
             f.write(profile_summary(os.path.join(work, "restore.prof")))
     clear()
