@@ -20,8 +20,10 @@ guest the checkout is on 9p. `--before TREE`: also time TREE's vgpuadm (a checko
 interleaved.
 
 Usage: .venv/bin/python bench/bench_restore_kernel.py [--runs 5] [--warmup 1] [--result FILE] [--json FILE] [--sim]
-[--before TREE] (the kernel lane's guest test test_restore_vs_mdevctl.py runs it with --result and --json, and
-with --before TREE when run-lane.sh is given VGPUADM_KERNEL_RESTORE_BEFORE=TREE).
+[--before TREE] [--profile FILE] (`--profile`: one more restore under cProfile, where its time went, into FILE).
+The kernel lane's guest test test_restore_vs_mdevctl.py runs it with --result and --json and, by default,
+`--runs 1 --warmup 0`; run-lane.sh's VGPUADM_KERNEL_RESTORE_BENCH replaces those options. Smoke: --sim --runs 1
+--warmup 0.
 """
 
 from __future__ import annotations
