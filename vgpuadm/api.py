@@ -23,17 +23,7 @@ if TYPE_CHECKING:
     from vgpuadm.io.unitfile import exec_start
     from vgpuadm.ops import declarative, guest, hook, mdevctl, udevrun, unit
     from vgpuadm.ops import mig as mig
-    from vgpuadm.ops.declarative import (
-        ApplyResult,
-        DriftResult,
-        ReconcileResult,
-        RestoreResult,
-        apply_desired,
-        apply_plan_file,
-        reconcile,
-        restore,
-        restore_check,
-    )
+    from vgpuadm.ops.declarative import ApplyResult, ReconcileResult, apply_desired, apply_plan_file, reconcile
     from vgpuadm.ops.demo import DemoResult
     from vgpuadm.ops.demo import run as demo
     from vgpuadm.ops.doctor import doctor
@@ -98,6 +88,7 @@ if TYPE_CHECKING:
     from vgpuadm.ops.migrate import finish as migrate_finish
     from vgpuadm.ops.migrate import incoming as migrate_incoming
     from vgpuadm.ops.migrate import move as migrate_move
+    from vgpuadm.ops.restore import DriftResult, RestoreResult, restore, restore_check
     from vgpuadm.ops.snapshot import import_ as snapshot_import
     from vgpuadm.ops.snapshot import take as snapshot
     from vgpuadm.ops.udev import install as udev_install
@@ -167,9 +158,9 @@ _HOMES: dict[str, tuple[str, str]] = {
     "DemoResult": ("vgpuadm.ops.demo", "DemoResult"),
     "GuestResult": ("vgpuadm.ops.guest", "GuestResult"),
     "ReconcileResult": ("vgpuadm.ops.declarative", "ReconcileResult"),
-    "RestoreResult": ("vgpuadm.ops.declarative", "RestoreResult"),
-    "DriftResult": ("vgpuadm.ops.declarative", "DriftResult"),
-    "restore_check": ("vgpuadm.ops.declarative", "restore_check"),
+    "RestoreResult": ("vgpuadm.ops.restore", "RestoreResult"),
+    "DriftResult": ("vgpuadm.ops.restore", "DriftResult"),
+    "restore_check": ("vgpuadm.ops.restore", "restore_check"),
     "UnitResult": ("vgpuadm.ops.unit", "UnitResult"),
     "apply": ("vgpuadm.ops.host", "apply"),
     "apply_desired": ("vgpuadm.ops.declarative", "apply_desired"),
@@ -220,7 +211,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "reconcile": ("vgpuadm.ops.declarative", "reconcile"),
     "recover": ("vgpuadm.ops.host", "recover"),
     "resolve_root": ("vgpuadm.host.root", "resolve_root"),
-    "restore": ("vgpuadm.ops.declarative", "restore"),
+    "restore": ("vgpuadm.ops.restore", "restore"),
     "run_host_verb": ("vgpuadm.ops.host", "run"),
     "set_lock_policy": ("vgpuadm.executor", "set_lock_policy"),
     "show_vm": ("vgpuadm.ops.inventory", "show_vm"),

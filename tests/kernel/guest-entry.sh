@@ -7,6 +7,8 @@ results=$1
 modules=$2
 # The test files to run (run-lane.sh's VGPUADM_KERNEL_TESTS), in that order; empty: the whole guest suite.
 read -r -a tests <<<"${3:-}"
+# run-lane.sh's VGPUADM_KERNEL_RESTORE_BENCH: the options test_restore_vs_mdevctl.py gives the restore bench.
+export VGPUADM_KERNEL_RESTORE_BENCH="${4:-}"
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 export PATH="$repo/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -2,7 +2,8 @@
 
 Inputs: <results>/marks, "<mark> <guest uptime s>" lines from guest-entry.sh and the guest conftest (entry, setup,
 libvirtd-started, pytest-start, libvirtd-answers, collected, tests-end, pytest-end, done); <results>/test-parts,
-"<test file> <s>" (setup + call + teardown of its tests); and from run-lane.sh the seconds before the boot
+"<test file> <s>" (setup + call + teardown of its tests); <results>/restore-vs-mdevctl, the result line of
+bench/bench_restore_kernel.py (test_restore_vs_mdevctl.py runs it), printed after the table; and from run-lane.sh the seconds before the boot
 (building the sample drivers, compiling the checkout), of the guest (QEMU started to QEMU gone) and of the
 host-side differential. Every second of the lane is in one row; libvirtd's start runs beside collection and the
 first tests, so it is shown apart.
@@ -62,6 +63,9 @@ def table(results: Path, before: float, guest: float, differential: float) -> st
     if "libvirtd-started" in marks and "libvirtd-answers" in marks:
         waited = marks["libvirtd-answers"] - marks["libvirtd-started"]
         lines.append(f"  (beside the above: libvirtd answered {waited:.1f} s after it was started)")
+    bench = results / "restore-vs-mdevctl"
+    if bench.exists():
+        lines.append(bench.read_text().strip())
     return "\n".join(lines) + "\n"
 
 

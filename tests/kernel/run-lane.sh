@@ -9,7 +9,10 @@
 # qemu-system-x86, libvirt, and virtme-ng in .venv.
 # Knobs: VGPUADM_KERNEL_TIMEOUT (s, default 1800), VGPUADM_KERNEL_CPUS (guest vCPUs, default 2),
 # VGPUADM_KERNEL_TESTS (guest test files to run, in that order, e.g. "test_verbs.py test_race.py"; default all of tests/kernel/guest; the
-# host-side comparisons whose guest records were not made are then skipped). The time per part is printed at
+# host-side comparisons whose guest records were not made are then skipped), VGPUADM_KERNEL_RESTORE_BENCH (the options
+# test_restore_vs_mdevctl.py gives bench/bench_restore_kernel.py; default "--runs 1 --warmup 0", one run a side to
+# keep the lane short; the measurement: "--runs 5 --warmup 1", and "--before TREE" with a compiled checkout outside
+# /tmp for an A/B, "--profile <results>/restore.prof.txt" for a profile). The time per part is printed at
 # the end and kept in parts.log. Measured (2 vCPUs, quiet hosts): all 19 guest tests in 200 s of guest time on
 # 2026-12-02's host (boot ~38 s, pytest's start and collection ~24 s, the live, hook, verbs and race tests ~31, ~31,
 # ~21 and ~15 s); 240 s there before the hook test reloaded libvirtd instead of restarting it and the live tests
@@ -75,7 +78,7 @@ for attempt in 1 2; do
   (cd "$repo" && timeout --kill-after=30 "$timeout_s" vng --run "$kernel" --disable-kvm --disable-microvm \
     --verbose --cpus "${VGPUADM_KERNEL_CPUS:-2}" --memory 2G --rwdir "$results" \
     --append "intel_iommu=on modprobe.blacklist=bochs" --qemu-opts="$qemu_opts" \
-    --exec "'$here/guest-entry.sh' '$results' '$modules' '${VGPUADM_KERNEL_TESTS:-}'") </dev/null >"$results/console.log" 2>&1 &
+    --exec "'$here/guest-entry.sh' '$results' '$modules' '${VGPUADM_KERNEL_TESTS:-}' '${VGPUADM_KERNEL_RESTORE_BENCH:-}'") </dev/null >"$results/console.log" 2>&1 &
   vng_pid=$!
   boot_start=$SECONDS
   # A progress line every 2 minutes (the last test pytest.log names), so a slow CI host shows where the guest is.

@@ -1,7 +1,8 @@
 """Every benchmark in bench/ still runs, at the smallest sizes: each is started the way its docstring says
 (`.venv/bin/python bench/<x>.py`) and must finish and print its result line. No timing is asserted (the figures
 are the benchmarks' business, see bench/); bench_merge exits 1 over its budget, which is not this test's concern.
-bench_provision needs libvirtd (the session fixture starts it) and, like discovery and restore, root and mdevctl."""
+bench_provision needs libvirtd (the session fixture starts it) and, like discovery and the restore benches, root and
+mdevctl (bench_restore_kernel runs here with --sim: the real sample parents are the kernel lane's guest's)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ CASES = {
     "bench_merge.py": (["--hosts", "6", "--runs", "1", "--before"], "after / before"),
     "bench_merge_trees.py": (["--hosts", "6", "--runs", "1", ".", "."], "CPU last / first tree:"),
     "bench_restore.py": (["--runs", "1", "--gpus", "1", "--per-gpu", "1"], "ratio vgpuadm / mdevctl:"),
+    # the real kernel's bench (the lane's guest runs it), on a simulated kernel-samples host
+    "bench_restore_kernel.py": (["--sim", "--runs", "1", "--warmup", "0"], "boot restore of 52 mdevs ("),
     "bench_provision.py": (["--vms", "2", "--repeat", "1"], "ratio vgpuadm / loop:"),
     "bench_executor.py": (["--runs", "1", "--count", "1"], ""),
     "bench_exporter.py": (["--vms", "2", "--runs", "1"], "scrape median"),

@@ -1,5 +1,5 @@
 """restore.py (pure): the phases, what each plans from recorded allocations on a rebooted simulated host, that a
-restored host plans nothing, and the polling wait (tenacity, no fixed sleep)."""
+restored host plans nothing, and the polling wait (polling.wait_until, no fixed sleep)."""
 
 from __future__ import annotations
 

@@ -101,3 +101,23 @@ def test_restore_does_not_import_typer(sim_host: Callable[[str], Path]) -> None:
     r = subprocess.run([sys.executable, "-c", code, "--root", str(sim_host("p4")), "restore"],
                        capture_output=True, text=True, env=env, check=True, cwd="/")  # fmt: skip
     assert r.stdout.splitlines()[-1] == "0 False"
+
+
+@pytest.mark.process
+def test_restore_imports_only_what_its_phases_run(sim_host: Callable[[str], Path], tmp_path: Path) -> None:
+    """The boot unit's `restore --domain-xml-dir` restoring devices loads the restore planner and what its phases
+    run: not apply's plan file grammar (planfile, jsonschema, ruamel.yaml), the desired-state and reconcile planners,
+    the other verbs' ops modules, nor the filelock package (the host lock is host/flock.py's)."""
+    root, saved = _host(sim_host, tmp_path)
+    subprocess.run([sys.executable, "-m", "vgpuadm", "sim", "reboot", root], check=True, capture_output=True, cwd="/",
+                   env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+    unwanted = ("filelock", "jsonschema", "ruamel", "vgpuadm.io.planfile", "vgpuadm.plan.apply", "vgpuadm.plan.desired",
+                "vgpuadm.plan.reconcile", "vgpuadm.ops.declarative", "vgpuadm.ops.host")  # fmt: skip
+    code = ("import sys; from vgpuadm.cli.app import run; code = run(sys.argv[1:]); "
+            f"print(code, sorted(m for m in sys.modules if m.split('.')[0] in {unwanted!r} or m in {unwanted!r}))")  # fmt: skip
+    argv = ["--root", root, "restore", "--domain-xml-dir", str(saved), "--timeout", "1"]
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd="/",
+                       env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+    made = len(api.discover(root).mdevs)
+    assert f"restored: {made} step(s) for {made + 1} recorded device(s)" in r.stdout
+    assert r.stdout.splitlines()[-1] == "3 []"

@@ -10,8 +10,9 @@ import jsonschema
 import pytest
 
 from vgpuadm.model import Allocation
-from vgpuadm.ops.declarative import Leak, ReconcileResult, RestoreResult
+from vgpuadm.ops.declarative import Leak, ReconcileResult
 from vgpuadm.ops.guest import GuestResult
+from vgpuadm.ops.restore import RestoreResult
 from vgpuadm.schemas import load, validate
 from vgpuadm.steps import Plan
 

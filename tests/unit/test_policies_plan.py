@@ -13,8 +13,7 @@ from vgpuadm.catalog.hetero import rmpvmrl
 from vgpuadm.errors import ConflictError
 from vgpuadm.host import hetero as host_hetero
 from vgpuadm.host.root import HostRoot
-from vgpuadm.plan.desired import GpuSpec
-from vgpuadm.plan.policies import plan_gpus
+from vgpuadm.plan.policies import GpuSpec, plan_gpus
 from vgpuadm.steps import SetVgpuScheduler, WriteManagedFile
 
 GPU = "0000:81:00.0"

@@ -146,6 +146,51 @@ def test_the_lock_file_is_never_opened_through_a_link(tmp_path: Path) -> None:
     assert not (tmp_path / "elsewhere").exists()
 
 
+@pytest.mark.process
+def test_file_lock_waits_for_another_process_and_counts_its_own_holds(tmp_path: Path) -> None:
+    """host/flock.py's FileLock: an flock another process holds is waited for up to the timeout (0: one try), then
+    LockTimeout; in the holding thread it is re-entrant and only the last release lets go; the file is made with
+    the mode asked, less the umask (never more open than asked)."""
+    path = tmp_path / "lock"
+    old = os.umask(0o077)
+    try:
+        lock = FileLock(str(path), mode=0o640)
+        with lock:
+            assert (lock.is_locked, lock.lock_counter, oct(path.stat().st_mode & 0o777)) == (True, 1, "0o600")
+            lock.acquire(timeout=0)
+            assert lock.lock_counter == 2
+            lock.release()
+            assert lock.lock_counter == 1
+    finally:
+        os.umask(old)
+    assert (lock.is_locked, lock.lock_counter) == (False, 0)
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(path)!r}, os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX)\n"
+         "print('held', flush=True); sys.stdin.readline()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(LockTimeout):
+            lock.acquire(timeout=0)
+        start = time.monotonic()
+        with pytest.raises(LockTimeout):
+            lock.acquire(timeout=0.3)
+        assert 0.3 <= time.monotonic() - start < 5
+        assert (lock.is_locked, lock.lock_counter) == (False, 0)
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        lock.acquire(timeout=10)  # the holder exits: its flock goes with it
+        assert lock.lock_counter == 1
+        lock.release()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def _crash_after_two(root: Path) -> tuple[dict[str, object], list[str]]:
     before = tree_state(root)
     proc = _vgpuadm(root, "mdev", "create", "--type", "P4-1Q", "--gpu", GPU, "--count", "3", env={CRASH_HOOK: "2"})

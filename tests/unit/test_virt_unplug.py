@@ -1,6 +1,6 @@
 """The bounded wait after a live unplug (vgpuadm/virt/handlers.py `unplug`, through vgpuadm/polling.py).
 
-A fake clock (time.monotonic, which tenacity reads too) and a fake connection stand in for time and libvirt here: outside the kernel lane there is no device
+A fake clock (time.monotonic, which polling.wait_until reads too) and a fake connection stand in for time and libvirt here: outside the kernel lane there is no device
 a running guest could refuse to release (libvirt needs a real mdev or vfio-pci function to hot-plug one), and a real
 wait would take UNPLUG_WAIT seconds. tests/kernel/guest/test_live.py runs the same path against the real kernel,
 QEMU and libvirtd with a paused guest, which never acknowledges the unplug."""

@@ -20,7 +20,8 @@ from typing import Any
 from vgpuadm.errors import UsageError
 from vgpuadm.host.inputs import read_input, read_stream
 from vgpuadm.model import PCI_HINT, pci_address
-from vgpuadm.plan.desired import DesiredPlan, Display, GpuSpec, VmSpec, format_params
+from vgpuadm.plan.desired import DesiredPlan, Display, VmSpec, format_params
+from vgpuadm.plan.policies import GpuSpec
 from vgpuadm.schemas import conforms, load
 
 # -- loading ------------------------------------------------------------------------------------------------------

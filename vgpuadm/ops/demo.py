@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from vgpuadm import modes
 from vgpuadm.errors import UsageError
 from vgpuadm.model import Allocation, HostSnapshot
-from vgpuadm.ops.declarative import restore
 from vgpuadm.ops.guest import GuestResult, create, destroy, passthrough
 from vgpuadm.ops.inventory import inventory, show_vm
+from vgpuadm.ops.restore import restore
 from vgpuadm.ops.session import Session
 from vgpuadm.sim.profiles import build
 from vgpuadm.sim.reboot import reboot

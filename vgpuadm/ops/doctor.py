@@ -20,7 +20,7 @@ from vgpuadm.host.paths import PROC_CMDLINE
 from vgpuadm.host.root import SRIOV_MANAGE, HostRoot
 from vgpuadm.host.sysfs import check_root
 from vgpuadm.model import HostSnapshot
-from vgpuadm.ops.declarative import drift_of
+from vgpuadm.ops.restore import drift_of
 from vgpuadm.ops.session import Session
 from vgpuadm.plan.domains import Domains, missing_recorded
 from vgpuadm.plan.reconcile import find_leaks

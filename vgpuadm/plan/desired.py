@@ -16,6 +16,7 @@ from vgpuadm import modes
 from vgpuadm.errors import ConflictError
 from vgpuadm.model import Allocation, join_params, normalise_params, same_params
 from vgpuadm.modes.virtio_gpu import TYPE as VIRTIO_GL
+from vgpuadm.plan.policies import GpuSpec
 
 
 @dataclass(frozen=True)
@@ -46,18 +47,6 @@ class VmSpec:
 
     def line_of(self, key: str) -> int:
         return self.key_lines.get(key, self.line)
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    """A GPU's NVIDIA host policies (`gpus:` in a plan file); None: leave as it is."""
-
-    address: str
-    heterogeneous: bool | None = None
-    scheduler: str | None = None
-    timeslice_ms: int | None = None
-    mig: bool | None = None
-    line: int = 0
 
 
 @dataclass(frozen=True)

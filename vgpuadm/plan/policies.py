@@ -19,7 +19,6 @@ from vgpuadm.catalog.capacity import policy_of
 from vgpuadm.catalog.hetero import GpuPolicy, parse_state, render_modprobe, render_state
 from vgpuadm.errors import ConflictError, NotFoundError
 from vgpuadm.model import HostSnapshot
-from vgpuadm.plan.desired import GpuSpec
 from vgpuadm.steps import SetHeterogeneousMode, SetVgpuScheduler, Step, WritePolicyFile
 
 
@@ -29,6 +28,18 @@ class PolicyPlan:
     lines: tuple[str, ...]  # `~ gpu …` diff lines
     warnings: tuple[str, ...]
     snap: HostSnapshot  # the snapshot as the VMs' placement will find it (the new mode)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """A GPU's NVIDIA host policies (`gpus:` in a plan file); None: leave as it is."""
+
+    address: str
+    heterogeneous: bool | None = None
+    scheduler: str | None = None
+    timeslice_ms: int | None = None
+    mig: bool | None = None
+    line: int = 0
 
 
 def _vgpus(snap: HostSnapshot, gpu: str) -> list[str]:
