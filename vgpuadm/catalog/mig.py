@@ -68,7 +68,7 @@ class MigGpu:
     host_vgpu_mode: str
     profiles: tuple[MigProfile, ...]
     instances: tuple[MigInstance, ...]
-    ecc: str = "N/A"  # the current ECC mode: Enabled, Disabled, N/A
+    ecc: str | None = None  # the current ECC mode, Enabled or Disabled; None: not reported
     driver_version: str | None = None  # the host driver's release
 
     @property

@@ -16,7 +16,7 @@ from vgpuadm.host.nvidia_smi_mig import (
     parse_gi_profiles,
     parse_gpu_instances,
 )
-from vgpuadm.host.nvidia_smi_vgpu import parse_query_xml, parse_type_blocks, parse_vgpu_query
+from vgpuadm.host.nvidia_smi_vgpu import GpuModes, parse_query_xml, parse_type_blocks, parse_vgpu_query
 from vgpuadm.host.root import HostRoot
 from vgpuadm.model import UUID_PATTERN
 
@@ -32,13 +32,19 @@ def _read(root: HostRoot, args: tuple[str, ...]) -> str:
     return text
 
 
-def read(root: HostRoot) -> list[MigGpu]:
-    """Every GPU nvidia-smi reports, with its MIG profiles (placements merged in) and instances (none while MIG is
-    off), each instance with the layout C VFs whose vGPU runs on it."""
+def gpu_modes(root: HostRoot) -> list[GpuModes]:
+    """`nvidia-smi -q -x`: every GPU nvidia-smi reports, with its MIG and vGPU modes, ECC and the driver's release
+    (HostIOError when it fails)."""
     xml = nvidia_smi.read(root, nvidia_smi.QUERY_XML, WHY)
     if xml.returncode != 0:
         raise HostIOError(f"nvidia-smi -q -x failed: {xml.message()}", "check the driver with `nvidia-smi`")
-    gpus = parse_query_xml(xml.stdout.encode())
+    return parse_query_xml(xml.stdout.encode())
+
+
+def read(root: HostRoot) -> list[MigGpu]:
+    """Every GPU nvidia-smi reports, with its MIG profiles (placements merged in) and instances (none while MIG is
+    off), each instance with the layout C VFs whose vGPU runs on it."""
+    gpus = gpu_modes(root)
     profiles = parse_gi_profiles(_read(root, nvidia_smi.MIG_GI_PROFILES))
     placements = parse_gi_placements(_read(root, nvidia_smi.MIG_GI_PLACEMENTS))
     instances = parse_gpu_instances(_read(root, nvidia_smi.MIG_GPU_INSTANCES))

@@ -244,7 +244,7 @@ class GpuModes:
     mig_pending: str
     virtualization_mode: str  # None, Pass-Through, Host VGPU, VGPU
     host_vgpu_mode: str  # SR-IOV, Non SR-IOV, N/A
-    ecc: str = "N/A"  # the current ECC mode: Enabled, Disabled, N/A (no ECC, or a word outside that grammar)
+    ecc: str | None = None  # the current ECC mode, Enabled or Disabled; None: not reported (N/A, another word)
     driver_version: str | None = None  # the host driver's release (580.159.04), the same for every GPU
 
     @property
@@ -274,7 +274,7 @@ def parse_query_xml(data: bytes) -> list[GpuModes]:
         out.append(GpuModes(len(out), address, text("product_name"), text("mig_mode/current_mig"),
                             text("mig_mode/pending_mig"), text("gpu_virtualization_mode/virtualization_mode"),
                             text("gpu_virtualization_mode/host_vgpu_mode"),
-                            ecc if (ecc := text("ecc_mode/current_ecc")) in ("Enabled", "Disabled") else "N/A",
+                            ecc if (ecc := text("ecc_mode/current_ecc")) in ("Enabled", "Disabled") else None,
                             version))  # fmt: skip
     return out
 

@@ -105,8 +105,8 @@ def _driver_state(
     except VgpuadmError as exc:
         warnings.append(f"MIG state not read: {exc.message}")
         return None, {}
-    driver = {g.address: {k: v for k, v in (("ecc", g.ecc), ("driver_version", g.driver_version)) if v not in
-                          (None, "N/A")} for g in reported}  # fmt: skip
+    driver = {g.address: {k: v for k, v in (("ecc", g.ecc), ("driver_version", g.driver_version)) if v is not None}
+              for g in reported}  # fmt: skip
     gpus = [g for g in reported if g.mig_capable]
     owners = made = None
     if found is not None:

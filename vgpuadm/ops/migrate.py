@@ -18,7 +18,6 @@ from vgpuadm.executor import load_drivers
 from vgpuadm.host import mig as host_mig
 from vgpuadm.host import nvidia_smi
 from vgpuadm.host.inputs import read_input
-from vgpuadm.host.nvidia_smi_vgpu import parse_query_xml
 from vgpuadm.io import remote
 from vgpuadm.model import Allocation, mdev_uuid
 from vgpuadm.ops.guest import Progress, allocation_json
@@ -76,9 +75,11 @@ def _drivers(s: Session) -> dict[str, GpuDriver]:
     without nvidia-smi or when it fails: the check then says what it did not compare)."""
     if nvidia_smi.locate(s.root) is None:
         return {}
-    result = nvidia_smi.capture(s.root, nvidia_smi.QUERY_XML)
-    gpus = parse_query_xml(result.stdout.encode()) if result is not None and result.returncode == 0 else []
-    return {g.address: GpuDriver(None if g.ecc == "N/A" else g.ecc, g.driver_version) for g in gpus}
+    try:
+        gpus = host_mig.gpu_modes(s.root)
+    except VgpuadmError:
+        return {}
+    return {g.address: GpuDriver(g.ecc, g.driver_version) for g in gpus}
 
 
 # -- moving it: `migrate prepare|run|abort` here, `migrate incoming|finish|abort` on the target ----------------------
