@@ -758,6 +758,12 @@ class Allocation(_Record):
 MIGRATION = "migration"  # the metadata option of a device on the move (its grammar: virt/xml.py)
 
 
+def moving(allocations: Iterable[Allocation]) -> str | None:
+    """Where a domain's move to or from another host stands here, as its devices record it: "incoming",
+    "outgoing", or None (`vgpuadm migrate`)."""
+    return next((a.moving for a in allocations if a.moving), None)
+
+
 # -- id grammars, parsed once here ------------------------------------------------------------------------------------
 
 _HEX = frozenset("0123456789abcdefABCDEF")

@@ -19,7 +19,7 @@ from vgpuadm.host import mig as host_mig
 from vgpuadm.host import nvidia_smi
 from vgpuadm.host.inputs import read_input
 from vgpuadm.io import remote
-from vgpuadm.model import Allocation, mdev_uuid
+from vgpuadm.model import Allocation, mdev_uuid, moving
 from vgpuadm.ops.guest import Progress, allocation_json
 from vgpuadm.ops.session import Session
 from vgpuadm.plan import devices as device_plans
@@ -167,7 +167,7 @@ def _marking(plan: Plan) -> list[str]:
 
 
 def _state(allocations: list[Allocation]) -> str:
-    return migration.moving(allocations) or "none"
+    return moving(allocations) or "none"
 
 
 def incoming(
@@ -191,7 +191,7 @@ def incoming(
     checked = tuple(mdev_uuid(u, "the source's mdev UUIDs") for u in uuids)
     with Session.changing(root, connect, dry_run=dry_run) as s:
         d = s.domains().by_name.get(vm)
-        if d is not None and migration.moving(d.allocations) == migration.INCOMING:
+        if d is not None and moving(d.allocations) == migration.INCOMING:
             return MoveStep(vm, s.host_key, dry_run, False, migration.INCOMING, [], list(d.allocations))
         if d is not None or vm in s.virt.list_domains():
             raise ConflictError(f"domain {vm} is defined on this host already",
@@ -215,7 +215,7 @@ def finish(root: str | None, vm: str, *, connect: str | None = None, dry_run: bo
         if d is None:
             s.virt.xml(vm)  # NotFoundError naming the domain
             raise ConflictError(f"domain {vm}'s vgpuadm metadata names another host", "finish it on that host")
-        if migration.moving(d.allocations) != migration.INCOMING:
+        if moving(d.allocations) != migration.INCOMING:
             return MoveStep(vm, s.host_key, dry_run, False, _state(list(d.allocations)), [], list(d.allocations))
         plan = migration.mark_plan(vm, list(d.allocations), None, s.host_key, d.xml)
         s.execute(plan, dry_run=dry_run)
@@ -229,7 +229,7 @@ def abort_here(root: str | None, vm: str, *, connect: str | None = None, dry_run
     domain that records no move, or that is not here."""
     with Session.changing(root, connect, dry_run=dry_run) as s:
         d = s.domains().by_name.get(vm)
-        state = migration.moving(d.allocations) if d is not None else None
+        state = moving(d.allocations) if d is not None else None
         if d is None or state is None:
             return MoveStep(vm, s.host_key, dry_run, False, "none", [], list(d.allocations) if d else [])
         owned = list(d.allocations)
@@ -290,7 +290,7 @@ def move(root: str | None, vm: str, *, to: str | None = None, target_root: str |
             raise ConflictError(f"domain {vm} has hostdevs vgpuadm does not record ({d.unrecorded()[0][1]}): they "
                                 "name this host's devices", f"detach them (virsh edit {vm}), or record them with "
                                 f"`vgpuadm adopt --vm {vm}`, and run this again")  # fmt: skip
-        if migration.moving(owned) != migration.OUTGOING:
+        if moving(owned) != migration.OUTGOING:
             verdict = migration.check(s.snap, vm, d.running, owned, target, offline=offline)
             blocked = next((dev for dev in verdict.devices if dev.move == "no"), None)
             if blocked is not None:

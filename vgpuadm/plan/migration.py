@@ -14,7 +14,7 @@ from typing import Any
 from vgpuadm import modes
 from vgpuadm.catalog.migration import POSTCOPY, GpuDriver, TargetHost, compared, driver_rule
 from vgpuadm.errors import ConflictError
-from vgpuadm.model import MIGRATION, Allocation, HostSnapshot
+from vgpuadm.model import MIGRATION, Allocation, HostSnapshot, moving
 from vgpuadm.plan import guest
 from vgpuadm.steps import DefineDomain, DomainDefinition, Plan, Step
 from vgpuadm.virt import xml
@@ -127,11 +127,6 @@ def check(
 INCOMING = "incoming"
 OUTGOING = "outgoing"
 MAX_DEVICES = 64  # devices one moved domain may ask the target for
-
-
-def moving(allocations: Iterable[Allocation]) -> str | None:
-    """Where a domain's move stands on this host, as its devices record it: incoming, outgoing, or None."""
-    return next((a.moving for a in allocations if a.moving), None)
 
 
 def marked(allocations: Iterable[Allocation], state: str | None) -> list[Allocation]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from vgpuadm.catalog.naming import mig_profile_name
 from vgpuadm.catalog.rooms import gpu_rooms
 from vgpuadm.errors import NotFoundError
-from vgpuadm.model import Allocation, HostSnapshot, Layout, VgpuType, device_key, mdev_key, pci_address, pci_key
+from vgpuadm.model import Allocation, HostSnapshot, Layout, VgpuType, device_key, mdev_key, moving, pci_address, pci_key
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
@@ -258,8 +258,8 @@ def vm_view(
             }
         )
     view = {"domain": name, "uuid": uuid, "running": running, "changed": changed, "devices": devices}
-    moving = next((a.moving for a in allocations if a.moving), None)
-    return {**view, "moving": moving} if moving else view
+    state = moving(allocations)
+    return {**view, "moving": state} if state else view
 
 
 def now_line(now: dict[str, Any]) -> str:
