@@ -25,6 +25,8 @@ UUID_PATTERN = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 PCI_PATTERN = r"[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]"
 # An mdev parent: a PCI function, or the device name of a virtual parent (the kernel's mtty, mdpy, mbochs).
 PARENT_PATTERN = PCI_PATTERN + r"|[A-Za-z][A-Za-z0-9_-]{0,63}"
+# A driver release as nvidia-smi prints it (host 580.159.04, a guest's 550.54.14); inventory-v1's driver_version.
+VERSION_PATTERN = r"[0-9][0-9.]{0,31}"
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:

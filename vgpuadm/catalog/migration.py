@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpuadm.errors import UsageError
-from vgpuadm.model import mdev_parent_name, split_params
+from vgpuadm.model import VERSION_PATTERN, mdev_parent_name, split_params
 
 FORBIDDING_PARAMS = ("enable_uvm", "enable_debugging", "enable_profiling")  # vgpu_params that block a live move
 HOPPER = ("H100", "H200", "H800")
 POSTCOPY = "post-copy was asked for: QEMU 8.2 and later refuse post-copy with a VFIO device (drop --postcopy)"
 MAX_TARGET_GPUS = 1024  # GPUs one target inventory may list
-_VERSION = re.compile(r"[0-9][0-9.]{0,31}")  # a driver release, as inventory-v1.schema.json's driver_version
+_VERSION = re.compile(VERSION_PATTERN)  # a driver release
 _TYPE_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
 _HINT = "pass the target's `vgpuadm inventory --json` (schema vgpuadm-inventory/1)"
 

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from vgpuadm.host.nvidia_smi import leading_int, pci_address, type_blocks
-from vgpuadm.model import UUID_PATTERN
+from vgpuadm.model import UUID_PATTERN, VERSION_PATTERN
 from vgpuadm.usage import GpuUsage, VgpuUsage
 
 TYPE_CHECKING = False  # lxml stays off the fast path of the read commands (tests/unit/test_read_commands.py)
@@ -141,7 +141,7 @@ def parse_vgpu_query(text: str) -> dict[str, VgpuQuery]:
 MAX_VGPUS = 4096  # active vGPU blocks believed from one `vgpu -q` (a host has at most a few hundred)
 _UUID = re.compile(UUID_PATTERN)
 _TYPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._+-]{0,63}")
-_VERSION = re.compile(r"[0-9][0-9.]{0,31}")
+_VERSION = re.compile(VERSION_PATTERN)
 _VM_NAME = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
 
 
