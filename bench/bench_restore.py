@@ -13,7 +13,6 @@ Usage: .venv/bin/python bench/bench_restore.py [--runs 5] [--gpus 8] [--per-gpu 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
@@ -26,12 +25,11 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import saved_devices
 from timing import bytecode_env
 
 from vgpuadm import api
-from vgpuadm.model import Allocation
 from vgpuadm.sim.profiles import HostBuilder, add_p4
-from vgpuadm.virt.xml import metadata_xml
 
 TYPE = "nvidia-63"
 
@@ -48,18 +46,7 @@ def build(root: str, gpus: int, per_gpu: int) -> tuple[str, str, list[str]]:
     host = api.discover(root).host_key
     domains, etc = os.path.join(root, "domains"), os.path.join(root, "mdevctl.d")
     os.makedirs(domains)
-    for sub in ("callouts", "notifiers"):  # mdevctl refuses to run without them
-        os.makedirs(os.path.join(etc, "scripts.d", sub))
-    for n, (parent, k) in enumerate((p, k) for p in parents for k in range(per_gpu)):
-        name, duuid, u = f"vm{n:03d}", str(uuid.uuid4()), str(uuid.uuid4())
-        a = Allocation(name, "mdev", TYPE, parent, u, domain_uuid=duuid, slot=0, extra={"display": "off"})
-        with open(os.path.join(domains, f"{name}.xml"), "w") as f:
-            f.write(f"<domain type='kvm'><name>{name}</name><uuid>{duuid}</uuid>"
-                    f"<metadata>{metadata_xml([a], host)}</metadata><devices/></domain>\n")  # fmt: skip
-        os.makedirs(os.path.join(etc, parent), exist_ok=True)
-        with open(os.path.join(etc, parent, u), "w") as f:
-            json.dump({"mdev_type": TYPE, "start": "auto", "attrs": []}, f)
-        del k
+    saved_devices.write(host, [(str(uuid.uuid4()), TYPE, p) for p in parents for _ in range(per_gpu)], domains, etc)
     return domains, etc, parents
 
 

@@ -42,11 +42,10 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import saved_devices
 from timing import bytecode_env
 
 from vgpuadm import api
-from vgpuadm.model import Allocation
-from vgpuadm.virt.xml import metadata_xml
 
 INNER = "VGPUADM_BENCH_RESTORE_KERNEL_NS"  # set once the bench runs in its own mount namespace
 ETC = "/etc/mdevctl.d"
@@ -88,17 +87,7 @@ def define(root: str, work: str, devices: list[Device]) -> str:
     domains = os.path.join(work, "domains")
     os.makedirs(domains)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "bench-mdevctl", ETC], check=True)
-    for sub in ("callouts", "notifiers"):  # mdevctl refuses to run without them
-        os.makedirs(os.path.join(ETC, "scripts.d", sub))
-    for n, (u, type_id, parent) in enumerate(devices):
-        name, duuid = f"vm{n:03d}", str(uuid.uuid4())
-        a = Allocation(name, "mdev", type_id, parent, u, domain_uuid=duuid, slot=0, extra={"display": "off"})
-        with open(os.path.join(domains, f"{name}.xml"), "w") as f:
-            f.write(f"<domain type='kvm'><name>{name}</name><uuid>{duuid}</uuid>"
-                    f"<metadata>{metadata_xml([a], host)}</metadata><devices/></domain>\n")  # fmt: skip
-        os.makedirs(os.path.join(ETC, parent), exist_ok=True)
-        with open(os.path.join(ETC, parent, u), "w") as f:
-            json.dump({"mdev_type": type_id, "start": "auto", "attrs": []}, f)
+    saved_devices.write(host, devices, domains, ETC)
     return domains
 
 
