@@ -48,8 +48,7 @@ from vgpuadm.errors import ConflictError, HostIOError, Interrupted, UnsafeError,
 from vgpuadm.executor.hints import errno_hint
 from vgpuadm.executor.journalcheck import check_document, check_owner, check_progress_state
 from vgpuadm.host import root as host_root
-from vgpuadm.host.files import BeneathError, fsync_dir, write_beneath
-from vgpuadm.host.flock import FileLock, LockTimeout
+from vgpuadm.host.files import BeneathError, FileLock, LockTimeout, fsync_dir, write_beneath
 from vgpuadm.host.root import check_exists, check_writable
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.steps import Plan, Step
