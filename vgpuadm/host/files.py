@@ -30,9 +30,8 @@ import errno
 import fcntl
 import os
 import stat
-import threading
 import time
-from types import TracebackType
+from _thread import get_ident  # not `threading`: it loads collections and functools on the read commands' path
 
 from vgpuadm.errors import HostIOError
 
@@ -419,7 +418,7 @@ def remove_config(root: str, path: str) -> bool:
 POLL = 0.05  # seconds between tries while waiting with a timeout
 
 
-_THREAD = threading.local()  # .paths: the lock files the calling thread holds, through any FileLock
+_HELD_PATHS: dict[int, set[str]] = {}  # thread id → the lock files that thread holds, through any FileLock
 
 
 class LockTimeout(Exception):
@@ -431,12 +430,13 @@ class FileLock:
 
     def __init__(self, path: str, mode: int = 0o644) -> None:
         self.path, self.mode = path, mode
-        self._held = threading.local()  # .fd, .count of the calling thread
+        self._held: dict[int, tuple[int, int]] = {}  # thread id → (descriptor, count) of the threads holding it
 
     @property
     def lock_counter(self) -> int:
         """How many times the calling thread holds the lock (0: not at all)."""
-        return int(getattr(self._held, "count", 0))
+        held = self._held.get(get_ident())
+        return held[1] if held else 0
 
     @property
     def is_locked(self) -> bool:
@@ -445,10 +445,12 @@ class FileLock:
     def acquire(self, timeout: float | None = None) -> None:
         """Take the lock (again, when this thread holds it): `timeout` None waits as long as it takes, 0 tries once,
         else tries every POLL seconds for up to `timeout` seconds; LockTimeout when it is still taken."""
-        if self.lock_counter:
-            self._held.count += 1
+        me = get_ident()
+        if me in self._held:
+            fd, count = self._held[me]
+            self._held[me] = fd, count + 1
             return
-        held = _THREAD.__dict__.setdefault("paths", set())
+        held = _HELD_PATHS.setdefault(me, set())
         if timeout is None and self.path in held:  # it would wait for itself for ever
             raise RuntimeError(f"{self.path} is already locked by this thread through another FileLock")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, self.mode)
@@ -460,24 +462,29 @@ class FileLock:
         except BaseException:
             os.close(fd)
             raise
-        self._held.fd, self._held.count = fd, 1
+        self._held[me] = fd, 1
         held.add(self.path)
 
     def release(self) -> None:
         """Give up one hold; the last closes the descriptor, which drops the flock."""
-        if not self.lock_counter:
+        me = get_ident()
+        if me not in self._held:
             return
-        self._held.count -= 1
-        if self._held.count == 0:
-            fd, self._held.fd = self._held.fd, None
-            _THREAD.__dict__.setdefault("paths", set()).discard(self.path)
-            os.close(fd)
+        fd, count = self._held.pop(me)
+        if count > 1:
+            self._held[me] = fd, count - 1
+            return
+        held = _HELD_PATHS.get(me, set())
+        held.discard(self.path)
+        if not held:
+            _HELD_PATHS.pop(me, None)
+        os.close(fd)
 
     def __enter__(self) -> FileLock:
         self.acquire()
         return self
 
-    def __exit__(self, *_exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self.release()
 
 
