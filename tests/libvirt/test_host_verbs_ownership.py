@@ -164,9 +164,9 @@ ADDRESS_CASES: dict[str, tuple[str, list[list[str]], str, str]] = {
 }  # fmt: skip
 ALIASES = {"give-back": "destroy", "remove": "destroy"}  # the same command under other names
 ADDRESS_CALLBACKS = {
-    ("vgpuadm.cli.params", "bdf"),
-    ("vgpuadm.cli.params", "device"),
-}  # cli/params.py: addresses, device ids
+    ("vgpuadm.cli.console", "as_bdf"),
+    ("vgpuadm.cli.console", "as_device"),
+}  # cli/console.py: addresses, device ids
 PLANS = {
     "plan-gpu.yaml": 'version: 1\nvms:\n  vm1:\n    type: nvidia-63\n    gpu: "{A}"\n',
     "plan-pt.yaml": 'version: 1\nvms:\n  vm1:\n    passthrough: "{A}"\n',

@@ -100,6 +100,5 @@ def test_a_command_imports_only_its_own_module(sim_host: Callable[[str], Path]) 
     r = subprocess.run([sys.executable, "-c", code, "--root", str(sim_host("p4")), "recover"],
                        capture_output=True, text=True, env=env, check=True)  # fmt: skip
     assert r.stdout.splitlines()[-1] == (
-        "0 ['vgpuadm.cli.app', 'vgpuadm.cli.console', 'vgpuadm.cli.fast', "
-        "'vgpuadm.cli.host', 'vgpuadm.cli.params', 'vgpuadm.cli.read']"
+        "0 ['vgpuadm.cli.app', 'vgpuadm.cli.console', 'vgpuadm.cli.fast', 'vgpuadm.cli.host', 'vgpuadm.cli.read']"
     )

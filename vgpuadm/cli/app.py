@@ -7,8 +7,8 @@ import itertools
 import os
 import sys
 
-from vgpuadm.cli import fast, params
-from vgpuadm.cli.console import Console, OutputClosed
+from vgpuadm.cli import fast
+from vgpuadm.cli.console import Console, OutputClosed, as_bdf, as_device
 from vgpuadm.errors import EXIT_CODES, Interrupted, NeedsRootError, UsageError, VgpuadmError
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
@@ -162,7 +162,7 @@ def build_app(only: "Sequence[str] | None" = None) -> "Any":
     def types_cmd(
         ctx: typer.Context,
         gpu: str = typer.Option(None, "--gpu", "--parent", help="Only this GPU (a PF also lists its VFs).",
-                                metavar="BDF", callback=params.bdf),
+                                metavar="BDF", callback=as_bdf),
         available: bool = typer.Option(False, "--available", help="Only types with free instances."),
         type_name: str = typer.Option(None, "--type", help="Only this type (id, name or profile).", metavar="T"),
         per_vf: bool = typer.Option(False, "--per-vf", help="One row per parent (each VF), not per GPU."),
@@ -176,8 +176,8 @@ def build_app(only: "Sequence[str] | None" = None) -> "Any":
         ctx: typer.Context,
         vm: str = typer.Option(None, "--vm", help="Only the devices this libvirt domain owns.", metavar="NAME"),
         gpu: str = typer.Option(None, "--gpu", "--parent", help="Only devices on this GPU or parent (a PF includes "
-                                "its VFs).", metavar="BDF", callback=params.device),
-        uuid: str = typer.Option(None, "--uuid", help="Only this device (mdev UUID or VF address).", metavar="U", callback=params.device),
+                                "its VFs).", metavar="BDF", callback=as_device),
+        uuid: str = typer.Option(None, "--uuid", help="Only this device (mdev UUID or VF address).", metavar="U", callback=as_device),
         type_name: str = typer.Option(None, "--type", help="Only this type (id, name or profile).", metavar="T"),
         owners: bool = typer.Option(False, "--owners", help="With --json: add each device's owner (read from "
                                     "libvirt; the table always shows it)."),

@@ -1,5 +1,14 @@
-"""The one place that prints. JSON goes to stdout as is; tables through rich; errors and warnings to stderr as one
-line each (`error: …` then `hint: …`). rich is imported only when a table or progress bar is drawn."""
+"""The one place that prints, and where parameters come in. JSON goes to stdout as is; tables through rich; errors
+and warnings to stderr as one line each (`error: …` then `hint: …`). rich is imported only when a table or progress
+bar is drawn.
+
+The parameters every command shares come in here too. Identities as they enter on the command line: every PCI address
+(`--gpu`, `--vf`, `--parent`, a VF or GPU argument) and every device id (`--uuid`: an mdev UUID or a PCI address) is
+parsed once (`as_bdf`, `as_device`, `as_uuid`) into the one canonical form the host and the metadata use
+(model.pci_address, model.device_key), so `18:00.4`, `0000:18:00.4` and `0000:18:00.4 ` name the same VF for every
+check that follows (ownership, presence, locks). And the options every changing command takes (--dry-run, --json:
+`plan_options`).
+"""
 
 from __future__ import annotations
 
@@ -232,3 +241,35 @@ def _width(stream: TextIO) -> int:
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
     return shutil.get_terminal_size((120, 24)).columns if stream.isatty() else 160
+
+
+# The read commands (types, devices, …) print without model's grammars: each callback imports model when a command
+# that takes an address runs it (bench/bench_cold_start.py; test_fast_path_imports_stay_light).
+def as_bdf(value: str | None) -> str | None:
+    """typer callback: a PCI address in canonical form (0000:18:00.4), None when not given."""
+    from vgpuadm.model import pci_address
+
+    return None if value is None else pci_address(value)
+
+
+def as_device(value: str | None) -> str | None:
+    """typer callback: an mdev UUID (lower-case) or a PCI address (canonical), None when not given."""
+    from vgpuadm.model import device_key
+
+    return None if value is None else device_key(value)
+
+
+def as_uuid(value: str | None) -> str | None:
+    """typer callback: an mdev UUID in canonical (lower-case) form, None when not given."""
+    from vgpuadm.model import mdev_uuid
+
+    return None if value is None else mdev_uuid(value, "as `vgpuadm devices` lists them")
+
+
+def plan_options() -> tuple[Any, Any]:
+    """The --dry-run and --json options every changing command takes."""
+    import typer
+
+    dry = typer.Option(False, "--dry-run", help="Print the plan; change nothing.")
+    js = typer.Option(False, "--json", help="Print the result as JSON.")
+    return dry, js

@@ -3,8 +3,7 @@
 from typing import Any
 
 from vgpuadm import api
-from vgpuadm.cli.console import Console, SyslogConsole, logged
-from vgpuadm.cli.params import plan_options
+from vgpuadm.cli.console import Console, SyslogConsole, logged, plan_options
 from vgpuadm.errors import ConflictError, NotFoundError
 
 EXIT_DRIFTED = 1  # `restore --check`: something differs from the record (0: nothing does)

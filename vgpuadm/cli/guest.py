@@ -4,9 +4,7 @@ libvirt domain and recorded in its vgpuadm <metadata>, as one plan that rolls ba
 from typing import Any
 
 from vgpuadm import api
-from vgpuadm.cli import params
-from vgpuadm.cli.console import Console
-from vgpuadm.cli.params import plan_options
+from vgpuadm.cli.console import Console, as_bdf, as_device, plan_options
 
 
 def _output_options() -> tuple[Any, Any]:
@@ -102,7 +100,7 @@ def register(app: Any) -> None:
         ),
         count: int = typer.Option(None, "--count", hidden=True, metavar="N"),  # the old name of --total
         gpu: str = typer.Option(
-            None, "--gpu", help="Only this GPU (a PF includes its VFs).", metavar="BDF", callback=params.bdf
+            None, "--gpu", help="Only this GPU (a PF includes its VFs).", metavar="BDF", callback=as_bdf
         ),
         policy: str = typer.Option("pack", "--policy", help="pack (fill one GPU first) or spread.", metavar="P"),
         numa: int = typer.Option(None, "--numa", help="Only GPUs on this NUMA node.", metavar="N"),
@@ -136,7 +134,7 @@ def register(app: Any) -> None:
         ctx: typer.Context,
         vm: str = typer.Option(..., "--vm", help="The libvirt domain.", metavar="NAME"),
         uuid: str = typer.Option(
-            None, "--uuid", help="Only this device (mdev UUID, or VF/GPU address).", metavar="U", callback=params.device
+            None, "--uuid", help="Only this device (mdev UUID, or VF/GPU address).", metavar="U", callback=as_device
         ),
         all_: bool = typer.Option(False, "--all", help="Every device vgpuadm gave this VM."),
         forget: bool = typer.Option(
@@ -162,7 +160,7 @@ def register(app: Any) -> None:
     def passthrough_cmd(
         ctx: typer.Context,
         gpu: str = typer.Option(
-            ..., "--gpu", help="The GPU; its whole IOMMU group goes along.", metavar="BDF", callback=params.bdf
+            ..., "--gpu", help="The GPU; its whole IOMMU group goes along.", metavar="BDF", callback=as_bdf
         ),
         vm: str = typer.Option(..., "--vm", help="The libvirt domain.", metavar="NAME"),
         force: bool = typer.Option(False, "--force", help="Allow a boot VGA GPU or a shared IOMMU group."),
@@ -191,7 +189,7 @@ def register(app: Any) -> None:
     @app.command("release", epilog="Example: vgpuadm release --gpu 0000:65:00.0")
     def release_cmd(
         ctx: typer.Context,
-        gpu: str = typer.Option(..., "--gpu", help="The passed-through GPU.", metavar="BDF", callback=params.bdf),
+        gpu: str = typer.Option(..., "--gpu", help="The passed-through GPU.", metavar="BDF", callback=as_bdf),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
         quiet: bool = quiet_opt,

@@ -6,8 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from vgpuadm import api
-from vgpuadm.cli import params
-from vgpuadm.cli.console import Console
+from vgpuadm.cli.console import Console, as_bdf, as_uuid, plan_options
 from vgpuadm.model import HostSnapshot
 
 Planner = Callable[[HostSnapshot], tuple[api.Plan, list[str]]]
@@ -75,7 +74,7 @@ def reported_as_plan(console: Console, result: Any, as_json: bool) -> bool:
 def _mdev_app() -> Any:
     import typer
 
-    dry_opt, json_opt = params.plan_options()
+    dry_opt, json_opt = plan_options()
     app = typer.Typer(help="Create and remove mediated vGPUs (layouts A and B).", no_args_is_help=True)
 
     @app.command(
@@ -85,7 +84,7 @@ def _mdev_app() -> Any:
     def create_cmd(
         ctx: typer.Context,
         type_name: str = typer.Option(..., "--type", help="Type id, name or profile (nvidia-63, P4-1Q).", metavar="T"),
-        gpu: str = typer.Option(None, "--gpu", help="Only this GPU (a PF includes its VFs).", metavar="BDF", callback=params.bdf),
+        gpu: str = typer.Option(None, "--gpu", help="Only this GPU (a PF includes its VFs).", metavar="BDF", callback=as_bdf),
         count: int = typer.Option(1, "--count", help="How many new devices to make (those that exist do not "
                                   "count; `vgpuadm create --total` sets a VM's total).", metavar="N"),
         policy: str = typer.Option("pack", "--policy", help="pack (fill the busiest GPU) or spread.", metavar="P"),
@@ -114,7 +113,7 @@ def _mdev_app() -> Any:
     @app.command("remove", epilog="Example: vgpuadm mdev remove 83b8f4f2-509f-382f-3c1e-e6bfe0fa1001")
     def remove_cmd(
         ctx: typer.Context,
-        uuid: str = typer.Argument(..., help="The mdev UUID.", callback=params.uuid),
+        uuid: str = typer.Argument(..., help="The mdev UUID.", callback=as_uuid),
         force: bool = _force_option(),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
@@ -129,7 +128,7 @@ def _mdev_app() -> Any:
 def _vf_app() -> Any:
     import typer
 
-    dry_opt, json_opt = params.plan_options()
+    dry_opt, json_opt = plan_options()
     app = typer.Typer(help="NVIDIA vendor-VFIO VFs (layout C): set or clear a VF's vGPU type.", no_args_is_help=True)
 
     @app.command("set-type", epilog="Example: vgpuadm vf set-type --type H200X-4C --vf 0000:18:00.4")
@@ -137,7 +136,7 @@ def _vf_app() -> Any:
         ctx: typer.Context,
         type_name: str = typer.Option(..., "--type", help="Type id, number or profile (1420, H200X-4C).", metavar="T"),
         vf: str = typer.Option(
-            None, "--vf", help="This VF (default: one placement picks).", metavar="BDF", callback=params.bdf
+            None, "--vf", help="This VF (default: one placement picks).", metavar="BDF", callback=as_bdf
         ),
         policy: str = typer.Option("pack", "--policy", help="pack or spread when --vf is omitted.", metavar="P"),
         param: list[str] = typer.Option(None, "--param", help="NVIDIA vgpu_params key=value.", metavar="K=V"),
@@ -155,7 +154,7 @@ def _vf_app() -> Any:
     @app.command("clear", epilog="Example: vgpuadm vf clear 0000:18:00.4")
     def clear_cmd(
         ctx: typer.Context,
-        vf: str = typer.Argument(..., help="The VF address.", callback=params.bdf),
+        vf: str = typer.Argument(..., help="The VF address.", callback=as_bdf),
         force: bool = _force_option(),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
@@ -170,7 +169,7 @@ def _vf_app() -> Any:
 def _sriov_app() -> Any:
     import typer
 
-    dry_opt, json_opt = params.plan_options()
+    dry_opt, json_opt = plan_options()
     app = typer.Typer(help="Enable or disable a PF's SR-IOV VFs.", no_args_is_help=True)
 
     @app.command(
@@ -180,7 +179,7 @@ def _sriov_app() -> Any:
     )
     def enable_cmd(
         ctx: typer.Context,
-        pf: str = typer.Argument(..., help="The PF address.", callback=params.bdf),
+        pf: str = typer.Argument(..., help="The PF address.", callback=as_bdf),
         num: int = typer.Option(
             None,
             "--num",
@@ -197,7 +196,7 @@ def _sriov_app() -> Any:
     @app.command("disable", epilog="Example: vgpuadm sriov disable 0000:41:00.0")
     def disable_cmd(
         ctx: typer.Context,
-        pf: str = typer.Argument(..., help="The PF address.", callback=params.bdf),
+        pf: str = typer.Argument(..., help="The PF address.", callback=as_bdf),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
     ) -> None:
@@ -217,14 +216,14 @@ def _sriov_app() -> Any:
 def _vfio_app() -> Any:
     import typer
 
-    dry_opt, json_opt = params.plan_options()
+    dry_opt, json_opt = plan_options()
     app = typer.Typer(help="Whole-GPU passthrough: bind a GPU's IOMMU group to vfio-pci and back.",
                       no_args_is_help=True)  # fmt: skip
 
     @app.command("bind", epilog="Example: vgpuadm vfio bind 0000:65:00.0")
     def bind_cmd(
         ctx: typer.Context,
-        gpu: str = typer.Argument(..., help="The GPU address.", callback=params.bdf),
+        gpu: str = typer.Argument(..., help="The GPU address.", callback=as_bdf),
         force: bool = typer.Option(False, "--force", help="Also take a boot VGA GPU or host-used group members."),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
@@ -236,7 +235,7 @@ def _vfio_app() -> Any:
     @app.command("unbind", epilog="Example: vgpuadm vfio unbind 0000:65:00.0")
     def unbind_cmd(
         ctx: typer.Context,
-        gpu: str = typer.Argument(..., help="The GPU address.", callback=params.bdf),
+        gpu: str = typer.Argument(..., help="The GPU address.", callback=as_bdf),
         force: bool = _force_option(),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
@@ -252,7 +251,7 @@ def _vfio_app() -> Any:
 def _recover_cmd(app: Any) -> None:
     import typer
 
-    dry_opt, json_opt = params.plan_options()
+    dry_opt, json_opt = plan_options()
 
     @app.command("recover", epilog="Example: vgpuadm --root /tmp/h recover --dry-run")
     def recover_cmd(

@@ -5,10 +5,8 @@ it, as a table or JSON (schemas mig-status, mig-profiles, mig-instances), and MI
 from typing import Any
 
 from vgpuadm import api
-from vgpuadm.cli import params
-from vgpuadm.cli.console import Console
+from vgpuadm.cli.console import Console, as_bdf, plan_options
 from vgpuadm.cli.host import run_plan
-from vgpuadm.cli.params import plan_options
 from vgpuadm.errors import UsageError
 from vgpuadm.model import is_pci_address, pci_address
 from vgpuadm.report.mig import profile_rows, status_rows
@@ -61,7 +59,7 @@ def register(app: Any) -> None:
     @group.command("profiles", epilog="Example: vgpuadm mig profiles --gpu 0000:18:00.0")
     def profiles_cmd(
         ctx: typer.Context,
-        gpu: str = typer.Option(None, "--gpu", help="Only this GPU.", metavar="BDF", callback=params.bdf),
+        gpu: str = typer.Option(None, "--gpu", help="Only this GPU.", metavar="BDF", callback=as_bdf),
         as_json: bool = json_opt,
     ) -> None:
         """GPU-instance profiles with free/total counts and placements."""
@@ -73,7 +71,7 @@ def register(app: Any) -> None:
         instances(ctx.obj["console"], ctx.obj["root"], as_json, ctx.obj.get("connect"))
 
     dry_opt, plan_json = plan_options()
-    gpu_opt = typer.Option(..., "--gpu", help="The GPU (PF address).", metavar="BDF", callback=params.bdf)
+    gpu_opt = typer.Option(..., "--gpu", help="The GPU (PF address).", metavar="BDF", callback=as_bdf)
 
     @group.command("enable", epilog="Example: vgpuadm mig enable --gpu 0000:18:00.0")
     def enable_cmd(ctx: typer.Context, gpu: str = gpu_opt, dry_run: bool = dry_opt, as_json: bool = plan_json) -> None:

@@ -6,8 +6,7 @@ incoming` is the target's part, run there by the source's vgpuadm (hidden; schem
 from typing import Any
 
 from vgpuadm import api
-from vgpuadm.cli.console import Console
-from vgpuadm.cli.params import plan_options
+from vgpuadm.cli.console import Console, plan_options
 from vgpuadm.errors import UsageError
 
 MOVE_WORDS = {"live": "can move live", "cold": "can move only stopped (cold)", "no": "cannot move"}

@@ -4,9 +4,8 @@
 from typing import Any
 
 from vgpuadm import api
-from vgpuadm.cli.console import Console
+from vgpuadm.cli.console import Console, plan_options
 from vgpuadm.cli.host import reported_as_plan
-from vgpuadm.cli.params import plan_options
 from vgpuadm.cli.udevrun import run_udev
 from vgpuadm.errors import UsageError
 
