@@ -6,7 +6,7 @@ journal). They never touch the host: `vgpuadm.executor` dispatches each Step cla
 `vgpuadm.executor.HANDLERS`).
 
 Every Step kind lives here: the kernel's (sysfs, nvidia-smi, files) and libvirt's (DefineDomain and the older
-one-write domain steps, whose handlers are in virt/handlers.py). Another distribution adds a kind with `@step_kind`
+one-write domain steps, whose handlers are in virt/conn.py). Another distribution adds a kind with `@step_kind`
 and lists its handlers for the executor's table.
 
 A journal is untrusted when `recover` reads it back (executor/journalcheck.py): a field named like an identity
@@ -617,7 +617,7 @@ class DestroyGpuInstance(Step):
         return f"destroy MIG GPU instance {self.instance_id} ({self.profile} at slot {self.start}) on {self.address}"
 
 
-# -- libvirt steps: one domain definition change each (handlers: virt/handlers.py) ------------------------------
+# -- libvirt steps: one domain definition change each (handlers: virt/conn.py) ------------------------------
 # The device XML is rendered at plan time and carried by the step, so the journal holds exactly what was attached
 # and undo detaches that same element. AttachHostdev, DetachHostdev and SetMetadata stay runnable for journals
 # written before DefineDomain existed.

@@ -1,4 +1,4 @@
-"""The bounded wait after a live unplug (vgpuadm/virt/handlers.py `unplug`, through vgpuadm/polling.py).
+"""The bounded wait after a live unplug (vgpuadm/virt/conn.py `unplug`, through vgpuadm/polling.py).
 
 A fake clock (time.monotonic, which polling.wait_until reads too) and a fake connection stand in for time and libvirt here: outside the kernel lane there is no device
 a running guest could refuse to release (libvirt needs a real mdev or vfio-pci function to hot-plug one), and a real
@@ -13,8 +13,8 @@ import pytest
 
 from vgpuadm.errors import ConflictError
 from vgpuadm.polling import wait_until
-from vgpuadm.virt import handlers
-from vgpuadm.virt.handlers import UNPLUG_POLL, UNPLUG_WAIT, unplug
+from vgpuadm.virt import conn
+from vgpuadm.virt.conn import UNPLUG_POLL, UNPLUG_WAIT, unplug
 from vgpuadm.virt.xml import hostdev_elements, mdev_hostdev, vf_hostdev
 
 UUID = "5d0b1a8e-1111-4222-8333-444455556666"
@@ -118,4 +118,4 @@ def test_a_guest_that_lets_go_ends_the_wait(clock: Clock) -> None:
     (el,) = hostdev_elements(guest.device)
     unplug(guest, "web01", el, sleep=clock.sleep)
     assert (guest.looks, clock.sleeps) == (4, [UNPLUG_POLL] * 3)
-    assert handlers.UNPLUG_WAIT == 10
+    assert conn.UNPLUG_WAIT == 10

@@ -36,8 +36,8 @@ from vgpuadm.model import HostSnapshot
 from vgpuadm.plan.domains import Domains
 from vgpuadm.sim.kernel import SimKernel
 from vgpuadm.steps import AttachHostdev, DefineDomain, DetachHostdev, DomainDefinition, Plan, SetMetadata
+from vgpuadm.virt.conn import HANDLERS as LIBVIRT_HANDLERS
 from vgpuadm.virt.conn import VirtConn, choose_uri, embed_uri
-from vgpuadm.virt.handlers import HANDLERS as LIBVIRT_HANDLERS
 from vgpuadm.virt.xml import NS
 
 Progress = Callable[[int, int, str], None]

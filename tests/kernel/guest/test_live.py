@@ -29,7 +29,7 @@ from guest_virsh import URI, domstate, dumpxml, monitor, virsh
 from lxml import etree
 
 from vgpuadm.host.sysfs import Sysfs
-from vgpuadm.virt.handlers import UNPLUG_WAIT
+from vgpuadm.virt.conn import UNPLUG_WAIT
 
 PCI = "/sys/bus/pci/devices"
 
