@@ -16,6 +16,7 @@ from vgpuadm.errors import ConflictError, UnsafeError, UsageError
 from vgpuadm.io.planfile import parse_plan
 from vgpuadm.model import Allocation, Holding, Layout, VgpuType, declare_device_mode, holding, known_device_mode
 from vgpuadm.modes import MODES, Mode, for_layout, for_name, of, register
+from vgpuadm.modes import base as registry
 from vgpuadm.modes.mdev import MdevMode
 from vgpuadm.modes.vf_pool import VfPoolMode
 from vgpuadm.modes.vf_vgpu import VfVgpuMode
@@ -247,9 +248,9 @@ def test_a_mode_answers_what_the_reports_ask(sim_host: Callable[[str], Path]) ->
 def isolated_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """modes.register for one test: the registry's and the model's tables are this test's copies, put back after
     it (an added mode registered in the test process would claim its types in every later test)."""
-    monkeypatch.setattr(modes_pkg, "_ADDED", [])
-    monkeypatch.setattr(modes_pkg, "_BY_NAME", dict(modes_pkg._BY_NAME))
-    monkeypatch.setattr(modes_pkg, "_BY_LAYOUT", dict(modes_pkg._BY_LAYOUT))
+    monkeypatch.setattr(registry, "_ADDED", [])
+    monkeypatch.setattr(registry, "_BY_NAME", dict(registry._BY_NAME))
+    monkeypatch.setattr(registry, "_BY_LAYOUT", dict(registry._BY_LAYOUT))
     monkeypatch.setattr(model, "_HOLDS", dict(model._HOLDS))
 
 

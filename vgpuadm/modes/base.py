@@ -1,5 +1,6 @@
-"""The small interface every GPU sharing mode implements, and the id and parameter grammars the modes share.
-The registry that maps a layout or a recorded mode to its Mode is vgpuadm/modes/__init__.py.
+"""The small interface every GPU sharing mode implements, the id and parameter grammars the modes share, and the
+one registry that maps a layout, a type or a recorded mode to its Mode (filled by modes/__init__.py's `ship` and by
+`register`; how a mode is added: modes/__init__.py's docstring).
 
 A mode validates a request against a HostSnapshot, plans Steps (pure: it never reads the host) and says what the
 libvirt hostdev needs (`hostdev_spec`): mdev → {"mode": "mdev", "uuid"}; vendor-VFIO VF → {"mode": "vf", "address",
@@ -8,6 +9,7 @@ libvirt hostdev needs (`hostdev_spec`): mdev → {"mode": "mdev", "uuid"}; vendo
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping
@@ -17,12 +19,15 @@ from typing import Any, ClassVar
 from vgpuadm.catalog.migration import Landing, TargetHost, vgpu_landing
 from vgpuadm.errors import UsageError
 from vgpuadm.model import (
+    MODES_GROUP,
     Allocation,
     DeviceKey,
     Holding,
     HostSnapshot,
     Layout,
     VgpuType,
+    declare_device_mode,
+    mode_entry_points,
     pci_key,
 )
 from vgpuadm.steps import Plan, Step
@@ -289,3 +294,149 @@ class Instance:
     placement: Callable[[], int | None]
     exclude: Callable[[], Collection[str]]
     enabling: set[str]
+
+
+# -- the registry ----------------------------------------------------------------------------------------------------
+# Filled by modes/__init__.py (`ship`, the modes vgpuadm ships) and by `register` (the modes entry points add).
+_SHIPPED: list[Mode] = []
+_BY_LAYOUT: dict[Layout, Mode] = {}
+_BY_NAME: dict[str, Mode] = {}
+_ADDED: list[Mode] = []  # registered modes (entry points), asked first by for_type
+
+
+def ship(*shipped: Mode) -> tuple[Mode, ...]:
+    """Put the modes vgpuadm ships in the registry (modes/__init__.py, once); returns them."""
+    _SHIPPED.extend(shipped)
+    _BY_LAYOUT.update({layout: m for m in shipped for layout in m.layouts})
+    _BY_NAME.update({m.name: m for m in shipped})
+    return shipped
+
+
+def register(mode: Mode) -> Mode:
+    """Add `mode` to the registry (what an entry point in the `vgpuadm.modes` group names); returns it. ValueError
+    when it is no Mode, its name is taken, or it claims a layout another mode handles."""
+    if not isinstance(mode, Mode):
+        raise ValueError(f"{mode!r} is not a vgpuadm Mode")
+    if mode.name in _BY_NAME or any(layout in _BY_LAYOUT for layout in mode.layouts):
+        raise ValueError(f"mode {mode.name!r} is already registered (or its layouts are handled)")
+    declare_device_mode(mode.name, mode.holds)
+    _BY_NAME[mode.name] = mode
+    _BY_LAYOUT.update({layout: mode for layout in mode.layouts})
+    _ADDED.append(mode)
+    return mode
+
+
+def _load_entry_points() -> None:
+    """Register the modes installed distributions declare (see the module's docstring)."""
+    for ep in mode_entry_points():
+        try:
+            mode = ep.load()
+            if getattr(mode, "name", None) != ep.name:
+                raise ValueError(f"it names a mode called {getattr(mode, 'name', None)!r}")
+            register(mode)
+        except Exception as exc:  # whatever a broken distribution raises: one line, not a traceback
+            raise UsageError(
+                f"The mode {ep.name} = {ep.value} ({MODES_GROUP} entry point) cannot be added: {exc}",
+                "fix or uninstall the distribution that declares it (pip show -f NAME lists its files)",
+            ) from None
+
+
+_loaded = False
+
+
+def _added() -> list[Mode]:
+    """The added modes, their entry points loaded on first need: a lookup of a built-in mode by name or layout (what
+    restore and the hook do) never pays for importlib.metadata (~30 ms)."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        _load_entry_points()
+    return _ADDED
+
+
+def for_type(t: VgpuType) -> Mode:
+    """The mode that makes devices of `t`: an added mode that claims it, else the mode of its layout."""
+    for m in _added():
+        if m.claims(t):
+            return m
+    return for_layout(t.layout)
+
+
+def for_type_on(snap: HostSnapshot, parent: str | None, type_id: str | None) -> Mode:
+    """The mode of an mdev of `type_id` made on `parent` (a CreateMdev): for_type of that type as `snap` shows it,
+    the mdev mode when `snap` shows no such type there."""
+    p = snap.mdev_parents.get(parent or "")
+    t = next((t for t in p.types if t.type_id == type_id), None) if p is not None else None
+    return for_type(t) if t is not None else for_name("mdev")
+
+
+def for_layout(layout: Layout | str) -> Mode:
+    """The mode that handles devices of `layout`."""
+    try:
+        key = Layout(layout)
+        if key not in _BY_LAYOUT:
+            _added()
+        return _BY_LAYOUT[key]
+    except (KeyError, ValueError):
+        raise UsageError(
+            f'No mode handles layout "{layout}"', f"layouts: {', '.join(m.value for m in Layout)}"
+        ) from None
+
+
+def for_name(name: str) -> Mode:
+    """The mode recorded as Allocation.mode ("mdev", "vf", "pci", "pool", "virtio-gl")."""
+    mode = _BY_NAME.get(name)
+    if mode is None and _added():
+        mode = _BY_NAME.get(name)
+    if mode is None:
+        raise UsageError(f'Unknown device mode "{name}"', "modes: mdev, vf, pci, pool, virtio-gl"
+                         + "".join(f", {m.name}" for m in _ADDED))  # fmt: skip
+    return mode
+
+
+def of(a: Allocation) -> Mode:
+    """The mode of a recorded device: every per-device question about `a` goes to it."""
+    return _BY_NAME[a.mode] if a.mode in _BY_NAME else for_name(a.mode)
+
+
+def key(a: Allocation) -> DeviceKey | None:
+    """The ownership key of `a`'s host device (None: nothing on the host, e.g. virtio-gl)."""
+    return of(a).key(a)
+
+
+def adopt(snapshot: HostSnapshot, ref: xml.HostdevRef, domain: str, domain_uuid: str, slot: int) -> Allocation | None:
+    """The allocation that records the device a domain's <hostdev> `ref` already gives it, from the first mode that
+    knows the device on this host (None: no mode does — it is not there now, or not a GPU device)."""
+    for mode in _SHIPPED:
+        a = mode.adopt(snapshot, ref, domain, domain_uuid, slot)
+        if a is not None:
+            return a
+    return None
+
+
+def describe(a: Allocation) -> str:
+    return of(a).describe(a)
+
+
+def handle(a: Allocation) -> str:
+    return of(a).handle(a)
+
+
+def hostdev_xml(a: Allocation) -> str:
+    return of(a).hostdev_xml(a)
+
+
+def hostdev_as_attached(a: Allocation, domain_xml: str) -> str:
+    """hostdev_xml(a) with the guest PCI address the domain gives the device now, so that a detach undone puts it
+    back where the guest saw it (libvirt would otherwise take the next free slot, and several devices detached in
+    one plan would come back in swapped places)."""
+    want = key(a)
+    if a.extra.get("guest_address") or not domain_xml or want is None:
+        return hostdev_xml(a)
+    for ref in xml.parse_hostdevs(domain_xml):
+        if (ref.kind, ref.key) == want and ref.guest_address is not None:
+            extra = {**a.extra, "guest_address": str(ref.guest_address)}
+            if ref.guest_address.multifunction:
+                extra["multifunction"] = "on"
+            return hostdev_xml(dataclasses.replace(a, extra=extra))
+    return hostdev_xml(a)
