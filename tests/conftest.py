@@ -20,7 +20,7 @@ import pytest
 
 from vgpuadm.cli.app import run
 from vgpuadm.cli.console import Console
-from vgpuadm.host.files import FileLock
+from vgpuadm.host.root import FileLock
 from vgpuadm.sim.profiles import build
 from vgpuadm.virt import xml
 

@@ -16,9 +16,8 @@ if TYPE_CHECKING:
     from vgpuadm.catalog.capacity import why_no_types
     from vgpuadm.executor import set_lock_policy
     from vgpuadm.host.discover import snapshot as read_host
-    from vgpuadm.host.files import write_report
     from vgpuadm.host.pciids import model_names
-    from vgpuadm.host.root import EMBED_LIBVIRT, HostRoot, resolve_root
+    from vgpuadm.host.root import EMBED_LIBVIRT, HostRoot, resolve_root, write_report
     from vgpuadm.host.umockdev import load as load_umockdev
     from vgpuadm.io.unitfile import exec_start
     from vgpuadm.ops import declarative, guest, hook, mdevctl, udevrun, unit
@@ -226,7 +225,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "unit_status": ("vgpuadm.ops.unit", "status"),
     "unit_uninstall": ("vgpuadm.ops.unit", "uninstall"),
     "vms": ("vgpuadm.ops.inventory", "vms"),
-    "write_report": ("vgpuadm.host.files", "write_report"),
+    "write_report": ("vgpuadm.host.root", "write_report"),
 }
 
 __all__ = sorted(_HOMES)

@@ -252,7 +252,7 @@ def test_apply_of_a_valid_plan_skips_jsonschema_filelock_and_importlib_metadata(
     host: tuple[Path, dict[str, str], Path],
 ) -> None:
     """jsonschema (~50 ms of imports) only names a plan's fault: a plan that conforms is checked without it; the
-    host lock is vgpuadm.host.files's (filelock's import was ~30 ms); importlib.metadata (~20 ms) is imported only
+    host lock is vgpuadm.host.root's (filelock's import was ~30 ms); importlib.metadata (~20 ms) is imported only
     when a distribution may declare a mode (model.mode_entry_points)."""
     root, _uuids, plan = host
     code = ("import sys; from vgpuadm.cli.app import run; code = run(sys.argv[1:]); "

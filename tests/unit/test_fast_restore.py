@@ -107,7 +107,7 @@ def test_restore_does_not_import_typer(sim_host: Callable[[str], Path]) -> None:
 def test_restore_imports_only_what_its_phases_run(sim_host: Callable[[str], Path], tmp_path: Path) -> None:
     """The boot unit's `restore --domain-xml-dir` restoring devices loads the restore planner and what its phases
     run: not apply's plan file grammar (planfile, jsonschema, ruamel.yaml), the desired-state and reconcile planners,
-    the other verbs' ops modules, nor the filelock package (the host lock is host/files.py's)."""
+    the other verbs' ops modules, nor the filelock package (the host lock is host/root.py's)."""
     root, saved = _host(sim_host, tmp_path)
     subprocess.run([sys.executable, "-m", "vgpuadm", "sim", "reboot", root], check=True, capture_output=True, cwd="/",
                    env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip

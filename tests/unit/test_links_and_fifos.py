@@ -1,7 +1,7 @@
 """Links and FIFOs never steer root: an imported recording or snapshot archive, a planted link one directory above
 the ones vgpuadm writes, a planted FIFO where it reads state, a cached capability file that is a link — each ends
 in a one-line error (or is skipped where it is only a cache), with nothing written outside the root and nothing
-hanging (issue #31). Every file goes through host/files.py's descriptor-based helpers."""
+hanging (issue #31). Every file goes through host/root.py's descriptor-based helpers."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def tree(top: Path) -> list[str]:
 
 def test_helper_follows_no_link_at_any_component(tmp_path: Path) -> None:
     # imported here (a new API), so that the behaviour tests below also run against the code before it
-    from vgpuadm.host.files import BeneathError, read_beneath, write_beneath
+    from vgpuadm.host.root import BeneathError, read_beneath, write_beneath
 
     # behaviour tests below also run against code without it)
     root, outside = tmp_path / "root", tmp_path / "outside"
@@ -55,7 +55,7 @@ def test_helper_follows_no_link_at_any_component(tmp_path: Path) -> None:
 
 
 def test_helper_reads_regular_files_only_and_never_blocks_on_a_fifo(tmp_path: Path) -> None:
-    from vgpuadm.host.files import BeneathError, read_beneath
+    from vgpuadm.host.root import BeneathError, read_beneath
 
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(BeneathError, match=r"^\[Errno 22\] /fifo is a FIFO, not a regular file"):
@@ -68,7 +68,7 @@ def test_helper_reads_regular_files_only_and_never_blocks_on_a_fifo(tmp_path: Pa
 
 
 def test_helper_writes_atomically_with_exact_modes_whatever_the_umask(tmp_path: Path) -> None:
-    from vgpuadm.host.files import write_beneath
+    from vgpuadm.host.root import write_beneath
 
     old = os.umask(0o077)
     try:
@@ -85,7 +85,7 @@ def test_helper_writes_atomically_with_exact_modes_whatever_the_umask(tmp_path: 
 def test_the_one_writer_follows_directory_links_only_when_not_confined(tmp_path: Path) -> None:
     """confine=False is the executor's state on `/` (root's own directory links; nothing lies outside `/`): the
     directories above the file are followed, the file itself is still replaced, never written through."""
-    from vgpuadm.host.files import BeneathError, write_beneath
+    from vgpuadm.host.root import BeneathError, write_beneath
 
     (tmp_path / "real").mkdir()
     (tmp_path / "var").symlink_to("real")

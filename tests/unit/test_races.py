@@ -22,7 +22,7 @@ from vgpuadm.cli.app import run
 from vgpuadm.cli.console import Console
 from vgpuadm.errors import ConflictError
 from vgpuadm.executor import CRASH_HOOK, JOURNAL, ExecContext, execute, read_journal
-from vgpuadm.host.files import FileLock, LockTimeout
+from vgpuadm.host.root import FileLock, LockTimeout
 from vgpuadm.sim.treestate import diff, tree_state
 
 GPU = "0000:01:00.0"
@@ -106,7 +106,7 @@ def test_lock_held_by_another_process_is_a_clear_conflict(sim_host: Callable[[st
 
 
 def test_the_lock_counts_a_threads_holds_and_excludes_other_threads_and_descriptors(tmp_path: Path) -> None:
-    """host/files.py (the host lock's and the simulated kernel's): re-entrant within a thread; another thread, or
+    """host/root.py (the host lock's and the simulated kernel's): re-entrant within a thread; another thread, or
     another FileLock on the same file, waits (here: times out) as another process would; the file is 0600 as asked."""
     path = str(tmp_path / "lock")
     lock = FileLock(path, mode=0o600)
@@ -148,7 +148,7 @@ def test_the_lock_file_is_never_opened_through_a_link(tmp_path: Path) -> None:
 
 @pytest.mark.process
 def test_file_lock_waits_for_another_process_and_counts_its_own_holds(tmp_path: Path) -> None:
-    """host/files.py's FileLock: an flock another process holds is waited for up to the timeout (0: one try), then
+    """host/root.py's FileLock: an flock another process holds is waited for up to the timeout (0: one try), then
     LockTimeout; in the holding thread it is re-entrant and only the last release lets go; the file is made with
     the mode asked, less the umask (never more open than asked)."""
     path = tmp_path / "lock"

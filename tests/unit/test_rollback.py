@@ -15,7 +15,7 @@ import pytest
 from vgpuadm import api
 from vgpuadm.errors import VgpuadmError
 from vgpuadm.executor import JOURNAL, load_drivers
-from vgpuadm.host import files
+from vgpuadm.host import root as files
 from vgpuadm.model import HostSnapshot
 from vgpuadm.sim.faults import clear_faults, inject_fault
 from vgpuadm.sim.treestate import diff, tree_state

@@ -13,7 +13,7 @@ import pytest
 
 from vgpuadm.errors import UnsafeError, VgpuadmError
 from vgpuadm.executor import JOURNAL, ExecContext, execute, write_state
-from vgpuadm.host import files
+from vgpuadm.host import root as files
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.steps import Plan, RecordDrivers
 
@@ -58,7 +58,7 @@ def test_existing_directories_are_left_alone(tmp_path: Path, umask0: None) -> No
 def test_a_link_planted_where_the_temp_file_goes_is_never_written_through(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The temp name is unguessable (host/files._temp_name); pinned here so that a link can sit exactly there."""
+    """The temp name is unguessable (host/root._temp_name); pinned here so that a link can sit exactly there."""
     victim = tmp_path / "victim"
     victim.write_text("keep")
     state = tmp_path / "var/lib/vgpuadm"

@@ -48,8 +48,15 @@ from vgpuadm.errors import ConflictError, HostIOError, Interrupted, UnsafeError,
 from vgpuadm.executor.hints import errno_hint
 from vgpuadm.executor.journalcheck import check_document, check_owner, check_progress_state
 from vgpuadm.host import root as host_root
-from vgpuadm.host.files import BeneathError, FileLock, LockTimeout, fsync_dir, write_beneath
-from vgpuadm.host.root import check_exists, check_writable
+from vgpuadm.host.root import (
+    BeneathError,
+    FileLock,
+    LockTimeout,
+    check_exists,
+    check_writable,
+    fsync_dir,
+    write_beneath,
+)
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.steps import Plan, Step
 
@@ -376,7 +383,7 @@ def _write_text(path: str, text: str, root: str) -> None:
 
 
 def write_state(root: str, path: str, doc: Any, *, sync: bool = True) -> None:
-    """Write a JSON state file under `root` with the one atomic writer (host/files.write_beneath): 0600, a
+    """Write a JSON state file under `root` with the one atomic writer (host/root.write_beneath): 0600, a
     directory created for it 0700, whatever the umask; a crash leaves the old or the new file. sync=False skips
     every fsync: only for a file whose loss in a power cut loses nothing (see _Journal). Under a root other than
     `/` no link at any directory component is followed (UnsafeError); on `/` those directories are root's own, as

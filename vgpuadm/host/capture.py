@@ -17,7 +17,7 @@ import stat
 from dataclasses import dataclass
 
 from vgpuadm.errors import HostIOError, UsageError
-from vgpuadm.host.files import read_beneath
+from vgpuadm.host.root import read_beneath
 from vgpuadm.host.sysfs import DirScan, Sysfs
 
 MAX_FILE = 1 << 20  # bytes copied of one file (sysfs attributes hold at most a page)

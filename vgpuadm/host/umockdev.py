@@ -30,7 +30,8 @@ import re
 from dataclasses import dataclass, field
 
 from vgpuadm.errors import NotFoundError, UsageError
-from vgpuadm.host.files import (
+from vgpuadm.host.inputs import read_input
+from vgpuadm.host.root import (
     makedirs_beneath,
     open_dir_beneath,
     read_beneath,
@@ -39,7 +40,6 @@ from vgpuadm.host.files import (
     undo_fill,
     write_beneath,
 )
-from vgpuadm.host.inputs import read_input
 
 MDEV_SUBSYSTEM, PCI_SUBSYSTEM = "mdev", "pci"  # the two whose devices make an mdev parent and its mdevs
 # Subsystems that are buses (/sys/bus/<name>); every other subsystem is a class (/sys/class/<name>).
@@ -281,7 +281,7 @@ def _confine_chains(devices: list[Device], source: str) -> None:
 
 class _Tree:
     """The host root being laid down. Every host path goes through `rel`, which refuses one outside /sys; every
-    file, directory and link is made by descriptor beneath the root (host/files.py), so a link the recording
+    file, directory and link is made by descriptor beneath the root (host/root.py), so a link the recording
     planted — or a chain of them — is never written through: such a recording is refused (BeneathError)."""
 
     def __init__(self, root: str) -> None:

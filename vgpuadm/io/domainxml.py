@@ -6,9 +6,8 @@ from __future__ import annotations
 import os
 
 from vgpuadm.errors import UsageError, VgpuadmError
-from vgpuadm.host.files import BeneathError, list_beneath, read_beneath
 from vgpuadm.host.paths import LIBVIRT_DOMAIN_DIRS
-from vgpuadm.host.root import HostRoot
+from vgpuadm.host.root import BeneathError, HostRoot, list_beneath, read_beneath
 from vgpuadm.plan.domains import Domain, Domains
 from vgpuadm.virt.xml import domain_identity, status_domain
 
@@ -18,7 +17,7 @@ MAX_BYTES = 8 << 20  # one domain's XML
 
 def read_domain_dir(directory: str, host_key: str, *, option: str = "--domain-xml-dir") -> Domains:
     """The domains saved in `directory` (every *.xml file); `option` names the flag in messages. Each file is read
-    by descriptor in the directory (host/files.py): a link, FIFO or device named *.xml is refused unopened."""
+    by descriptor in the directory (host/root.py): a link, FIFO or device named *.xml is refused unopened."""
     if not os.path.isdir(directory):
         raise UsageError(f"{option} {directory} is not a directory", "give a directory of saved domain XML files")
     try:

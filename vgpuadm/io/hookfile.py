@@ -11,8 +11,8 @@ import shlex
 from collections.abc import Sequence
 
 from vgpuadm.errors import UsageError
-from vgpuadm.host.files import read_config, remove_config, write_config
 from vgpuadm.host.paths import LIBVIRT_HOOKS
+from vgpuadm.host.root import read_config, remove_config, write_config
 from vgpuadm.virt.xml import template_dir
 
 DIR_HOOK = "qemu.d/vgpuadm"

@@ -17,7 +17,8 @@ import stat
 from dataclasses import dataclass
 
 from vgpuadm.errors import HostIOError, UsageError
-from vgpuadm.host.files import (
+from vgpuadm.host.root import (
+    MDEVCTL_DIR,
     file_error,
     list_beneath,
     open_dir_beneath,
@@ -25,7 +26,6 @@ from vgpuadm.host.files import (
     remove_beneath,
     write_beneath,
 )
-from vgpuadm.host.root import MDEVCTL_DIR
 from vgpuadm.model import PCI_PATTERN, UUID_PATTERN, join_params, split_params
 
 CONFIG_DIR = MDEVCTL_DIR
@@ -94,7 +94,7 @@ def _check(parent: str, uuid: str) -> str:
 
 def definition_file(root: str, parent: str, uuid: str) -> str:
     """The real path of <root>/etc/mdevctl.d/<parent>/<uuid> (grammar checked); files are only ever opened
-    beneath the root through host/files.py, so no link at any component is followed."""
+    beneath the root through host/root.py, so no link at any component is followed."""
     return os.path.join(root, _check(parent, uuid).lstrip("/"))
 
 
@@ -113,7 +113,7 @@ def read_file(root: str, parent: str, uuid: str) -> str | None:
 
 
 def write_file(root: str, parent: str, uuid: str, text: str) -> None:
-    """Write a definition file atomically (host/files.write_beneath: temp file, fsync, rename, directory fsync),
+    """Write a definition file atomically (host/root.write_beneath: temp file, fsync, rename, directory fsync),
     0644 like mdevctl's own files; a created directory is 0755; no link at any component is written through."""
     where = _check(parent, uuid)
     try:

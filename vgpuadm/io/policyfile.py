@@ -18,8 +18,8 @@ import os
 import re
 
 from vgpuadm.errors import UsageError
-from vgpuadm.host.files import file_error, read_beneath, remove_beneath, write_beneath
 from vgpuadm.host.paths import POLICY_FILES
+from vgpuadm.host.root import file_error, read_beneath, remove_beneath, write_beneath
 
 MODES = {"modprobe": (0o644, 0o755), "state": (0o600, 0o700), "on-demand-mig": (0o600, 0o700)}  # file, directory
 FILES = {
@@ -43,7 +43,7 @@ def _path(root: str, name: str) -> str:
 
 
 def read_file(root: str, name: str) -> str | None:
-    """The file's text, None when there is none; by descriptor beneath the root (host/files.py): no link at any
+    """The file's text, None when there is none; by descriptor beneath the root (host/root.py): no link at any
     component, regular files only."""
     _path(root, name)
     try:

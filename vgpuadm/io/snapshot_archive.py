@@ -18,7 +18,7 @@ from typing import Any
 
 from vgpuadm.errors import UsageError
 from vgpuadm.host.capture import MAX_FILE, MAX_MEMBERS, Member
-from vgpuadm.host.files import (
+from vgpuadm.host.root import (
     chmod_beneath,
     makedirs_beneath,
     resolve_links,
@@ -37,7 +37,7 @@ HINT = "give an archive written by `vgpuadm snapshot OUT.tar.gz`"
 
 
 def write(path: str, members: Iterable[Member]) -> int:
-    """Write the archive atomically (0600: it describes the host; host/files.write_beneath in its directory);
+    """Write the archive atomically (0600: it describes the host; host/root.write_beneath in its directory);
     returns the member count. Deterministic: sorted names, owner root, time 0."""
     import io
 
@@ -146,7 +146,7 @@ def extract(source: str, dest: str) -> Extracted:
 
 
 def _write(dest: str, dirs: dict[str, int], files: dict[str, tuple[int, bytes]], links: dict[str, str]) -> None:
-    """Lay the members into `dest` by descriptor (host/files.py): no link is followed at any component, so even a
+    """Lay the members into `dest` by descriptor (host/root.py): no link is followed at any component, so even a
     chain of the archive's own links cannot carry a member outside; on any failure nothing is left behind."""
     if os.path.isdir(dest) and os.listdir(dest):
         raise UsageError(f"{dest} is not empty", "give a new or empty directory for the imported host")

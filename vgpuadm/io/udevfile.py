@@ -9,8 +9,8 @@ import re
 from collections.abc import Sequence
 
 from vgpuadm.errors import UsageError
-from vgpuadm.host.files import read_config, remove_config, write_config
 from vgpuadm.host.paths import UDEV_RULES_DIR
+from vgpuadm.host.root import read_config, remove_config, write_config
 from vgpuadm.virt.xml import template_dir
 
 RULE = "61-vgpuadm.rules"  # after 60-mdevctl.rules, which answers the same parent registration for mdevctl

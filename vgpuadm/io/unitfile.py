@@ -11,8 +11,8 @@ import urllib.parse
 from collections.abc import Sequence
 
 from vgpuadm.errors import UsageError
-from vgpuadm.host.files import read_config, remove_config, write_config
 from vgpuadm.host.paths import UNIT_DIR
+from vgpuadm.host.root import read_config, remove_config, write_config
 from vgpuadm.virt.xml import readme_path, template_dir
 
 RESTORE_UNIT = "vgpuadm-restore.service"

@@ -18,9 +18,8 @@ from vgpuadm.errors import NotFoundError, UnsafeError
 from vgpuadm.executor import load_drivers, recover
 from vgpuadm.host import hetero as host_hetero
 from vgpuadm.host import mig as host_mig
-from vgpuadm.host.files import list_beneath
 from vgpuadm.host.mig import read as mig_read
-from vgpuadm.host.root import EMBED_LIBVIRT, HostRoot
+from vgpuadm.host.root import EMBED_LIBVIRT, HostRoot, list_beneath
 from vgpuadm.io.planfile import load_plan
 from vgpuadm.io.policyfile import read_file as read_policy
 from vgpuadm.model import Allocation, HostSnapshot

@@ -26,8 +26,8 @@ from typing import Any
 from vgpuadm.errors import HostIOError, UsageError, VgpuadmError
 from vgpuadm.host import mig as host_mig
 from vgpuadm.host import nvidia_smi
-from vgpuadm.host.files import write_report
 from vgpuadm.host.nvidia_smi_vgpu import parse_gpu_usage, parse_vgpu_usage
+from vgpuadm.host.root import write_report
 from vgpuadm.io import unitfile
 from vgpuadm.ops import unit
 from vgpuadm.ops.session import Session

@@ -21,10 +21,9 @@ from vgpuadm.errors import UsageError
 from vgpuadm.host import nvidia_smi
 from vgpuadm.host.capture import RecordingSysfs, Redactor, record, redact_machine_id
 from vgpuadm.host.discover import snapshot
-from vgpuadm.host.files import read_beneath, undo_fill, write_beneath
 from vgpuadm.host.inputs import read_head
 from vgpuadm.host.paths import PCI_IDS
-from vgpuadm.host.root import MACHINE_ID, NVIDIA_SMI, HostRoot
+from vgpuadm.host.root import MACHINE_ID, NVIDIA_SMI, HostRoot, read_beneath, undo_fill, write_beneath
 from vgpuadm.host.sysfs import SIM_MARKER, check_root
 from vgpuadm.host.umockdev import load as load_umockdev
 from vgpuadm.io import snapshot_archive

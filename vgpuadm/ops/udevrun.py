@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from vgpuadm.errors import ConflictError, UsageError
-from vgpuadm.host.files import open_dir_beneath
 from vgpuadm.host.paths import UDEV_PENDING
+from vgpuadm.host.root import open_dir_beneath
 from vgpuadm.model import PARENT_PATTERN, PCI_PATTERN
 
 SETTLE_S = 2.0  # after the first event, before the run: the rest of a reset's events arrive meanwhile

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from vgpuadm.errors import UsageError
-from vgpuadm.host.files import FileLock
+from vgpuadm.host.root import FileLock
 from vgpuadm.host.sysfs import SIM_MARKER
 from vgpuadm.sim.profiles import SRIOV_CONFIGURE_DRIVERS, HostBuilder, check_model
 from vgpuadm.sim.tree import IOMMU_GROUPS, MDEV_DEVICES, PCI_DEVICES, TreeBuilder

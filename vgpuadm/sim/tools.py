@@ -8,7 +8,7 @@ import os
 import shlex
 import sys
 
-from vgpuadm.host.files import write_beneath
+from vgpuadm.host.root import write_beneath
 
 
 def install_tool(root: str, host_path: str, module: str, comment: str) -> str:

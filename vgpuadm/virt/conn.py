@@ -33,8 +33,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vgpuadm.errors import ConflictError, LibvirtError, LibvirtMissingError, NotFoundError, UsageError, VgpuadmError
-from vgpuadm.host.files import list_beneath, read_beneath, write_beneath
-from vgpuadm.host.root import EMBED_LIBVIRT
+from vgpuadm.host.root import EMBED_LIBVIRT, list_beneath, read_beneath, write_beneath
 from vgpuadm.model import MDEV_KEY
 from vgpuadm.polling import wait_until
 from vgpuadm.steps import AttachHostdev, DefineDomain, DetachHostdev, DomainDefinition, SetMetadata, SetVirtioGl
@@ -152,7 +151,7 @@ MAX_CAPS = 16 << 20  # bytes of one cached capability file (libvirt's are ~1 MB)
 
 
 def _copy_caps(src_top: str, src_rel: str, dest_top: str, dest_rel: str, dir_mode: int) -> None:
-    """Copy one cached capability file by descriptor (host/files.py): a regular file only, no link followed at
+    """Copy one cached capability file by descriptor (host/root.py): a regular file only, no link followed at
     any component on either side, written private (0600): a planted `*.xml` link copies nothing."""
     data = read_beneath(src_top, src_rel, limit=MAX_CAPS)
     if data is not None:
