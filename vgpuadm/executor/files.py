@@ -1,8 +1,8 @@
 """Apply / undo / is-applied handler of the one managed-file step (steps.WriteManagedFile): mdevctl definitions under
 <root>/etc/mdevctl.d, vgpuadm's systemd unit under <root>/etc/systemd/system, libvirt's qemu hook under
 <root>/etc/libvirt/hooks, vgpuadm's udev rule under <root>/etc/udev/rules.d and the host-policy files, listed in
-HANDLERS like executor/kernel.py. Each kind's file goes through its io module, which checks the name's grammar again,
-keeps the path under the root and holds the file's mode; every undo checks first."""
+HANDLERS like the kernel steps' in executor/__init__.py. Each kind's file goes through its io module, which checks
+the name's grammar again, keeps the path under the root and holds the file's mode; every undo checks first."""
 
 from __future__ import annotations
 

@@ -13,8 +13,7 @@ import shutil
 
 from vgpuadm import modes
 from vgpuadm.errors import VgpuadmError
-from vgpuadm.executor import pending_summary, read_journal
-from vgpuadm.executor.kernel import load_drivers
+from vgpuadm.executor import load_drivers, pending_summary, read_journal
 from vgpuadm.host import nvidia_smi
 from vgpuadm.host.paths import PROC_CMDLINE
 from vgpuadm.host.root import SRIOV_MANAGE, HostRoot
