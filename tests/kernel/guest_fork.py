@@ -24,7 +24,7 @@ PRELOAD = (
     "vgpuadm.api",
     "vgpuadm.ops.guest",
     "vgpuadm.ops.host",
-    "vgpuadm.cli.guest",
+    "vgpuadm.cli.app",
     "vgpuadm.cli.host",
     "libvirt",
     "typer.main",

@@ -53,7 +53,7 @@ def test_command_word(argv: list[str], word: str | None) -> None:
 def test_modules_for() -> None:
     assert app_mod.modules_for(["--root", "/r", "restore"]) == ("declarative",)
     assert app_mod.modules_for(["types", "--json"]) == ()
-    assert app_mod.modules_for(["give-back", "--vm", "a"]) == ("guest",)
+    assert app_mod.modules_for(["give-back", "--vm", "a"]) == ("app",)
     for argv in (["man"], ["resotre"], ["--help"], []):
         assert app_mod.modules_for(argv) is None
 
@@ -91,7 +91,7 @@ def test_errors_are_those_of_the_whole_app(
 
 @pytest.mark.process
 def test_a_command_imports_only_its_own_module(sim_host: Callable[[str], Path]) -> None:
-    """`recover` imports the host commands, not the guest, declarative, MIG or hook commands."""
+    """`recover` imports the host commands, not the declarative, MIG or hook commands."""
     code = (
         "import sys; from vgpuadm.cli.app import run; code = run(sys.argv[1:]); "
         "print(code, sorted(m for m in sys.modules if m.startswith('vgpuadm.cli.')))"
