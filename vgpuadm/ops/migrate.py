@@ -382,6 +382,9 @@ def _leave_live(s: Session, peer: remote.Peer, vm: str, owned: list[Allocation],
             with VirtConn(peer.libvirt) as target:
                 s.virt.migrate_live(vm, target, live_xml=live_xml, persistent_xml=persistent_xml, data_uri=data_uri)
         except VgpuadmError as exc:  # libvirt leaves the guest running here: the target's part goes, the mark too
+            exc.hint = (
+                f"{vm} runs here as before and the target's part is undone: fix what libvirt says, run this again"
+            )
             _abort_there(peer, vm, exc)
             _undo_mark(s, vm, dry_run, exc)
             raise
