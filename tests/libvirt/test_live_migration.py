@@ -131,7 +131,8 @@ def _sim_guest(tmp_path: Path, libvirtd: str, name: str) -> tuple[Path, Path, st
     return src, dst, mdev.uuid
 
 
-def _run_live(src: Path, dst: Path, libvirtd: str, target: str, name: str, data: str):
+def _run_live(src: Path, dst: Path, libvirtd: str, target: str, name: str, data: str,
+              env: dict[str, str] | None = None):  # fmt: skip
     import json
     import subprocess
     import sys
@@ -141,7 +142,7 @@ def _run_live(src: Path, dst: Path, libvirtd: str, target: str, name: str, data:
     record = src.parent / "migrate-live.json"
     argv = [sys.executable, "-c", _RUN, str(record), "--root", str(src), "--connect", libvirtd, "migrate", "run",
             "--vm", name, "--target-root", str(dst), "--target-connect", target, "--migrate-uri", data]  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=600, check=False, cwd=REPO)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=_env(env), timeout=600, check=False, cwd=REPO)
     return proc, (json.loads(record.read_text()) if record.exists() else None)
 
 
@@ -220,3 +221,43 @@ def test_migrate_run_the_target_daemon_refuses_leaves_the_guest_running_on_the_s
     assert [a.moving for a in xml.parse_allocations(after, domain=name)] == [None]
     strip = re.compile(r' changed="[^"]*"')
     assert strip.sub("", after) == strip.sub("", before)
+
+
+def test_a_source_killed_after_the_guest_left_is_ended_on_the_target_not_undone(
+    tmp_path: Path, libvirtd: str, target_libvirtd: str, daemon_domain: Callable[[str], str]
+) -> None:
+    """`migrate prepare`, then `migrate run` killed right after its first step freeing this host's mdev (the
+    executor's crash hook): the guest runs on the target, which still records it incoming. There `migrate abort`
+    refuses (undoing the target's part would stop the VM), `migrate finish` ends the move; here `recover` rolls
+    the half-done freeing back, leaving the mdev owned by no domain, which `reconcile` reports."""
+    from tests.libvirt.embedded_host import mdevs, vgpuadm
+    from vgpuadm.executor import CRASH_HOOK
+
+    name = daemon_domain("mvkill")
+    src, dst, uuid = _sim_guest(tmp_path, libvirtd, name)
+    target = VirtConn(target_libvirtd)
+    on_src, on_dst = ("--connect", libvirtd), ("--connect", target_libvirtd)
+    r = vgpuadm(src, *on_src, "migrate", "prepare", "--vm", name, "--target-root", str(dst), "--target-connect",
+                target_libvirtd)  # fmt: skip
+    assert r.code == 0, r.err
+    r, _sent = _run_live(src, dst, libvirtd, target_libvirtd, name, "tcp://127.0.0.1", env={CRASH_HOOK: "1"})
+    assert r.returncode != 0
+    assert _running(target, name)
+    assert [a.moving for a in xml.parse_allocations(target.xml(name), domain=name)] == ["incoming"]
+    r = vgpuadm(dst, *on_dst, "migrate", "abort", "--vm", name)
+    assert (r.code, r.out) == (5, "")
+    assert r.err.splitlines() == [
+        f"error: domain {name} runs here: it moved here live, this host's domain is the VM now",
+        f"hint: end the move here: `vgpuadm migrate finish --vm {name}`",
+    ]
+    assert _running(target, name) and mdevs(dst) == [uuid]
+    r = vgpuadm(dst, *on_dst, "migrate", "finish", "--vm", name)
+    assert (r.code, r.err) == (0, ""), r.err
+    for inactive in (True, False):
+        assert [a.moving for a in xml.parse_allocations(target.xml(name, inactive=inactive), domain=name)] == [None]
+    assert vgpuadm(src, *on_src, "recover").code == 0
+    assert mdevs(src) == [uuid]
+    r = vgpuadm(src, *on_src, "reconcile")
+    assert r.code == 0, r.err
+    assert uuid in r.out
+    target.undefine(name)
