@@ -256,3 +256,29 @@ def test_a_source_killed_after_the_guest_left_is_recovered_on_both_hosts(tmp_pat
         "  this host: step 1/1 record domain lv-kill's devices as settled (the move is over)",
     ]
     assert (mdevs(dst), [a.moving for a in allocations(dst, "lv-kill")]) == ([u0], [None])
+
+
+def test_a_live_moves_data_address_and_target_libvirt_are_refused_where_they_enter(tmp_path: Path) -> None:
+    """--migrate-uri and --target-connect are checked before anything is read or changed on either host."""
+    src, dst = _hosts(tmp_path, "p4", "lv-args")
+    before = (_state(src), _state(dst))
+    refused = [
+        (["--migrate-uri", "tcp://-oProxy/x"], "error: --migrate-uri 'tcp://-oProxy/x' is not tcp://HOST[:PORT]"),
+        (["--migrate-uri", "rdma://10.0.0.2"], "error: --migrate-uri 'rdma://10.0.0.2' is not tcp://HOST[:PORT]"),
+        (
+            ["--migrate-uri", "tcp://10.0.0.2:99999"],
+            "error: --migrate-uri 'tcp://10.0.0.2:99999' is not tcp://HOST[:PORT]",
+        ),
+        (["--target-connect", "xen:///system"], "error: --target-connect 'xen:///system' is not a libvirt URI"),
+        (["--target-connect", "qemu:///system x"], "error: --target-connect 'qemu:///system x' is not a libvirt URI"),
+    ]
+    for args, error in refused:
+        r = vgpuadm(src, "migrate", "run", "--vm", "lv-args", "--target-root", str(dst), *args)
+        assert (r.code, r.out, r.err.splitlines()[0]) == (2, "", error), r.err
+    r = vgpuadm(src, "migrate", "run", "--vm", "lv-args", "--to", "qemu+ssh://gpu2/system", "--target-connect",
+                "qemu:///system")  # fmt: skip
+    assert (r.code, r.err.splitlines()) == (2, [
+        "error: --target-connect names a simulated target's libvirt: it goes with --target-root",
+        "hint: a real target's libvirt is the --to URI itself",
+    ])  # fmt: skip
+    assert (_state(src), _state(dst)) == before
