@@ -23,6 +23,7 @@ import libvirt
 from tests.libvirt.embedded_host import REPO, _env, allocations, define, domain_xml, hostdev_keys, mdevs, vgpuadm
 from tests.libvirt.test_migrate_run import _state
 from vgpuadm.executor import CRASH_HOOK
+from vgpuadm.schemas import validate
 from vgpuadm.sim.profiles import build
 from vgpuadm.virt import xml
 from vgpuadm.virt.conn import embed_uri
@@ -172,9 +173,13 @@ def test_a_vf_taken_on_the_target_is_rewritten_to_the_one_it_made(tmp_path: Path
     (vf,) = hostdev_keys(src, "lv-h")
     assert hostdev_keys(dst, "lv-other") == [vf]  # the same VF, taken there
     source_xml = domain_xml(src, "lv-h")
-    r, called = _live(src, dst, "lv-h")
+    r, called = _live(src, dst, "lv-h", "--json")
     assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    doc = json.loads(r.stdout)
+    validate("migrate-step", doc)
+    assert (doc["state"], doc["changed"], doc["dry_run"]) == ("moved", True, False)
     (moved,) = allocations(dst, "lv-h")
+    assert [(d["address"], d["options"]) for d in doc["devices"]] == [(moved.address, {})]
     assert moved.address != vf
     for sent in called["params"].values():
         (ref,) = xml.parse_hostdevs(sent)
