@@ -1,7 +1,7 @@
 """The pure migration check (plan/migration.py): a running VM must move live unless the operator asks for a stopped
-(cold) move; the whole VM moves as its least movable device; each mode answers for its own devices. And a cold
-move's pure parts: what the target is asked for, the definition it gets, the marks, and its answer checked where it
-enters."""
+(cold) move; the whole VM moves as its least movable device; each mode answers for its own devices. And a move's
+pure parts: what the target is asked for, the definition it gets, the marks, its answer checked where it enters, and
+the XML libvirt is given for a live move."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from vgpuadm.host.discover import snapshot
 from vgpuadm.host.sysfs import Sysfs
 from vgpuadm.model import Allocation
 from vgpuadm.ops.migrate import parse_answer
-from vgpuadm.plan.migration import OUTGOING, check, marked, moving, portable_xml, request
-from vgpuadm.virt.xml import metadata_xml, parse_allocations, parse_hostdevs
+from vgpuadm.plan.migration import OUTGOING, check, destination_xml, marked, moving, portable_xml, request
+from vgpuadm.virt.xml import metadata_host, metadata_xml, parse_allocations, parse_domain, parse_hostdevs
 
 UUID = "0a0a0a0a-0000-4000-8000-000000000001"
 P4 = "0000:01:00.0"
@@ -132,3 +132,28 @@ def test_the_targets_answer_is_checked_where_it_enters() -> None:
             parse_answer(data, "the answer gpu2 sent", "web01")
         assert exc.value.message.startswith(message), exc.value.message
         assert "\n" not in exc.value.message
+
+
+def test_a_live_moves_xml_names_the_targets_device_where_the_guest_had_its_own() -> None:
+    """The target's mdev took another UUID (the source's was taken there): the hostdev libvirt is given names it, in
+    the source's place (its guest PCI address and alias kept), the hostdev vgpuadm does not record is left as it
+    is, and vgpuadm's metadata is the target's, incoming."""
+    guest = "<address type='pci' domain='0x0000' bus='0x06' slot='0x00' function='0x0'/>"
+    live = DOMAIN.replace("</source></hostdev>", f"</source><alias name='hostdev0'/>{guest}</hostdev>", 1)
+    live = live.replace("<devices>", f"<metadata>{metadata_xml(marked([_mdev()], OUTGOING), 'sim:/src')}</metadata>"
+                        "<devices>")  # fmt: skip
+    theirs = dataclasses.replace(_mdev(), uuid=UUID.replace("01", "99"), parent="0000:02:00.0")
+    sent = destination_xml(live, [_mdev()], marked([theirs], "incoming"), "sim:/dst")
+    hostdevs = parse_domain(sent).findall("devices/hostdev")
+    assert [(r.key, str(r.guest_address) if r.guest_address else None) for r in parse_hostdevs(sent)] == [
+        (theirs.uuid, "0000:06:00.0"),
+        ("0000:07:00.0", None),
+    ]
+    assert hostdevs[0].find("alias").get("name") == "hostdev0"
+    assert (metadata_host(sent), [(a.uuid, a.parent, a.moving) for a in parse_allocations(sent)]) == (
+        "sim:/dst",
+        [(theirs.uuid, "0000:02:00.0", "incoming")],
+    )
+    with pytest.raises(ConflictError) as exc:
+        destination_xml(live, [_mdev()], [], "sim:/dst")
+    assert exc.value.message == "the target made 0 device(s) for the domain's 1"

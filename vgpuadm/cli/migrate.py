@@ -1,7 +1,8 @@
 """`vgpuadm migrate check`: how each of a VM's devices can move to another host — live, only with the VM stopped
 (cold), or not at all, with the reason (ops/migrate.py, plan/migration.py; schema migrate-check). `migrate prepare`,
-`run` and `abort` move it (cold) and undo a move that stopped half-way, `finish` ends one on the target; `migrate
-incoming` is the target's part, run there by the source's vgpuadm (hidden; schema migrate-step)."""
+`run` and `abort` move it (live while it runs, else cold) and undo a move that stopped half-way, `finish` ends one on
+the target; `migrate incoming` is the target's part, run there by the source's vgpuadm (hidden; schema
+migrate-step)."""
 
 from typing import Any
 
@@ -14,11 +15,12 @@ MOVE_WORDS = {"live": "can move live", "cold": "can move only stopped (cold)", "
 
 def check(console: Console, root: str | None, connect: str | None, vm: str, to: str | None,
           target_inventory: str | None, postcopy: bool, offline: bool, as_json: bool,
-          target_root: str | None = None) -> int:  # fmt: skip
+          target_root: str | None = None, target_connect: str | None = None) -> int:  # fmt: skip
     """Print the check; the exit code: 0 when the VM can move the way asked (live while it runs, unless
     --offline; else cold), 1 when it cannot."""
     result = api.migrate_check(root, vm, connect=connect, to=to, target_inventory=target_inventory,
-                               postcopy=postcopy, offline=offline, target_root=target_root)  # fmt: skip
+                               postcopy=postcopy, offline=offline, target_root=target_root,
+                               target_connect=target_connect)  # fmt: skip
     if as_json:
         console.json(result.to_json())
         return 0 if result.ok else 1
@@ -51,7 +53,7 @@ def report(console: Console, result: Any, as_json: bool, done: str, would: str) 
         console.line(f"  {where}: {step}")
 
 
-def _target_options() -> tuple[Any, Any]:
+def _target_options() -> tuple[Any, Any, Any]:
     import typer
 
     to = typer.Option(
@@ -66,7 +68,13 @@ def _target_options() -> tuple[Any, Any]:
         metavar="DIR",
         help="A simulated target host on this machine (a root `vgpuadm sim build` made).",
     )
-    return to, root  # fmt: skip
+    connect = typer.Option(
+        None,
+        "--target-connect",
+        metavar="URI",
+        help="The simulated target's libvirt when not its embedded one (given to its vgpuadm as --connect).",
+    )
+    return to, root, connect  # fmt: skip
 
 
 def register(app: Any) -> None:
@@ -85,49 +93,57 @@ def register(app: Any) -> None:
                                              help="The target host's `vgpuadm inventory --json`."),
         target_root: str = typer.Option(None, "--target-root", metavar="DIR",
                                         help="A simulated target host on this machine (a root `vgpuadm sim build` made)."),
+        target_connect: str = typer.Option(None, "--target-connect", metavar="URI",
+                                           help="The simulated target's libvirt when not its embedded one."),
         postcopy: bool = typer.Option(False, "--postcopy", help="Check a post-copy move (refused with VFIO)."),
         offline: bool = typer.Option(False, "--offline", help="Check a move with the VM stopped (cold)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON (schemas/migrate-check.schema.json)."),
     ) -> None:  # fmt: skip
         """Say per device whether the VM can move to the target live, only stopped, or not at all, and why."""
         code = check(ctx.obj["console"], ctx.obj["root"], ctx.obj.get("connect"), vm, to, target_inventory,
-                     postcopy, offline, as_json, target_root)  # fmt: skip
+                     postcopy, offline, as_json, target_root, target_connect)  # fmt: skip
         if code:
             raise typer.Exit(code)
 
-    to_opt, root_opt = _target_options()
+    to_opt, root_opt, connect_opt = _target_options()
     dry_opt, json_opt = plan_options()
 
     @group.command("prepare", epilog="Example: vgpuadm migrate prepare --vm web01 --to qemu+ssh://gpu2/system")
     def prepare_cmd(
         ctx: typer.Context,
-        vm: str = typer.Option(..., "--vm", help="The domain to move (shut off).", metavar="NAME"),
+        vm: str = typer.Option(..., "--vm", help="The domain to move.", metavar="NAME"),
         to: str = to_opt,
         target_root: str = root_opt,
+        target_connect: str = connect_opt,
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
     ) -> None:
         """Make the VM's devices on the target through its own vgpuadm and record them incoming there (outgoing
         here); `migrate run` finishes the move, `migrate abort` undoes it."""
-        result = api.migrate_move(ctx.obj["root"], vm, to=to, target_root=target_root, connect=ctx.obj.get("connect"),
-                                  dry_run=dry_run, finish=False)  # fmt: skip
+        result = api.migrate_move(ctx.obj["root"], vm, to=to, target_root=target_root, target_connect=target_connect,
+                                  connect=ctx.obj.get("connect"), dry_run=dry_run, finish=False)  # fmt: skip
         report(ctx.obj["console"], result, as_json, f"prepared domain {vm} on {result.target}",
                f"would prepare domain {vm} on {result.target}")  # fmt: skip
 
     @group.command("run", epilog="Example: vgpuadm migrate run --vm web01 --to qemu+ssh://gpu2/system --dry-run")
     def run_cmd(
         ctx: typer.Context,
-        vm: str = typer.Option(..., "--vm", help="The domain to move (shut off).", metavar="NAME"),
+        vm: str = typer.Option(..., "--vm", help="The domain to move.", metavar="NAME"),
         to: str = to_opt,
         target_root: str = root_opt,
-        offline: bool = typer.Option(False, "--offline", help="Move the VM stopped (cold): vgpuadm's only move."),
+        target_connect: str = connect_opt,
+        offline: bool = typer.Option(False, "--offline", help="Move the VM stopped (cold): refused while it runs."),
+        migrate_uri: str = typer.Option(None, "--migrate-uri", metavar="tcp://HOST[:PORT]",
+                                        help="A live move's data address on the target (libvirt's migrate URI)."),
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
-    ) -> None:
-        """Move a shut-off VM and its devices to the target: its devices made there, the domain defined there and
-        undefined here, its devices here freed. A failure leaves the VM here as it was."""
-        result = api.migrate_move(ctx.obj["root"], vm, to=to, target_root=target_root, connect=ctx.obj.get("connect"),
-                                  dry_run=dry_run, offline=offline)  # fmt: skip
+    ) -> None:  # fmt: skip
+        """Move a VM and its devices to the target: its devices made there, the domain defined there; a running VM
+        then moves live (libvirt: live, post-copy off), a shut-off one is undefined here; its devices here freed.
+        A failure leaves the VM here as it was (running on, when it ran)."""
+        result = api.migrate_move(ctx.obj["root"], vm, to=to, target_root=target_root, target_connect=target_connect,
+                                  migrate_uri=migrate_uri, connect=ctx.obj.get("connect"), dry_run=dry_run,
+                                  offline=offline)  # fmt: skip
         report(ctx.obj["console"], result, as_json, f"moved domain {vm} to {result.target}",
                f"would move domain {vm} to {result.target}")  # fmt: skip
 
@@ -137,6 +153,7 @@ def register(app: Any) -> None:
         vm: str = typer.Option(..., "--vm", help="The domain whose move stopped half-way.", metavar="NAME"),
         to: str = to_opt,
         target_root: str = root_opt,
+        target_connect: str = connect_opt,
         dry_run: bool = dry_opt,
         as_json: bool = json_opt,
     ) -> None:
@@ -147,7 +164,8 @@ def register(app: Any) -> None:
             result: Any = api.migrate_abort_here(ctx.obj["root"], vm, connect=ctx.obj.get("connect"), dry_run=dry_run)
         else:
             result = api.migrate_abort(ctx.obj["root"], vm, to=to, target_root=target_root,
-                                       connect=ctx.obj.get("connect"), dry_run=dry_run)  # fmt: skip
+                                       target_connect=target_connect, connect=ctx.obj.get("connect"),
+                                       dry_run=dry_run)  # fmt: skip
         report(ctx.obj["console"], result, as_json, f"aborted the move of domain {vm}",
                f"would abort the move of domain {vm}")  # fmt: skip
 

@@ -10,7 +10,12 @@ own socket (socket, netcat, no_tty, mode, proxy, command) do not concern this ca
 The same way runs the target's side of `migrate prepare|run|abort` (a Peer: `ssh … vgpuadm migrate incoming …`,
 the domain's definition on its standard input). A simulated target host on this machine (`--target-root DIR`, a
 root `vgpuadm sim build` made) is reached as this machine's vgpuadm with `--root DIR`, in its own process: libvirt
-allows one embedded driver root per process, and the target takes its own lock as another host would."""
+allows one embedded driver root per process, and the target takes its own lock as another host would.
+
+A live move also talks to the target's libvirt (the source's libvirt sends it the running guest): the `--to` URI
+itself, or for a simulated target its embedded driver, or the libvirt `--target-connect URI` names (then given to
+the target's vgpuadm as its `--connect`). That URI and the migration's data address (`--migrate-uri tcp://HOST`)
+are checked here too."""
 
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from vgpuadm.errors import UsageError, VgpuadmError
 from vgpuadm.host.root import HostRoot
+from vgpuadm.virt.conn import embed_uri
 
 TIMEOUT = 60.0  # seconds for the whole remote call (ssh's own connect timeout is 10)
 REMOTE_COMMAND = ("vgpuadm", "inventory", "--json")
@@ -39,6 +45,26 @@ _ROOT_HINT = (
 _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 _HOST = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*|[0-9a-f:.]{2,45}")
 _LIBVIRTD_PARAMS = frozenset(("socket", "netcat", "no_tty", "mode", "proxy", "command", "name"))
+_LIBVIRT_URI = re.compile(r"qemu(\+(unix|ssh|tcp|tls))?://[!-~]{0,1000}")
+_CONNECT_HINT = "give the simulated target's libvirt URI, e.g. --target-connect qemu+unix:///system?socket=/run/x/sock"
+_DATA_HINT = (
+    "give the address the target's libvirt listens on for the guest's memory, e.g. --migrate-uri tcp://10.0.0.2"
+)
+
+
+def migrate_uri(text: str | None) -> str | None:
+    """A live move's data address (`tcp://HOST[:PORT]`, libvirt's migrate URI), checked: None stays None."""
+    if text is None:
+        return None
+    try:
+        parts = urlsplit(text) if len(text) <= 300 and text.isprintable() else None
+        _port = parts.port if parts is not None else None  # ValueError out of 0-65535
+    except ValueError:
+        parts = None
+    if (parts is None or parts.scheme != "tcp" or not _HOST.fullmatch(parts.hostname or "") or parts.username
+            or parts.path or parts.query or parts.fragment):  # fmt: skip
+        raise UsageError(f"--migrate-uri {text[:80]!r} is not tcp://HOST[:PORT]", _DATA_HINT)
+    return text
 
 
 def ssh_command(uri: str) -> tuple[list[str], str]:
@@ -81,37 +107,49 @@ def ssh_prefix(uri: str) -> tuple[list[str], str]:
 @dataclass(frozen=True)
 class Peer:
     """The target host's vgpuadm: `argv` runs it (arguments to follow); `name` names the host in messages; `ssh`:
-    reached over ssh (else a simulated host on this machine)."""
+    reached over ssh (else a simulated host on this machine); `libvirt`: the target's libvirt URI, which a live
+    move sends the running guest to."""
 
     argv: tuple[str, ...]
     name: str
     ssh: bool
+    libvirt: str
 
     def call(self, args: list[str], limit: int, *, stdin: bytes | None = None, timeout: float = TIMEOUT) -> bytes:
         """The standard output of `vgpuadm ARGS` on the target (VgpuadmError naming the host when it fails)."""
         verb = f"vgpuadm {' '.join(args[:2])}"
         shown = f"ssh {self.name} {verb}" if self.ssh else f"{verb} on {self.name}"
         hint = (f"check `ssh {self.name} vgpuadm {' '.join(args[:2])}` by hand (vgpuadm must be on its PATH)" if self.ssh
-                else f"check `vgpuadm --root {self.argv[-1]} {' '.join(args[:2])}` by hand")  # fmt: skip
+                else f"check `vgpuadm {' '.join(self.argv[3:])} {' '.join(args[:2])}` by hand")  # fmt: skip
         # ssh joins the remote command into one string for the target's shell: each argument quoted, one word there
         words = [shlex.quote(a) for a in args] if self.ssh else args
         return run([*self.argv, *words], self.name, limit, timeout, what=shown, hint=hint, stdin=stdin)
 
 
-def peer(to: str | None, target_root: str | None) -> Peer:
+def peer(to: str | None, target_root: str | None, target_connect: str | None = None) -> Peer:
     """The target's vgpuadm: over ssh for a qemu+ssh:// `to`, else the simulated host `target_root` on this
-    machine (checked here: an existing directory holding a simulated host, named by its real path)."""
+    machine (checked here: an existing directory holding a simulated host, named by its real path), whose libvirt
+    is its embedded driver, or `target_connect` (checked here; only with `target_root`)."""
+    if target_connect is not None and target_root is None:
+        raise UsageError("--target-connect names a simulated target's libvirt: it goes with --target-root",
+                         "a real target's libvirt is the --to URI itself")  # fmt: skip
     if target_root is not None:
         if len(target_root) > 4096 or not target_root.isprintable() or not os.path.isdir(target_root):
             raise UsageError(f"--target-root {target_root[:80]!r} is no directory", _ROOT_HINT)
         path = os.path.realpath(target_root)
         if not HostRoot(path).simulated:
             raise UsageError(f"--target-root {path[:80]} is no simulated host", _ROOT_HINT)
-        return Peer((sys.executable, "-m", "vgpuadm", "--root", path), f"the simulated host {path}", False)
+        if target_connect is None:
+            return Peer((sys.executable, "-m", "vgpuadm", "--root", path), f"the simulated host {path}", False,
+                        embed_uri(path))  # fmt: skip
+        if not _LIBVIRT_URI.fullmatch(target_connect):
+            raise UsageError(f"--target-connect {target_connect[:80]!r} is not a libvirt URI", _CONNECT_HINT)
+        return Peer((sys.executable, "-m", "vgpuadm", "--root", path, "--connect", target_connect),
+                    f"the simulated host {path}", False, target_connect)  # fmt: skip
     if to is None:
         raise UsageError("the target host is missing: give --to URI or --target-root DIR", _HINT)
     argv, host = ssh_prefix(to)
-    return Peer(tuple(argv), host, True)
+    return Peer(tuple(argv), host, True, to)
 
 
 def run(argv: list[str], host: str, limit: int, timeout: float = TIMEOUT, *, what: str = "",

@@ -1,7 +1,20 @@
 """`vgpuadm migrate check`: read this host (the VM's recorded devices, the snapshot) and the target's inventory,
-and ask the pure check (plan/migration.py) how each device can move there. `migrate prepare|run|abort`: a cold
-move, this host's part through its own Session and the target's through its vgpuadm (io/remote.py Peer: `migrate
-incoming|finish|abort` there), whose JSON answer is checked where it enters (_answer, schema migrate-step)."""
+and ask the pure check (plan/migration.py) how each device can move there. `migrate prepare|run|abort`: a move,
+this host's part through its own Session and the target's through its vgpuadm (io/remote.py Peer: `migrate
+incoming|finish|abort` there), whose JSON answer is checked where it enters (_answer, schema migrate-step).
+
+A shut-off VM (or any with --offline) moves cold: the target defines the domain with its own devices, this host
+undefines it and frees its devices. A running VM whose check says live moves live: the same target part first —
+the target defines the domain *before* the migration (`migrate incoming`, inactive, with the devices its own planner
+made under its journal and lock, recorded incoming), because libvirt takes an incoming migration onto an inactive
+persistent domain of the same name and UUID, and so a move that stops anywhere leaves on the target a definition that
+`show`, `inventory` and `reconcile` report and `migrate abort` removes, exactly as a cold move's. Then libvirt moves
+the running guest (VirtConn.migrate_live: live, persistent on the target, undefined here, never post-copy) with its
+live and persistent XML rewritten for the target (plan/migration.py destination_xml: its devices' hostdevs, vgpuadm's
+metadata as the target records it); then this host frees its devices and the target drops the incoming mark. A
+failed migration leaves the guest running here: the target's part is undone (`migrate abort` there) and the mark
+here dropped. Killed after libvirt moved the guest, this host's devices are leaked (`reconcile --fix` frees them)
+and the target's `migrate finish` ends the move there (its `migrate abort` refuses: the VM runs there)."""
 
 from __future__ import annotations
 
@@ -29,6 +42,7 @@ from vgpuadm.plan.domains import with_recorded
 from vgpuadm.report.merge import MAX_REPORT, load_report, parse_report
 from vgpuadm.steps import Plan, Step
 from vgpuadm.virt import xml
+from vgpuadm.virt.conn import VirtConn
 
 TARGET_HINT = (
     "give the target's libvirt URI (--to qemu+ssh://root@gpu2/system: its vgpuadm is asked over ssh), or "
@@ -46,6 +60,7 @@ def check(
     postcopy: bool = False,
     offline: bool = False,
     target_root: str | None = None,
+    target_connect: str | None = None,
 ) -> migration.MoveCheck:
     """How each device of `vm` can move to the target host: the one `target_inventory` describes, else the simulated
     host `target_root` on this machine, else the one the libvirt URI `to` names, whose vgpuadm is asked over ssh
@@ -54,7 +69,7 @@ def check(
     if target_inventory:
         target = target_host(load_report(target_inventory), target_inventory)
     elif target_root:
-        target = _target_inventory(remote.peer(None, target_root))
+        target = _target_inventory(remote.peer(None, target_root, target_connect))
     elif to:
         argv, host = remote.ssh_command(to)
         where = f"the inventory {host} sent"
@@ -233,6 +248,9 @@ def abort_here(root: str | None, vm: str, *, connect: str | None = None, dry_run
         if d is None or state is None:
             return MoveStep(vm, s.host_key, dry_run, False, "none", [], list(d.allocations) if d else [])
         owned = list(d.allocations)
+        if state == migration.INCOMING and d.running:
+            raise ConflictError(f"domain {vm} runs here: it moved here live, this host's domain is the VM now",
+                                f"end the move here: `vgpuadm migrate finish --vm {vm}`")  # fmt: skip
         if state == migration.OUTGOING:
             plan = migration.mark_plan(vm, owned, None, s.host_key, d.xml)
             after, lines = migration.marked(owned, None), _marking(plan)
@@ -245,12 +263,12 @@ def abort_here(root: str | None, vm: str, *, connect: str | None = None, dry_run
 
 
 def abort(root: str | None, vm: str, *, to: str | None = None, target_root: str | None = None,
-          connect: str | None = None, dry_run: bool = False) -> MoveResult:  # fmt: skip
+          target_connect: str | None = None, connect: str | None = None, dry_run: bool = False) -> MoveResult:  # fmt: skip
     """`migrate abort`: the target's part undone first (when it is named), then this host's."""
     steps: list[tuple[str, str]] = []
     name = "this host"
     if to or target_root:
-        peer = remote.peer(to, target_root)
+        peer = remote.peer(to, target_root, target_connect)
         with Session.read(root, connect) as s:
             if vm not in s.domains().by_name:  # it left: the target's copy is the VM now
                 raise ConflictError(f"domain {vm} is not on this host: its move is done, the target's domain is the "
@@ -264,14 +282,18 @@ def abort(root: str | None, vm: str, *, to: str | None = None, target_root: str 
 
 
 def move(root: str | None, vm: str, *, to: str | None = None, target_root: str | None = None,
-         connect: str | None = None, dry_run: bool = False, offline: bool = False, finish: bool = True,
+         target_connect: str | None = None, migrate_uri: str | None = None, connect: str | None = None,
+         dry_run: bool = False, offline: bool = False, finish: bool = True,
          progress: Progress | None = None) -> MoveResult:  # fmt: skip
-    """`migrate run` (`finish`) and `migrate prepare` (not `finish`): move `vm` to the target with its domain
-    stopped. Check (the target's inventory), mark its devices outgoing here, have the target make its own and
-    record them incoming (`migrate incoming`); then, to finish, undefine the domain and free its devices here and
-    have the target drop the mark (`migrate finish`). A failure before the domain leaves this host undoes the
-    target's part (`migrate abort` there) and the mark here; a move that stopped half-way goes on when run again."""
-    peer = remote.peer(to, target_root)
+    """`migrate run` (`finish`) and `migrate prepare` (not `finish`): move `vm` to the target — cold when its
+    domain is stopped (or `offline`), live when it runs and the check says its devices move live. Check (the
+    target's inventory), mark its devices outgoing here, have the target make its own and record them incoming
+    (`migrate incoming`); then, to finish, move the domain (cold: undefine it here; live: libvirt moves the running
+    guest, `migrate_uri` its data address) and free its devices here, and have the target drop the mark (`migrate
+    finish`). A failure before the domain leaves this host undoes the target's part (`migrate abort` there) and the
+    mark here; a move that stopped half-way goes on when run again."""
+    peer = remote.peer(to, target_root, target_connect)
+    data_uri = remote.migrate_uri(migrate_uri)
     target = _target_inventory(peer)
     steps: list[tuple[str, str]] = []
     with Session.changing(root, connect, dry_run=dry_run) as s:
@@ -282,20 +304,28 @@ def move(root: str | None, vm: str, *, to: str | None = None, target_root: str |
             s.virt.xml(vm)  # raises NotFoundError naming the domain
             raise ConflictError(f"domain {vm}'s vgpuadm metadata names another host", "move it from that host")
         owned = list(d.allocations)
-        if d.running:
-            raise ConflictError(f"domain {vm} is running: vgpuadm moves a VM with its domain stopped (cold)",
-                                f"shut it down (virsh shutdown {vm}) and run this again")  # fmt: skip
+        live = d.running
+        if live and offline:
+            raise ConflictError(f"domain {vm} is running: --offline moves a VM with its domain stopped (cold)",
+                                f"shut it down (virsh shutdown {vm}) and run this again, or drop --offline to move "
+                                "it live")  # fmt: skip
         req = migration.request(vm, owned)
         if d.unrecorded():
             raise ConflictError(f"domain {vm} has hostdevs vgpuadm does not record ({d.unrecorded()[0][1]}): they "
                                 "name this host's devices", f"detach them (virsh edit {vm}), or record them with "
                                 f"`vgpuadm adopt --vm {vm}`, and run this again")  # fmt: skip
         if moving(owned) != migration.OUTGOING:
-            verdict = migration.check(s.snap, vm, d.running, owned, target, offline=offline)
+            verdict = migration.check(s.snap, vm, d.running, owned, target, offline=offline,
+                                      drivers=_drivers(s) if live else None)  # fmt: skip
             blocked = next((dev for dev in verdict.devices if dev.move == "no"), None)
             if blocked is not None:
                 raise CapacityError(f"domain {vm} cannot move to {peer.name}: {blocked.what}: {blocked.reasons[0]}",
                                     "see `vgpuadm migrate check` for each device")  # fmt: skip
+            cold = next((dev for dev in verdict.devices if dev.move == "cold"), None)
+            if live and cold is not None:
+                raise ConflictError(f"domain {vm} is running and moves only stopped: {cold.what}: {cold.reasons[0]}",
+                                    f"shut it down (virsh shutdown {vm}) and run this again (a cold move); see "
+                                    "`vgpuadm migrate check` for each device")  # fmt: skip
         secure = s.virt.xml(vm, secure=True)
         portable = migration.portable_xml(secure, owned).encode()
         mark = migration.mark_plan(vm, owned, migration.OUTGOING, s.host_key, d.xml)
@@ -310,16 +340,19 @@ def move(root: str | None, vm: str, *, to: str | None = None, target_root: str |
         if not finish:
             return MoveResult(vm, peer.name, dry_run, migration.OUTGOING, steps, there.devices)
         s.refresh()
-        current = s.virt.xml(vm, secure=True) if not dry_run else secure
-        leave = migration.leaving_plan(s.snap, vm, current, migration.marked(owned, migration.OUTGOING),
-                                       load_drivers(s.root.path), f"moved to {peer.name}", _mig_release(s, owned))  # fmt: skip
-        try:
-            s.execute(leave, dry_run=dry_run, progress=progress)
-        except VgpuadmError as exc:  # the executor put this host back; the target's part goes
-            _abort_there(peer, vm, exc)
-            _undo_mark(s, vm, dry_run, exc)
-            raise
-        steps += [("this host", step) for step in leave.describe()]
+        if live:
+            steps += _leave_live(s, peer, vm, owned, there, data_uri, dry_run, progress)
+        else:
+            current = s.virt.xml(vm, secure=True) if not dry_run else secure
+            leave = migration.leaving_plan(s.snap, vm, current, migration.marked(owned, migration.OUTGOING),
+                                           load_drivers(s.root.path), f"moved to {peer.name}", _mig_release(s, owned))  # fmt: skip
+            try:
+                s.execute(leave, dry_run=dry_run, progress=progress)
+            except VgpuadmError as exc:  # the executor put this host back; the target's part goes
+                _abort_there(peer, vm, exc)
+                _undo_mark(s, vm, dry_run, exc)
+                raise
+            steps += [("this host", step) for step in leave.describe()]
     if dry_run:
         steps.append((peer.name, f"record domain {vm}'s devices as settled (the move is over)"))
         return MoveResult(vm, peer.name, dry_run, "moved", steps, there.devices)
@@ -331,6 +364,40 @@ def move(root: str | None, vm: str, *, to: str | None = None, target_root: str |
                           ) from None  # fmt: skip
     steps += [(peer.name, step) for step in done.steps]
     return MoveResult(vm, peer.name, dry_run, "moved", steps, done.devices)
+
+
+def _leave_live(s: Session, peer: remote.Peer, vm: str, owned: list[Allocation], there: MoveStep,
+                data_uri: str | None, dry_run: bool, progress: Progress | None) -> list[tuple[str, str]]:  # fmt: skip
+    """This host's end of a live move: libvirt moves the running guest to the target's definition (its live and
+    persistent XML rewritten for the target's devices and metadata), then this host frees its devices. A failed
+    migration undoes the target's part and the mark here (the guest runs on here); a failure to free the devices
+    once the guest left says how to free them (the move itself is done)."""
+    line = (f"move running domain {vm} live to {peer.name} (libvirt: live, post-copy off, persistent there, "
+            "undefined here)")  # fmt: skip
+    if not dry_run:
+        live_xml = migration.destination_xml(s.virt.xml(vm, inactive=False, secure=True, migratable=True), owned,
+                                             there.devices, there.host)  # fmt: skip
+        persistent_xml = migration.destination_xml(s.virt.xml(vm, secure=True), owned, there.devices, there.host)
+        try:
+            with VirtConn(peer.libvirt) as target:
+                s.virt.migrate_live(vm, target, live_xml=live_xml, persistent_xml=persistent_xml, data_uri=data_uri)
+        except VgpuadmError as exc:  # libvirt leaves the guest running here: the target's part goes, the mark too
+            exc.hint = (
+                f"{vm} runs here as before and the target's part is undone: fix what libvirt says, run this again"
+            )
+            _abort_there(peer, vm, exc)
+            _undo_mark(s, vm, dry_run, exc)
+            raise
+        s.refresh()
+    free = migration.freeing_plan(s.snap, vm, owned, load_drivers(s.root.path), f"moved live to {peer.name}",
+                                  _mig_release(s, owned))  # fmt: skip
+    try:
+        s.execute(free, dry_run=dry_run, progress=progress)
+    except VgpuadmError as exc:
+        raise ConflictError(f"domain {vm} moved live to {peer.name}, but its devices here were not freed: "
+                            f"{exc.message}", "free them with `vgpuadm reconcile --fix` here, then run `vgpuadm "
+                            f"migrate finish --vm {vm}` there") from None  # fmt: skip
+    return [("this host", line), *(("this host", step) for step in free.describe())]
 
 
 def _mig_release(s: Session, gone: list[Allocation]) -> list[Step]:

@@ -1,10 +1,11 @@
 """`vgpuadm migrate check`: whether each device of a VM can move to a target host live, only with the VM stopped
 (cold), or not at all, and why. Each mode answers for its devices (Mode.live_move, Mode.room_on) against the target's
 inventory (catalog/migration.py TargetHost); the devices of one VM are counted against each other on the target.
-And the plans of a cold move on each host (`migrate prepare|run|abort`, below). Pure."""
+And the plans of a move on each host (`migrate prepare|run|abort`, below), cold or live. Pure."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -117,12 +118,15 @@ def check(
     return MoveCheck(domain, running, offline, target.name, tuple(out), notes)
 
 
-# -- moving it (`vgpuadm migrate prepare|run|abort`): a cold move, each host through its own planner ------------------
+# -- moving it (`vgpuadm migrate prepare|run|abort`): each host through its own planner ------------------------------
 # The source marks the domain's devices outgoing; the target defines the domain without them (`portable_xml`), makes
 # its own devices of the same type (`request`: the source's mdev UUIDs where they are free there) and records them
 # incoming; the source undefines the domain and frees its devices; the target drops the mark. Each host's part is
 # one journaled plan under its own lock, and the mark in each host's metadata says where a move that stopped
 # half-way stands (`show`, `inventory`): `migrate run` again goes on from there, `migrate abort` goes back.
+# A live move (the domain runs) is the same but for the middle: instead of the source undefining the domain, libvirt
+# moves the running guest onto the target's inactive definition (same name and UUID), given `destination_xml` for
+# its live and persistent definitions; the source then frees its devices (`freeing_plan`).
 
 INCOMING = "incoming"
 OUTGOING = "outgoing"
@@ -219,3 +223,45 @@ def leaving_plan(snap: HostSnapshot, domain: str, definition: str, owned: Sequen
     an incoming domain's abort."""
     steps = [DomainDefinition(domain, definition, False, via=why), *guest.remove_steps(snap, owned, drivers), *release]
     return Plan(tuple(steps), f"undefine domain {domain} and free its {len(owned)} device(s) here ({why})")
+
+
+def destination_xml(domain_xml: str, owned: Sequence[Allocation], there: Sequence[Allocation], host: str) -> str:
+    """A definition of the domain as the target runs it (its live, migratable XML) or keeps it (its persistent XML)
+    after a live move: `domain_xml` with each hostdev of the source's devices `owned` replaced, in its place, by
+    the hostdev of the target's device of the same slot order in `there` (the guest PCI address and alias of the
+    source's kept: libvirt requires the guest to see its devices where they were), and vgpuadm's metadata as the
+    target records it (`there`, incoming, host `host`). ConflictError when the target made another number of
+    devices."""
+    mine = sorted(owned, key=lambda a: (a.slot is None, a.slot or 0))
+    theirs = sorted(there, key=lambda a: (a.slot is None, a.slot or 0))
+    if len(mine) != len(theirs):
+        raise ConflictError(f"the target made {len(theirs)} device(s) for the domain's {len(mine)}",
+                            "undo the move (`vgpuadm migrate abort`) and check the vgpuadm version on both hosts")  # fmt: skip
+    swap: dict[tuple[str, str] | None, str] = {}
+    for a, b in zip(mine, theirs, strict=True):
+        key = modes.key(a)
+        if modes.of(a).hostdev and key is not None:
+            swap[key] = modes.hostdev_xml(b)
+    doc = xml.parse_domain(domain_xml)
+    devices = doc.find("devices")
+    for hd in devices.findall("hostdev") if devices is not None else []:
+        theirs_xml = swap.get(xml.hostdev_key(hd))
+        if theirs_xml is None:
+            continue
+        [new] = xml.hostdev_elements(theirs_xml)
+        for tag in ("address", "alias"):  # the guest's side of the device: the source's
+            for el in new.findall(tag):
+                new.remove(el)
+            for el in hd.findall(tag):
+                new.append(copy.deepcopy(el))
+        new.tail = hd.tail
+        devices.replace(hd, new)
+    return xml.redefine(doc, element=xml.metadata_xml(marked(there, INCOMING), host))
+
+
+def freeing_plan(snap: HostSnapshot, domain: str, owned: Sequence[Allocation], drivers: dict[str, str], why: str,
+                 release: Sequence[Step] = ()) -> Plan:  # fmt: skip
+    """Free the devices of a domain that left this host live (libvirt undefined it here once the target ran it),
+    then `release` (the MIG GPU instances vgpuadm made for them): the source's end of a live move."""
+    steps = [*guest.remove_steps(snap, owned, drivers), *release]
+    return Plan(tuple(steps), f"free domain {domain}'s {len(owned)} device(s) here ({why})")

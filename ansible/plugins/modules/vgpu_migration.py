@@ -1,21 +1,23 @@
 #!/usr/bin/python
 # Copyright: vgpuadm developers
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Ansible module: move a shut-off VM and its vGPUs to another host (cold), prepare such a move, or undo one that
-stopped half-way — `vgpuadm migrate run|prepare|abort` through vgpuadm.api in the module's interpreter, for the
+"""Ansible module: move a VM and its vGPUs to another host (live while it runs, else cold), prepare such a move, or
+undo one that stopped half-way — `vgpuadm migrate run|prepare|abort` through vgpuadm.api in the module's interpreter, for the
 reasons given in vgpu_allocation.py (data instead of scraped output, vgpuadm's errors as objects)."""
 
 
 DOCUMENTATION = r"""
 ---
 module: vgpu_migration
-short_description: Move a shut-off VM and its vGPUs to another host with vgpuadm
+short_description: Move a VM and its vGPUs to another host with vgpuadm (live or cold)
 version_added: 0.2.0
 description:
-  - Runs on the source host. V(moved) moves the VM cold (C(vgpuadm migrate run)) - the target's own vgpuadm makes
-    devices of the same type through its planner (the mdevs keep their UUIDs where the target has them all free),
-    the domain is defined there and undefined here, and its devices here are freed. A failure before the domain
-    has left the source leaves both hosts as they were.
+  - Runs on the source host. V(moved) moves the VM (C(vgpuadm migrate run)) - the target's own vgpuadm makes
+    devices of the same type through its planner (the mdevs keep their UUIDs where the target has them all free)
+    and defines the domain there; a shut-off VM (or any with O(offline)) is then undefined here (cold), a running
+    one is moved live by libvirt (post-copy off, its XML rewritten for the target's devices) when every device
+    can move live; its devices here are freed. A failure before the domain has left the source leaves both hosts
+    as they were (a running VM runs on).
   - V(prepared) does the first half only (C(vgpuadm migrate prepare)) - the devices are made on the target and
     recorded incoming there, outgoing here. V(aborted) undoes a move that stopped half-way on both hosts
     (C(vgpuadm migrate abort)).
@@ -37,7 +39,7 @@ attributes:
     description: The steps are the result.
 options:
   vm:
-    description: The libvirt domain to move (shut off).
+    description: The libvirt domain to move (running or shut off).
     type: str
     required: true
   to:
@@ -46,6 +48,13 @@ options:
   target_root:
     description: A simulated target host on this machine (a root C(vgpuadm sim build) made).
     type: path
+  offline:
+    description: Move the VM cold only (a running VM is then refused).
+    type: bool
+    default: false
+  migrate_uri:
+    description: A live move's data address on the target, C(tcp://HOST[:PORT]) (default the one its libvirt names).
+    type: str
   state:
     description: V(moved) - the VM is on the target; V(prepared) - its devices are made there, the move not run;
       V(aborted) - a half-done move is undone.
@@ -115,6 +124,8 @@ def main():
             vm=dict(type="str", required=True),
             to=dict(type="str"),
             target_root=dict(type="path"),
+            offline=dict(type="bool", default=False),
+            migrate_uri=dict(type="str"),
             state=dict(type="str", choices=["moved", "prepared", "aborted"], default="moved"),
             **COMMON_ARGS
         ),
@@ -131,7 +142,8 @@ def main():
         if p["state"] == "aborted":
             result = api.migrate_abort(p["root"], p["vm"], **target)
         else:
-            result = api.migrate_move(p["root"], p["vm"], finish=p["state"] == "moved", **target)
+            result = api.migrate_move(p["root"], p["vm"], finish=p["state"] == "moved", offline=p["offline"],
+                                      migrate_uri=p["migrate_uri"], **target)
     except VgpuadmError as exc:
         if p["state"] == "moved" and type(exc).__name__ == "NotFoundError" and _gone(api, p):
             module.exit_json(changed=False, steps=[], state="moved", devices=[], msg="domain %s is not here" % p["vm"])
