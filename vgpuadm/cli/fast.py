@@ -184,14 +184,24 @@ def _take(args: list[str], names: dict[str, str], values: dict[str, str]) -> boo
 
 
 def _apply(argv: Sequence[str], values: dict[str, str], console: Console) -> int:
-    from vgpuadm import api
-    from vgpuadm.cli import declarative
+    import gc
 
-    # As the typer app's global options do: the default lock wait, the waits told on stderr, argv as the holder.
-    api.set_lock_policy(None, console.warn, ("vgpuadm", *argv))
+    # As for the reads: the modules, the plan, the domains' XML and the steps are kept until the process ends, so
+    # the cyclic collector would only walk them (~10 % of the user CPU of a 64-VM apply: bench/bench_provision.py).
+    collecting = gc.isenabled()
+    gc.disable()
     try:
-        declarative.apply(console, values.get("--root"), values.get("--connect"), values["-f"], "--check" in values,
-                          "--diff" in values, "--prune" in values, "--json" in values)  # fmt: skip
+        from vgpuadm import api
+        from vgpuadm.cli import declarative
+
+        # As the typer app's global options do: the default lock wait, the waits told on stderr, argv as the holder.
+        api.set_lock_policy(None, console.warn, ("vgpuadm", *argv))
+        try:
+            declarative.apply(console, values.get("--root"), values.get("--connect"), values["-f"],
+                              "--check" in values, "--diff" in values, "--prune" in values, "--json" in values)  # fmt: skip
+        finally:
+            api.set_lock_policy()
     finally:
-        api.set_lock_policy()
+        if collecting:
+            gc.enable()
     return 0
