@@ -8,8 +8,16 @@ Runs alternate (vgpuadm, loop, vgpuadm, …) so both see the same load. Prints t
 of each over --repeat runs and the ratio (target: vgpuadm ≤ 0.5× the loop), and the CPU time of the client
 processes (vgpuadm's; the loop's sh, mdevctl and virsh: libvirtd's own work counts on neither side) — on a loaded
 machine the wall times jump from run to run. Roots live in --tmpdir (default /var/tmp: the normal
-disk, as libvirtd's own /etc/libvirt is). Needs root (unshare, libvirtd) and mdevctl.
-Usage: .venv/bin/python bench/bench_provision.py [--vms 64] [--repeat 5] [--via cli|api]   (smoke: --vms 2 --repeat 1)
+disk, as libvirtd's own /etc/libvirt is). Only vgpuadm's side makes files there while it is timed: the simulated
+kernel lays down each new mdev's sysfs entries (~12 directories, links and files per mdev, ~770 for 64), which
+mdevctl's writes to a plain-file `create` never make. On an ext4 without a journal (this machine's /) each new
+inode is found by a scan that skips every recently deleted one (`recently_deleted`, the kernel's profile): with the
+roots of earlier runs just removed that scan, not vgpuadm, was 0.3–1.3 s of a run. A tmpfs (`--tmpdir /dev/shm`)
+keeps the simulated tree in memory, as sysfs is. The first --warmup run of each side is not timed: it compiles
+the trees' bytecode (an installed vgpuadm has it) and warms libvirtd and the loop's tools.
+Needs root (unshare, libvirtd) and mdevctl.
+Usage: .venv/bin/python bench/bench_provision.py [--vms 64] [--repeat 5] [--warmup 1] [--via cli|api] [--tmpdir D]
+       (smoke: --vms 2 --repeat 1)
 """
 
 from __future__ import annotations
@@ -163,6 +171,7 @@ def main() -> None:
     parser.add_argument("--via", choices=("cli", "api"), default="cli")
     parser.add_argument("--before", metavar="TREE", help="also run this source tree's CLI (e.g. a worktree of main), "
                         "interleaved, for a before/after ratio in one run")  # fmt: skip
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs of each side first (default: 1)")
     parser.add_argument("--tmpdir", default="/var/tmp", help="where the simulated roots live (default: /var/tmp)")
     args = parser.parse_args()
     if args.vms > GPUS * 8:
@@ -183,21 +192,26 @@ def main() -> None:
     ]
     if args.before:
         runs.append(("vgpuadm before", before, lambda names: run_cli(names, args.tmpdir, args.before)))
-    for rep in range(args.repeat):
+    for rep in range(-args.warmup, args.repeat):
         names = [f"bench-{os.getpid()}-{rep}-{i:02d}" for i in range(args.vms)]
+        took: list[Timing] = []
         for _name, times, run in runs:
             define(conn, names)
             try:
-                times.append(run(names))
+                took.append(run(names))
             finally:
                 undefine(conn, names)
-        print(f"run {rep + 1}: " + ", ".join(f"{n} {t[-1][0]:.2f} s ({t[-1][1]:.2f} s CPU)" for n, t, _ in runs),
-              flush=True)  # fmt: skip
+            if rep >= 0:
+                times.append(took[-1])
+        what = f"run {rep + 1}" if rep >= 0 else "warm-up (not counted)"
+        shown = [f"{n} {wall:.2f} s ({cpu:.2f} s CPU)" for (n, _, _), (wall, cpu) in zip(runs, took, strict=True)]
+        print(f"{what}: " + ", ".join(shown), flush=True)
     a, b = statistics.median(w for w, _ in ours), statistics.median(w for w, _ in loop)
     a_cpu, b_cpu = statistics.median(c for _, c in ours), statistics.median(c for _, c in loop)
     a_min, b_min = min(w for w, _ in ours), min(w for w, _ in loop)
     how = "`vgpuadm apply -f`, one process" if args.via == "cli" else "python API, in this process"
-    print(f"provision {args.vms} VMs with one {TYPE} each (median of {args.repeat}; simulated roots in {args.tmpdir}; "
+    print(f"provision {args.vms} VMs with one {TYPE} each (median of {args.repeat} after {args.warmup} warm-up; "
+          f"simulated roots in {args.tmpdir}; "
           f"load average {os.getloadavg()[0]:.1f}):")  # fmt: skip
     print(f"  vgpuadm ({how}): {a:.2f} s ({a / args.vms * 1000:.1f} ms/VM; min {a_min:.2f} s), {a_cpu:.2f} s CPU")
     print(f"  mdevctl start + virsh attach-device loop: {b:.2f} s ({b / args.vms * 1000:.1f} ms/VM; min {b_min:.2f} s), "

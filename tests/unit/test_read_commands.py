@@ -148,6 +148,18 @@ def test_fast_read_path_leaves_the_garbage_collector_as_it_found_it(sim_host, cl
         gc.enable()
 
 
+def test_fast_read_path_freezes_nothing_for_a_long_lived_caller(sim_host, cli):
+    """The fast path moves what a command left alive to the oldest generation (gc.freeze + unfreeze) as it turns
+    the collector back on: nothing stays frozen, so a long-lived caller (Ansible, tests) still gets it collected."""
+    import gc
+
+    root = str(sim_host("p4"))
+    assert gc.get_freeze_count() == 0
+    assert cli("--root", root, "types", "--json").code == 0
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == 0
+
+
 def test_version_prints_the_installed_version(cli):
     from importlib.metadata import version
 

@@ -3,6 +3,7 @@
 Every VgpuadmError ends as `error: …` / `hint: …` on stderr with the error's exit code; no traceback reaches a
 user. Plain `--json` read commands skip typer entirely (cli/fast.py)."""
 
+import gc
 import itertools
 import os
 import sys
@@ -620,4 +621,6 @@ def _wants_json(argv: "Sequence[str]") -> bool:
 
 
 def main() -> None:
-    sys.exit(run(sys.argv[1:]))
+    code = run(sys.argv[1:])
+    gc.freeze()  # the process ends: the interpreter's last collection need not walk all it built (~9 ms of `apply`)
+    sys.exit(code)

@@ -219,7 +219,11 @@ class SimHost:
     def free_group(self) -> int:
         """The lowest unused IOMMU group number at or above the model's floor (the kernel allocates with an ida)."""
         n = int(self.model.get("next_iommu_group", 100))
-        while self.exists(f"{IOMMU_GROUPS}/{n}"):
+        try:
+            taken = set(os.listdir(self.real(IOMMU_GROUPS)))  # one listing, not one lstat per number in use
+        except OSError:
+            taken = set()
+        while str(n) in taken:
             n += 1
         return n
 
