@@ -20,15 +20,14 @@ import re
 from vgpuadm.errors import UsageError
 from vgpuadm.host.paths import POLICY_FILES
 from vgpuadm.host.root import file_error, read_beneath, remove_beneath, write_beneath
+from vgpuadm.model import PCI_PATTERN, UUID_PATTERN
 
 MODES = {"modprobe": (0o644, 0o755), "state": (0o600, 0o700), "on-demand-mig": (0o600, 0o700)}  # file, directory
 FILES = {
     name: (POLICY_FILES[name], mode, dir_mode) for name, (mode, dir_mode) in MODES.items()
 }  # name → (host path, …)
 MAX_MADE = 512  # on-demand vGPUs with a recorded GPU instance (the journal holds the text: 64 KiB)
-_DEVICE = re.compile(
-    r"^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{4}:[0-9a-f]{2}:[0-1][0-9a-f]\.[0-7])$"
-)
+_DEVICE = re.compile(f"^(?:{UUID_PATTERN}|{PCI_PATTERN})$")  # a device key: an mdev UUID or a VF's address
 _INSTANCE = re.compile(r"^[0-9]{1,3}:[0-9]{1,2}$")  # profile id:start, as a domain's `mig_instance` option
 
 
