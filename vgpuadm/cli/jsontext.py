@@ -124,8 +124,10 @@ class _Encoder:
 
     def nested(self, o: "dict[Any, Any]", indent: str) -> str:
         try:
-            # The value types belong to the key: True == 1 and hash alike, yet encode differently.
-            memo = (indent, tuple(o.items()), tuple(map(type, o.values())))
+            # The value types belong to the key: True == 1 and hash alike, yet encode differently. Keys and values
+            # as two tuples: no (key, value) pair to build per item.
+            values = tuple(o.values())
+            memo = (indent, tuple(o), values, tuple(map(type, values)))
             text = self.flat.get(memo)
         except TypeError:  # unhashable values (lists, dicts): not a flat dict, encode as usual
             return self.obj(o, indent)
