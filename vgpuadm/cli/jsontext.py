@@ -21,6 +21,7 @@ except ImportError:  # pragma: no cover - a Python without the C accelerator
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
 
 
@@ -35,31 +36,38 @@ def dumps(doc: "Any") -> str:
     return "".join(chunks(doc))
 
 
-def chunks(doc: "Any", end: str = "", size: int = _CHUNK) -> list[str]:
-    """json.dumps(doc, indent=2) + end as consecutive pieces of about `size` characters or more (a list's items
-    are never split). A 2,560-type `types --json` is 1.6 MB of text: written as one string it was built by a join,
-    copied by each `+` and encoded whole, each copy ~400 fresh pages; pieces reuse the same memory (bench/README.md,
-    sixth pass)."""
+def chunks(doc: "Any", end: str = "", size: int = _CHUNK) -> "Iterator[str]":
+    """json.dumps(doc, indent=2) + end in consecutive pieces of `size` characters or more (a list's items are never
+    split), each encoded when the one before has been taken. A 2,560-type `types --json` is 1.6 MB of text: built
+    whole, joined, copied by each `+` and encoded, it took ~2,100 fresh pages at ~2.7 µs each; as pieces written
+    one by one it reuses the same few (bench/README.md, sixth pass). A value only json.dumps encodes (a float, a
+    str subclass …) met after some pieces were given: the rest of json.dumps's text follows, as what was given is
+    the start of it."""
+    encoder = _Encoder()
+    given = 0  # characters given so far
     try:
-        encoder = _Encoder()
         if (type(doc) is not list and type(doc) is not tuple) or not doc:
-            return [encoder.encode(doc, "") + end]
-        items = [encoder.encode(v, "  ") for v in doc]
+            yield encoder.encode(doc, "") + end
+            return
+        parts: list[str] = []
+        total = 0
+        sep = "[\n  "
+        for v in doc:
+            text = encoder.encode(v, "  ")
+            parts += (sep, text)
+            sep = ",\n  "
+            total += len(text)
+            if total >= size:
+                piece = "".join(parts)
+                given += len(piece)
+                yield piece
+                parts, total = [], 0
+        parts.append("\n]" + end)
+        yield "".join(parts)
     except _NotPlain:
         import json
 
-        return [json.dumps(doc, indent=2) + end]
-    items[0] = "[\n  " + items[0]
-    items[-1] = items[-1] + "\n]" + end
-    out = []
-    first, total = 0, 0
-    for i, text in enumerate(items):
-        total += len(text)
-        if total >= size or i == len(items) - 1:
-            # each piece but the last ends with the separator of the item after it
-            out.append(",\n  ".join(items[first : i + 1] if i == len(items) - 1 else [*items[first : i + 1], ""]))
-            first, total = i + 1, 0
-    return out
+        yield json.dumps(doc, indent=2)[given:] + end
 
 
 class _Encoder:
