@@ -153,3 +153,39 @@ def test_version_prints_the_installed_version(cli):
 
     result = cli("--version")
     assert (result.code, result.out, result.err) == (0, f"vgpuadm {version('vgpuadm')}\n", "")
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(
+    ("argv", "teardown"),
+    [
+        (["types", "--json"], False),
+        (["gpus", "--json"], False),
+        (["types"], True),  # a table: through typer, the usual exit
+        (["types", "--json", "--gpu", "0000:99:00.0"], True),  # an error: the usual exit
+    ],
+)
+def test_a_json_read_ends_its_process_without_the_interpreters_teardown(sim_host, argv, teardown):
+    """After a whole JSON read on the fast path the command's process ends as soon as its output is out: no
+    teardown (freeing every row, a full collection), so an atexit handler never runs; any other run exits as
+    usual. Output and exit code are the in-process run's."""
+    import subprocess
+    import sys
+
+    from vgpuadm.cli.app import run
+
+    top = Path(__file__).resolve().parents[2]
+    args = ["--root", str(sim_host("p4")), *argv]
+    code = ("import atexit, sys; atexit.register(lambda: sys.stderr.write('teardown\\n')); "
+            f"sys.argv[1:] = {args!r}; from vgpuadm.cli.app import main; main()")  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(top), COLUMNS="200")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/", check=False)
+    assert r.stderr.endswith("teardown\n") is teardown, r.stderr
+    if "--json" in argv:
+        import io
+
+        from vgpuadm.cli.console import Console
+
+        out, err = io.StringIO(), io.StringIO()
+        assert r.returncode == run(args, Console(out=out, err=err))
+        assert r.stdout == out.getvalue() and r.stdout.startswith(("[", "{"))

@@ -28,6 +28,10 @@ WORDS = frozenset(
     {*_COMMANDS, "restore", "hook", "udev", "apply"}
 )  # the command words this path may take (cli/app asks first)
 
+# A JSON read (gpus, types, devices) ran whole on this path: nothing it made needs the interpreter's teardown, so
+# the process may end without it (app.main).
+read_done = False
+
 
 def try_run(argv: Sequence[str], console: Console) -> int | None:
     """Run argv if it takes this path; its exit code, or None to hand it to typer."""
@@ -81,6 +85,8 @@ def try_run(argv: Sequence[str], console: Console) -> int | None:
     finally:
         if collecting:
             gc.enable()
+    global read_done
+    read_done = True
     return 0
 
 
