@@ -189,3 +189,31 @@ def test_a_json_read_ends_its_process_without_the_interpreters_teardown(sim_host
         out, err = io.StringIO(), io.StringIO()
         assert r.returncode == run(args, Console(out=out, err=err))
         assert r.stdout == out.getvalue() and r.stdout.startswith(("[", "{"))
+
+
+def test_types_reads_none_of_the_pci_details_it_never_shows(sim_host, cli):
+    """`types` (JSON and table) leaves out the PCI attributes only gpus, inventory, doctor and placement show
+    (snapshot(details=False)): a bad numa_node is no warning of `types`, still one of `gpus`; the type rows are
+    those of a full snapshot, whose functions differ in those attributes only."""
+    from dataclasses import replace
+
+    from vgpuadm import api
+    from vgpuadm.report.listing import type_rows
+
+    root = sim_host("p4")
+    (root / "sys/bus/pci/devices/0000:01:00.0/numa_node").write_text("bogus\n")
+    warning = "warning: PCI function 0000:01:00.0: /sys/bus/pci/devices/0000:01:00.0/numa_node holds 'bogus'"
+    for argv in (["types", "--json"], ["types"]):
+        r = cli("--root", str(root), *argv)
+        assert r.code == 0 and warning not in r.err, r.err
+    r = cli("--root", str(root), "gpus", "--json")
+    assert r.code == 0 and warning in r.err
+    full = api.read_host(api.HostRoot(str(root)).sysfs())
+    bare = api.read_host(api.HostRoot(str(root)).sysfs(), details=False)
+    assert json.loads(cli("--root", str(root), "types", "--json").out) == type_rows(full)
+    assert full.functions["0000:01:00.0"].subsystem_vendor_id == "0x10de"
+    assert bare.functions == {
+        a: replace(fn, subsystem_vendor_id=None, subsystem_device_id=None, driver_override=None, numa_node=None,
+                   boot_vga=None)
+        for a, fn in full.functions.items()
+    }  # fmt: skip

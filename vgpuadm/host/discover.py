@@ -37,14 +37,16 @@ IOMMU_GROUPS = "/sys/kernel/iommu_groups"
 DRM_CLASS = "/sys/class/drm"
 
 
-def snapshot(sysfs: Sysfs, *, types: bool = True, names: bool = False) -> HostSnapshot:
+def snapshot(sysfs: Sysfs, *, types: bool = True, names: bool = False, details: bool = True) -> HostSnapshot:
     """Read the host. `types=False` skips the mdev type directories (every parent then lists no types): the
     commands that never show types (`gpus`) save thousands of reads on a big layout B host. `names=True` also
-    looks the GPUs' model names up in pci.ids (host/pciids.py) for tables and messages."""
+    looks the GPUs' model names up in pci.ids (host/pciids.py) for tables and messages. `details=False` skips the
+    PCI attributes only the GPU listings, inventory, doctor and placement read (_DETAIL_ATTRS: they read None):
+    `types` shows none of them, and they were ~700 of its files on a 128-VF host."""
     check_root(sysfs.root)
     warnings: list[str] = []
     listed: dict[int, list[str]] = {}
-    functions = _read_functions(sysfs, warnings, listed)
+    functions = _read_functions(sysfs, warnings, listed, details)
     groups = _read_groups(sysfs, functions, listed)
     parents = _read_mdev_parents(sysfs, functions, warnings, types)
     mdevs = _read_mdevs(sysfs, warnings)
@@ -93,7 +95,9 @@ def _layout(fn: PciFunction, parents: dict[str, MdevParent], vfs: dict[str, Vend
     return Layout.PASSTHROUGH
 
 
-def _read_functions(sysfs: Sysfs, warnings: list[str], listed: dict[int, list[str]]) -> dict[str, PciFunction]:
+def _read_functions(
+    sysfs: Sysfs, warnings: list[str], listed: dict[int, list[str]], details: bool = True
+) -> dict[str, PciFunction]:
     """Display functions, their SR-IOV relatives and every function sharing their IOMMU groups. The IOMMU group
     members it lists land in `listed`, for _read_groups."""
     addresses = sysfs.listdir(PCI_DEVICES)
@@ -124,7 +128,7 @@ def _read_functions(sysfs: Sysfs, warnings: list[str], listed: dict[int, list[st
             if addr in out or addr in skipped or addr not in classes:
                 continue
             try:
-                fn = _read_function(sysfs, bus, addr, classes[addr], warnings)
+                fn = _read_function(sysfs, bus, addr, classes[addr], warnings, details)
             except HostIOError as exc:
                 warnings.append(f"skipped PCI function {addr}: {exc.message}")
                 skipped.add(addr)
@@ -144,8 +148,11 @@ def _read_functions(sysfs: Sysfs, warnings: list[str], listed: dict[int, list[st
     return dict(sorted(out.items()))
 
 
-def _read_function(sysfs: Sysfs, bus: DirScan, addr: str, class_code: str, warnings: list[str]) -> PciFunction:
-    """`bus`: Sysfs.scan of PCI_DEVICES, where the function's entry is."""
+def _read_function(
+    sysfs: Sysfs, bus: DirScan, addr: str, class_code: str, warnings: list[str], details: bool = True
+) -> PciFunction:
+    """`bus`: Sysfs.scan of PCI_DEVICES, where the function's entry is; `details`: as snapshot's."""
+    wanted = _FUNCTION_ATTRS if details else _CORE_ATTRS
     d = f"{PCI_DEVICES}/{addr}"
     real = bus.resolve_link(addr)
     # The directory's scandir, links and attributes through one descriptor of it (Sysfs.scan).
@@ -166,7 +173,7 @@ def _read_function(sysfs: Sysfs, bus: DirScan, addr: str, class_code: str, warni
         # The attributes present. On any error the single reads below run instead, so messages name the path
         # users know.
         try:
-            got = dir_.read_attrs(tuple(n for n in _FUNCTION_ATTRS if n in entries))
+            got = dir_.read_attrs(tuple(n for n in wanted if n in entries))
         except HostIOError:
             got = {}
 
@@ -180,11 +187,11 @@ def _read_function(sysfs: Sysfs, bus: DirScan, addr: str, class_code: str, warni
         return target
 
     def opt(name: str) -> str | None:
-        return _strip(text(name)) if name in entries else None
+        return _strip(text(name)) if name in entries and name in wanted else None
 
     def num(name: str) -> int | None:
         # An odd optional number is a warning naming the file, never a lost GPU.
-        if name not in entries:
+        if name not in entries or name not in wanted:
             return None
         try:
             return _int(text(name), f"{d}/{name}")
@@ -226,6 +233,8 @@ def _read_function(sysfs: Sysfs, bus: DirScan, addr: str, class_code: str, warni
 
 _FUNCTION_ATTRS = ("vendor", "device", "subsystem_vendor", "subsystem_device", "driver_override", "numa_node",
                    "boot_vga", "sriov_totalvfs", "sriov_numvfs")  # fmt: skip
+_DETAIL_ATTRS = ("subsystem_vendor", "subsystem_device", "driver_override", "numa_node", "boot_vga")
+_CORE_ATTRS = tuple(n for n in _FUNCTION_ATTRS if n not in _DETAIL_ATTRS)
 
 
 def _int(text: str | None, host_path: str) -> int | None:
