@@ -217,3 +217,25 @@ def test_types_reads_none_of_the_pci_details_it_never_shows(sim_host, cli):
                    boot_vga=None)
         for a, fn in full.functions.items()
     }  # fmt: skip
+
+
+@pytest.mark.parametrize("profile", ["p4", "h200-vendor-vfio"])
+def test_discovery_reads_nvidia_files_only_where_the_function_has_an_nvidia_directory(sim_host, profile):
+    """A function whose directory (scanned already) has no `nvidia` entry has no nvidia/creatable_vgpu_types:
+    discovery no longer tries to open one per GPU function; a layout C host's VFs still list their types."""
+    from vgpuadm import api
+    from vgpuadm.host.sysfs import Sysfs
+
+    tried: list[str] = []
+
+    class Noting(Sysfs):
+        def read_opt(self, host_path: str) -> str | None:
+            tried.append(host_path)
+            return super().read_opt(host_path)
+
+    root = str(sim_host(profile))
+    snap = api.read_host(Noting(root))
+    has = {a for a in snap.functions if os.path.isdir(f"{root}/sys/bus/pci/devices/{a}/nvidia")}
+    asked = {p.split("/")[5] for p in tried if p.endswith("/nvidia/creatable_vgpu_types")}
+    assert asked == {a for a in has if snap.functions[a].is_display}
+    assert bool(snap.vendor_vfs) is (profile == "h200-vendor-vfio") and set(snap.vendor_vfs) <= asked

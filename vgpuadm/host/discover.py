@@ -46,11 +46,12 @@ def snapshot(sysfs: Sysfs, *, types: bool = True, names: bool = False, details: 
     check_root(sysfs.root)
     warnings: list[str] = []
     listed: dict[int, list[str]] = {}
-    functions = _read_functions(sysfs, warnings, listed, details)
+    with_nvidia: set[str] = set()
+    functions = _read_functions(sysfs, warnings, listed, details, with_nvidia)
     groups = _read_groups(sysfs, functions, listed)
     parents = _read_mdev_parents(sysfs, functions, warnings, types)
     mdevs = _read_mdevs(sysfs, warnings)
-    vendor_vfs = _with_supported_types(sysfs, _read_vendor_vfs(sysfs, functions, warnings))
+    vendor_vfs = _with_supported_types(sysfs, _read_vendor_vfs(sysfs, functions, warnings, with_nvidia))
     layouts = {addr: _layout(fn, parents, vendor_vfs) for addr, fn in functions.items() if fn.is_display}
     for addr, fn in functions.items():
         # A PF whose VFs carry the vGPUs (layouts B and C) takes its VFs' layout: it is no passthrough candidate.
@@ -96,10 +97,15 @@ def _layout(fn: PciFunction, parents: dict[str, MdevParent], vfs: dict[str, Vend
 
 
 def _read_functions(
-    sysfs: Sysfs, warnings: list[str], listed: dict[int, list[str]], details: bool = True
+    sysfs: Sysfs,
+    warnings: list[str],
+    listed: dict[int, list[str]],
+    details: bool = True,
+    with_nvidia: set[str] | None = None,
 ) -> dict[str, PciFunction]:
     """Display functions, their SR-IOV relatives and every function sharing their IOMMU groups. The IOMMU group
-    members it lists land in `listed`, for _read_groups."""
+    members it lists land in `listed`, for _read_groups; the functions whose directory has an `nvidia` entry in
+    `with_nvidia`, for _read_vendor_vfs."""
     addresses = sysfs.listdir(PCI_DEVICES)
     classes: dict[str, str] = {}
     for addr in addresses:
@@ -128,7 +134,7 @@ def _read_functions(
             if addr in out or addr in skipped or addr not in classes:
                 continue
             try:
-                fn = _read_function(sysfs, bus, addr, classes[addr], warnings, details)
+                fn = _read_function(sysfs, bus, addr, classes[addr], warnings, details, with_nvidia)
             except HostIOError as exc:
                 warnings.append(f"skipped PCI function {addr}: {exc.message}")
                 skipped.add(addr)
@@ -149,9 +155,16 @@ def _read_functions(
 
 
 def _read_function(
-    sysfs: Sysfs, bus: DirScan, addr: str, class_code: str, warnings: list[str], details: bool = True
+    sysfs: Sysfs,
+    bus: DirScan,
+    addr: str,
+    class_code: str,
+    warnings: list[str],
+    details: bool = True,
+    with_nvidia: set[str] | None = None,
 ) -> PciFunction:
-    """`bus`: Sysfs.scan of PCI_DEVICES, where the function's entry is; `details`: as snapshot's."""
+    """`bus`: Sysfs.scan of PCI_DEVICES, where the function's entry is; `details`: as snapshot's; `addr` goes into
+    `with_nvidia` when its directory has an `nvidia` entry."""
     wanted = _FUNCTION_ATTRS if details else _CORE_ATTRS
     d = f"{PCI_DEVICES}/{addr}"
     real = bus.resolve_link(addr)
@@ -159,6 +172,8 @@ def _read_function(
     with sysfs.scan(real) as dir_:
         # One scandir tells which optional attributes and links exist, so absent ones cost no failed open().
         entries = dir_.entries()
+        if with_nvidia is not None and "nvidia" in entries:
+            with_nvidia.add(addr)
         numbered = [e for e in entries if e.startswith("virtfn") and e[6:].isdecimal()]  # ^virtfn(\d+)$
         # A link's error is raised where it would have been read one by one.
         links = dir_.link_names([*numbered, *(n for n in ("iommu_group", "driver", "physfn") if entries.get(n))])
@@ -408,10 +423,14 @@ def _placement(text: str | None, host_path: str) -> int | None:
     raise HostIOError(f"{host_path} holds {value[:40]!r}, not a placement ID", "check the NVIDIA driver")
 
 
-def _read_vendor_vfs(sysfs: Sysfs, functions: dict[str, PciFunction], warnings: list[str]) -> dict[str, VendorVf]:
+def _read_vendor_vfs(
+    sysfs: Sysfs, functions: dict[str, PciFunction], warnings: list[str], with_nvidia: set[str] | None = None
+) -> dict[str, VendorVf]:
+    """`with_nvidia`: the functions whose directory has an `nvidia` entry (_read_functions' scans); the others
+    have no nvidia/creatable_vgpu_types to read (a 128-VF layout B host: 136 failed opens)."""
     out = {}
     for addr, fn in functions.items():
-        if not fn.is_display:
+        if not fn.is_display or (with_nvidia is not None and addr not in with_nvidia):
             continue
         d = f"{PCI_DEVICES}/{addr}/nvidia"
         try:
