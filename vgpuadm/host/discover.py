@@ -285,6 +285,7 @@ def _read_mdev_parents(
     sysfs: Sysfs, functions: dict[str, PciFunction], warnings: list[str], with_types: bool = True
 ) -> dict[str, MdevParent]:
     out = {}
+    described: _Described = {}  # this snapshot's share of _DESCRIBED (see _make_type)
     for name in sysfs.listdir(MDEV_BUS):
         d = f"{MDEV_BUS}/{name}"
         try:
@@ -296,7 +297,7 @@ def _read_mdev_parents(
             types = []
             for type_id, attrs in raw.items():
                 try:
-                    types.append(_make_type(name, layout, d, type_id, attrs))
+                    types.append(_make_type(name, layout, d, type_id, attrs, described))
                 except HostIOError as exc:
                     warnings.append(f"skipped type {type_id} on {name}: {exc.message}")
             out[name] = MdevParent(
@@ -314,8 +315,14 @@ def _read_mdev_parents(
 _TYPE_ATTRS = ("available_instances", "name", "description", "device_api")
 
 
-def _make_type(parent: str, layout: Layout, d: str, type_id: str, a: dict[str, str | None]) -> VgpuType:
-    """One mdev type from its attributes; `d` is its parent's host path as users see it (/sys/class/mdev_bus/…)."""
+def _make_type(
+    parent: str, layout: Layout, d: str, type_id: str, a: dict[str, str | None], described: _Described | None = None
+) -> VgpuType:
+    """One mdev type from its attributes; `d` is its parent's host path as users see it (/sys/class/mdev_bus/…).
+    `described`: one snapshot's _describe answers, each with its own copy of the attributes, which that snapshot's
+    types of the same texts share (records never change them; 20 copies, not 2,560, on a 128-VF host). The
+    process-wide cache's dicts never leave this module: a caller changing one snapshot's attributes changes no
+    later snapshot."""
     raw = a["available_instances"]
     try:
         available = int(raw)  # type: ignore[arg-type]  # None is caught below; int() strips whitespace itself
@@ -325,20 +332,26 @@ def _make_type(parent: str, layout: Layout, d: str, type_id: str, a: dict[str, s
             raise HostIOError(f"{path} is missing", path=path) from None
         raise HostIOError(f"{path} holds {raw.strip()[:40]!r}, not an integer", path=path) from None
     key = (type_id, a["name"], a["description"], a["device_api"])
-    described = _DESCRIBED.get(key)
-    if described is None:
-        described = _DESCRIBED[key] = _describe(*key)
-    name, description, device_api, profile, max_instances, fb, attrs = described
+    found = described.get(key) if described is not None else None
+    if found is None:
+        shared = _DESCRIBED.get(key)
+        if shared is None:
+            shared = _DESCRIBED[key] = _describe(*key)
+        found = (*shared[:6], dict(shared[6]))
+        if described is not None:
+            described[key] = found
+    name, description, device_api, profile, max_instances, fb, attrs = found
     return VgpuType(
-        parent, layout, type_id, name, profile, available, max_instances, fb, device_api, description, dict(attrs)
+        parent, layout, type_id, name, profile, available, max_instances, fb, device_api, description, attrs
     )
 
 
 # _describe's answers by its arguments (as functools.cache, whose import brings collections onto the read path).
-_DESCRIBED: dict[
+_Described = dict[
     tuple[str, str | None, str | None, str | None],
     tuple[str, str, str, str, int | None, int | None, dict[str, str | int]],
-] = {}
+]
+_DESCRIBED: _Described = {}
 
 
 def _describe(
