@@ -178,3 +178,23 @@ def test_golden_json(hosts, profile, command):
     text = _cli_json(hosts[profile], command)
     path = GOLDEN / f"{profile}.{command}.json"
     assert json.loads(text) == json.loads(golden(path, text)), f"regenerate with VGPUADM_UPDATE_GOLDENS=1: {path}"
+
+
+def test_types_of_the_same_texts_share_one_copy_of_their_attributes_per_snapshot(sim_host):
+    """Every VF of a layout B GPU lists the same types: in one snapshot they share one attributes dict per type
+    (20 copies, not one per VF), equal to what each type's texts say; a caller changing it changes no later
+    snapshot (the process-wide cache of parsed texts hands out copies)."""
+    root = str(sim_host("a100-mdev-vf"))
+    snap = discover(root)
+    by_id: dict[str, list] = {}
+    for t in snap.types():
+        by_id.setdefault(t.type_id, []).append(t)
+    assert all(len(ts) > 1 for ts in by_id.values())
+    for ts in by_id.values():
+        assert all(t.attributes is ts[0].attributes for t in ts)
+    first = by_id[next(iter(by_id))][0]
+    kept = dict(first.attributes)
+    first.attributes["framebuffer_mib"] = -1
+    again = discover(root)
+    assert all(t.attributes is not first.attributes for t in again.types())
+    assert next(t for t in again.types() if t.type_id == first.type_id).attributes == kept

@@ -42,6 +42,27 @@ def test_read_tree_reads_relative_to_one_directory(tree):
     assert s.read_attrs("/sys/devices/gone", ("name",)) == {"name": None}
 
 
+def test_the_same_short_attribute_text_is_one_str_on_both_roots(tree):
+    """Every VF of a GPU lists the same types: identical short texts come back as one str (the later hashing of
+    discovery's type cache and of the JSON writer then reuses it); long and undecodable texts read as they always
+    did, whatever was read before."""
+    types = tree / "sys/devices/pci0000:00/0000:01:00.0/mdev_supported_types"
+    (types / "nvidia-64").mkdir()
+    for t in ("nvidia-63", "nvidia-64"):
+        (types / t / "name").write_text("GRID P4-1Q\n")
+        (types / t / "description").write_bytes(b"x" * 300 + b"\n")
+        (types / t / "device_api").write_bytes(b"vfio\xff-pci\n")
+    (types / "nvidia-64/available_instances").write_text("8")
+    for s in (Sysfs(str(tree)), Sysfs("/")):
+        prefix = "" if s.root != "/" else str(tree)
+        got = s.read_subdirs(prefix + "/sys/devices/pci0000:00/0000:01:00.0/mdev_supported_types",
+                             ("name", "available_instances", "description", "device_api"))  # fmt: skip
+        a, b = got["nvidia-63"], got["nvidia-64"]
+        assert a == b == {"name": "GRID P4-1Q", "available_instances": "8", "description": "x" * 300,
+                          "device_api": "vfio\ufffd-pci"}  # fmt: skip
+        assert a["name"] is b["name"] and a["device_api"] is b["device_api"]
+
+
 def test_read_tree_error_names_the_host_path(tree):
     (tree / "sys/devices/pci0000:00/0000:01:00.0/mdev_supported_types/nvidia-63/device_api").mkdir()
     s = Sysfs(str(tree))

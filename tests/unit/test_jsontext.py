@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
 
 from vgpuadm import api
-from vgpuadm.cli.jsontext import dumps
+from vgpuadm.cli.console import Console
+from vgpuadm.cli.jsontext import chunks, dumps
 from vgpuadm.model import Layout
 from vgpuadm.report.listing import device_rows, gpu_rows, type_rows
 
@@ -39,3 +41,39 @@ def test_read_command_rows_match_json(sim_host, profile):
     snap = api.discover(str(sim_host(profile)))
     for rows in (type_rows(snap), gpu_rows(snap), device_rows(snap)):
         assert dumps(rows) == json.dumps(rows, indent=2)
+
+
+@pytest.mark.parametrize("size", [1, 200, 65536])
+@pytest.mark.parametrize(
+    "doc", [[{"a": i, "b": "x" * (i % 7), "c": {"n": i % 3}} for i in range(300)], [], {"a": [1]}, [7]]
+)
+def test_chunks_are_the_json_text_in_pieces_of_at_least_size(doc, size):
+    pieces = list(chunks(doc, "\n", size))
+    assert "".join(pieces) == json.dumps(doc, indent=2) + "\n"
+    assert all(len(p) >= size for p in pieces[:-1])
+    assert dumps(doc) == json.dumps(doc, indent=2)
+
+
+def test_the_console_writes_a_big_document_in_pieces_that_make_its_json():
+    """Console.json of 2,000 rows: several writes (none holds the whole text twice), together json.dumps + "\\n"."""
+    writes = []
+
+    class Out(io.StringIO):
+        def write(self, text):
+            writes.append(len(text))
+            return super().write(text)
+
+    doc = [{"parent": f"0000:41:00.{i}", "available_instances": 1, "attributes": {"board": "A10"}} for i in range(2000)]
+    out = Out()
+    Console(out=out).json(doc)
+    assert out.getvalue() == json.dumps(doc, indent=2) + "\n"
+    assert len(writes) > 1 and max(writes) < len(out.getvalue()) / 2
+
+
+def test_a_value_only_json_encodes_after_the_first_pieces_still_gives_json_text():
+    """A float in item 250 of 300: the pieces already given are the start of json.dumps's text, the rest follows."""
+    doc = [{"a": i, "b": "x" * (i % 7)} for i in range(300)]
+    doc[250]["b"] = 1.5
+    pieces = list(chunks(doc, "\n", 200))
+    assert len(pieces) > 2 and "".join(pieces) == json.dumps(doc, indent=2) + "\n"
+    assert dumps(doc) == json.dumps(doc, indent=2)

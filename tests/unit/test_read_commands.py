@@ -165,3 +165,89 @@ def test_version_prints_the_installed_version(cli):
 
     result = cli("--version")
     assert (result.code, result.out, result.err) == (0, f"vgpuadm {version('vgpuadm')}\n", "")
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(
+    ("argv", "teardown"),
+    [
+        (["types", "--json"], False),
+        (["gpus", "--json"], False),
+        (["types"], True),  # a table: through typer, the usual exit
+        (["types", "--json", "--gpu", "0000:99:00.0"], True),  # an error: the usual exit
+    ],
+)
+def test_a_json_read_ends_its_process_without_the_interpreters_teardown(sim_host, argv, teardown):
+    """After a whole JSON read on the fast path the command's process ends as soon as its output is out: no
+    teardown (freeing every row, a full collection), so an atexit handler never runs; any other run exits as
+    usual. Output and exit code are the in-process run's."""
+    import subprocess
+    import sys
+
+    from vgpuadm.cli.app import run
+
+    top = Path(__file__).resolve().parents[2]
+    args = ["--root", str(sim_host("p4")), *argv]
+    code = ("import atexit, sys; atexit.register(lambda: sys.stderr.write('teardown\\n')); "
+            f"sys.argv[1:] = {args!r}; from vgpuadm.cli.app import main; main()")  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(top), COLUMNS="200")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/", check=False)
+    assert r.stderr.endswith("teardown\n") is teardown, r.stderr
+    if "--json" in argv:
+        import io
+
+        from vgpuadm.cli.console import Console
+
+        out, err = io.StringIO(), io.StringIO()
+        assert r.returncode == run(args, Console(out=out, err=err))
+        assert r.stdout == out.getvalue() and r.stdout.startswith(("[", "{"))
+
+
+def test_types_reads_none_of_the_pci_details_it_never_shows(sim_host, cli):
+    """`types` (JSON and table) leaves out the PCI attributes only gpus, inventory, doctor and placement show
+    (snapshot(details=False)): a bad numa_node is no warning of `types`, still one of `gpus`; the type rows are
+    those of a full snapshot, whose functions differ in those attributes only."""
+    from dataclasses import replace
+
+    from vgpuadm import api
+    from vgpuadm.report.listing import type_rows
+
+    root = sim_host("p4")
+    (root / "sys/bus/pci/devices/0000:01:00.0/numa_node").write_text("bogus\n")
+    warning = "warning: PCI function 0000:01:00.0: /sys/bus/pci/devices/0000:01:00.0/numa_node holds 'bogus'"
+    for argv in (["types", "--json"], ["types"]):
+        r = cli("--root", str(root), *argv)
+        assert r.code == 0 and warning not in r.err, r.err
+    r = cli("--root", str(root), "gpus", "--json")
+    assert r.code == 0 and warning in r.err
+    full = api.read_host(api.HostRoot(str(root)).sysfs())
+    bare = api.read_host(api.HostRoot(str(root)).sysfs(), details=False)
+    assert json.loads(cli("--root", str(root), "types", "--json").out) == type_rows(full)
+    assert full.functions["0000:01:00.0"].subsystem_vendor_id == "0x10de"
+    assert bare.functions == {
+        a: replace(fn, subsystem_vendor_id=None, subsystem_device_id=None, driver_override=None, numa_node=None,
+                   boot_vga=None)
+        for a, fn in full.functions.items()
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("profile", ["p4", "h200-vendor-vfio"])
+def test_discovery_reads_nvidia_files_only_where_the_function_has_an_nvidia_directory(sim_host, profile):
+    """A function whose directory (scanned already) has no `nvidia` entry has no nvidia/creatable_vgpu_types:
+    discovery no longer tries to open one per GPU function; a layout C host's VFs still list their types."""
+    from vgpuadm import api
+    from vgpuadm.host.sysfs import Sysfs
+
+    tried: list[str] = []
+
+    class Noting(Sysfs):
+        def read_opt(self, host_path: str) -> str | None:
+            tried.append(host_path)
+            return super().read_opt(host_path)
+
+    root = str(sim_host(profile))
+    snap = api.read_host(Noting(root))
+    has = {a for a in snap.functions if os.path.isdir(f"{root}/sys/bus/pci/devices/{a}/nvidia")}
+    asked = {p.split("/")[5] for p in tried if p.endswith("/nvidia/creatable_vgpu_types")}
+    assert asked == {a for a in has if snap.functions[a].is_display}
+    assert bool(snap.vendor_vfs) is (profile == "h200-vendor-vfio") and set(snap.vendor_vfs) <= asked

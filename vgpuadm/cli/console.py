@@ -41,10 +41,11 @@ class Console:
         self.headers = True  # --no-headers: no column names (with --plain: data lines only)
 
     def json(self, doc: Any) -> None:
-        from vgpuadm.cli.jsontext import dumps  # exactly json.dumps(doc, indent=2), faster on big documents
+        from vgpuadm.cli.jsontext import chunks  # exactly json.dumps(doc, indent=2), faster on big documents
 
         self.printed_json = True
-        self._write(dumps(doc) + "\n")
+        for text in chunks(doc, "\n"):
+            self._write(text)
 
     def line(self, text: str = "") -> None:
         """Text as is, but for the control characters host data may bring (an ESC sequence in a sysfs type name

@@ -28,6 +28,10 @@ WORDS = frozenset(
     {*_COMMANDS, "restore", "hook", "udev", "apply"}
 )  # the command words this path may take (cli/app asks first)
 
+# A JSON read (gpus, types, devices) ran whole on this path: nothing it made needs the interpreter's teardown, so
+# the process may end without it (app.main).
+read_done = False
+
 
 class _Uncollected:
     """The cyclic collector off for a command that frees little of what it builds before the process ends: it would
@@ -95,6 +99,8 @@ def try_run(argv: Sequence[str], console: Console) -> int | None:
             read.types(console, root, gpu, available, True)
         else:
             read.devices(console, root, True)
+    global read_done
+    read_done = True
     return 0
 
 

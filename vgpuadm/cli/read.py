@@ -23,9 +23,11 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def _snapshot(console: Console, root: str | None, types: bool = True, names: bool = False) -> HostSnapshot:
+def _snapshot(
+    console: Console, root: str | None, types: bool = True, names: bool = False, details: bool = True
+) -> HostSnapshot:
     # Read-only: the plain Sysfs of the root, without the simulated kernel (only writes need it).
-    snap = api.read_host(api.HostRoot(root).sysfs(), types=types, names=names)
+    snap = api.read_host(api.HostRoot(root).sysfs(), types=types, names=names, details=details)
     for w in snap.warnings:
         console.warn(w)
     return snap
@@ -68,7 +70,7 @@ def types(
     type_: str | None = None,
     per_vf: bool = False,
 ) -> None:
-    snap = _snapshot(console, root, names=not as_json)
+    snap = _snapshot(console, root, names=not as_json, details=False)  # no type row shows NUMA, subsystem ids …
     rows = type_rows(snap, gpu, available, type_)
     if gpu is not None and not rows and not type_rows(snap, gpu):
         address = normalize_address(gpu)

@@ -37,18 +37,21 @@ IOMMU_GROUPS = "/sys/kernel/iommu_groups"
 DRM_CLASS = "/sys/class/drm"
 
 
-def snapshot(sysfs: Sysfs, *, types: bool = True, names: bool = False) -> HostSnapshot:
+def snapshot(sysfs: Sysfs, *, types: bool = True, names: bool = False, details: bool = True) -> HostSnapshot:
     """Read the host. `types=False` skips the mdev type directories (every parent then lists no types): the
     commands that never show types (`gpus`) save thousands of reads on a big layout B host. `names=True` also
-    looks the GPUs' model names up in pci.ids (host/pciids.py) for tables and messages."""
+    looks the GPUs' model names up in pci.ids (host/pciids.py) for tables and messages. `details=False` skips the
+    PCI attributes only the GPU listings, inventory, doctor and placement read (_DETAIL_ATTRS: they read None):
+    `types` shows none of them, and they were ~700 of its files on a 128-VF host."""
     check_root(sysfs.root)
     warnings: list[str] = []
     listed: dict[int, list[str]] = {}
-    functions = _read_functions(sysfs, warnings, listed)
+    with_nvidia: set[str] = set()
+    functions = _read_functions(sysfs, warnings, listed, details, with_nvidia)
     groups = _read_groups(sysfs, functions, listed)
     parents = _read_mdev_parents(sysfs, functions, warnings, types)
     mdevs = _read_mdevs(sysfs, warnings)
-    vendor_vfs = _with_supported_types(sysfs, _read_vendor_vfs(sysfs, functions, warnings))
+    vendor_vfs = _with_supported_types(sysfs, _read_vendor_vfs(sysfs, functions, warnings, with_nvidia))
     layouts = {addr: _layout(fn, parents, vendor_vfs) for addr, fn in functions.items() if fn.is_display}
     for addr, fn in functions.items():
         # A PF whose VFs carry the vGPUs (layouts B and C) takes its VFs' layout: it is no passthrough candidate.
@@ -93,9 +96,16 @@ def _layout(fn: PciFunction, parents: dict[str, MdevParent], vfs: dict[str, Vend
     return Layout.PASSTHROUGH
 
 
-def _read_functions(sysfs: Sysfs, warnings: list[str], listed: dict[int, list[str]]) -> dict[str, PciFunction]:
+def _read_functions(
+    sysfs: Sysfs,
+    warnings: list[str],
+    listed: dict[int, list[str]],
+    details: bool = True,
+    with_nvidia: set[str] | None = None,
+) -> dict[str, PciFunction]:
     """Display functions, their SR-IOV relatives and every function sharing their IOMMU groups. The IOMMU group
-    members it lists land in `listed`, for _read_groups."""
+    members it lists land in `listed`, for _read_groups; the functions whose directory has an `nvidia` entry in
+    `with_nvidia`, for _read_vendor_vfs."""
     addresses = sysfs.listdir(PCI_DEVICES)
     classes: dict[str, str] = {}
     for addr in addresses:
@@ -124,7 +134,7 @@ def _read_functions(sysfs: Sysfs, warnings: list[str], listed: dict[int, list[st
             if addr in out or addr in skipped or addr not in classes:
                 continue
             try:
-                fn = _read_function(sysfs, bus, addr, classes[addr], warnings)
+                fn = _read_function(sysfs, bus, addr, classes[addr], warnings, details, with_nvidia)
             except HostIOError as exc:
                 warnings.append(f"skipped PCI function {addr}: {exc.message}")
                 skipped.add(addr)
@@ -144,14 +154,26 @@ def _read_functions(sysfs: Sysfs, warnings: list[str], listed: dict[int, list[st
     return dict(sorted(out.items()))
 
 
-def _read_function(sysfs: Sysfs, bus: DirScan, addr: str, class_code: str, warnings: list[str]) -> PciFunction:
-    """`bus`: Sysfs.scan of PCI_DEVICES, where the function's entry is."""
+def _read_function(
+    sysfs: Sysfs,
+    bus: DirScan,
+    addr: str,
+    class_code: str,
+    warnings: list[str],
+    details: bool = True,
+    with_nvidia: set[str] | None = None,
+) -> PciFunction:
+    """`bus`: Sysfs.scan of PCI_DEVICES, where the function's entry is; `details`: as snapshot's; `addr` goes into
+    `with_nvidia` when its directory has an `nvidia` entry."""
+    wanted = _FUNCTION_ATTRS if details else _CORE_ATTRS
     d = f"{PCI_DEVICES}/{addr}"
     real = bus.resolve_link(addr)
     # The directory's scandir, links and attributes through one descriptor of it (Sysfs.scan).
     with sysfs.scan(real) as dir_:
         # One scandir tells which optional attributes and links exist, so absent ones cost no failed open().
         entries = dir_.entries()
+        if with_nvidia is not None and "nvidia" in entries:
+            with_nvidia.add(addr)
         numbered = [e for e in entries if e.startswith("virtfn") and e[6:].isdecimal()]  # ^virtfn(\d+)$
         # A link's error is raised where it would have been read one by one.
         links = dir_.link_names([*numbered, *(n for n in ("iommu_group", "driver", "physfn") if entries.get(n))])
@@ -166,7 +188,7 @@ def _read_function(sysfs: Sysfs, bus: DirScan, addr: str, class_code: str, warni
         # The attributes present. On any error the single reads below run instead, so messages name the path
         # users know.
         try:
-            got = dir_.read_attrs(tuple(n for n in _FUNCTION_ATTRS if n in entries))
+            got = dir_.read_attrs(tuple(n for n in wanted if n in entries))
         except HostIOError:
             got = {}
 
@@ -180,11 +202,11 @@ def _read_function(sysfs: Sysfs, bus: DirScan, addr: str, class_code: str, warni
         return target
 
     def opt(name: str) -> str | None:
-        return _strip(text(name)) if name in entries else None
+        return _strip(text(name)) if name in entries and name in wanted else None
 
     def num(name: str) -> int | None:
         # An odd optional number is a warning naming the file, never a lost GPU.
-        if name not in entries:
+        if name not in entries or name not in wanted:
             return None
         try:
             return _int(text(name), f"{d}/{name}")
@@ -226,6 +248,8 @@ def _read_function(sysfs: Sysfs, bus: DirScan, addr: str, class_code: str, warni
 
 _FUNCTION_ATTRS = ("vendor", "device", "subsystem_vendor", "subsystem_device", "driver_override", "numa_node",
                    "boot_vga", "sriov_totalvfs", "sriov_numvfs")  # fmt: skip
+_DETAIL_ATTRS = ("subsystem_vendor", "subsystem_device", "driver_override", "numa_node", "boot_vga")
+_CORE_ATTRS = tuple(n for n in _FUNCTION_ATTRS if n not in _DETAIL_ATTRS)
 
 
 def _int(text: str | None, host_path: str) -> int | None:
@@ -261,6 +285,7 @@ def _read_mdev_parents(
     sysfs: Sysfs, functions: dict[str, PciFunction], warnings: list[str], with_types: bool = True
 ) -> dict[str, MdevParent]:
     out = {}
+    described: _Described = {}  # this snapshot's share of _DESCRIBED (see _make_type)
     for name in sysfs.listdir(MDEV_BUS):
         d = f"{MDEV_BUS}/{name}"
         try:
@@ -272,7 +297,7 @@ def _read_mdev_parents(
             types = []
             for type_id, attrs in raw.items():
                 try:
-                    types.append(_make_type(name, layout, d, type_id, attrs))
+                    types.append(_make_type(name, layout, d, type_id, attrs, described))
                 except HostIOError as exc:
                     warnings.append(f"skipped type {type_id} on {name}: {exc.message}")
             out[name] = MdevParent(
@@ -290,8 +315,14 @@ def _read_mdev_parents(
 _TYPE_ATTRS = ("available_instances", "name", "description", "device_api")
 
 
-def _make_type(parent: str, layout: Layout, d: str, type_id: str, a: dict[str, str | None]) -> VgpuType:
-    """One mdev type from its attributes; `d` is its parent's host path as users see it (/sys/class/mdev_bus/…)."""
+def _make_type(
+    parent: str, layout: Layout, d: str, type_id: str, a: dict[str, str | None], described: _Described | None = None
+) -> VgpuType:
+    """One mdev type from its attributes; `d` is its parent's host path as users see it (/sys/class/mdev_bus/…).
+    `described`: one snapshot's _describe answers, each with its own copy of the attributes, which that snapshot's
+    types of the same texts share (records never change them; 20 copies, not 2,560, on a 128-VF host). The
+    process-wide cache's dicts never leave this module: a caller changing one snapshot's attributes changes no
+    later snapshot."""
     raw = a["available_instances"]
     try:
         available = int(raw)  # type: ignore[arg-type]  # None is caught below; int() strips whitespace itself
@@ -301,20 +332,26 @@ def _make_type(parent: str, layout: Layout, d: str, type_id: str, a: dict[str, s
             raise HostIOError(f"{path} is missing", path=path) from None
         raise HostIOError(f"{path} holds {raw.strip()[:40]!r}, not an integer", path=path) from None
     key = (type_id, a["name"], a["description"], a["device_api"])
-    described = _DESCRIBED.get(key)
-    if described is None:
-        described = _DESCRIBED[key] = _describe(*key)
-    name, description, device_api, profile, max_instances, fb, attrs = described
+    found = described.get(key) if described is not None else None
+    if found is None:
+        shared = _DESCRIBED.get(key)
+        if shared is None:
+            shared = _DESCRIBED[key] = _describe(*key)
+        found = (*shared[:6], dict(shared[6]))
+        if described is not None:
+            described[key] = found
+    name, description, device_api, profile, max_instances, fb, attrs = found
     return VgpuType(
-        parent, layout, type_id, name, profile, available, max_instances, fb, device_api, description, dict(attrs)
+        parent, layout, type_id, name, profile, available, max_instances, fb, device_api, description, attrs
     )
 
 
 # _describe's answers by its arguments (as functools.cache, whose import brings collections onto the read path).
-_DESCRIBED: dict[
+_Described = dict[
     tuple[str, str | None, str | None, str | None],
     tuple[str, str, str, str, int | None, int | None, dict[str, str | int]],
-] = {}
+]
+_DESCRIBED: _Described = {}
 
 
 def _describe(
@@ -399,10 +436,14 @@ def _placement(text: str | None, host_path: str) -> int | None:
     raise HostIOError(f"{host_path} holds {value[:40]!r}, not a placement ID", "check the NVIDIA driver")
 
 
-def _read_vendor_vfs(sysfs: Sysfs, functions: dict[str, PciFunction], warnings: list[str]) -> dict[str, VendorVf]:
+def _read_vendor_vfs(
+    sysfs: Sysfs, functions: dict[str, PciFunction], warnings: list[str], with_nvidia: set[str] | None = None
+) -> dict[str, VendorVf]:
+    """`with_nvidia`: the functions whose directory has an `nvidia` entry (_read_functions' scans); the others
+    have no nvidia/creatable_vgpu_types to read (a 128-VF layout B host: 136 failed opens)."""
     out = {}
     for addr, fn in functions.items():
-        if not fn.is_display:
+        if not fn.is_display or (with_nvidia is not None and addr not in with_nvidia):
             continue
         d = f"{PCI_DEVICES}/{addr}/nvidia"
         try:

@@ -78,6 +78,9 @@ class Sysfs:
         self._real_prefix = self._inside[:-4]
         self._writer = writer
         self._writer_factory = writer_factory
+        # Attribute bytes → their text, for short attributes: every VF of a GPU lists the same types, so a big
+        # layout B host reads a few dozen distinct texts thousands of times; each becomes one str (_read_at).
+        self._texts: dict[bytes, str] = {}
 
     @property
     def writer(self) -> Writer:
@@ -295,6 +298,7 @@ class Sysfs:
         """read_tree's reads, relative to `dfd`, a checked descriptor of `host_dir` (left open)."""
         out: dict[str, dict[str, str | None]] = {}
         open_, read, close = os.open, os.read, os.close  # locals: this loop runs once per file
+        texts = self._texts
         confined = bool(self._inside)
         flags = _O_READ | _O_CONFINED if confined else _O_READ
         for sub, names in wanted.items():
@@ -334,8 +338,13 @@ class Sysfs:
                         raise self._fail("reading", f"{host_dir}/{rel}", exc) from None
                     finally:
                         close(fd)
-                    # Positional arguments: keywords cost a parse per call.
-                    attrs[name] = data.decode("utf-8", "replace").removesuffix("\n")
+                    text = texts.get(data)
+                    if text is None:
+                        # Positional arguments: keywords cost a parse per call.
+                        text = data.decode("utf-8", "replace").removesuffix("\n")
+                        if len(data) < _SMALL:
+                            texts[data] = text
+                    attrs[name] = text
             finally:
                 if sfd != dfd:
                     close(sfd)
