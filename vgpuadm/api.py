@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
     from vgpuadm.catalog.capacity import why_no_types
     from vgpuadm.executor import set_lock_policy
+    from vgpuadm.host.discover import model_names
     from vgpuadm.host.discover import snapshot as read_host
-    from vgpuadm.host.pciids import model_names
     from vgpuadm.host.root import EMBED_LIBVIRT, HostRoot, resolve_root, write_report
     from vgpuadm.host.umockdev import load as load_umockdev
     from vgpuadm.io.unitfile import exec_start
@@ -125,7 +125,7 @@ _HOMES: dict[str, tuple[str, str]] = {
     "HostRoot": ("vgpuadm.host.root", "HostRoot"),
     "EMBED_LIBVIRT": ("vgpuadm.host.root", "EMBED_LIBVIRT"),
     "read_host": ("vgpuadm.host.discover", "snapshot"),
-    "model_names": ("vgpuadm.host.pciids", "model_names"),
+    "model_names": ("vgpuadm.host.discover", "model_names"),
     "why_no_types": ("vgpuadm.catalog.capacity", "why_no_types"),
     "check_count": ("vgpuadm.plan.devices", "check_count"),
     "Plan": ("vgpuadm.steps", "Plan"),
