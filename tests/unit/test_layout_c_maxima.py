@@ -12,9 +12,9 @@ import pytest
 from tests.unit.inventory_setup import mig_on, recorded, set_vf_type
 from vgpuadm import api
 from vgpuadm.catalog.boards import MIG, TIME_SLICED, board_framebuffer_mib, equal_size_max
-from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.catalog.vendor_types import vendor_vf_types
 from vgpuadm.errors import CapacityError, HostIOError
+from vgpuadm.model import describe_nvidia_name
 from vgpuadm.plan.devices import place
 from vgpuadm.report.inventory import inventory
 from vgpuadm.schemas import validate

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vgpuadm.catalog.naming import describe_nvidia_name, parse_creatable, parse_description, resolve_type
 from vgpuadm.errors import NotFoundError
-from vgpuadm.model import Layout, VgpuType
+from vgpuadm.model import Layout, VgpuType, describe_nvidia_name, parse_creatable, parse_description, resolve_type
 
 
 def vtype(type_id: str, name: str, parent: str = "0000:01:00.0", layout: Layout = Layout.MDEV_PF) -> VgpuType:

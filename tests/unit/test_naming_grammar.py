@@ -1,4 +1,4 @@
-"""The split-based name and description parsers in vgpuadm/catalog/naming.py accept exactly what the regular expressions
+"""The split-based name and description parsers in vgpuadm/model.py accept exactly what the regular expressions
 they replaced accepted: both run on the same generated strings (fixed seed) and must agree on every one."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import re
 
-from vgpuadm.catalog.naming import describe_nvidia_name, parse_description
+from vgpuadm.model import describe_nvidia_name, parse_description
 
 PROFILE = re.compile(
     r"^(?P<board>.+?)(?:-(?P<slices>\d+))?-(?P<fb>\d+)(?P<series>[ABCQ])(?P<variant>ME|4)?$", re.IGNORECASE

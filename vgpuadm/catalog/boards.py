@@ -20,7 +20,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:
-    from vgpuadm.catalog.naming import NvidiaName
+    from vgpuadm.model import NvidiaName
 
 # framebuffer GB → equal-size maximum
 # H100-16C: the doc prints 6, but 6 × 16 GB exceeds the 80 GB board; framebuffer arithmetic and H800-16C say 5.

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 from vgpuadm.catalog.hetero import GpuPolicy
 from vgpuadm.catalog.mig import MigGpu, MigProfile
-from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.catalog.rooms import (  # the per-GPU room model, re-exported: one capacity model in two modules
     GpuRoom,
     Room,
@@ -55,6 +54,7 @@ from vgpuadm.model import (
     MdevParent,
     VendorVf,
     VgpuType,
+    describe_nvidia_name,
     holding,
     is_nvidia_type,
     nvidia_type_id,

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vgpuadm.catalog.naming import mig_profile_name
-from vgpuadm.model import nvidia_type_id
+from vgpuadm.model import mig_profile_name, nvidia_type_id
 
 
 @dataclass(frozen=True)

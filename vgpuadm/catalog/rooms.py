@@ -11,7 +11,6 @@ that do not exist now (after a reboot, awaiting `vgpuadm restore`) is counted ne
 from __future__ import annotations
 
 from vgpuadm.catalog.boards import board_framebuffer_mib
-from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.model import (
     Allocation,
     Holding,
@@ -21,6 +20,7 @@ from vgpuadm.model import (
     VgpuType,
     _Record,
     _record,
+    describe_nvidia_name,
     holding,
     is_nvidia_type,
 )

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from vgpuadm.catalog.boards import equal_size_max
-from vgpuadm.catalog.naming import describe_nvidia_name
-from vgpuadm.model import Layout, VgpuType, nvidia_type_id
+from vgpuadm.model import Layout, VgpuType, describe_nvidia_name, nvidia_type_id
 
 TYPE_CHECKING = False  # `collections` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:

@@ -15,7 +15,6 @@ import os
 import stat
 
 from vgpuadm.catalog import sriov_boards
-from vgpuadm.catalog.naming import describe_nvidia_name, parse_creatable, parse_description, profile_of
 from vgpuadm.catalog.vendor_types import vendor_vf_types
 from vgpuadm.errors import HostIOError
 from vgpuadm.host import nvidia_smi
@@ -31,8 +30,12 @@ from vgpuadm.model import (
     VendorVf,
     VfPool,
     VgpuType,
+    describe_nvidia_name,
     is_nvidia_type,
     is_pci_address,
+    parse_creatable,
+    parse_description,
+    profile_of,
 )
 
 PCI_DEVICES = "/sys/bus/pci/devices"

@@ -15,10 +15,9 @@ from typing import ClassVar
 
 from vgpuadm.catalog.capacity import place_gpu_instances
 from vgpuadm.catalog.mig import MigGpu, MigInstance, recorded_instance
-from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.catalog.vendor_types import vendor_vf_types
 from vgpuadm.errors import FREE, ConflictError, NotFoundError, UsageError
-from vgpuadm.model import Allocation, HostSnapshot, Layout, nvidia_type_id
+from vgpuadm.model import Allocation, HostSnapshot, Layout, describe_nvidia_name, nvidia_type_id
 from vgpuadm.modes.base import HostdevSpec, Mode
 from vgpuadm.steps import CreateGpuInstance, DestroyGpuInstance, SetMigMode, Step
 

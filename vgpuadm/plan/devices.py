@@ -40,7 +40,6 @@ from vgpuadm.catalog.capacity import (
     why_not_listed,
 )
 from vgpuadm.catalog.mig import MigGpu, MigHost, MigInstance
-from vgpuadm.catalog.naming import resolve_type
 from vgpuadm.errors import FREE, CapacityError, ConflictError, NotFoundError, UsageError
 from vgpuadm.model import (
     Allocation,
@@ -51,6 +50,7 @@ from vgpuadm.model import (
     nvidia_type_id,
     nvidia_type_number,
     pci_address,
+    resolve_type,
 )
 from vgpuadm.modes import mdev, passthrough, sriov, vf_vgpu
 from vgpuadm.modes import mig as mig_mode

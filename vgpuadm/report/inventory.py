@@ -38,8 +38,16 @@ from vgpuadm.catalog.capacity import (
     vf_type_name,
     whole_gpu_room,
 )
-from vgpuadm.catalog.naming import describe_nvidia_name
-from vgpuadm.model import INVENTORY_SCHEMA, PCI_KEY, Allocation, HostSnapshot, Layout, VgpuType, type_id_order
+from vgpuadm.model import (
+    INVENTORY_SCHEMA,
+    PCI_KEY,
+    Allocation,
+    HostSnapshot,
+    Layout,
+    VgpuType,
+    describe_nvidia_name,
+    type_id_order,
+)
 from vgpuadm.plan.domains import Domains
 
 SCHEMA = INVENTORY_SCHEMA

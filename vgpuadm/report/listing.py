@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from vgpuadm.catalog.naming import mig_profile_name
 from vgpuadm.catalog.rooms import gpu_rooms
 from vgpuadm.errors import NotFoundError
-from vgpuadm.model import Allocation, HostSnapshot, Layout, VgpuType, device_key, mdev_key, moving, pci_address, pci_key
+from vgpuadm.model import (
+    Allocation,
+    HostSnapshot,
+    Layout,
+    VgpuType,
+    device_key,
+    mdev_key,
+    mig_profile_name,
+    moving,
+    pci_address,
+    pci_key,
+)
 
 TYPE_CHECKING = False  # `typing` stays off the fast path of the read commands (bench/bench_cold_start.py)
 if TYPE_CHECKING:

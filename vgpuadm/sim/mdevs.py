@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from vgpuadm.catalog.naming import describe_nvidia_name
+from vgpuadm.model import describe_nvidia_name
 from vgpuadm.sim import mig, migmodel
 from vgpuadm.sim import usage as vgpu_usage
 from vgpuadm.sim.state import MdevRecord, SimHost, fail, kstrtoul

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from vgpuadm.catalog.boards import equal_size_max
-from vgpuadm.catalog.naming import describe_nvidia_name
 from vgpuadm.errors import UsageError
+from vgpuadm.model import describe_nvidia_name
 from vgpuadm.sim import heteromodel as hetero
 from vgpuadm.sim import migmodel, pciids
 from vgpuadm.sim.tools import install_tool
