@@ -228,7 +228,7 @@ def test_a_source_killed_after_the_guest_left_is_ended_on_the_target_not_undone(
 ) -> None:
     """`migrate prepare`, then `migrate run` killed right after its first step freeing this host's mdev (the
     executor's crash hook): the guest runs on the target, which still records it incoming. There `migrate abort`
-    refuses (undoing the target's part would stop the VM), `migrate finish` ends the move; here `recover` rolls
+    refuses (undoing the target's part would stop the VM), `reconcile` says so, `migrate finish` ends the move; here `recover` rolls
     the half-done freeing back, leaving the mdev owned by no domain, which `reconcile` reports."""
     from tests.libvirt.embedded_host import mdevs, vgpuadm
     from vgpuadm.executor import CRASH_HOOK
@@ -251,6 +251,11 @@ def test_a_source_killed_after_the_guest_left_is_ended_on_the_target_not_undone(
         f"hint: end the move here: `vgpuadm migrate finish --vm {name}`",
     ]
     assert _running(target, name) and mdevs(dst) == [uuid]
+    r = vgpuadm(dst, *on_dst, "reconcile")  # says how to end it here, not the half-way move's go-on-or-back
+    assert (r.code, r.err.splitlines()) == (0, [
+        f"warning: domain {name} is incoming and runs here: its live move stopped after the guest came (`vgpuadm "
+        f"migrate finish --vm {name}` here ends it)"
+    ]), r.err  # fmt: skip
     r = vgpuadm(dst, *on_dst, "migrate", "finish", "--vm", name)
     assert (r.code, r.err) == (0, ""), r.err
     for inactive in (True, False):

@@ -261,6 +261,13 @@ def test_a_finished_move_is_not_aborted_and_finish_says_it_is_over(tmp_path: Pat
         "error: domain mv-done is not on this host: its move is done, the target's domain is the VM now",
         "hint: end the move there: `vgpuadm migrate finish --vm mv-done` on the target",
     ]
+    r = _run(src, dst, "mv-done")  # run again from here: the domain left, and the hint says where it went
+    assert (r.code, r.out) == (3, "")
+    assert r.err.splitlines()[0] == "error: No domain named 'mv-done'"
+    assert r.err.splitlines()[1].startswith(
+        f"hint: if its move to the simulated host {dst} went through, end it there: `vgpuadm migrate finish --vm "
+        "mv-done` on the target; else list the domains with `virsh -c "
+    )
     r = vgpuadm(dst, "migrate", "finish", "--vm", "mv-done")
     assert (r.code, r.out, r.err) == (0, "nothing to do: domain mv-done records no move here\n", "")
     assert _state(dst) == moved

@@ -118,7 +118,11 @@ def reconcile(console: Console, root: str | None, connect: str | None, fix: bool
         console.line(f"{len(result.leaks)} leaked device(s); `vgpuadm reconcile --fix` removes them")
     for line in result.lost:
         console.warn(f"recorded but missing: {line} (run `vgpuadm restore`)")
-    for domain, state in result.moving:
+    for domain, state, running in result.moving:
+        if state == "incoming" and running:  # it moved here live: only the mark is left to drop
+            console.warn(f"domain {domain} is incoming and runs here: its live move stopped after the guest came "
+                         f"(`vgpuadm migrate finish --vm {domain}` here ends it)")  # fmt: skip
+            continue
         console.warn(f"domain {domain} is {state}: its move to or from another host stopped half-way (`vgpuadm "
                      f"migrate run --vm {domain}` on the source goes on, `vgpuadm migrate abort --vm {domain}` goes "
                      "back)")  # fmt: skip

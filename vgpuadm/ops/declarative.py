@@ -223,7 +223,8 @@ class ReconcileResult:
     fixed: tuple[str, ...]
     lost: tuple[str, ...]  # allocations whose device is missing (run `vgpuadm restore`)
     dry_run: bool = False  # recovered and fixed say what would be done
-    moving: tuple[tuple[str, str], ...] = ()  # (domain, incoming|outgoing): a move to or from another host half-way
+    # (domain, incoming|outgoing, it runs here): a move to or from another host that stopped half-way
+    moving: tuple[tuple[str, str, bool], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The `reconcile --json` document (vgpuadm/schemas/reconcile.schema.json)."""
@@ -233,7 +234,7 @@ class ReconcileResult:
             "leaks": [{"kind": lk.kind, "id": lk.id, "detail": lk.detail} for lk in self.leaks],
             "fixed": list(self.fixed),
             "lost": list(self.lost),
-            **({"moving": [{"domain": d, "state": m} for d, m in self.moving]} if self.moving else {}),
+            **({"moving": [{"domain": d, "state": m} for d, m, _ in self.moving]} if self.moving else {}),
         }
 
 
@@ -298,5 +299,6 @@ def reconcile(
             snap = s.refresh()
         lost = tuple(f"{a.domain}: {describe_allocation(a)}" for a in missing_recorded(snap, doms))
         # an incoming domain's devices are owned (never leaks): a move that stopped half-way is said, not undone
-        moving = tuple(sorted({(a.domain, a.moving) for a in doms.allocations if a.moving}))
+        running = doms.running
+        moving = tuple(sorted({(a.domain, a.moving, a.domain in running) for a in doms.allocations if a.moving}))
     return ReconcileResult(tuple(recovered), tuple(leaks), fixed, lost, dry_run, moving)

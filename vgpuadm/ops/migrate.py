@@ -26,7 +26,7 @@ import orjson
 
 from vgpuadm import schemas
 from vgpuadm.catalog.migration import GpuDriver, TargetHost, target_host
-from vgpuadm.errors import CapacityError, ConflictError, HostIOError, UsageError, VgpuadmError
+from vgpuadm.errors import CapacityError, ConflictError, HostIOError, NotFoundError, UsageError, VgpuadmError
 from vgpuadm.executor import load_drivers
 from vgpuadm.host import mig as host_mig
 from vgpuadm.host import nvidia_smi
@@ -301,7 +301,12 @@ def move(root: str | None, vm: str, *, to: str | None = None, target_root: str |
             raise UsageError("the target is this host", "give another host's root (--target-root) or URI (--to)")
         d = s.domains().by_name.get(vm)
         if d is None:
-            s.virt.xml(vm)  # raises NotFoundError naming the domain
+            try:
+                s.virt.xml(vm)
+            except NotFoundError as exc:  # run again after the domain left: the move may be done but not ended there
+                exc.hint = (f"if its move to {peer.name} went through, end it there: `vgpuadm migrate finish --vm "
+                            f"{vm}` on the target; else {exc.hint}")  # fmt: skip
+                raise
             raise ConflictError(f"domain {vm}'s vgpuadm metadata names another host", "move it from that host")
         owned = list(d.allocations)
         live = d.running
