@@ -21,10 +21,9 @@ from pathlib import Path
 import libvirt
 
 from tests.libvirt.embedded_host import REPO, _env, allocations, define, domain_xml, hostdev_keys, mdevs, vgpuadm
-from tests.libvirt.test_migrate_run import _state
+from tests.libvirt.test_migrate_run import _hosts, _state
 from vgpuadm.executor import CRASH_HOOK
 from vgpuadm.schemas import validate
-from vgpuadm.sim.profiles import build
 from vgpuadm.virt import xml
 from vgpuadm.virt.conn import embed_uri
 
@@ -68,14 +67,6 @@ main()
 """
 
 LIVE_FLAGS = libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PERSIST_DEST | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
-
-
-def _hosts(tmp_path: Path, profile: str, vm: str) -> tuple[Path, Path]:
-    src, dst = tmp_path / "src", tmp_path / "dst"
-    build(profile, str(src))
-    build(profile, str(dst))
-    define(src, vm)
-    return src, dst
 
 
 def _live(src: Path, dst: Path, vm: str, *args: str, env: dict[str, str] | None = None):

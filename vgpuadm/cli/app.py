@@ -32,10 +32,8 @@ READ_COMMANDS = ("gpus", "types", "devices", "show")
 MODULES = (
     ("sim", ("sim",)),
     ("host", ("recover", "mdev", "vf", "sriov", "vfio")),
-    (
-        "app",
-        ("create", "destroy", "give-back", "remove", "passthrough", "release", "adopt", "demo"),
-    ),  # register() below
+    # the guest verbs, built by register() in this module
+    ("app", ("create", "destroy", "give-back", "remove", "passthrough", "release", "adopt", "demo")),
     ("declarative", ("apply", "restore", "reconcile", "mdevctl")),
     ("unit", ("unit",)),
     ("doctor", ("doctor",)),

@@ -164,7 +164,8 @@ class HostRoot:
     def read_small(self, host_path: str, limit: int = 4096) -> str | None:
         """The first `limit` bytes of a small regular file under the root as text, None when it is missing, not a
         regular file (a FIFO never hangs the read) or unreadable. On a root other than / no link is followed at
-        any component below the root (host/root.py), so a planted link never shows another file's contents."""
+        any component below the root (the `*_beneath` helpers below), so a planted link never shows another file's
+        contents."""
         top, rel = ("/", host_path) if self.is_host else (self.path, host_path)
         try:
             if self.is_host:  # this host's own /etc/machine-id may be a link (to /var/lib/dbus/machine-id)

@@ -5,8 +5,8 @@ makes its devices, `for_name` the mode an allocation records ("mdev", "vf", "pci
 
 A new sharing mode is one new file plus one line: an entry point in the `vgpuadm.modes` group (model.MODES_GROUP) of
 the distribution that ships the file (another distribution, or a test: tests/libvirt/test_a_new_mode_is_one_file.py),
-e.g. in its pyproject.toml (a mode vgpuadm itself ships is its entry in `ship(...)` below instead, plus, when it records devices,
-its member of model.DeviceMode, which the hook's fast path reads without this registry):
+e.g. in its pyproject.toml (a mode vgpuadm itself ships is its entry in `ship(...)` below instead, plus, when it
+records devices, its member of model.DeviceMode, which the hook's fast path reads without this registry):
 
     [project.entry-points."vgpuadm.modes"]
     serial = "vgpuadm_serial:MODE"
