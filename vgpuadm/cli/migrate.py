@@ -82,6 +82,7 @@ def register(app: Any) -> None:
     import typer
 
     group = typer.Typer(help="Move a VM with GPU devices to another libvirt host.", no_args_is_help=True)
+    to_opt, root_opt, connect_opt = _target_options()
 
     @group.command("check", epilog="Example: vgpuadm migrate check --vm web01 --to qemu+ssh://gpu2/system "
                    "--target-inventory gpu2.json")  # fmt: skip
@@ -91,10 +92,8 @@ def register(app: Any) -> None:
         to: str = typer.Option(None, "--to", metavar="URI", help="The target's libvirt URI; without --target-inventory its vgpuadm is asked over ssh (qemu+ssh://)."),
         target_inventory: str = typer.Option(None, "--target-inventory", metavar="FILE",
                                              help="The target host's `vgpuadm inventory --json`."),
-        target_root: str = typer.Option(None, "--target-root", metavar="DIR",
-                                        help="A simulated target host on this machine (a root `vgpuadm sim build` made)."),
-        target_connect: str = typer.Option(None, "--target-connect", metavar="URI",
-                                           help="The simulated target's libvirt when not its embedded one."),
+        target_root: str = root_opt,
+        target_connect: str = connect_opt,
         postcopy: bool = typer.Option(False, "--postcopy", help="Check a post-copy move (refused with VFIO)."),
         offline: bool = typer.Option(False, "--offline", help="Check a move with the VM stopped (cold)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON (schemas/migrate-check.schema.json)."),
@@ -105,7 +104,6 @@ def register(app: Any) -> None:
         if code:
             raise typer.Exit(code)
 
-    to_opt, root_opt, connect_opt = _target_options()
     dry_opt, json_opt = plan_options()
 
     @group.command("prepare", epilog="Example: vgpuadm migrate prepare --vm web01 --to qemu+ssh://gpu2/system")

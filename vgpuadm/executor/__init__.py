@@ -2,8 +2,8 @@
 
 Each Step class is dispatched through a table of handlers, assembled explicitly (nothing registers by being
 imported): `HANDLERS` holds the executor's own (the kernel steps' below, executor/files.py's, mig.py's and
-policies.py's, each a list of rows (step class, apply_fn, undo_fn[, is_applied])); a caller that runs libvirt steps passes a wider table in
-`ExecContext.handlers` (ops/session.py adds virt/conn.py's). Handlers:
+policies.py's, each a list of rows (step class, apply_fn, undo_fn[, is_applied])); a caller that runs libvirt steps
+passes a wider table in `ExecContext.handlers` (ops/session.py adds virt/conn.py's). Handlers:
   apply_fn(step, ctx)       makes the change (raises a VgpuadmError, usually HostIOError, on refusal);
   undo_fn(step, ctx)        reverts it and must be tolerant: it checks the current state first, because after a
                             crash it may run for a step that never happened or only half happened;

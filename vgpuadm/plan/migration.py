@@ -221,8 +221,9 @@ def leaving_plan(snap: HostSnapshot, domain: str, definition: str, owned: Sequen
     """Undefine the domain (`definition`: its whole persistent XML, which undo defines again), then free its devices
     on this host, then `release` (the MIG GPU instances vgpuadm made for them): the source's end of a cold move, or
     an incoming domain's abort."""
-    steps = [DomainDefinition(domain, definition, False, via=why), *guest.remove_steps(snap, owned, drivers), *release]
-    return Plan(tuple(steps), f"undefine domain {domain} and free its {len(owned)} device(s) here ({why})")
+    free = freeing_plan(snap, domain, owned, drivers, why, release)
+    return Plan((DomainDefinition(domain, definition, False, via=why), *free.steps),
+                f"undefine domain {domain} and free its {len(owned)} device(s) here ({why})")  # fmt: skip
 
 
 def destination_xml(domain_xml: str, owned: Sequence[Allocation], there: Sequence[Allocation], host: str) -> str:
